@@ -1,0 +1,27 @@
+"""kcache: a content-addressed on-disk cache for GPU kernels compiled by numba-cuda.
+
+Importing ``kcache`` never imports numba; ``kcache.jit``, ``kcache.install``,
+``kcache.uninstall``, ``kcache.compile_for`` and ``kcache.explain`` are loaded lazily from
+``kcache.dispatcher``. See docs/design.md.
+"""
+from .entry import Entry, EntryInfo
+from .errors import ConfigError, CorruptEntry, KcacheError, LockTimeout, NewerFormat
+from .keys import make_key
+from .prune import PruneReport, VerifyReport
+from .store import Stats, Store
+
+__version__ = "0.1.0"
+
+_LAZY = ("jit", "install", "uninstall", "compile_for", "explain")
+
+__all__ = ["make_key", "Entry", "EntryInfo", "Store", "Stats", "PruneReport", "VerifyReport",
+           "KcacheError", "ConfigError", "LockTimeout", "CorruptEntry", "NewerFormat", *_LAZY]
+
+
+def __getattr__(name: str):
+    # numba is heavy: the dispatcher is imported only when one of its functions is asked for
+    if name in _LAZY:
+        from . import dispatcher
+
+        return getattr(dispatcher, name)
+    raise AttributeError(f"module 'kcache' has no attribute {name!r}")

@@ -1,0 +1,269 @@
+"""Persistent counters, sharded: ``<root>/v1/stats/<0-f>.msgpack`` (+ ``<0-f>.lock``).
+
+Each shard is a small msgpack map updated under its own filelock by read-modify-write and
+``os.replace``, so concurrent processes never lose an increment and ``stats()`` reads 16 small
+files instead of scanning the cache. A key's counters go to shard ``key[0]``; counters without
+a key (``record``) go to shard ``pid % 16``.
+
+Per-entry hit counts live next to them in ``<0-f>.hits.msgpack`` (key -> hits), under the
+same shard lock, so that ``stats()`` stays O(1) in the number of entries.
+
+Hot-path counters (hits, misses, seconds_saved, compiles, compile_seconds) are
+accumulated in memory and flushed at most once a second, at ``flush()`` and at exit
+(atexit, and multiprocessing's exit finalizers in its child processes). Totals
+(entries, bytes) and puts/evictions/corrupt are written at once (``now=True``), so the size
+used for eviction is exact. If a shard cannot be written (read-only, full disk) writing stops
+for this process with one warning, and the in-memory counters go on (``read`` includes them).
+"""
+from __future__ import annotations
+
+import atexit
+import collections
+import os
+import sys
+import tempfile
+import threading
+import time
+import weakref
+from pathlib import Path
+from typing import Callable
+
+import filelock
+import msgpack
+
+COUNTERS = ("hits", "misses", "compiles", "puts", "evictions", "corrupt", "lock_waits",
+            "lock_timeouts", "bytes_written", "compile_seconds", "seconds_saved")
+TOTALS = ("entries", "bytes")
+FLOAT_COUNTERS = {"compile_seconds", "seconds_saved"}
+FLUSH_INTERVAL = 1.0  # seconds
+SHARDS = 16
+_MAX_SHARD_FILE = 64 << 20  # bytes; a hits file of ~1M keys
+
+
+def shard_of(key: str) -> int:
+    """Shard index of a key: its first hex digit."""
+    return int(key[0], 16)
+
+
+def _load(path: Path) -> dict:
+    try:
+        with open(path, "rb") as f:
+            data = f.read(_MAX_SHARD_FILE + 1)
+    except OSError:
+        return {}  # missing or unreadable: counts as empty
+    if len(data) > _MAX_SHARD_FILE:
+        return {}
+    try:
+        obj = msgpack.unpackb(data, raw=False, strict_map_key=True, max_ext_len=0)
+    except Exception:
+        return {}  # a broken shard restarts at zero; recount() rebuilds the totals
+    return obj if isinstance(obj, dict) else {}
+
+
+def _num(v) -> float:
+    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else 0
+
+
+class StatsBook:
+    """The counters of one cache root. ``on_error(exc)`` is called once writes fail."""
+
+    def __init__(self, stats_dir: Path, file_mode: int, ensure: Callable[[], bool],
+                 on_error: Callable[[OSError], None], on_missing: Callable[[], None] = lambda: None):
+        self.dir = stats_dir
+        self.file_mode = file_mode
+        self._ensure = ensure
+        self._on_error = on_error
+        self._on_missing = on_missing
+        self.enabled = True
+        self._mutex = threading.RLock()
+        self._pending: dict[int, collections.Counter] = collections.defaultdict(collections.Counter)
+        self._pending_hits: dict[int, collections.Counter] = collections.defaultdict(collections.Counter)
+        self._forget: dict[int, set] = collections.defaultdict(set)
+        self._last_flush = time.monotonic()
+        _BOOKS.add(self)
+
+    # -- updates ---------------------------------------------------------------
+    def add(self, shard: int, now: bool = False, hit_key: str | None = None, **counters) -> None:
+        """Add ``counters`` to ``shard``; write at once when ``now``, else batch. ``hit_key``
+        also bumps that entry's hit count."""
+        with self._mutex:
+            _register_child_flush()
+            pend = self._pending[shard]
+            for name, value in counters.items():
+                if value:
+                    pend[name] += value
+            if hit_key is not None:
+                self._pending_hits[shard][hit_key] += 1
+            if now:
+                self._write(shard)
+            elif time.monotonic() - self._last_flush > FLUSH_INTERVAL:
+                self.flush()
+
+    def forget(self, key: str) -> None:
+        """Drop ``key``'s per-entry hit count at the next write (entry removed)."""
+        with self._mutex:
+            s = shard_of(key)
+            self._forget[s].add(key)
+            self._pending_hits[s].pop(key, None)
+
+    def flush(self) -> None:
+        """Write every shard with pending counts."""
+        with self._mutex:
+            self._last_flush = time.monotonic()
+            for shard in [s for s in range(SHARDS) if self._pending.get(s) or self._pending_hits.get(s) or self._forget.get(s)]:
+                self._write(shard)
+
+    def _paths(self, shard: int) -> tuple[Path, Path, Path]:
+        x = format(shard, "x")
+        return self.dir / f"{x}.msgpack", self.dir / f"{x}.hits.msgpack", self.dir / f"{x}.lock"
+
+    def _write(self, shard: int, mutate: Callable[[dict, dict], bool] | None = None) -> bool:
+        """Merge pending counts of ``shard`` into its files (under its lock). ``mutate(counters,
+        hits)`` may change them further; returns True if written."""
+        if not self.enabled or not self._ensure():
+            return False
+        cpath, hpath, lpath = self._paths(shard)
+        pend = self._pending.pop(shard, None) or collections.Counter()
+        phits = self._pending_hits.pop(shard, None) or collections.Counter()
+        forget = self._forget.pop(shard, None) or set()
+        try:
+            with filelock.FileLock(str(lpath), mode=self.file_mode, is_singleton=True):
+                counters = _load(cpath)
+                for name, value in pend.items():
+                    counters[name] = _num(counters.get(name, 0)) + value
+                hits = None
+                if phits or forget or mutate:
+                    hits = _load(hpath)
+                    for k, n in phits.items():
+                        hits[k] = _num(hits.get(k, 0)) + n
+                    for k in forget:
+                        hits.pop(k, None)
+                if mutate:
+                    mutate(counters, hits)
+                self._replace(cpath, counters)
+                if hits is not None:
+                    self._replace(hpath, hits)
+            return True
+        except OSError as exc:
+            # keep the counts in memory: stats() still reports them
+            self._pending[shard].update(pend)
+            self._pending_hits[shard].update(phits)
+            self._forget[shard] |= forget
+            if isinstance(exc, FileNotFoundError):
+                self._on_missing()  # directory deleted under us: recreated on the next write
+            else:
+                self.enabled = False
+                self._on_error(exc)
+            return False
+
+    def _replace(self, path: Path, obj: dict) -> None:
+        fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            os.fchmod(fd, self.file_mode)
+            with os.fdopen(fd, "wb") as f:
+                f.write(msgpack.packb(obj, use_bin_type=True))
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+
+    def reset(self, keep_totals: bool = True) -> None:
+        """Zero every counter (and per-entry hits); totals kept unless ``keep_totals`` is False."""
+        with self._mutex:
+            self._pending.clear()
+            self._pending_hits.clear()
+
+            def zero(counters: dict, hits: dict) -> None:
+                for name in list(counters):
+                    if not (keep_totals and name in TOTALS):
+                        del counters[name]
+                hits.clear()
+
+            for shard in range(SHARDS):
+                self._write(shard, zero)
+
+    def set_totals(self, shard: int, entries: int, nbytes: int) -> None:
+        """Overwrite ``shard``'s totals (recount)."""
+        def put(counters: dict, hits: dict) -> None:
+            counters["entries"], counters["bytes"] = entries, nbytes
+        with self._mutex:
+            self._write(shard, put)
+
+    # -- reads -----------------------------------------------------------------
+    def read(self) -> dict:
+        """Sum of every shard on disk plus this process's unwritten counts."""
+        out = {name: 0 for name in COUNTERS + TOTALS}
+        with self._mutex:
+            for shard in range(SHARDS):
+                for name, value in _load(self._paths(shard)[0]).items():
+                    if name in out:
+                        out[name] += _num(value)
+                for name, value in self._pending.get(shard, {}).items():
+                    out[name] = out.get(name, 0) + value
+        for name in FLOAT_COUNTERS:
+            out[name] = float(out[name])
+        return out
+
+    def shard_totals(self, shard: int) -> tuple[int, int]:
+        c = _load(self._paths(shard)[0])
+        return int(_num(c.get("entries", 0))), int(_num(c.get("bytes", 0)))
+
+    def hits(self) -> dict[str, int]:
+        """Per-entry hit counts (key -> hits), including unwritten ones."""
+        out: dict[str, int] = collections.Counter()
+        with self._mutex:
+            for shard in range(SHARDS):
+                for k, n in _load(self._paths(shard)[1]).items():
+                    out[k] += int(_num(n))
+                for k, n in self._pending_hits.get(shard, {}).items():
+                    out[k] += n
+        return out
+
+    def _after_fork(self) -> None:
+        # the parent's unwritten counts belong to the parent
+        self._mutex = threading.RLock()
+        self._pending.clear()
+        self._pending_hits.clear()
+        self._forget.clear()
+
+
+_BOOKS: "weakref.WeakSet[StatsBook]" = weakref.WeakSet()
+
+
+def flush_all() -> None:
+    """Flush every live StatsBook (run at exit)."""
+    for book in list(_BOOKS):
+        try:
+            book.flush()
+        except Exception:  # never fail interpreter shutdown
+            pass
+
+
+def _after_fork_in_child() -> None:
+    for book in list(_BOOKS):
+        book._after_fork()
+
+
+_child_flush_pid = 0
+
+
+def _register_child_flush() -> None:
+    """multiprocessing children leave through os._exit, skipping atexit: flush from
+    multiprocessing's own exit finalizers instead (registered once per child process)."""
+    global _child_flush_pid
+    if _child_flush_pid == os.getpid():
+        return
+    _child_flush_pid = os.getpid()
+    mp = sys.modules.get("multiprocessing")
+    if mp is not None and mp.parent_process() is not None:
+        import multiprocessing.util
+
+        multiprocessing.util.Finalize(None, flush_all, exitpriority=100)
+
+
+atexit.register(flush_all)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

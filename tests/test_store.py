@@ -1,0 +1,340 @@
+"""Store basics: round trips, counters, layout, layers, eviction, prune, verify."""
+import os
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import kcache
+from kcache import Entry, NewerFormat, Store, make_key
+from kcache import entry as fmt
+
+META = {"kernel": "pkg.mod:axpy", "signature": "(float32[::1],)", "arch": "sm_90a",
+        "compile_seconds": 0.75, "entry_name": "_Z4axpy", "cooperative": False,
+        "exceptions": {"1": ["builtins:ValueError", ["bad"], "axpy.py:3"]}, "max_registers": None,
+        "nvvm_options": {"opt": 3}, "launch_config": [[1], [128], 0]}
+
+
+def key(i) -> str:
+    return make_key({"i": i})
+
+
+def entry(i: int = 0, size: int = 64) -> Entry:
+    return Entry({"cubin": bytes([i % 256]) * size, "ptx": f"// ptx {i}".encode()}, {"kernel": f"m:k{i}"})
+
+
+def test_round_trip_every_artifact_kind(store):
+    k = key(1)
+    arts = {"cubin": os.urandom(5000), "ptx": ".version 8.5\n.target sm_90a\n".encode(),
+            "ltoir": os.urandom(777), "empty": b""}
+    comps = {"kernel": "pkg.mod:axpy", "toolchain": {"numba": "0.68.1"}}
+    assert store.put(k, Entry(arts, META), components=comps) is True
+    got = store.get(k)
+    assert got.artifacts == arts and got.meta == META
+    assert store.load(k) == got
+    info = store.header(k)
+    assert (info.key, info.kernel, info.signature, info.arch, info.compile_seconds) == (
+        k, "pkg.mod:axpy", "(float32[::1],)", "sm_90a", 0.75)
+    assert info.components == comps and info.meta == META and info.readonly is False
+    assert info.sizes == {n: len(b) for n, b in arts.items()}
+    assert info.file_size == info.path.stat().st_size and info.hits == 1
+    assert info.path == store.root / "v1" / "entries" / k[:2] / f"{k}.kce"
+    assert [e.key for e in store.entries()] == [k]
+    assert [e.key for e in store.find(k[:5])] == [k] and store.find("0" * 64 if k[0] != "0" else "f" * 64) == []
+
+
+def test_entry_validates_types():
+    with pytest.raises(TypeError, match="'cubin' must be bytes"):
+        Entry({"cubin": "text"}, {})
+    with pytest.raises(TypeError, match="meta must be a dict"):
+        Entry({}, [1])
+    assert Entry({"a": bytearray(b"x")}, {}).artifacts == {"a": b"x"}
+
+
+def test_unencodable_meta_is_a_type_error(store):
+    with pytest.raises(TypeError, match="msgpack"):
+        store.put(key(1), Entry({}, {"x": object()}))
+    assert not list(store.entries())
+
+
+@pytest.mark.parametrize("bad", ["../../etc/passwd", "ABCDEF0123", "abc", 5, "g" * 64])
+def test_bad_keys_rejected(store, bad):
+    with pytest.raises(ValueError, match="bad cache key"):
+        store.get(bad)
+
+
+def test_counters(store):
+    k = key(1)
+    assert store.get(k) is None
+    store.put(k, Entry({"cubin": b"x"}, {"compile_seconds": 2.5}))
+    store.get(k)
+    store.get(k)
+    store.record(compiles=1, compile_seconds=2.5)
+    s = store.stats()
+    size = store.header(k).file_size
+    assert (s.hits, s.misses, s.puts, s.compiles, s.entries, s.bytes, s.bytes_written) == (2, 1, 1, 1, 1, size, size)
+    assert s.seconds_saved == 5.0 and s.compile_seconds == 2.5 and s.max_size == store.max_size
+    assert s["hits"] == 2 and s.as_dict()["misses"] == 1
+    # another process sees the same counters
+    out = subprocess.run([sys.executable, "-c", f"import kcache; print(kcache.Store({str(store.root)!r}).stats().hits)"],
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "2"
+    with pytest.raises(TypeError, match="unknown counter 'bogus'"):
+        store.record(bogus=1)
+
+
+def test_replace_keeps_totals_exact(store):
+    k = key(1)
+    store.put(k, entry(1, 100))
+    store.put(k, entry(1, 5000))
+    s = store.stats()
+    assert (s.entries, s.bytes, s.puts) == (1, store.header(k).file_size, 2)
+    assert store.remove(k) is True and store.remove(k) is False
+    s = store.stats()
+    assert (s.entries, s.bytes) == (0, 0)
+
+
+def test_clear_zero_stats_recount(store):
+    for i in range(20):
+        store.put(key(i), entry(i))
+    store.get(key(0))
+    store.zero_stats()
+    s = store.stats()
+    assert (s.hits, s.puts, s.entries) == (0, 0, 20)
+    next(iter(store.entries())).path.unlink()  # behind the store's back
+    assert store.stats().entries == 20
+    assert store.recount().entries == 19
+    assert store.clear() == 19
+    assert (store.stats().entries, store.stats().bytes, list(store.entries())) == (0, 0, [])
+
+
+def test_layout_tag_and_private_mode(store):
+    store.put(key(1), entry())
+    assert (store.root / "CACHEDIR.TAG").read_text().startswith("Signature: 8a477f597d28d172789f06886806bc55")
+    assert stat.S_IMODE(store.root.stat().st_mode) == 0o700
+    assert stat.S_IMODE(store.header(key(1)).path.stat().st_mode) == 0o600
+    for d in ("entries", "locks", "stats", "quarantine"):
+        assert (store.root / "v1" / d).is_dir()
+
+
+def test_shared_mode(root, monkeypatch):
+    monkeypatch.setenv("KCACHE_SHARED", "1")
+    s = Store(root)
+    s.put(key(1), entry())
+    assert stat.S_IMODE(root.stat().st_mode) == 0o2770
+    assert stat.S_IMODE((root / "v1" / "entries" / key(1)[:2]).stat().st_mode) == 0o2770
+    assert stat.S_IMODE(s.header(key(1)).path.stat().st_mode) == 0o660
+
+
+def test_hit_touches_mtime(store):
+    k = key(1)
+    store.put(k, entry())
+    path = store.header(k).path
+    os.utime(path, (1000, 1000))
+    store.get(k)
+    assert path.stat().st_mtime > time.time() - 60
+
+
+def test_disable(root, monkeypatch):
+    Store(root).put(key(1), entry())
+    monkeypatch.setenv("KCACHE_DISABLE", "1")
+    s = Store(root)
+    assert s.get(key(1)) is None
+    assert s.put(key(2), entry()) is False
+    assert s.header(key(2)) is None
+    calls = []
+    assert s.get_or_create(key(1), lambda: calls.append(1) or entry(9)) == (entry(9), False)
+    assert calls == [1]
+
+
+def test_readonly_roots_consulted_after_writable(tmp_path):
+    ro_root, rw_root = tmp_path / "image", tmp_path / "user"
+    Store(ro_root).put(key(1), entry(1))
+    Store(ro_root).put(key(2), entry(2))
+    path = Store(ro_root).header(key(1)).path
+    os.utime(path, (1000, 1000))
+    s = Store(rw_root, readonly_roots=[ro_root])
+    s.put(key(2), entry(22))
+    assert s.get(key(1)) == entry(1)
+    assert s.get(key(2)) == entry(22)  # the writable root wins
+    assert path.stat().st_mtime == 1000  # read-only roots are never touched
+    assert s.stats().hits == 2
+    infos = {(e.key, e.readonly) for e in s.entries()}
+    assert infos == {(key(2), False), (key(1), True), (key(2), True)}
+    assert {e.key for e in s.entries(readonly=False)} == {key(2)}
+    assert s.load(key(1)) == entry(1)
+    s.clear()
+    assert s.get(key(2)) == entry(2)
+
+
+def _write_newer(store, k):
+    data = bytearray(fmt.encode(k, entry()))
+    data[8:10] = (fmt.FORMAT_VERSION + 1).to_bytes(2, "big")
+    import hashlib
+    data[-32:] = hashlib.blake2b(bytes(data[:-32]), digest_size=32).digest()
+    path = store.root / "v1" / "entries" / k[:2] / f"{k}.kce"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(bytes(data))
+    return path, bytes(data)
+
+
+def test_newer_format_left_untouched(store):
+    store.put(key(9), entry())  # creates the layout
+    path, data = _write_newer(store, key(1))
+    with pytest.warns(kcache.warn.KcacheWarning, match="newer kcache"):
+        assert store.get(key(1)) is None
+    with pytest.raises(NewerFormat):
+        store.load(key(1))
+    assert path.read_bytes() == data
+    assert list((store.root / "v1" / "quarantine").iterdir()) == []
+    assert store.stats().corrupt == 0
+    rep = store.verify(fix=True)
+    assert rep.newer == [path] and rep.corrupt == [] and path.exists()
+    store.prune(max_size=0)  # LRU down to nothing...
+    store.clear()
+    assert path.read_bytes() == data  # ...but a newer kcache's entry is never deleted
+    assert store.get(key(9)) is None
+
+
+def test_load_missing_is_key_error(store):
+    with pytest.raises(KeyError):
+        store.load(key(1))
+    assert store.header(key(1)) is None
+
+
+def test_size_cap_evicts_lru_down_to_90_percent(root):
+    one = len(fmt.encode(key(0), entry(0, 1000)))
+    s = Store(root, max_size=one * 10 + one // 2)
+    for i in range(10):
+        s.put(key(i), entry(i, 1000))
+        os.utime(s.header(key(i)).path, (1000 + i, 1000 + i))  # deterministic LRU order
+    s.get(key(0))  # most recently used now
+    assert s.stats().evictions == 0
+    s.put(key(10), entry(10, 1000))  # crosses the cap
+    left = {e.key for e in s.entries()}
+    st = s.stats()
+    assert st.bytes <= 0.9 * s.max_size and st.entries == len(left) == 9
+    assert st.evictions == 2
+    assert key(0) in left and key(10) in left and key(1) not in left and key(2) not in left
+
+
+def test_eviction_skipped_while_another_process_evicts(root):
+    import multiprocessing as mp
+
+    one = len(fmt.encode(key(0), entry(0, 1000)))
+    s = Store(root, max_size=one * 3)
+    for i in range(3):
+        s.put(key(i), entry(i, 1000))
+    ctx = mp.get_context("fork")
+    held, done = ctx.Event(), ctx.Event()
+
+    def hold():
+        import filelock
+        with filelock.FileLock(str(root / "v1" / "locks" / "evict.lock")):
+            held.set()
+            done.wait(30)
+
+    p = ctx.Process(target=hold)
+    p.start()
+    try:
+        assert held.wait(30)
+        s.put(key(3), entry(3, 1000))
+        assert s.stats().entries == 4 and s.stats().evictions == 0
+    finally:
+        done.set()
+        p.join(30)
+    s.put(key(4), entry(4, 1000))
+    assert s.stats().entries <= 2 and s.stats().evictions >= 3
+
+
+def test_prune_age_predicate_dry_run_and_temp_sweep(store):
+    now = time.time()
+    for i in range(6):
+        store.put(key(i), Entry({"cubin": b"x" * 100}, {"kernel": f"m:k{i}", "arch": "sm_80" if i % 2 else "sm_90"}))
+        os.utime(store.header(key(i)).path, (now - i * 86400 - 3600,) * 2)  # i days and an hour ago
+    shard = store.header(key(0)).path.parent
+    old_tmp, new_tmp = shard / ".dead.1.tmp", shard / ".live.2.tmp"
+    old_tmp.write_bytes(b"partial")
+    new_tmp.write_bytes(b"partial")
+    os.utime(old_tmp, (now - 7200, now - 7200))
+
+    rep = store.prune(older_than="3d", dry_run=True)
+    assert {e.key for e in rep.removed} == {key(3), key(4), key(5)} and rep.dry_run and rep.temp_files == 1
+    assert len(list(store.entries())) == 6 and old_tmp.exists()
+
+    rep = store.prune(older_than=3 * 86400)
+    assert {e.key for e in rep.removed} == {key(3), key(4), key(5)} and rep.entries_left == 3
+    assert not old_tmp.exists() and new_tmp.exists() and rep.temp_files == 1
+
+    rep = store.prune(where=lambda e: e.arch == "sm_80")
+    assert {e.key for e in rep.removed} == {key(1)}
+
+    size = store.header(key(0)).file_size
+    rep = store.prune(max_size=size)  # LRU: keep only the most recent
+    assert {e.key for e in rep.removed} == {key(2)} and rep.bytes_freed == size
+    st = store.stats()
+    assert [e.key for e in store.entries()] == [key(0)] and (st.entries, st.bytes, st.evictions) == (1, size, 5)
+
+
+def test_verify_reports_and_fixes(store):
+    for i in range(5):
+        store.put(key(i), entry(i))
+    p = store.header(key(3)).path
+    data = bytearray(p.read_bytes())
+    data[-40] ^= 0xFF
+    p.write_bytes(bytes(data))
+    seen = []
+    rep = store.verify(progress=lambda done, total: seen.append((done, total)))
+    assert (rep.checked, rep.ok, [c[0] for c in rep.corrupt]) == (5, 4, [p]) and seen[-1] == (5, 5)
+    assert p.exists()
+    with pytest.warns(kcache.warn.KcacheWarning, match="corrupt cache entry"):
+        rep = store.verify(fix=True)
+    assert rep.quarantined == 1 and not p.exists()
+    assert len(list((store.root / "v1" / "quarantine").iterdir())) == 1
+    assert store.stats().entries == 4 and store.stats().corrupt == 1
+
+
+def test_package_never_uses_pickle_family():
+    src = Path(kcache.__file__).parent
+    for f in src.glob("*.py"):
+        text = f.read_text()
+        for mod in ("pickle", "marshal", "dill", "cloudpickle", "shelve"):
+            assert f"import {mod}" not in text and f"from {mod}" not in text, (f, mod)
+
+
+def test_import_is_cheap():
+    code = ("import sys, kcache; bad = [m for m in ('numba', 'pickle', '_pickle', 'rich') if m in sys.modules]; "
+            "print(bad)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_prune_sweeps_old_lock_files_of_absent_entries(store):
+    store.put(key(1), entry(1))
+    store.put(key(2), entry(2))
+    store.remove(key(2))
+    locks = {k: store.root / "v1" / "locks" / k[:2] / f"{k}.lock" for k in (key(1), key(2))}
+    assert all(p.exists() for p in locks.values())
+    assert store.prune().lock_files == 0  # too recent: may be in use
+    old = time.time() - 7200
+    for p in locks.values():
+        os.utime(p, (old, old))
+    assert store.prune(dry_run=True).lock_files == 0
+    assert store.prune().lock_files == 1
+    assert locks[key(1)].exists() and not locks[key(2)].exists()
+    assert store.put(key(2), entry(2)) and store.get(key(2)) == entry(2)
+
+
+def test_root_deleted_while_running_is_recreated(store):
+    import shutil
+
+    store.put(key(1), entry(1))
+    shutil.rmtree(store.root)
+    assert store.get(key(1)) is None
+    store.put(key(2), entry(2))  # may be lost while the layout is rebuilt, but never raises
+    assert store.put(key(3), entry(3)) and store.get(key(3)) == entry(3)
+    assert store.writable and (store.root / "CACHEDIR.TAG").exists()
+    assert store.recount().entries == len(list(store.entries()))
