@@ -1,0 +1,68 @@
+"""``kcache prune``: remove least recently used entries down to a size, old or stale entries."""
+from __future__ import annotations
+
+from kcache.cli.common import (
+    SHORT_KEY, Problem, ago, duration_arg, ensure_writable, entry_record, human_size, is_stale,
+    iso, message, open_store, print_json, print_table, refuse_newer_format, size_arg, want_json,
+)
+
+
+def register(sub):
+    """Add the ``prune`` subparser to ``sub`` and return it."""
+    p = sub.add_parser(
+        "prune", help="remove least recently used, old or stale entries",
+        description="Remove entries from the writable root: least recently used first down to "
+                    "--max-size, those unused for --older-than, and --stale ones. Without "
+                    "--max-size, the configured max_size applies.")
+    p.add_argument("--max-size", type=size_arg, metavar="SIZE",
+                   help="remove least recently used entries until the cache fits SIZE "
+                        "(e.g. 500M, 2G)")
+    p.add_argument("--older-than", type=duration_arg, metavar="DURATION",
+                   help="remove entries not used for DURATION (e.g. 12h, 7d, 2w)")
+    p.add_argument("--stale", action="store_true",
+                   help="remove entries built by a toolchain other than the current one")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print what would be removed, remove nothing")
+    return p
+
+
+def run(args) -> int:
+    """Prune and print the removed entries and the bytes freed.
+
+    JSON: ``{"dry_run", "max_size", "older_than", "stale", "removed": [entry object...],
+    "entries_removed", "bytes_freed"}`` (docs/cli.md). Exit 1 when the root cannot be written.
+    """
+    store = open_store(args)
+    # The configured cap always holds (puts evict down to it anyway); --max-size overrides it.
+    max_size = args.max_size if args.max_size is not None else store.max_size
+    where = None
+    if args.stale:
+        from kcache.toolchain import package_versions
+        current = package_versions()
+        where = lambda info: is_stale(info, current)  # noqa: E731
+    if not args.dry_run:
+        refuse_newer_format(store, "prune")
+        ensure_writable(store)
+    report = store.prune(max_size=max_size, older_than=args.older_than, where=where,
+                         dry_run=args.dry_run)
+    removed = list(report.removed)
+    freed = int(report.bytes_freed)
+    if not args.dry_run and not store.writable:
+        raise Problem(f"cannot write to {store.root} (read-only or full): nothing was removed")
+    if want_json(args):
+        print_json({"dry_run": bool(args.dry_run), "max_size": max_size,
+                    "older_than": args.older_than, "stale": bool(args.stale),
+                    "removed": [entry_record(i) for i in removed],
+                    "entries_removed": len(removed), "bytes_freed": freed})
+        return 0
+    columns = ("Key", "Kernel", "Arch", "Size", "Last used")
+    print_table(columns,
+                [(i.key[:SHORT_KEY], i.kernel, i.arch, human_size(i.file_size), ago(i.last_used))
+                 for i in removed],
+                [(i.key[:SHORT_KEY], i.kernel, i.arch, i.file_size, iso(i.last_used))
+                 for i in removed],
+                right=("Size",))
+    verb = "would remove" if args.dry_run else "removed"
+    message(f"kcache: {verb} {len(removed)} entries, "
+            f"{'would free' if args.dry_run else 'freed'} {human_size(freed)} ({freed} bytes)")
+    return 0

@@ -1,0 +1,135 @@
+"""Argument parsing and the top-level error handler of the ``kcache`` command.
+
+Each subcommand is one module ``kcache.cli.cmd_<name>`` with a ``register(subparsers)`` that
+adds its subparser and a ``run(args) -> int``. Adding a command (``warm``, ``export``,
+``import``, ``push``, ``pull``) is one module plus one name in :data:`COMMANDS`.
+Command modules are imported when the parser is built, so they must stay cheap to import
+(no rich, no numba at module level).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+from kcache.cli.common import UsageError, Problem, add_common
+
+#: Subcommands in the order ``kcache --help`` lists them; module ``kcache.cli.cmd_<name>``.
+COMMANDS = ("dir", "ls", "stats", "show", "prune", "rm", "clear", "verify", "config")
+
+EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse parser whose usage errors are one line on stderr and exit status 2.
+
+    argparse's own ``error`` prints the whole usage block first; the project's rule is one
+    clear line per bad input, so the usage text is replaced by a pointer to ``--help``.
+    """
+
+    def error(self, message: str):  # noqa: D401 - argparse hook
+        sys.stderr.write(f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+        raise SystemExit(EXIT_USAGE)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Return the ``kcache`` parser with every subcommand of :data:`COMMANDS` registered.
+
+    Each parsed namespace carries ``run`` (the command's run function).
+    """
+    parser = Parser(
+        prog="kcache",
+        description="Inspect and maintain the kcache store of compiled GPU kernels.",
+        epilog="Exit status: 0 ok, 1 the operation found problems, 2 usage error.",
+    )
+    add_common(parser)
+    parser.add_argument("--version", action="version", version=f"kcache {_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    sub.required = True
+    for name in COMMANDS:
+        module = importlib.import_module(f"kcache.cli.cmd_{name}")
+        command = module.register(sub)
+        add_common(command)
+        command.set_defaults(run=module.run)
+    return parser
+
+
+def _version() -> str:
+    from kcache import __version__
+    return __version__
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the ``kcache`` command with ``argv`` (default ``sys.argv[1:]``); return the exit status.
+
+    User errors (:class:`UsageError`, ``kcache.errors.KcacheError`` and its ``ConfigError``,
+    ``NewerFormat``) become one line on stderr and status 2; problems found by the operation
+    (:class:`Problem`, ``CorruptEntry``, ``LockTimeout``, an OS error on the cache files)
+    become one line and status 1. Anything else is a bug and keeps its traceback.
+    """
+    import warnings
+
+    from kcache.errors import CorruptEntry, KcacheError, LockTimeout
+    from kcache.warn import KcacheWarning
+
+    # The store reports each kind of cache trouble once on logger "kcache" (one line on
+    # stderr) and again through `warnings` (two more lines with a source line): keep the one.
+    warnings.simplefilter("ignore", KcacheWarning)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(join_negative_values(argv))
+    try:
+        return args.run(args)
+    except UsageError as exc:
+        return _fail(exc, EXIT_USAGE)
+    except (Problem, CorruptEntry, LockTimeout) as exc:
+        return _fail(exc, EXIT_PROBLEMS)
+    except KcacheError as exc:  # ConfigError, NewerFormat: bad input or a cache we must not touch
+        return _fail(exc, EXIT_USAGE)
+    except BrokenPipeError:
+        # `kcache ls | head`: the reader left; stop quietly, as coreutils do. Point stdout at
+        # devnull so the interpreter's final flush does not complain again (Python docs,
+        # "Note on SIGPIPE").
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_OK
+    except OSError as exc:
+        # The cache's file system refused (read-only, full, permissions): not a bug here.
+        return _fail(exc, EXIT_PROBLEMS)
+    except KeyboardInterrupt:
+        sys.stderr.write("kcache: interrupted\n")
+        return 130
+
+
+#: Options taking a value that may be written with a leading "-" (a bad value argparse would
+#: otherwise mistake for an option, answering only "expected one argument").
+VALUE_OPTIONS = ("--older-than", "--max-size", "--limit", "--cc")
+
+
+def join_negative_values(argv: list[str]) -> list[str]:
+    """Turn ``--older-than -3d`` into ``--older-than=-3d`` so the option's own type check
+    rejects it with a message that says what is wrong (negative) and what is accepted."""
+    out: list[str] = []
+    it = iter(argv)
+    for arg in it:
+        if arg in VALUE_OPTIONS:
+            nxt = next(it, None)
+            if nxt is not None and len(nxt) > 1 and nxt[0] == "-" and nxt[1] in "0123456789.":
+                out.append(f"{arg}={nxt}")
+                continue
+            out.append(arg)
+            if nxt is not None:
+                out.append(nxt)
+            continue
+        out.append(arg)
+    return out
+
+
+def _fail(exc: BaseException, status: int) -> int:
+    """Write ``exc`` as one line ``kcache: <message>`` on stderr and return ``status``."""
+    if isinstance(exc, OSError) and exc.strerror and exc.filename:
+        text = f"{exc.filename}: {exc.strerror}"
+    else:
+        text = " ".join(str(exc).split()) or type(exc).__name__
+    sys.stderr.write(f"kcache: {text}\n")
+    return status

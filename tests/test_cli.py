@@ -1,0 +1,673 @@
+"""The ``kcache`` command, run as ``python -m kcache`` in subprocesses on caches filled
+through the store API (no GPU, no numba import)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from kcache import Entry, Store
+from kcache.toolchain import package_versions
+
+NOW = time.time()
+DAY = 86400.0
+
+# Hand-picked keys so prefixes are predictable: K_AXPY_90 and K_AXPY_90A share "a1".
+K_AXPY_90 = "a1" + "0" * 62
+K_AXPY_90A = "a1" + "f" * 62
+K_SAXPY_80 = "b2" + "1" * 62
+K_STALE = "c3" + "2" * 62
+
+SPECS = {
+    # key: (kernel, arch, payload bytes, last used (days ago), stale toolchain?)
+    K_AXPY_90: ("pkg.linalg:axpy", "sm_90", 4000, 1.0, False),
+    K_AXPY_90A: ("pkg.linalg:axpy", "sm_90a", 3000, 2.0, False),
+    K_SAXPY_80: ("pkg.blas:saxpy", "sm_80", 2000, 3.0, False),
+    K_STALE: ("pkg.old:kern", "sm_80", 1000, 10.0, True),
+}
+
+
+def components(kernel: str, arch: str, stale: bool) -> dict:
+    toolchain = package_versions()
+    if stale:
+        toolchain = dict(toolchain, **{"numba-cuda": "0.0.1"})
+    return {"format": 1, "kernel": kernel, "source": {"code": "00" * 16},
+            "signature": "(float32[::1],)", "target": {"cc": arch, "output": "cubin"},
+            "toolchain": toolchain, "options": {"debug": False}, "link": {},
+            "launch_config": None, "cache_key": None}
+
+
+def fill(root: Path) -> dict[str, Path]:
+    """Put the SPECS entries in a store at ``root``; set their mtimes; return key -> path."""
+    store = Store(root)
+    for key, (kernel, arch, size, _, stale) in SPECS.items():
+        entry = Entry({"cubin": bytes([7]) * size, "ptx": f"// ptx of {kernel}\n".encode()},
+                      {"kernel": kernel, "signature": "(float32[::1],)", "arch": arch,
+                       "compile_seconds": 0.5, "entry_name": "_Z4axpy"})
+        assert store.put(key, entry, components=components(kernel, arch, stale))
+    paths = {}
+    for key, (_, _, _, days, _) in SPECS.items():
+        info = store.header(key)
+        os.utime(info.path, (NOW - days * DAY, NOW - days * DAY))
+        paths[key] = Path(info.path)
+    store.flush()
+    return paths
+
+
+@pytest.fixture
+def cache(tmp_path):
+    root = tmp_path / "cache"
+    paths = fill(root)
+    return root, paths
+
+
+def kc(*args: str, root: Path | None = None, env: dict | None = None,
+       stdin: str | None = None) -> subprocess.CompletedProcess:
+    """Run ``python -m kcache ARGS`` (with ``--dir root``) and capture text output."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("KCACHE_")}
+    full_env.update(env or {})
+    cmd = [sys.executable, "-m", "kcache", *args]
+    if root is not None:
+        cmd += ["--dir", str(root)]
+    return subprocess.run(cmd, capture_output=True, text=True, env=full_env,
+                          input=stdin if stdin is not None else "", timeout=120)
+
+
+def kc_json(*args: str, root: Path, **kw):
+    done = kc(*args, "--json", root=root, **kw)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def one_line_error(done: subprocess.CompletedProcess, status: int = 2) -> str:
+    """Assert the run failed with ``status`` and exactly one line on stderr; return it."""
+    assert done.returncode == status, (done.returncode, done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    return lines[0]
+
+
+def is_iso(text: str) -> bool:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).tzinfo is not None
+
+
+ENTRY_FIELDS = {"key": str, "short_key": str, "kernel": str, "signature": str, "arch": str,
+                "file_size": int, "sizes": dict, "hits": int, "created": str,
+                "last_used": str, "compile_seconds": float, "root": str, "readonly": bool,
+                "path": str}
+
+
+def assert_entry_schema(record: dict) -> None:
+    for name, kind in ENTRY_FIELDS.items():
+        assert isinstance(record[name], kind), (name, record[name])
+    assert len(record["key"]) == 64 and record["key"].startswith(record["short_key"])
+    assert is_iso(record["created"]) and is_iso(record["last_used"])
+    assert all(isinstance(v, int) for v in record["sizes"].values())
+
+
+# ------------------------------------------------------------------------------ basics
+
+def test_help_lists_every_command_and_no_command_is_a_usage_error():
+    done = kc("--help")
+    assert done.returncode == 0
+    for name in ("dir", "ls", "stats", "show", "prune", "rm", "clear", "verify", "config"):
+        assert name in done.stdout
+    one_line_error(kc())
+
+
+def test_cli_never_imports_numba_or_rich_for_plain_output(cache):
+    root, _ = cache
+    probe = ("import sys, runpy; sys.argv=['kcache','ls','--dir',sys.argv[1]];"
+             "from kcache.cli import main; rc = main();"
+             "bad = [m for m in ('numba', 'rich', 'kcache.dispatcher') if m in sys.modules];"
+             "print('LOADED', bad, file=sys.stderr); sys.exit(rc)")
+    done = subprocess.run([sys.executable, "-c", probe, str(root)], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "LOADED []" in done.stderr
+
+
+def test_dir_json_and_plain(cache, tmp_path):
+    root, _ = cache
+    layer = tmp_path / "layer"
+    layer.mkdir()
+    doc = kc_json("dir", root=root, env={"KCACHE_READONLY_DIRS": str(layer)})
+    assert doc == {"root": str(root), "writable": True, "readonly_roots": [str(layer)],
+                   "config_file": str(root / "config.json")}
+    done = kc("dir", root=root)
+    assert done.stdout.splitlines()[0] == str(root)
+    # KCACHE_DIR is used when --dir is absent
+    assert kc_json_env("dir", env={"KCACHE_DIR": str(root)})["root"] == str(root)
+
+
+def kc_json_env(*args, env):
+    done = kc(*args, "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+# ------------------------------------------------------------------------------ ls
+
+def test_ls_json_schema_sort_and_filters(cache):
+    root, _ = cache
+    entries = kc_json("ls", root=root)["entries"]
+    assert [e["key"] for e in entries] == [K_AXPY_90, K_AXPY_90A, K_SAXPY_80, K_STALE]
+    for e in entries:
+        assert_entry_schema(e)
+        assert isinstance(e["stale"], bool)
+    assert [e["stale"] for e in entries] == [False, False, False, True]
+    assert entries[0]["kernel"] == "pkg.linalg:axpy" and entries[0]["arch"] == "sm_90"
+
+    by_size = kc_json("ls", "--sort", "size", root=root)["entries"]
+    assert [e["key"] for e in by_size] == [K_AXPY_90, K_AXPY_90A, K_SAXPY_80, K_STALE]
+    by_name = kc_json("ls", "--sort", "name", "--limit", "1", root=root)["entries"]
+    assert [e["kernel"] for e in by_name] == ["pkg.blas:saxpy"]
+
+    cc90 = kc_json("ls", "--cc", "9.0", root=root)["entries"]
+    assert sorted(e["arch"] for e in cc90) == ["sm_90", "sm_90a"]
+    assert [e["arch"] for e in kc_json("ls", "--cc", "sm_90a", root=root)["entries"]] == [
+        "sm_90a"]
+    axpy = kc_json("ls", "--kernel", "axpy", root=root)["entries"]
+    assert {e["key"] for e in axpy} == {K_AXPY_90, K_AXPY_90A}
+    stale = kc_json("ls", "--stale", root=root)["entries"]
+    assert [e["key"] for e in stale] == [K_STALE]
+
+
+def test_ls_piped_is_tab_separated_with_exact_bytes(cache):
+    root, paths = cache
+    done = kc("ls", root=root)
+    assert done.returncode == 0 and done.stderr == ""
+    lines = done.stdout.splitlines()
+    assert lines[0].split("\t") == ["key", "kernel", "signature", "arch", "size", "hits",
+                                    "last_used", "compile_time"]
+    first = lines[1].split("\t")
+    assert first[0] == K_AXPY_90[:12] and first[1] == "pkg.linalg:axpy"
+    assert int(first[4]) == paths[K_AXPY_90].stat().st_size
+    assert is_iso(first[6])
+
+
+def on_terminal(*args: str, answer: str | None = None) -> tuple[int, str, str]:
+    """Run ``python -m kcache ARGS`` with stdin and stdout on a pseudo-terminal (200 columns).
+
+    ``answer`` is typed on the terminal. Returns (status, terminal output, stderr)."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 200, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")
+           and not k.startswith("KCACHE_")}
+    proc = subprocess.Popen([sys.executable, "-m", "kcache", *args], stdin=slave,
+                            stdout=slave, stderr=subprocess.PIPE, env=env)
+    os.close(slave)
+    if answer is not None:
+        os.write(master, answer.encode())
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO once the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    stderr = proc.stderr.read().decode()
+    proc.stderr.close()
+    return proc.wait(timeout=60), b"".join(chunks).decode(), stderr
+
+
+def test_ls_on_a_terminal_draws_a_table_with_human_units(cache):
+    root, _ = cache
+    status, text, err = on_terminal("ls", "--dir", str(root))
+    assert status == 0, err
+    assert "1 d ago" in text and "KiB" in text and "pkg.linalg:axpy" in text
+    assert K_AXPY_90[:12] in text and "\t" not in text
+
+
+@pytest.mark.parametrize("args", [["dir"], ["stats"], ["show", "b2"], ["verify"],
+                                  ["config"], ["prune", "--dry-run", "--max-size", "1"],
+                                  ["config", "get", "max_size"]])
+def test_every_command_works_on_a_terminal(cache, args):
+    root, _ = cache
+    status, text, err = on_terminal(*args, "--dir", str(root))
+    assert status == 0 and "Traceback" not in err + text, err + text
+    assert (text + err).strip()
+
+
+def test_clear_asks_on_a_terminal(cache):
+    root, paths = cache
+    status, _, err = on_terminal("clear", "--dir", str(root), answer="n\n")
+    assert status == 1 and "[y/N]" in err
+    assert all(p.exists() for p in paths.values())
+    status, _, err = on_terminal("clear", "--dir", str(root), answer="y\n")
+    assert status == 0, err
+    assert not any(p.exists() for p in paths.values())
+
+
+# ------------------------------------------------------------------------------ stats
+
+STATS_FIELDS = {"hits": int, "misses": int, "compiles": int, "puts": int, "evictions": int,
+                "corrupt": int, "lock_waits": int, "lock_timeouts": int,
+                "bytes_written": int, "compile_seconds": float, "seconds_saved": float,
+                "entries": int, "bytes": int, "max_size": int, "recounted": bool}
+
+
+def test_stats_json_zero_and_recount(cache):
+    root, paths = cache
+    store = Store(root)
+    assert store.get(K_AXPY_90) is not None
+    assert store.get(K_AXPY_90A) is not None
+    assert store.get("d4" + "0" * 62) is None
+    store.record(compiles=1, compile_seconds=0.8)
+    store.flush()
+    doc = kc_json("stats", root=root)
+    for name, kind in STATS_FIELDS.items():
+        assert isinstance(doc[name], kind), (name, doc)
+    assert (doc["hits"], doc["misses"], doc["compiles"]) == (2, 1, 1)
+    assert doc["hit_rate"] == pytest.approx(2 / 3)
+    assert doc["seconds_saved"] == pytest.approx(1.0)
+    assert doc["recounted"] is False
+
+    # A file the store did not write: stats alone never scans, so only --recount sees it.
+    stray = root / "v1" / "entries" / "ee" / ("ee" * 32 + ".kce")
+    stray.parent.mkdir()
+    stray.write_bytes(paths[K_STALE].read_bytes())
+    assert doc["entries"] == 4 and kc_json("stats", root=root)["entries"] == 4
+    recounted = kc_json("stats", "--recount", root=root)
+    assert recounted["entries"] == 5
+    assert recounted["bytes"] == sum(p.stat().st_size for p in [*paths.values(), stray])
+    assert recounted["recounted"] is True
+
+    zeroed = kc_json("stats", "--zero", root=root)
+    assert (zeroed["hits"], zeroed["misses"], zeroed["compiles"]) == (0, 0, 0)
+    assert zeroed["hit_rate"] is None
+    plain = kc("stats", root=root)
+    assert plain.returncode == 0
+    assert "hits\t0" in plain.stdout.splitlines()
+
+
+# ------------------------------------------------------------------------------ show
+
+def test_show_json_ptx_extract(cache, tmp_path):
+    root, _ = cache
+    out = tmp_path / "out"
+    doc = kc_json("show", "b2", "--ptx", "--extract", str(out), root=root)
+    assert_entry_schema(doc)
+    assert doc["key"] == K_SAXPY_80
+    assert doc["components"]["target"] == {"cc": "sm_80", "output": "cubin"}
+    assert doc["components"]["toolchain"] == package_versions()
+    assert doc["meta"]["entry_name"] == "_Z4axpy"
+    assert doc["ptx"] == "// ptx of pkg.blas:saxpy\n"
+    cubin = out / "pkg.blas_saxpy.sm_80.cubin"
+    assert sorted(doc["extracted"]) == sorted([str(cubin), str(out / "pkg.blas_saxpy.sm_80.ptx")])
+    assert cubin.read_bytes() == bytes([7]) * 2000
+
+    plain = kc("show", K_SAXPY_80[:12], root=root)
+    assert plain.returncode == 0
+    fields = dict(line.split("\t", 1) for line in plain.stdout.splitlines())
+    assert fields["key"] == K_SAXPY_80 and fields["components.target.cc"] == "sm_80"
+
+
+def test_show_sass_uses_a_disassembler_on_path_or_says_none_is_there(cache, tmp_path):
+    root, _ = cache
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    line = one_line_error(kc("show", "b2", "--sass", root=root, env={"PATH": str(empty)}), 1)
+    assert "nvdisasm" in line and "cuobjdump" in line
+
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    tool = fake / "nvdisasm"
+    tool.write_text('#!/bin/sh\necho "SASS of $(wc -c < "$1") bytes"\n')
+    tool.chmod(0o755)
+    doc = kc_json("show", "b2", "--sass", root=root,
+                  env={"PATH": f"{fake}{os.pathsep}{os.environ['PATH']}"})
+    assert doc["sass"].split() == ["SASS", "of", "2000", "bytes"]
+
+
+# ------------------------------------------------------------------------------ bad input
+
+@pytest.mark.parametrize("args, needle", [
+    (["prune", "--max-size", "2Q"], "2Q"),
+    (["prune", "--older-than", "-3d"], "negative"),
+    (["prune", "--max-size", "-1G"], "negative"),
+    (["prune", "--older-than", "soon"], "soon"),
+    (["ls", "--sort", "bogus"], "last-used"),
+    (["ls", "--cc", "nine"], "compute capability"),
+    (["ls", "--limit", "0"], "1 or more"),
+    (["show", "zz"], "hex"),
+    (["show", "a1"], "ambiguous"),
+    (["show", "a2"], "no entry"),
+    (["rm"], "--kernel"),
+    (["config", "get", "colour"], "max_size"),
+    (["config", "set", "colour", "red"], "max_size"),
+    (["config", "set", "max_size", "2Q"], "2Q"),
+    (["clear"], "--yes"),
+    (["frobnicate"], "frobnicate"),
+])
+def test_bad_input_is_one_line_and_exit_2(cache, args, needle):
+    root, paths = cache
+    before = {p: p.read_bytes() for p in paths.values()}
+    line = one_line_error(kc(*args, root=root))
+    assert needle in line
+    assert {p: p.read_bytes() for p in paths.values()} == before  # nothing touched
+
+
+def test_unknown_and_ambiguous_prefixes_name_the_candidates(cache):
+    root, _ = cache
+    line = one_line_error(kc("show", "a2", root=root))
+    assert K_AXPY_90[:12] in line or K_AXPY_90A[:12] in line  # nearest keys
+    line = one_line_error(kc("rm", "a1", root=root))
+    assert K_AXPY_90[:12] in line and K_AXPY_90A[:12] in line
+
+
+def test_bad_environment_and_config_file_are_one_line(cache, tmp_path):
+    root, _ = cache
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    line = one_line_error(kc("ls", env={"KCACHE_DIR": str(afile)}))
+    assert "KCACHE_DIR" in line
+    line = one_line_error(kc("stats", root=root, env={"KCACHE_MAX_SIZE": "lots"}))
+    assert "KCACHE_MAX_SIZE" in line
+    (root / "config.json").write_text("{not json")
+    line = one_line_error(kc("ls", root=root))
+    assert "config.json" in line
+
+
+def test_missing_root_reads_as_empty_and_is_not_created(tmp_path):
+    root = tmp_path / "nowhere"
+    assert kc_json("ls", root=root) == {"entries": []}
+    assert kc_json("stats", root=root)["entries"] == 0
+    assert kc_json("prune", root=root)["removed"] == []
+    assert kc_json("verify", root=root)["ok"] is True
+    assert not root.exists()
+
+
+def test_readonly_layer_entries_are_listed_but_not_removed(cache, tmp_path):
+    root, _ = cache
+    writable = tmp_path / "mine"
+    env = {"KCACHE_READONLY_DIRS": str(root)}
+    entries = kc_json("ls", root=writable, env=env)["entries"]
+    assert len(entries) == 4 and all(e["readonly"] for e in entries)
+    done = kc("rm", "b2", "--json", root=writable, env=env)
+    assert done.returncode == 1 and "read-only" in done.stderr
+    assert [e["key"] for e in json.loads(done.stdout)["not_removed"]] == [K_SAXPY_80]
+    assert Store(root).header(K_SAXPY_80) is not None
+
+
+def test_a_real_bug_keeps_its_traceback(cache, tmp_path):
+    root, _ = cache
+    shim = tmp_path / "bug"
+    shim.mkdir()
+    (shim / "sitecustomize.py").write_text(
+        "import kcache.store\n"
+        "def entries(self, **kw):\n"
+        "    raise RuntimeError('injected bug')\n"
+        "kcache.store.Store.entries = entries\n")
+    done = kc("ls", root=root, env={"PYTHONPATH": str(shim)})
+    assert done.returncode == 1
+    assert "Traceback" in done.stderr and "RuntimeError: injected bug" in done.stderr
+
+
+def test_dir_that_is_a_file(tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    for args in (["ls"], ["stats"], ["prune"], ["config"]):
+        line = one_line_error(kc(*args, root=afile))
+        assert str(afile) in line
+    assert afile.read_text() == "x"
+
+
+def test_newer_format_entry_is_reported_and_left_untouched(cache):
+    root, paths = cache
+    path = paths[K_SAXPY_80]
+    data = bytearray(path.read_bytes())
+    # As a newer kcache would write it (layout in kcache/entry.py): version field 99, and a
+    # valid trailing BLAKE2b-256 checksum so only the version tells it apart.
+    data[8:10] = (99).to_bytes(2, "big")
+    data[-32:] = hashlib.blake2b(bytes(data[:-32]), digest_size=32).digest()
+    path.write_bytes(bytes(data))
+    for args in (["show", "b2", "--ptx"], ["rm", "b2"], ["prune", "--max-size", "1"],
+                 ["clear", "--yes"]):
+        line = one_line_error(kc(*args, root=root))
+        assert "newer" in line.lower(), line
+    done = kc("verify", "--fix", "--json", root=root)
+    assert done.returncode == 0 and json.loads(done.stdout)["newer"] == [str(path)]
+    assert path.read_bytes() == bytes(data)
+
+
+# ------------------------------------------------------------------------------ prune / rm
+
+def test_prune_removes_exactly_the_least_recently_used(cache):
+    root, paths = cache
+    sizes = {k: p.stat().st_size for k, p in paths.items()}
+    keep = sizes[K_AXPY_90] + sizes[K_AXPY_90A]  # the two most recently used
+    snapshot = {p: (p.read_bytes(), p.stat().st_mtime) for p in paths.values()}
+
+    dry = kc_json("prune", "--max-size", str(keep), "--dry-run", root=root)
+    assert dry["dry_run"] is True
+    assert {e["key"] for e in dry["removed"]} == {K_SAXPY_80, K_STALE}
+    assert dry["bytes_freed"] == sizes[K_SAXPY_80] + sizes[K_STALE]
+    assert {p: (p.read_bytes(), p.stat().st_mtime) for p in paths.values()} == snapshot
+
+    done = kc("prune", "--max-size", str(keep), root=root)
+    assert done.returncode == 0, done.stderr
+    assert {line.split("\t")[0] for line in done.stdout.splitlines()[1:]} == {
+        K_SAXPY_80[:12], K_STALE[:12]}
+    assert str(sizes[K_SAXPY_80] + sizes[K_STALE]) in done.stderr
+    assert {k for k, p in paths.items() if p.exists()} == {K_AXPY_90, K_AXPY_90A}
+
+
+def test_prune_older_than_and_stale(cache):
+    root, paths = cache
+    doc = kc_json("prune", "--older-than", "5d", "--dry-run", root=root)
+    assert [e["key"] for e in doc["removed"]] == [K_STALE]
+    doc = kc_json("prune", "--stale", root=root)
+    assert [e["key"] for e in doc["removed"]] == [K_STALE]
+    assert not paths[K_STALE].exists() and paths[K_SAXPY_80].exists()
+
+
+def test_prune_without_flags_applies_the_configured_cap(cache):
+    root, paths = cache
+    assert kc("config", "set", "max_size", str(paths[K_AXPY_90].stat().st_size),
+              root=root).returncode == 0
+    doc = kc_json("prune", root=root)
+    assert {e["key"] for e in doc["removed"]} == {K_AXPY_90A, K_SAXPY_80, K_STALE}
+    assert [k for k, p in paths.items() if p.exists()] == [K_AXPY_90]
+
+
+def test_rm_by_prefix_and_by_kernel(cache):
+    root, paths = cache
+    doc = kc_json("rm", "b2", K_STALE[:8], root=root)
+    assert {e["key"] for e in doc["removed"]} == {K_SAXPY_80, K_STALE}
+    assert doc["bytes_freed"] == sum(e["file_size"] for e in doc["removed"])
+    doc = kc_json("rm", "--kernel", "pkg.linalg:*", root=root)
+    assert {e["key"] for e in doc["removed"]} == {K_AXPY_90, K_AXPY_90A}
+    assert not any(p.exists() for p in paths.values())
+
+
+def test_clear_needs_yes_when_not_on_a_terminal(cache):
+    root, paths = cache
+    one_line_error(kc("clear", root=root))
+    assert all(p.exists() for p in paths.values())
+    assert kc_json("clear", "--yes", root=root) == {"root": str(root), "removed": 4}
+    assert not any(p.exists() for p in paths.values())
+    assert kc_json("ls", root=root) == {"entries": []}
+
+
+# ------------------------------------------------------------------------------ verify
+
+def test_verify_reports_then_quarantines_a_corrupt_entry(cache):
+    root, paths = cache
+    assert kc_json("verify", root=root) == {"checked": 4, "ok": True, "bad": [], "newer": []}
+    path = paths[K_AXPY_90A]
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # inside the cubin payload: only the checksum can tell
+    path.write_bytes(bytes(data))
+
+    done = kc("verify", "--json", root=root)
+    assert done.returncode == 1, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["ok"] is False and doc["checked"] == 4
+    assert [b["key"] for b in doc["bad"]] == [K_AXPY_90A]
+    assert doc["bad"][0]["quarantined"] is False and doc["bad"][0]["problem"]
+    assert path.exists()
+
+    # KCACHE_DISABLE keeps programs off the cache, not the maintenance asked for here
+    fixed = kc("verify", "--fix", root=root, env={"KCACHE_DISABLE": "1"})
+    assert fixed.returncode == 0, fixed.stderr
+    assert K_AXPY_90A[:12] in fixed.stdout
+    assert not path.exists()
+    assert any((root / "v1" / "quarantine").iterdir())
+    assert kc("verify", root=root).returncode == 0
+    assert K_AXPY_90A not in {e["key"] for e in kc_json("ls", root=root)["entries"]}
+
+
+# ------------------------------------------------------------------------------ config
+
+def test_config_show_get_set(cache):
+    root, _ = cache
+    doc = kc_json("config", root=root, env={"KCACHE_LOCK_TIMEOUT": "90s"})
+    assert doc["root"] == str(root) and doc["config_file"] == str(root / "config.json")
+    settings = doc["settings"]
+    assert set(settings) == {"root", "max_size", "readonly_roots", "lock_timeout",
+                             "disabled", "shared"}
+    assert settings["root"] == {"value": str(root), "origin": "argument"}
+    assert settings["lock_timeout"] == {"value": 90.0, "origin": "env KCACHE_LOCK_TIMEOUT"}
+    assert settings["max_size"]["origin"] == "default"
+
+    done = kc("config", "set", "max_size", "10G", root=root)
+    assert done.returncode == 0, done.stderr
+    assert json.loads((root / "config.json").read_text())["max_size"] == 10 << 30
+    got = kc_json("config", "get", "max_size", root=root)
+    assert got == {"key": "max_size", "value": 10 << 30,
+                   "origin": f"config {root / 'config.json'}"}
+    assert kc("config", "get", "max_size", root=root).stdout.strip() == str(10 << 30)
+    assert kc_json("stats", root=root)["max_size"] == 10 << 30
+
+
+# ------------------------------------------------------------------------------ read-only root
+# Tests run as root, where chmod does not stop writes, so a read-only mount is simulated: the
+# subprocess gets READONLY_SHIM as its ``sitecustomize`` (through PYTHONPATH), which makes
+# every write under $KCACHE_TEST_READONLY fail with EROFS while reads work.
+
+READONLY_SHIM = '''\
+"""A ``sitecustomize`` for CLI tests: makes every write under $KCACHE_TEST_READONLY fail.
+
+Tests run as root, for whom permission bits do not stop writes, so a read-only file system
+(EROFS) is simulated instead: this file is copied as ``sitecustomize.py`` into a folder put on
+the subprocess's PYTHONPATH, and wraps the ``os`` / ``io`` calls that create, change or delete
+files so that they raise ``OSError(EROFS)`` for paths under that root. Reads are unaffected.
+"""
+import builtins
+import errno
+import io
+import os
+
+_ROOT = os.path.realpath(os.environ["KCACHE_TEST_READONLY"])
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+
+def _inside(path) -> bool:
+    if isinstance(path, int):
+        return False
+    try:
+        full = os.path.realpath(os.fsdecode(path))
+    except (TypeError, ValueError):
+        return False
+    return full == _ROOT or full.startswith(_ROOT + os.sep)
+
+
+def _refuse(path):
+    raise OSError(errno.EROFS, os.strerror(errno.EROFS), os.fsdecode(path))
+
+
+def _guard_path(func, nargs=1):
+    def wrapper(*args, **kwargs):
+        for path in args[:nargs]:
+            if _inside(path):
+                _refuse(path)
+        return func(*args, **kwargs)
+    return wrapper
+
+
+_os_open = os.open
+
+
+def _open(path, flags, *args, **kwargs):
+    if flags & _WRITE_FLAGS and _inside(path):
+        _refuse(path)
+    return _os_open(path, flags, *args, **kwargs)
+
+
+os.open = _open
+for _name, _n in (("unlink", 1), ("remove", 1), ("rmdir", 1), ("mkdir", 1), ("utime", 1),
+                  ("rename", 2), ("replace", 2), ("link", 2), ("symlink", 2),
+                  ("chmod", 1), ("truncate", 1)):
+    setattr(os, _name, _guard_path(getattr(os, _name), _n))
+
+_io_open = io.open
+
+
+def _open_file(file, mode="r", *args, **kwargs):
+    if any(c in mode for c in "wax+") and _inside(file):
+        _refuse(file)
+    return _io_open(file, mode, *args, **kwargs)
+
+
+builtins.open = _open_file
+io.open = _open_file
+'''
+
+
+@pytest.fixture
+def readonly(tmp_path):
+    root = tmp_path / "cache"
+    paths = fill(root)
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "sitecustomize.py").write_text(READONLY_SHIM)
+    env = {"PYTHONPATH": str(shim), "KCACHE_TEST_READONLY": str(root)}
+    snapshot = {p: (p.read_bytes(), p.stat().st_mtime) for p in paths.values()}
+    yield root, env
+    assert {p: (p.read_bytes(), p.stat().st_mtime) for p in paths.values()} == snapshot
+
+
+def test_the_shim_really_blocks_writes(readonly):
+    root, env = readonly
+    done = kc("config", "set", "max_size", "1G", root=root, env=env)
+    assert done.returncode == 1 and "Read-only file system" in done.stderr
+    assert not (root / "config.json").exists()
+
+
+def test_ls_stats_and_dry_run_work_read_only(readonly):
+    root, env = readonly
+    done = kc("dir", "--json", root=root, env=env)
+    assert done.returncode == 0 and json.loads(done.stdout)["writable"] is False
+    done = kc("ls", "--json", root=root, env=env)
+    assert done.returncode == 0, done.stderr
+    assert len(json.loads(done.stdout)["entries"]) == len(SPECS)
+    done = kc("stats", "--json", root=root, env=env)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["max_size"] > 0
+    done = kc("prune", "--max-size", "1", "--dry-run", "--json", root=root, env=env)
+    assert done.returncode == 0, done.stderr
+    assert len(json.loads(done.stdout)["removed"]) == len(SPECS)
+
+
+@pytest.mark.parametrize("args", [["prune", "--max-size", "1"], ["rm", K_AXPY_90[:6]],
+                                  ["clear", "--yes"], ["stats", "--zero"]])
+def test_writes_report_that_the_root_cannot_be_written(readonly, args):
+    root, env = readonly
+    line = one_line_error(kc(*args, root=root, env=env), status=1)
+    assert str(root) in line or "Read-only" in line
