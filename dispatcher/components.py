@@ -1,0 +1,287 @@
+"""The components of a kernel's key (docs/design.md "Kernel entries", docs/keys.md).
+
+``kernel_components`` gathers everything that decides the cubin numba-cuda produces for one
+kernel and signature: source fingerprint, signature, target (cc with its arch suffix and the
+output kind), toolchain versions, code-changing target options, ``link=`` contents, launch
+config and the user's ``cache_key``.  ``kcache.make_key(components)`` turns it into the key;
+the named components let explain say which one changed.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import types
+from importlib import metadata
+
+from .fingerprint import Uncacheable, digest_of, fingerprint, value_digest
+
+__all__ = [
+    "COMPONENTS_FORMAT",
+    "Uncacheable",
+    "arch_name",
+    "kernel_components",
+    "toolchain_components",
+]
+
+COMPONENTS_FORMAT = 1
+
+# Target options that are not code: handled as their own component or not a compile input.
+_NOT_OPTIONS = frozenset({"link"})
+_BOOL_OPTIONS = frozenset({"debug", "lineinfo", "opt", "fastmath", "forceinline", "device", "lto"})
+
+
+def kernel_components(
+    py_func,
+    *,
+    signature: str,
+    cc: tuple,
+    output: str = "cubin",
+    targetoptions: dict,
+    launch_config=None,
+    cache_key: str | None = None,
+    toolchain: dict | None = None,
+) -> dict:
+    """The components dict of one kernel overload (layout in docs/design.md).
+
+    ``py_func``: the kernel's Python function (or its dispatcher); ``signature``: numba's
+    spelling of the argument types, e.g. ``"(array(float32, 1d, C),)"``; ``cc``: compute
+    capability ``(major, minor)`` or ``(major, minor, "a")``; ``output``: ``"cubin"``,
+    ``"ptx"`` or ``"ltoir"``; ``targetoptions``: the dispatcher's target options (numba-cuda's
+    ``CUDADispatcher.targetoptions``), every key is kept; ``launch_config``: None or
+    ``(grid, block, sharedmem)`` for launch-config-sensitive kernels; ``cache_key``: the user's
+    string; ``toolchain``: defaults to :func:`toolchain_components`.
+
+    Raises :class:`Uncacheable` (captured device array, unreadable ``link=`` file,
+    ``LinkableCode`` with setup/teardown callbacks), ``ValueError`` for a bad ``cc`` or
+    ``output``, ``TypeError`` for a ``cache_key`` that is not a string.
+    """
+    if output not in ("cubin", "ptx", "ltoir"):
+        raise ValueError(f"output must be 'cubin', 'ptx' or 'ltoir', not {output!r}")
+    if cache_key is not None and not isinstance(cache_key, str):
+        raise TypeError(f"cache_key must be a string or None, not {type(cache_key).__name__}")
+    fn = getattr(py_func, "py_func", py_func)
+    fp = fingerprint(fn)
+    options = dict(targetoptions or {})
+    source = dict(fp.parts)
+    if options.get("debug") or options.get("lineinfo"):
+        # Debug info and line tables embed line numbers: shifting lines must miss here.
+        source["lines"] = line_digest(fn)
+    return {
+        "format": COMPONENTS_FORMAT,
+        "kernel": f"{fn.__module__}:{fn.__qualname__}",
+        "source": source,
+        "opaque": list(fp.opaque),
+        "signature": str(signature),
+        "target": {"cc": arch_name(cc), "output": output},
+        "toolchain": dict(toolchain) if toolchain is not None else toolchain_components(),
+        "options": encode_options(options),
+        "link": link_digests(options.get("link") or ()),
+        "launch_config": _plain(launch_config),
+        "cache_key": cache_key,
+    }
+
+
+def arch_name(cc) -> str:
+    """``(9, 0)`` -> ``"sm_90a"``, ``(8, 0)`` -> ``"sm_80"``, ``(9, 0, "")`` -> ``"sm_90"``.
+
+    Mirrors numba-cuda's ``codegen.CUDACodeLibrary._ensure_cc``: for a cc of 9.0 or newer it
+    compiles the arch-specific ``a`` variant.  A third element (``""``, ``"a"`` or ``"f"``)
+    overrides that.  Raises ``ValueError`` for anything else.
+    """
+    ok = (
+        isinstance(cc, (tuple, list))
+        and len(cc) in (2, 3)
+        and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in cc[:2])
+        and (len(cc) == 2 or cc[2] in ("", "a", "f"))
+    )
+    if not ok:
+        raise ValueError(
+            f"compute capability must be (major, minor) or (major, minor, suffix) with suffix "
+            f"'', 'a' or 'f', e.g. (8, 0) or (9, 0, 'a'); got {cc!r}"
+        )
+    major, minor = cc[0], cc[1]
+    suffix = cc[2] if len(cc) == 3 else ("a" if (major, minor) >= (9, 0) else "")
+    return f"sm_{major}{minor}{suffix}"
+
+
+# --- options --------------------------------------------------------------------------------
+
+
+def encode_options(targetoptions: dict) -> dict:
+    """Target options as plain msgpack values, every key but ``link`` kept.
+
+    Simple values (None, bool, int, float, str and tuples of them) stay readable so explain
+    can print ``option fastmath False -> True``; ``extensions`` becomes the type identity
+    (module.qualname) of each extension; anything else (e.g. an ``inline`` cost-model
+    function) becomes the digest of its canonical encoding.
+    """
+    out = {}
+    for name in sorted(targetoptions):
+        if name in _NOT_OPTIONS:
+            continue
+        value = targetoptions[name]
+        if name == "extensions":
+            out[name] = [f"{type(e).__module__}.{type(e).__qualname__}" for e in value or ()]
+            continue
+        if name in _BOOL_OPTIONS and isinstance(value, int):
+            value = bool(value)  # numba's config gives debug=0 where the decorator gives False
+        elif isinstance(value, (set, frozenset)):
+            value = sorted(value, key=repr)  # fastmath={"nsz", "arcp"}
+        plain = _plain(value)
+        out[name] = plain if plain is not _UNPLAIN else _value_digest(value, name)
+    return out
+
+
+_UNPLAIN = object()
+
+
+def _plain(value):
+    """value as msgpack-ready None/bool/int/float/str/list, or _UNPLAIN."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (tuple, list)):
+        items = [_plain(v) for v in value]
+        return _UNPLAIN if any(v is _UNPLAIN for v in items) else items
+    return _UNPLAIN
+
+
+def _value_digest(value, name) -> str:
+    # The fingerprint's value encoding: functions by content, types and classes by name.
+    return "digest:" + value_digest(value, f"option {name}")
+
+
+# --- link= ----------------------------------------------------------------------------------
+
+
+def link_digests(link) -> dict:
+    """``{name: content digest}`` for each ``link=`` item, in order.
+
+    A path counts by basename + contents (directories never do); a ``LinkableCode``
+    (duck-typed: ``data``, ``kind``, ``name``) by name, kind, nrt flag and data.  Two items
+    with the same name get ``name#2``, ``name#3``.  Raises :class:`Uncacheable` for a file
+    that cannot be read, a ``LinkableCode`` with setup/teardown callbacks (they run Python at
+    module load, which a cached entry cannot replay) or an item of another type.
+    """
+    if isinstance(link, (str, os.PathLike)) or hasattr(link, "kind"):
+        link = [link]
+    out: dict = {}
+    for item in link:
+        name, digest = _link_item(item)
+        unique, n = name, 1
+        while unique in out:
+            n += 1
+            unique = f"{name}#{n}"
+        out[unique] = digest
+    return out
+
+
+def _link_item(item):
+    if isinstance(item, (str, os.PathLike)):
+        path = os.fspath(item)
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError as exc:
+            raise Uncacheable(f"link file {path!r} cannot be read: {exc.strerror or exc}") from exc
+        return os.path.basename(path), hashlib.blake2b(data, digest_size=16).hexdigest()
+    if hasattr(item, "data") and hasattr(item, "kind"):
+        if getattr(item, "setup_callback", None) or getattr(item, "teardown_callback", None):
+            raise Uncacheable(
+                f"link= object {getattr(item, 'name', '?')!r} has setup/teardown callbacks"
+            )
+        data = item.data
+        if isinstance(data, str):
+            data = data.encode("utf-8")
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise Uncacheable(
+                f"link= object {getattr(item, 'name', '?')!r} holds {type(data).__name__}, "
+                "not bytes or str"
+            )
+        digest = digest_of(
+            [str(item.kind), bool(getattr(item, "nrt", False)),
+             hashlib.blake2b(bytes(data), digest_size=32).digest()]
+        )
+        return str(getattr(item, "name", "<unnamed>")), digest
+    raise Uncacheable(
+        f"link= item of type {type(item).__name__} is neither a path nor a LinkableCode"
+    )
+
+
+# --- source line numbers (debug / lineinfo kernels only) -----------------------------------
+
+
+def line_digest(fn) -> str:
+    """Digest of the first line and line table of ``fn`` and its nested code objects."""
+
+    def payload(code):
+        table = getattr(code, "co_linetable", None) or getattr(code, "co_lnotab", b"")
+        nested = [payload(c) for c in code.co_consts if isinstance(c, types.CodeType)]
+        return [code.co_firstlineno, table, nested]
+
+    return digest_of(payload(fn.__code__))
+
+
+# --- toolchain ------------------------------------------------------------------------------
+
+# key -> distributions that provide it (cu13 name first, then cu12)
+_EXTRA_DISTS = {
+    "numpy": ("numpy",),
+    "nvrtc": ("nvidia-cuda-nvrtc", "nvidia-cuda-nvrtc-cu12"),
+    "cuda_runtime": ("nvidia-cuda-runtime", "nvidia-cuda-runtime-cu12"),
+}
+
+
+def toolchain_components() -> dict:
+    """Toolchain versions for the key, computed once per process (a copy is returned).
+
+    ``kcache.toolchain.package_versions()`` (numba, numba-cuda, llvmlite, cuda-bindings,
+    cuda-core, nvvm and nvjitlink wheels, python, kcache-format) plus ``numpy`` (numba types
+    numpy calls by it), ``nvrtc`` and ``cuda_runtime`` (numba-cuda reports NVRTC's version as
+    the runtime version).  Versions come from package metadata, which is cheap; only when no
+    wheel provides NVVM / nvJitLink / NVRTC (a system CUDA toolkit) is the library itself
+    asked through cuda-python's bindings, and ``"unavailable"`` recorded if that fails.
+    """
+    return dict(_toolchain())
+
+
+@functools.lru_cache(maxsize=1)
+def _toolchain() -> dict:
+    from kcache.toolchain import package_versions
+
+    out = dict(package_versions())
+    for key, dists in _EXTRA_DISTS.items():
+        for dist in dists:
+            try:
+                out[key] = metadata.version(dist)
+                break
+            except metadata.PackageNotFoundError:
+                continue
+    for key, ask in (("nvvm", _nvvm_version), ("nvjitlink", _nvjitlink_version),
+                     ("nvrtc", _nvrtc_version)):
+        if key not in out:
+            try:
+                out[key] = ask()
+            except Exception:  # no library: compiling will fail loudly elsewhere
+                out[key] = "unavailable"
+    return out
+
+
+def _nvvm_version() -> str:
+    from cuda.bindings import nvvm
+
+    return ".".join(map(str, nvvm.version()))
+
+
+def _nvjitlink_version() -> str:
+    from cuda.bindings import nvjitlink
+
+    return ".".join(map(str, nvjitlink.version()))
+
+
+def _nvrtc_version() -> str:
+    from cuda.bindings import nvrtc
+
+    _err, major, minor = nvrtc.nvrtcVersion()
+    return f"{major}.{minor}"

@@ -1,0 +1,698 @@
+"""Source fingerprint of a kernel or device function: its content, never paths or mtimes.
+
+``fingerprint(py_func)`` hashes what decides the code numba-cuda generates for a Python
+function:
+
+* the code object: bytecode, constants (nested code objects recursively), names, argument
+  counts and flags -- but not ``co_filename``, ``co_firstlineno``, line tables or positions,
+  so editing a comment or moving the project keeps the digest;
+* closure cell values and argument defaults;
+* every global the bytecode reaches (``LOAD_GLOBAL`` followed by ``LOAD_ATTR`` chains, so
+  ``consts.SCALE`` where ``consts`` is a module is hashed as the value of ``SCALE``): numbers,
+  strings, bytes, tuples, numpy arrays (dtype, shape, bytes), numpy dtypes (record dtypes
+  included), enums, numba types;
+* transitively, device functions and other dispatchers (their ``py_func`` and target options),
+  plain Python functions (``register_jitable`` returns the function itself), intrinsics (their
+  definition function) and the Python implementations registered with numba-cuda's
+  ``@overload`` for a function reached (looked up in the typing registry behind the public
+  ``numba.cuda.extending.infer``).
+
+Functions of library modules (numba, numpy, llvmlite, cuda-python, the standard library)
+are identified by module and qualname only: their versions are in the toolchain component.
+Anything else that cannot be hashed by content gets a stable identity (type module+qualname,
+plus its repr when that looks deterministic) and is listed in ``Fingerprint.opaque``.
+A captured device array (an object with ``__cuda_array_interface__``) raises
+:class:`Uncacheable`.
+
+Encoding: every part is a canonical msgpack document hashed with BLAKE2b, so digests are
+equal in any process, on any path and under any ``PYTHONHASHSEED``.
+"""
+
+from __future__ import annotations
+
+import dis
+import enum
+import hashlib
+import inspect
+import sys
+import types
+import weakref
+from dataclasses import dataclass, field
+
+import msgpack
+
+__all__ = ["Fingerprint", "Uncacheable", "fingerprint", "digest_of", "value_digest"]
+
+# Top-level packages whose code is covered by the toolchain versions in the key: their
+# functions and classes are identified by name, never walked.
+_LIBRARY_ROOTS = frozenset(
+    {"numba", "numba_cuda", "llvmlite", "numpy", "cuda", "kcache", "builtins", "msgpack"}
+) | frozenset(getattr(sys, "stdlib_module_names", ()))
+
+_MAX_DEPTH = 32  # nesting depth of containers before a value is treated as opaque
+
+
+class Uncacheable(Exception):
+    """A kernel must not be cached; ``str(exc)`` says why (shown by explain).
+
+    Raised by :func:`fingerprint` for a captured device array and by
+    ``kernel_components`` for unreadable ``link=`` files or ``LinkableCode`` objects with
+    setup/teardown callbacks.
+    """
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """Content fingerprint of one Python function.
+
+    ``digest``: 64 hex chars (BLAKE2b-256 over the sorted parts).
+    ``parts``: part name -> 32 hex chars; names are ``code``, ``closure:<i>``,
+    ``default:<name>``, ``dep:<module>.<qualname>``, ``global:<name>``,
+    ``attr:<module>.<name>`` (explain reports changes by these names).
+    ``opaque``: sorted reasons, one per part hashed by identity rather than content.
+    """
+
+    digest: str
+    parts: dict = field(default_factory=dict)
+    opaque: list = field(default_factory=list)
+
+
+def digest_of(payload, size: int = 16) -> str:
+    """BLAKE2b hex digest (``size`` bytes) of the canonical msgpack encoding of ``payload``.
+
+    ``payload`` may hold only None, bool, int (64-bit), float, str, bytes and lists.
+    """
+    data = msgpack.packb(payload, use_bin_type=True)
+    return hashlib.blake2b(data, digest_size=size).hexdigest()
+
+
+def fingerprint(py_func) -> Fingerprint:
+    """Fingerprint a Python function (a kernel's or device function's ``py_func``).
+
+    ``py_func``: a plain Python function; a dispatcher (anything with ``py_func``) is
+    accepted and its ``py_func`` used.  Does not compile or touch a GPU.
+    Raises :class:`Uncacheable` when the function captures a device array, ``TypeError``
+    when ``py_func`` is not a Python function.
+    """
+    fn = getattr(py_func, "py_func", py_func)
+    if not isinstance(fn, types.FunctionType):
+        raise TypeError(
+            f"fingerprint() needs a Python function or a dispatcher, got {type(py_func).__name__}"
+        )
+    cached = _validated_cache_get(fn)
+    if cached is not None:
+        return cached
+    fp, _acc = _Walk().function(fn)
+    return fp
+
+
+def value_digest(value, where: str = "value") -> str:
+    """32-hex digest of one value under the fingerprint's encoding (functions and dispatchers
+    by content, classes and library objects by name).  ``where`` names the value in the
+    :class:`Uncacheable` message raised for a device array."""
+    return _Walk().value_digest(value, where, _Acc())
+
+
+# ---------------------------------------------------------------------------------------
+# Result cache: a fingerprint is reused only while everything it read is still the very same
+# object (identity), so a rebound global or an edited closure cell is always seen.  Mutable
+# values (arrays, lists, dicts, opaque objects) make an entry uncacheable.
+
+
+class _Cached:
+    __slots__ = ("fp", "checks")
+
+    def __init__(self, fp, checks):
+        self.fp = fp
+        # (callable returning the current object, expected object, compare by equality?)
+        self.checks = checks
+
+
+_results: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _validated_cache_get(fn):
+    entry = _results.get(fn)
+    if entry is None:
+        return None
+    for read, expected, by_equality in entry.checks:
+        try:
+            current = read()
+            if not (current == expected if by_equality else current is expected):
+                return None
+        except Exception:
+            return None
+    return entry.fp
+
+
+# ---------------------------------------------------------------------------------------
+# Static analysis of code objects (a pure function of the code object: cached for good).
+
+
+class _CodeInfo:
+    __slots__ = ("digest", "chains")
+
+    def __init__(self, digest, chains):
+        self.digest = digest
+        self.chains = chains  # tuple of ("g"|"d", name, (attr, ...))
+
+
+_code_info: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+_ATTR_OPS = frozenset({"LOAD_ATTR", "LOAD_METHOD"})
+
+
+def _code_info_of(code: types.CodeType) -> _CodeInfo:
+    info = _code_info.get(code)
+    if info is None:
+        info = _CodeInfo(digest_of(_code_payload(code)), tuple(_chains(code)))
+        _code_info[code] = info
+    return info
+
+
+def _code_payload(code: types.CodeType) -> list:
+    """Content of a code object without file name, first line, line table or positions."""
+    consts = []
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            consts.append(["code", _code_info_of(const).digest])
+        else:
+            consts.append(_const_payload(const))
+    return [
+        code.co_name,
+        code.co_argcount,
+        code.co_posonlyargcount,
+        code.co_kwonlyargcount,
+        code.co_flags,
+        code.co_code,
+        consts,
+        list(code.co_names),
+        list(code.co_varnames),
+        list(code.co_freevars),
+        list(code.co_cellvars),
+        getattr(code, "co_exceptiontable", b""),
+    ]
+
+
+def _const_payload(value):
+    """Canonical payload of a code constant (None, bool, int, float, complex, str, bytes,
+    tuple, frozenset, Ellipsis)."""
+    if isinstance(value, tuple):
+        return ["tuple", [_const_payload(v) for v in value]]
+    if isinstance(value, frozenset):
+        items = [_const_payload(v) for v in value]
+        return ["frozenset", sorted(items, key=_sort_key)]
+    scalar = _scalar_payload(value)
+    return scalar if scalar is not None else ["const", type(value).__qualname__, repr(value)]
+
+
+def _scalar_payload(value):
+    """Payload for None/bool/int/float/complex/str/bytes/Ellipsis; None for anything else."""
+    if value is None or isinstance(value, (bool, str, bytes)):
+        return [type(value).__name__, value]
+    if isinstance(value, int):
+        if -(2**63) <= value < 2**64:
+            return ["int", int(value)]
+        return ["bigint", str(value)]
+    if isinstance(value, float):
+        return ["float", float(value)]
+    if isinstance(value, complex):
+        return ["complex", value.real, value.imag]
+    if value is Ellipsis:
+        return ["ellipsis"]
+    return None
+
+
+def _sort_key(payload) -> bytes:
+    return msgpack.packb(payload, use_bin_type=True)
+
+
+def _chains(code: types.CodeType):
+    """Global (and closure) references with the attribute chain that follows them,
+    e.g. ``consts.SCALE`` -> ("g", "consts", ("SCALE",)); nested code objects included."""
+    found = []
+    current = None
+    for ins in dis.get_instructions(code):
+        if ins.opname == "LOAD_GLOBAL":
+            current = ["g", ins.argval, []]
+            found.append(current)
+        elif ins.opname == "LOAD_DEREF" and ins.argval in code.co_freevars:
+            current = ["d", ins.argval, []]
+            found.append(current)
+        elif ins.opname in _ATTR_OPS and current is not None:
+            current[2].append(ins.argval)
+        else:
+            current = None
+    out = {(kind, name, tuple(attrs)) for kind, name, attrs in found}
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            # Nested functions resolve globals in the same module; their closure
+            # references are the enclosing function's cells, hashed as closure values.
+            out.update(c for c in _code_info_of(const).chains if c[0] == "g")
+    return sorted(out)
+
+
+# ---------------------------------------------------------------------------------------
+# The walk: resolves references and encodes values, recursing into dependencies.
+
+
+def _is_library(module_name) -> bool:
+    if not isinstance(module_name, str):
+        return False
+    return module_name.partition(".")[0] in _LIBRARY_ROOTS
+
+
+def _qualified(obj) -> str:
+    module = getattr(obj, "__module__", None) or "?"
+    qualname = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None) or "?"
+    return f"{module}.{qualname}"
+
+
+def _type_name(obj) -> str:
+    return _qualified(type(obj))
+
+
+def _is_dispatcher(obj) -> bool:
+    # numba-cuda's CUDADispatcher (kernels and device functions) and numba's CPU
+    # dispatchers both carry the Python function and the target options.
+    return (
+        not isinstance(obj, type)
+        and hasattr(obj, "py_func")
+        and hasattr(obj, "targetoptions")
+        and isinstance(getattr(obj, "py_func", None), types.FunctionType)
+    )
+
+
+def _is_intrinsic(obj) -> bool:
+    # numba.cuda.extending.intrinsic objects keep their definition in ``_defn``.
+    return not isinstance(obj, type) and isinstance(getattr(obj, "_defn", None), types.FunctionType)
+
+
+def _origin_module(obj):
+    """Module that defined a dispatcher's/intrinsic's Python function (or the object)."""
+    for attr in ("py_func", "_defn"):
+        inner = getattr(obj, attr, None)
+        if isinstance(inner, types.FunctionType):
+            return inner.__module__
+    return getattr(obj, "__module__", None)
+
+
+def _is_extern(obj) -> bool:
+    # numba-cuda's compiler.ExternFunction, returned by cuda.declare_device.
+    return type(obj).__name__ == "ExternFunction" and isinstance(getattr(obj, "name", None), str)
+
+
+def _is_numba_type(obj) -> bool:
+    for cls in type(obj).__mro__:
+        if cls.__name__ == "Type" and cls.__module__ in (
+            "numba.core.types.abstract",
+            "numba.cuda.types.abstract",
+        ):
+            return True
+    return False
+
+
+def _has_cai(obj) -> bool:
+    if isinstance(obj, type):
+        return False  # e.g. the DeviceNDArray class itself: a name, not data
+    try:
+        return hasattr(obj, "__cuda_array_interface__")
+    except Exception:
+        return False
+
+
+def _deterministic_repr(obj):
+    try:
+        text = repr(obj)
+    except Exception:
+        return None
+    if " at 0x" in text or " object at " in text or len(text) > 4096:
+        return None
+    return text
+
+
+class _Acc:
+    """What one function's fingerprint gathered besides its parts."""
+
+    __slots__ = ("opaque", "checks", "cacheable")
+
+    def __init__(self):
+        self.opaque: list = []
+        self.checks: list = []
+        self.cacheable = True
+
+    def check(self, read, expected, by_equality=False):
+        self.checks.append((read, expected, by_equality))
+
+
+class _Walk:
+    """One fingerprint computation: cycle protection, opaque notes, cache checks."""
+
+    def __init__(self):
+        self.in_progress: set[int] = set()  # id(fn) of the functions being walked
+        self.cycles = 0  # back-references met so far
+        self.done: dict[int, tuple] = {}  # id(fn) -> (Fingerprint, _Acc), acyclic ones only
+
+    # -- functions -----------------------------------------------------------------------
+
+    def function(self, fn):
+        """(Fingerprint, _Acc) of ``fn``; stores it in the process cache when safe."""
+        self.in_progress.add(id(fn))
+        cycles_before = self.cycles
+        acc = _Acc()
+        try:
+            parts = self._function_parts(fn, acc)
+        finally:
+            self.in_progress.discard(id(fn))
+        digest = digest_of(sorted(parts.items()), size=32)
+        fp = Fingerprint(digest, parts, sorted(set(acc.opaque)))
+        # Recursion below fn makes its digest depend on where the walk entered the cycle:
+        # such results are neither cached (acc.cacheable is False) nor reused in this walk.
+        if acc.cacheable:
+            _results[fn] = _Cached(fp, acc.checks)
+        if self.cycles == cycles_before:
+            self.done[id(fn)] = (fp, acc)
+        return fp, acc
+
+    def _function_parts(self, fn, acc) -> dict:
+        code = fn.__code__
+        info = _code_info_of(code)
+        parts = {"code": info.digest}
+        own = _fn_getter(fn)
+        acc.check(own("__code__"), code)
+
+        closure = fn.__closure__ or ()
+        for i, cell in enumerate(closure):
+            try:
+                value = cell.cell_contents
+            except ValueError:  # empty cell
+                parts[f"closure:{i}"] = digest_of(["empty-cell"])
+                continue
+            acc.check(_cell_getter(cell), value)
+            parts[f"closure:{i}"] = self.value_digest(value, f"closure:{i}", acc)
+
+        acc.check(own("__defaults__"), fn.__defaults__)
+        acc.check(own("__kwdefaults__"), fn.__kwdefaults__)
+        for name, value in _defaults(fn):
+            parts[f"default:{name}"] = self.value_digest(value, f"default:{name}", acc)
+
+        freevars = code.co_freevars
+        for kind, name, attrs in info.chains:
+            if kind == "g":
+                found, base = _lookup_global(fn, name)
+                if not found:
+                    continue  # an unbound name: numba reports it when compiling
+                acc.check(_global_getter(fn, name), base)
+                base_part = f"global:{name}"
+            else:
+                if name not in freevars or not closure or not attrs:
+                    continue  # a cell value itself is already a closure part
+                i = freevars.index(name)
+                try:
+                    base = closure[i].cell_contents
+                except ValueError:
+                    continue
+                base_part = f"closure:{i}"
+            part, value = self._follow(base, attrs, base_part, acc)
+            if part.startswith("dep:") or part not in parts:
+                parts[part] = self.value_digest(value, part, acc)
+        return parts
+
+    def _follow(self, base, attrs, base_part, acc):
+        """Walk an attribute chain through modules and (non-library) classes."""
+        obj, path = base, []
+        for attr in attrs:
+            if not (
+                isinstance(obj, types.ModuleType)
+                or (isinstance(obj, type) and not _is_library(obj.__module__)
+                    and not issubclass(obj, enum.Enum))
+            ):
+                break
+            try:
+                nxt = getattr(obj, attr)
+            except Exception:
+                break
+            acc.check(_attr_getter(obj, attr), nxt)
+            obj = nxt
+            path.append(attr)
+        if path:
+            owner = base.__name__ if isinstance(base, types.ModuleType) else _qualified(base)
+            part = f"attr:{owner}.{'.'.join(path)}"
+        else:
+            part = base_part
+        if self._is_dep(obj):
+            part = f"dep:{_qualified(getattr(obj, 'py_func', obj))}"
+        return part, obj
+
+    def _is_dep(self, obj) -> bool:
+        if _is_dispatcher(obj) or _is_intrinsic(obj):
+            return not _is_library(_origin_module(obj))
+        return isinstance(obj, types.FunctionType) and not _is_library(obj.__module__)
+
+    # -- values --------------------------------------------------------------------------
+
+    def value_digest(self, value, where, acc) -> str:
+        return digest_of(self.encode(value, where, acc, 0))
+
+    def encode(self, value, where, acc, depth):
+        """Canonical payload of a value; dependencies return ["dep", digest]."""
+        if depth > _MAX_DEPTH:
+            acc.opaque.append(f"{where}: nested deeper than {_MAX_DEPTH} levels")
+            acc.cacheable = False
+            return ["too-deep"]
+        if isinstance(value, enum.Enum):
+            return ["enum", _type_name(value), value.name,
+                    self.encode(value.value, where, acc, depth + 1)]
+        scalar = _scalar_payload(value)
+        if scalar is not None:
+            return scalar
+        if _has_cai(value):
+            raise Uncacheable(
+                f"{where} is a device array ({_type_name(value)}); kernels that capture device "
+                "arrays are compiled and run normally but never cached"
+            )
+        numpy = sys.modules.get("numpy")
+        if numpy is not None:
+            encoded = self._encode_numpy(numpy, value, where, acc)
+            if encoded is not None:
+                return encoded
+        if isinstance(value, (tuple, list)):
+            if isinstance(value, list):
+                acc.cacheable = False  # mutable: re-read every time
+            items = [self.encode(v, where, acc, depth + 1) for v in value]
+            kind = type(value).__name__ if type(value) in (tuple, list) else _type_name(value)
+            return [kind, items]
+        if isinstance(value, (set, frozenset)):
+            acc.cacheable = acc.cacheable and isinstance(value, frozenset)
+            items = [self.encode(v, where, acc, depth + 1) for v in value]
+            return ["set", sorted(items, key=_sort_key)]
+        if isinstance(value, dict):
+            acc.cacheable = False
+            items = [[self.encode(k, where, acc, depth + 1), self.encode(v, where, acc, depth + 1)]
+                     for k, v in value.items()]
+            return ["dict", sorted(items, key=_sort_key)]
+        if (_is_dispatcher(value) or _is_intrinsic(value)) and _is_library(_origin_module(value)):
+            return ["function", _qualified(value)]
+        if _is_dispatcher(value):
+            return ["dep", self._dispatcher_digest(value, where, acc)]
+        if _is_intrinsic(value):
+            return ["dep", digest_of(["intrinsic", self._function_digest(value._defn, acc)])]
+        if isinstance(value, types.FunctionType):
+            if _is_library(value.__module__):
+                return ["function", _qualified(value)]
+            return ["dep", self._plain_function_digest(value, acc)]
+        if isinstance(value, types.ModuleType):
+            return ["module", value.__name__]
+        if isinstance(value, (types.BuiltinFunctionType, types.MethodWrapperType,
+                              types.WrapperDescriptorType, types.MethodDescriptorType)):
+            return ["builtin", _qualified(value)]
+        if _is_numba_type(value):
+            return ["numba-type", _type_name(value), str(value)]
+        if _is_extern(value):
+            # cuda.declare_device(name, sig): the foreign symbol and its signature.
+            return ["extern", value.name, str(getattr(value, "sig", ""))]
+        if isinstance(value, type):
+            return self._encode_class(value, where, acc, depth)
+        return self._encode_opaque(value, where, acc)
+
+    def _encode_numpy(self, np, value, where, acc):
+        if isinstance(value, np.ndarray):
+            acc.cacheable = False  # contents may change in place
+            if value.dtype.hasobject:
+                acc.opaque.append(f"{where}: numpy array of Python objects")
+                return ["ndarray-object", _dtype_payload(value.dtype), list(value.shape)]
+            data = np.ascontiguousarray(value)
+            return ["ndarray", _dtype_payload(value.dtype), list(value.shape),
+                    hashlib.blake2b(data.view(np.uint8).reshape(-1) if data.size else b"",
+                                    digest_size=32).digest()]
+        if isinstance(value, np.generic):
+            return ["npscalar", _dtype_payload(value.dtype), value.tobytes()]
+        if isinstance(value, np.dtype):
+            return ["dtype", _dtype_payload(value)]
+        return None
+
+    def _encode_class(self, cls, where, acc, depth):
+        if issubclass(cls, enum.Enum):
+            members = [[name, self.encode(member.value, where, acc, depth + 1)]
+                       for name, member in cls.__members__.items()]
+            return ["enum-class", _qualified(cls), members]
+        if not _is_library(cls.__module__):
+            acc.opaque.append(f"{where}: class {_qualified(cls)} (identified by name only)")
+        return ["class", _qualified(cls)]
+
+    def _encode_opaque(self, value, where, acc):
+        acc.cacheable = False
+        text = _deterministic_repr(value)
+        if not _is_library(type(value).__module__) or text is None:
+            how = "type and repr" if text is not None else "type only"
+            acc.opaque.append(f"{where}: object of type {_type_name(value)} (identified by {how})")
+        return ["opaque", _type_name(value), text]
+
+    # -- dependencies --------------------------------------------------------------------
+
+    def _function_digest(self, fn, acc) -> str:
+        key = id(fn)
+        if key in self.in_progress:
+            # Recursion: name the function instead of walking it again.
+            self.cycles += 1
+            acc.cacheable = False  # a back-reference is not a pure function of fn's inputs
+            return digest_of(["cycle", _qualified(fn)])
+        done = self.done.get(key)
+        if done is None:
+            cached = _results.get(fn)
+            if cached is not None and _validated_cache_get(fn) is cached.fp:
+                dep_acc = _Acc()
+                dep_acc.checks = cached.checks
+                done = self.done[key] = (cached.fp, dep_acc)
+            else:
+                done = self.function(fn)  # recursion members are walked again each time
+        fp, dep_acc = done
+        # The caller's cached fingerprint is valid only while the dependency's inputs are.
+        acc.checks.extend(dep_acc.checks)
+        acc.cacheable = acc.cacheable and dep_acc.cacheable
+        acc.opaque.extend(f"{_qualified(fn)} {reason}" for reason in fp.opaque)
+        return fp.digest
+
+    def _plain_function_digest(self, fn, acc) -> str:
+        # A plain function may be the target of @overload(fn): its typing templates hold the
+        # Python implementations numba-cuda compiles instead of fn's own body.
+        own = self._function_digest(fn, acc)
+        impls = [self._overload_payload(t, acc) for t in _overload_templates(fn)]
+        if not impls:
+            return own
+        return digest_of(["overloaded", own, sorted(impls, key=_sort_key)])
+
+    def _overload_payload(self, template, acc):
+        impl = getattr(template, "_overload_func", None)
+        options = self.encode(getattr(template, "_jit_options", None), "overload options",
+                              _Acc(), 0)
+        if isinstance(impl, types.FunctionType) and not _is_library(impl.__module__):
+            return ["overload", self._function_digest(impl, acc), options]
+        return ["overload", _qualified(impl), options]
+
+    def _dispatcher_digest(self, disp, where, acc) -> str:
+        fn_digest = self._function_digest(disp.py_func, acc)
+        options = getattr(disp, "targetoptions", None) or {}
+        # Options hold lists (link, extensions) but are not mutated in practice: compare a
+        # snapshot by equality instead of giving up caching.
+        acc.check(_getter(disp, "targetoptions"), dict(options), by_equality=True)
+        acc.check(_getter(disp, "py_func"), disp.py_func)
+        opts_acc = _Acc()
+        items = sorted(
+            ([k, self.encode(v, f"{where} option {k}", opts_acc, 1)] for k, v in options.items()),
+            key=_sort_key,
+        )
+        acc.opaque.extend(opts_acc.opaque)
+        return digest_of(["dispatcher", fn_digest, items])
+
+
+def _dtype_payload(dtype) -> list:
+    # descr spells out record fields, offsets and sub-arrays; str gives byte order and kind.
+    return [dtype.str, repr(dtype.descr), dtype.itemsize, bool(dtype.isalignedstruct)]
+
+
+def _defaults(fn):
+    code = fn.__code__
+    names = code.co_varnames[: code.co_argcount]
+    defaults = fn.__defaults__ or ()
+    out = list(zip(names[len(names) - len(defaults):], defaults))
+    out.extend(sorted((fn.__kwdefaults__ or {}).items()))
+    return out
+
+
+_MISSING = object()
+
+
+def _lookup_global(fn, name):
+    g = fn.__globals__
+    if name in g:
+        return True, g[name]
+    builtins_ns = g.get("__builtins__", __builtins__)
+    if isinstance(builtins_ns, types.ModuleType):
+        builtins_ns = builtins_ns.__dict__
+    if name in builtins_ns:
+        return True, builtins_ns[name]
+    return False, None
+
+
+def _getter(obj, attr):
+    return lambda: getattr(obj, attr)
+
+
+def _cell_getter(cell):
+    return lambda: cell.cell_contents
+
+
+def _fn_getter(fn):
+    # The cache maps fn -> checks weakly; a check holding fn itself would keep it alive
+    # forever (closures made in a loop), so it reads fn through a weak reference.
+    ref = weakref.ref(fn)
+    return lambda attr: (lambda: getattr(ref(), attr))
+
+
+def _global_getter(fn, name):
+    namespace = fn.__globals__
+    builtins_ns = namespace.get("__builtins__", __builtins__)
+    if isinstance(builtins_ns, types.ModuleType):
+        builtins_ns = builtins_ns.__dict__
+
+    def read():
+        if name in namespace:
+            return namespace[name]
+        return builtins_ns[name]
+
+    return read
+
+
+def _attr_getter(obj, attr):
+    return lambda: getattr(obj, attr)
+
+
+# ---------------------------------------------------------------------------------------
+# @overload templates registered in numba-cuda's typing registry (reached through the public
+# numba.cuda.extending.infer, a bound method of that registry).
+
+_overload_index: dict = {"n": -1, "by_id": {}}
+
+
+def _overload_templates(fn) -> list:
+    registry = _typing_registry()
+    if registry is None:
+        return []
+    entries = registry.globals
+    if len(entries) != _overload_index["n"]:
+        by_id: dict = {}
+        for val, typ in list(entries):
+            for template in getattr(typ, "templates", ()) or ():
+                if hasattr(template, "_overload_func"):
+                    by_id.setdefault(id(val), []).append((val, template))
+        _overload_index.update(n=len(entries), by_id=by_id)
+    return [t for val, t in _overload_index["by_id"].get(id(fn), ()) if val is fn]
+
+
+def _typing_registry():
+    ext = sys.modules.get("numba.cuda.extending")
+    if ext is None:
+        return None  # nothing can have been registered through it yet
+    registry = getattr(getattr(ext, "infer", None), "__self__", None)
+    return registry if isinstance(getattr(registry, "globals", None), list) else None

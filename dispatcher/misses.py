@@ -1,0 +1,165 @@
+"""Why a kernel missed: compare its key components with the nearest entry of the same kernel.
+
+Used for ``KCACHE_EXPLAIN=1`` and ``kcache.explain``.  The lines name components the way
+docs/keys.md describes them, e.g. ``dependency mathbits.step changed``, ``cc sm_80 -> sm_90a``,
+``nvvm 13.0.88 -> 13.5.37``, ``global SCALE changed``, ``option fastmath False -> True``.
+"""
+
+from __future__ import annotations
+
+__all__ = ["diff_components", "explain_miss"]
+
+# Component order in explain output: the most likely causes first.
+_ORDER = ("kernel", "source", "signature", "target", "options", "link", "launch_config",
+          "cache_key", "toolchain", "format")
+
+
+def diff_components(old: dict, new: dict) -> list[str]:
+    """Human-readable differences from ``old`` to ``new`` (two components dicts).
+
+    Returns one line per differing leaf, ordered source, signature, target, options, link,
+    launch config, cache_key, toolchain; an empty list when they are equal.  Unknown
+    top-level keys are compared too ("<name> changed").  Never raises on malformed input.
+    """
+    old = old if isinstance(old, dict) else {}
+    new = new if isinstance(new, dict) else {}
+    keys = [k for k in _ORDER if k in old or k in new]
+    keys += sorted((set(old) | set(new)) - set(_ORDER) - {"opaque"}, key=str)
+    lines: list[str] = []
+    for key in keys:
+        a, b = old.get(key), new.get(key)
+        if a == b:
+            continue
+        differ = _DIFFERS.get(key)
+        if differ is not None and isinstance(a, dict) and isinstance(b, dict):
+            lines.extend(differ(a, b))
+        elif key == "signature":
+            lines.append(f"signature {a} -> {b}")
+        elif key == "cache_key":
+            lines.append(f"cache_key {a!r} -> {b!r}")
+        elif key == "launch_config":
+            lines.append(f"launch config {a} -> {b}")
+        else:
+            lines.append(f"{key} {_short(a)} -> {_short(b)}")
+    return lines
+
+
+def explain_miss(store, components: dict) -> list[str]:
+    """Explain a miss: diff ``components`` against the nearest entry of the same kernel.
+
+    ``store``: a ``kcache.Store`` (only ``entries()`` is used: headers, no payloads).  The
+    nearest entry is the one with the fewest differing lines, the most recently used first
+    on a tie.  Returns ``["no entry of this kernel yet"]`` when the store holds none, and a
+    single line saying so when an entry with identical components exists (the key scheme
+    itself changed).  A store that cannot be read gives one line naming the error.
+    """
+    kernel = components.get("kernel")
+    best = None
+    try:
+        for info in store.entries():
+            theirs = getattr(info, "components", None)
+            if not isinstance(theirs, dict) or theirs.get("kernel") != kernel:
+                continue
+            lines = diff_components(theirs, components)
+            rank = (len(lines), -float(getattr(info, "last_used", 0) or 0))
+            if best is None or rank < best[0]:
+                best = (rank, lines, info)
+    except Exception as exc:  # a broken cache never breaks the program, explain included
+        return [f"cannot read the cache to explain the miss: {exc}"]
+    if best is None:
+        return ["no entry of this kernel yet"]
+    _rank, lines, info = best
+    if not lines:
+        return [f"entry {str(getattr(info, 'key', '?'))[:16]} has the same components "
+                "(the key scheme changed or the entry is unreadable)"]
+    return lines
+
+
+# --- per-component differs ------------------------------------------------------------------
+
+
+def _source(a: dict, b: dict) -> list[str]:
+    lines = []
+    for name in sorted(set(a) | set(b), key=_part_order):
+        if a.get(name) == b.get(name):
+            continue
+        what = _part_label(name)
+        if name not in a:
+            lines.append(f"new {what}")
+        elif name not in b:
+            lines.append(f"{what} removed")
+        else:
+            lines.append(f"{what} changed")
+    return lines
+
+
+def _part_order(name: str):
+    prefix = name.partition(":")[0]
+    rank = {"code": 0, "lines": 1, "closure": 2, "default": 3, "dep": 4, "global": 5,
+            "attr": 6}.get(prefix, 7)
+    return (rank, name)
+
+
+def _part_label(name: str) -> str:
+    prefix, _, rest = name.partition(":")
+    if name == "code":
+        return "code"
+    if name == "lines":
+        return "line numbers (debug/lineinfo kernel)"
+    return {
+        "closure": f"closure variable {rest}",
+        "default": f"default of argument {rest}",
+        "dep": f"dependency {rest}",
+        "global": f"global {rest}",
+        "attr": f"module attribute {rest}",
+    }.get(prefix, f"source part {name}")
+
+
+def _target(a: dict, b: dict) -> list[str]:
+    lines = []
+    for name in sorted(set(a) | set(b)):
+        if a.get(name) != b.get(name):
+            lines.append(f"{name} {a.get(name)} -> {b.get(name)}")
+    return lines
+
+
+def _versions(a: dict, b: dict) -> list[str]:
+    lines = []
+    for name in sorted(set(a) | set(b)):
+        x, y = a.get(name), b.get(name)
+        if x != y:
+            lines.append(f"{name} {x if x is not None else '(none)'} -> "
+                         f"{y if y is not None else '(none)'}")
+    return lines
+
+
+def _options(a: dict, b: dict) -> list[str]:
+    lines = []
+    for name in sorted(set(a) | set(b)):
+        x, y = a.get(name, "(unset)"), b.get(name, "(unset)")
+        if x != y:
+            lines.append(f"option {name} {_short(x)} -> {_short(y)}")
+    return lines
+
+
+def _link(a: dict, b: dict) -> list[str]:
+    lines = []
+    for name in list(a) + [n for n in b if n not in a]:
+        if name not in b:
+            lines.append(f"link file {name} removed")
+        elif name not in a:
+            lines.append(f"new link file {name}")
+        elif a[name] != b[name]:
+            lines.append(f"link file {name} changed")
+    return lines
+
+
+_DIFFERS = {"source": _source, "target": _target, "toolchain": _versions,
+            "options": _options, "link": _link}
+
+
+def _short(value, limit: int = 60) -> str:
+    if isinstance(value, str) and value.startswith("digest:"):
+        return value[:19]  # an option hashed by content: its digest prefix is enough
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

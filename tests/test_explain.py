@@ -1,0 +1,131 @@
+"""Explain lines: which key component differs from the nearest entry of the same kernel."""
+
+import copy
+
+import pytest
+
+import kcache
+from kcache.dispatcher.misses import diff_components, explain_miss
+
+BASE = {
+    "format": 1,
+    "kernel": "pkg.kernels:kern",
+    "source": {"code": "c1", "dep:mathbits.step": "d1", "global:SCALE": "g1",
+               "attr:consts.OFFSET": "a1", "closure:0": "k1", "default:scale": "s1"},
+    "opaque": [],
+    "signature": "(array(float32, 1d, C),)",
+    "target": {"cc": "sm_80", "output": "cubin"},
+    "toolchain": {"numba": "0.68.1", "nvvm": "2.0", "python": "3.11.7"},
+    "options": {"debug": False, "fastmath": False, "opt": True, "max_registers": None},
+    "link": {"ext.ptx": "l1"},
+    "launch_config": None,
+    "cache_key": "a",
+}
+
+
+def changed(**edits):
+    new = copy.deepcopy(BASE)
+    for path, value in edits.items():
+        node = new
+        *parents, leaf = path.split("__")
+        for p in parents:
+            node = node[p]
+        node[leaf] = value
+    return new
+
+
+@pytest.mark.parametrize("edits,expected", [
+    ({"source__dep:mathbits.step": "d2"}, ["dependency mathbits.step changed"]),
+    ({"source__global:SCALE": "g2"}, ["global SCALE changed"]),
+    ({"source__attr:consts.OFFSET": "a2"}, ["module attribute consts.OFFSET changed"]),
+    ({"source__closure:0": "k2"}, ["closure variable 0 changed"]),
+    ({"source__default:scale": "s2"}, ["default of argument scale changed"]),
+    ({"source__code": "c2"}, ["code changed"]),
+    ({"source__global:NEW": "n"}, ["new global NEW"]),
+    ({"target__cc": "sm_90a"}, ["cc sm_80 -> sm_90a"]),
+    ({"target__output": "ptx"}, ["output cubin -> ptx"]),
+    ({"toolchain__nvvm": "2.1"}, ["nvvm 2.0 -> 2.1"]),
+    ({"signature": "(array(float64, 1d, C),)"},
+     ["signature (array(float32, 1d, C),) -> (array(float64, 1d, C),)"]),
+    ({"options__fastmath": True}, ["option fastmath False -> True"]),
+    ({"options__max_registers": 32}, ["option max_registers None -> 32"]),
+    ({"cache_key": "b"}, ["cache_key 'a' -> 'b'"]),
+    ({"link__ext.ptx": "l2"}, ["link file ext.ptx changed"]),
+    ({"launch_config": [[1], [128], 0]}, ["launch config None -> [[1], [128], 0]"]),
+])
+def test_diff_lines(edits, expected):
+    assert diff_components(BASE, changed(**edits)) == expected
+
+
+def test_diff_orders_source_first_and_lists_all():
+    new = changed(**{"toolchain__nvvm": "2.1", "source__global:SCALE": "g2",
+                     "target__cc": "sm_90a"})
+    assert diff_components(BASE, new) == ["global SCALE changed", "cc sm_80 -> sm_90a",
+                                          "nvvm 2.0 -> 2.1"]
+    assert diff_components(BASE, copy.deepcopy(BASE)) == []
+
+
+def test_diff_tolerates_malformed_input():
+    assert diff_components({}, BASE)  # every component reported as new, no exception
+    assert diff_components(None, None) == []
+    assert diff_components({"source": "x"}, {"source": {"code": "c"}}) == [
+        "source 'x' -> {'code': 'c'}"]
+
+
+def _put(store, components, key_byte):
+    key = kcache.make_key(components)
+    entry = kcache.Entry({"cubin": bytes([key_byte]) * 16},
+                         {"kernel": components["kernel"], "signature": components["signature"],
+                          "arch": components["target"]["cc"], "compile_seconds": 0.1})
+    assert store.put(key, entry, components=components)
+    return key
+
+
+def test_explain_miss_uses_nearest_entry_of_same_kernel(tmp_path):
+    store = kcache.Store(tmp_path / "cache")
+    far = changed(**{"target__cc": "sm_90a", "toolchain__nvvm": "2.1", "cache_key": "z"})
+    near = changed(**{"target__cc": "sm_90a"})
+    other_kernel = changed(kernel="pkg.kernels:other")
+    for i, comps in enumerate((far, near, other_kernel)):
+        _put(store, comps, i)
+    assert explain_miss(store, BASE) == ["cc sm_90a -> sm_80"]
+
+
+def test_explain_miss_without_entries(tmp_path):
+    store = kcache.Store(tmp_path / "cache")
+    assert explain_miss(store, BASE) == ["no entry of this kernel yet"]
+    _put(store, changed(kernel="pkg.kernels:other"), 1)
+    assert explain_miss(store, BASE) == ["no entry of this kernel yet"]
+
+
+def test_explain_miss_with_broken_store_says_so():
+    class Broken:
+        def entries(self):
+            raise OSError("disk on fire")
+
+    lines = explain_miss(Broken(), BASE)
+    assert len(lines) == 1 and "disk on fire" in lines[0]
+
+
+def test_explain_real_kernels(tmp_path):
+    """End to end with components of real (uncompiled) kernels."""
+    cuda = pytest.importorskip("numba.cuda")
+    from kcache.dispatcher.components import kernel_components
+
+    def make(factor):
+        @cuda.jit
+        def kern(out, a):
+            out[0] = a[0] * factor
+
+        return kern
+
+    store = kcache.Store(tmp_path / "cache")
+    sig = "(array(float32, 1d, C), array(float32, 1d, C))"
+    first = make(2.0)
+    old = kernel_components(first, signature=sig, cc=(8, 0), targetoptions=first.targetoptions)
+    _put(store, old, 1)
+    second = make(3.0)
+    new = kernel_components(second, signature=sig, cc=(9, 0),
+                            targetoptions=dict(second.targetoptions, fastmath=True))
+    assert explain_miss(store, new) == ["closure variable 0 changed", "cc sm_80 -> sm_90a",
+                                        "option fastmath False -> True"]
