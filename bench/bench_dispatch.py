@@ -1,0 +1,194 @@
+"""Benchmark: first kernel calls in a fresh process, kcache vs numba-cuda ``cache=True`` vs no
+cache (run on the GPU machine; results go to docs/dispatcher.md).
+
+For each mode, a generated module of kernels (an axpy calling a device function, a tiled
+matmul, an atomic reduction, a stencil, a scale) is launched in fresh processes:
+
+* ``cold``: empty cache; the first call of each kernel compiles (and, with a cache, stores);
+* ``warm``: ``--repeat`` fresh processes on the filled cache.
+
+Reported per mode (milliseconds): the first kernel call of the process (median over warm runs),
+each further kernel's first call (median), and the cold first calls summed over all kernels;
+"cold overhead" is kcache's cold total over the no-cache total, minus 1 (goal <= 3 %).
+Goals (docs/design.md): first call <= 10 ms, further first calls <= 0.5 ms.
+
+Usage: python bench/bench_dispatch.py RESULTS.json [--repeat 5]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+KERNELS = textwrap.dedent('''
+    import os
+    import numpy as np
+    from numba import cuda
+
+    CACHE = os.environ.get("BENCH_CACHE") == "1"
+    TILE = 16
+
+    @cuda.jit(device=True)
+    def axpy1(a, x, y):
+        return a * x + y
+
+    @cuda.jit(cache=CACHE)
+    def axpy(a, x, y, out):
+        i = cuda.grid(1)
+        if i < out.size:
+            out[i] = axpy1(a, x[i], y[i])
+
+    @cuda.jit(cache=CACHE)
+    def matmul(A, B, C):
+        sA = cuda.shared.array((TILE, TILE), np.float32)
+        sB = cuda.shared.array((TILE, TILE), np.float32)
+        x, y = cuda.grid(2)
+        tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+        acc = np.float32(0)
+        for t in range((A.shape[1] + TILE - 1) // TILE):
+            sA[ty, tx] = A[y, t * TILE + tx] if y < A.shape[0] and t * TILE + tx < A.shape[1] else 0
+            sB[ty, tx] = B[t * TILE + ty, x] if x < B.shape[1] and t * TILE + ty < B.shape[0] else 0
+            cuda.syncthreads()
+            for k in range(TILE):
+                acc += sA[ty, k] * sB[k, tx]
+            cuda.syncthreads()
+        if y < C.shape[0] and x < C.shape[1]:
+            C[y, x] = acc
+
+    @cuda.jit(cache=CACHE)
+    def reduce_sum(x, out):
+        i = cuda.grid(1)
+        if i < x.size:
+            cuda.atomic.add(out, 0, x[i])
+
+    @cuda.jit(cache=CACHE)
+    def stencil(a, b):
+        i = cuda.grid(1)
+        if 0 < i < a.size - 1:
+            b[i] = 0.25 * a[i - 1] + 0.5 * a[i] + 0.25 * a[i + 1]
+
+    @cuda.jit(cache=CACHE)
+    def scale(a, s):
+        i = cuda.grid(1)
+        if i < a.size:
+            a[i] *= s
+''')
+
+CHILD = textwrap.dedent('''
+    import json, sys, time
+    mode = sys.argv[1]
+    t0 = time.perf_counter()
+    if mode == "kcache":
+        import kcache
+        kcache.install("cache")
+    import numpy as np
+    from numba import cuda
+    import bench_kernels as K
+    cuda.current_context()              # context creation is not part of a kernel call
+    n = 1 << 16
+    x = cuda.to_device(np.ones(n, np.float32))
+    y = cuda.to_device(np.ones(n, np.float32))
+    out = cuda.device_array(n, np.float32)
+    A = cuda.to_device(np.ones((64, 64), np.float32))
+    C = cuda.device_array((64, 64), np.float32)
+    s = cuda.to_device(np.zeros(1, np.float32))
+    cuda.synchronize()
+    ready = time.perf_counter() - t0
+    calls = [
+        ("axpy", lambda: K.axpy[n // 128, 128](np.float32(2), x, y, out)),
+        ("matmul", lambda: K.matmul[(4, 4), (16, 16)](A, A, C)),
+        ("reduce_sum", lambda: K.reduce_sum[n // 128, 128](x, s)),
+        ("stencil", lambda: K.stencil[n // 128, 128](x, out)),
+        ("scale", lambda: K.scale[n // 128, 128](out, np.float32(0.5))),
+    ]
+    times = {}
+    for name, call in calls:
+        start = time.perf_counter()
+        call()
+        cuda.synchronize()
+        times[name] = time.perf_counter() - start
+    print(json.dumps({"times": times, "startup_s": ready}))
+''')
+
+MODES = ("kcache", "numba", "none")
+
+
+def run_child(workdir, mode, env):
+    proc = subprocess.run([sys.executable, str(workdir / "child.py"), mode], cwd=workdir,
+                          env=env, capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{mode} child failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def bench(repeat):
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        (workdir / "bench_kernels.py").write_text(KERNELS)
+        (workdir / "child.py").write_text(CHILD)
+        for mode in MODES:
+            env = dict(os.environ, BENCH_CACHE="0" if mode == "none" else "1",
+                       KCACHE_DIR=str(workdir / "kcache"), NUMBA_CACHE_DIR=str(workdir / "numba"),
+                       PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+            env.pop("KCACHE_ENABLE", None)
+            cold = run_child(workdir, mode, env)
+            warm = [run_child(workdir, mode, env) for _ in range(repeat)]
+            results[mode] = {"cold": cold, "warm": warm}
+    return results
+
+
+def summarize(results):
+    rows = {}
+    for mode, r in results.items():
+        names = list(r["cold"]["times"])
+        first = [w["times"][names[0]] for w in r["warm"]]
+        further = [w["times"][n] for w in r["warm"] for n in names[1:]]
+        rows[mode] = {
+            "first_call_ms": 1e3 * statistics.median(first),
+            "further_first_calls_ms": 1e3 * statistics.median(further),
+            "cold_total_ms": 1e3 * sum(r["cold"]["times"].values()),
+        }
+    base = rows["none"]["cold_total_ms"]
+    for mode in rows:
+        rows[mode]["cold_overhead_pct"] = 100 * (rows[mode]["cold_total_ms"] / base - 1)
+    return rows
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("output", type=Path, help="where to write the JSON results")
+    parser.add_argument("--repeat", type=int, default=5, help="warm fresh processes per mode")
+    args = parser.parse_args(argv)
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
+    from numba import cuda
+    if not cuda.is_available():
+        parser.error("no CUDA GPU here: run this benchmark on the GPU machine")
+    results = bench(args.repeat)
+    rows = summarize(results)
+    from rich.console import Console
+    from rich.table import Table
+    table = Table(title=f"first kernel calls in a fresh process (median of {args.repeat})")
+    for col in ("mode", "first call ms", "further first calls ms", "cold total ms",
+                "cold overhead %"):
+        table.add_column(col, justify="right")
+    for mode, row in rows.items():
+        table.add_row(mode, f"{row['first_call_ms']:.2f}", f"{row['further_first_calls_ms']:.3f}",
+                      f"{row['cold_total_ms']:.0f}", f"{row['cold_overhead_pct']:+.1f}")
+    Console().print(table)
+    args.output.write_text(json.dumps({"summary": rows, "raw": results,
+                                       "device": cuda.get_current_device().name.decode()
+                                       if isinstance(cuda.get_current_device().name, bytes)
+                                       else str(cuda.get_current_device().name)}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,310 @@
+"""Every use of numba-cuda internals, in one place (tested range: numba-cuda >=0.30,<0.31).
+
+Each function names the numba-cuda code it mirrors; docs/compat.md lists them all. Nothing
+else in kcache touches a private numba-cuda name, so a numba-cuda upgrade is checked here.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+from importlib import metadata
+
+from numba.cuda import codegen as _codegen
+from numba.cuda import dispatcher as _dispatcher
+from numba.cuda import launchconfig as _launchconfig
+from numba.cuda import types
+from numba.cuda.api import get_current_device
+from numba.cuda.core import sigutils
+from numba.cuda.core.callconv import _MinimalCallHelper
+from numba.cuda.core.compiler_lock import global_compiler_lock
+from numba.cuda.cudadrv.linkable_code import LinkableCode
+from numba.cuda.memory_management.nrt import NRT_LIBRARY
+from numba.cuda.typing import signature as _make_signature
+
+from cuda.core import ObjectCode
+
+CUDADispatcher = _dispatcher.CUDADispatcher
+Kernel = _dispatcher._Kernel
+CUDACodeLibrary = _codegen.CUDACodeLibrary
+
+#: The numba-cuda versions this module was written and tested against (docs/compat.md).
+TESTED_RANGE = ((0, 30), (0, 31))
+#: numba-cuda's marker for "no launch configuration" in launch-config-sensitive cache keys.
+NO_LAUNCH_CONFIG = _dispatcher._NO_LAUNCH_CONFIG_CACHE_KEY
+
+__all__ = [
+    "CUDADispatcher", "Kernel", "CUDACodeLibrary", "ObjectCode", "global_compiler_lock",
+    "numba_cuda_version", "in_tested_range", "normalize_signature", "signature_string",
+    "full_cc", "current_cc", "current_launch_config", "compile_kernel", "library_of",
+    "uncacheable_reason", "kernel_state", "rebuild_kernel", "make_call_helper", "offline_target",
+    "patch_dispatcher", "unpatch_dispatcher", "is_patched",
+]
+
+
+def numba_cuda_version() -> str:
+    """Installed numba-cuda version string (importlib.metadata), "" if unknown."""
+    try:
+        return metadata.version("numba-cuda")
+    except metadata.PackageNotFoundError:
+        return ""
+
+
+def in_tested_range(version: str | None = None) -> bool:
+    """True if ``version`` (default: the installed one) is in :data:`TESTED_RANGE`."""
+    version = numba_cuda_version() if version is None else version
+    try:
+        major_minor = tuple(int(p) for p in version.split(".")[:2])
+    except ValueError:
+        return False
+    return TESTED_RANGE[0] <= major_minor < TESTED_RANGE[1]
+
+
+def normalize_signature(sig) -> tuple:
+    """Argument types of ``sig`` (a signature string, a numba Signature or a tuple of numba
+    types), as numba-cuda's ``CUDADispatcher.compile`` gets them from
+    ``sigutils.normalize_signature``. Raises TypeError for a kernel signature with a non-void
+    return type."""
+    argtypes, restype = sigutils.normalize_signature(sig)
+    if restype is not None and restype != types.none:
+        raise TypeError(f"a kernel signature must return void, got {restype} in {sig!r}")
+    return tuple(argtypes)
+
+
+def signature_string(argtypes: tuple) -> str:
+    """The ``signature`` key component: ``str`` of the tuple of numba types, which names layout,
+    readonly and alignment (``"(array(float32, 1d, C),)"``, ``"unaligned array(...)"``)."""
+    return str(tuple(argtypes))
+
+
+def is_signature(obj) -> bool:
+    """True if ``obj`` is a signature (string, tuple of types or Signature), as
+    ``numba.cuda.jit`` tells eager signatures from functions (``sigutils.is_signature``)."""
+    return sigutils.is_signature(obj)
+
+
+def full_cc(cc) -> tuple:
+    """(major, minor) -> (major, minor, suffix) as numba-cuda's
+    ``CUDACodeLibrary._ensure_cc`` keys its PTX/cubin caches ("a" for cc >= 9.0)."""
+    major, minor = int(cc[0]), int(cc[1])
+    return (major, minor, "a" if (major, minor) >= (9, 0) else "")
+
+
+def current_cc() -> tuple:
+    """(major, minor) of the current device (``numba.cuda.get_current_device``); creates the
+    CUDA context but never numba's typing or target context."""
+    return tuple(get_current_device().compute_capability)
+
+
+def current_launch_config():
+    """numba-cuda's launch configuration of the launch now compiling, or None."""
+    return _launchconfig.current_launch_config()
+
+
+def compile_kernel(py_func, argtypes: tuple, targetoptions: dict):
+    """Compile a kernel exactly as ``CUDADispatcher.compile`` does on a cache miss:
+    ``_Kernel(py_func, argtypes, **targetoptions)``. Needs a device (or :func:`offline_target`)."""
+    return Kernel(py_func, argtypes, **targetoptions)
+
+
+def library_of(kernel):
+    """The kernel's ``CUDACodeLibrary`` (``_Kernel._codelibrary``)."""
+    return kernel._codelibrary
+
+
+def uncacheable_reason(kernel) -> str | None:
+    """Why a compiled kernel cannot be rebuilt from cubin + metadata alone, or None.
+
+    Mirrors the checks of ``CUDACodeLibrary._reduce_states`` (captured device arrays) and adds
+    setup/teardown callbacks of ``LinkableCode`` objects (live Python callables)."""
+    lib = kernel._codelibrary
+    for obj in lib.referenced_objects.values():
+        if getattr(obj, "__cuda_array_interface__", None) is not None:
+            return ("the kernel captures a global device array; pass the array as an "
+                    "argument to cache it")
+    if lib._setup_functions or lib._teardown_functions:
+        return "the kernel links LinkableCode with setup/teardown callbacks (Python callables)"
+    return None
+
+
+def kernel_state(kernel, cc) -> dict:
+    """What an entry needs from a compiled kernel for full cc ``cc`` (see :func:`full_cc`):
+    ``cubin`` (bytes, produced by nvJitLink if not yet linked), ``ptx`` (str or None; present
+    when the non-LTO path produced it), ``ltoir`` (bytes or None), and the fields of
+    ``_Kernel._reduce_states`` / ``CUDACodeLibrary._reduce_states`` that are plain data."""
+    lib = kernel._codelibrary
+    cubin = lib.get_cubin(cc=cc).code
+    ptxes = lib._ptx_cache.get(cc)
+    ltoir = lib._ltoir_cache.get(cc)
+    nrt = NRT_LIBRARY in lib._linking_files
+    return {
+        "cubin": bytes(cubin),
+        "ptx": "\n".join(ptxes) if ptxes else None,
+        "ltoir": bytes(ltoir) if ltoir is not None else None,
+        "entry_name": kernel.entry_name,
+        "name": lib.name,
+        "cooperative": bool(kernel.cooperative),
+        "needs_cudadevrt": bool(lib.needs_cudadevrt),
+        "nrt": nrt,
+        "max_registers": lib._max_registers,
+        "lto": bool(lib._lto),
+        "nvvm_options": dict(lib._nvvm_options),
+        "launch_config_sensitive": bool(getattr(kernel, "launch_config_sensitive", False)),
+        "shared_memory_carveout": kernel.shared_memory_carveout,
+        "debug": bool(kernel.debug),
+        "lineinfo": bool(kernel.lineinfo),
+        "exceptions": dict(getattr(kernel.call_helper, "exceptions", {}) or {}),
+    }
+
+
+def make_call_helper(exceptions: dict):
+    """A ``_MinimalCallHelper`` holding ``{code: (exception class, args, loc)}``, the table
+    ``_Kernel.launch`` reads when a debug kernel reports an error."""
+    helper = _MinimalCallHelper()
+    helper.exceptions = dict(exceptions)
+    return helper
+
+
+def rebuild_kernel(state: dict, argtypes: tuple, cc, *, extensions, exceptions: dict,
+                   use: str = "cubin"):
+    """A launchable ``_Kernel`` from an entry's state, without numba's typing or target context.
+
+    Mirrors ``CUDACodeLibrary._rebuild`` + ``_Kernel._rebuild`` (what numba-cuda's pickle cache
+    does), except that the library gets only what ``get_cufunc`` needs: the cubin for full cc
+    ``cc`` (``use="cubin"``), or only the PTX (``use="ptx"``: numba-cuda then links it with
+    nvJitLink / the driver, the fallback for a cubin the driver refuses). ``state`` holds the
+    keys written by :func:`kernel_state`; ``extensions`` come from the live dispatcher.
+    """
+    cubin_cache, ptx_cache = {}, {}
+    if use == "cubin":
+        cubin_cache[cc] = ObjectCode.from_cubin(state["cubin"])
+    elif use == "ptx":
+        if not state.get("ptx"):
+            raise LookupError("the entry has no PTX")
+        ptx_cache[cc] = [state["ptx"]]
+    else:
+        raise ValueError(f"use must be 'cubin' or 'ptx', not {use!r}")
+    lib = CUDACodeLibrary._rebuild(
+        codegen=None, name=state["name"], entry_name=state["entry_name"], llvm_strs=None,
+        ptx_cache=ptx_cache, cubin_cache=cubin_cache, linkerinfo_cache={},
+        max_registers=state["max_registers"], nvvm_options=dict(state["nvvm_options"]),
+        needs_cudadevrt=state["needs_cudadevrt"], nrt=state["nrt"],
+        use_cooperative=state["cooperative"],
+        # Linking PTX must not go through LTO-IR, which a rebuilt library does not have.
+        lto=state["lto"] if use == "cubin" else False,
+    )
+    return Kernel._rebuild(
+        cooperative=state["cooperative"], name=state["entry_name"],
+        signature=_make_signature(types.none, *argtypes), codelibrary=lib,
+        debug=state["debug"], lineinfo=state["lineinfo"],
+        call_helper=make_call_helper(exceptions), extensions=list(extensions or []),
+        shared_memory_carveout=state["shared_memory_carveout"],
+        launch_config_sensitive=state["launch_config_sensitive"],
+    )
+
+
+# --- compiling for an explicit compute capability, without a GPU --------------------------
+
+class _OfflineDevice:
+    """Stands in for ``numba.cuda.cudadrv.driver.Device`` where numba-cuda only reads the cc."""
+
+    def __init__(self, cc):
+        self.compute_capability = tuple(cc)
+        self.id = 0
+
+
+_offline_lock = threading.RLock()
+
+
+@contextlib.contextmanager
+def offline_target(cc):
+    """Compile for compute capability ``cc`` ((major, minor)) with no GPU or driver.
+
+    Inside the block, ``numba.cuda.dispatcher.get_current_device`` (read by ``_Kernel`` and
+    ``compile_device``) reports ``cc`` and ``CUDACodeLibrary._ensure_cc(None)`` returns
+    :func:`full_cc` of it, so NVVM and nvJitLink target ``cc``. Device-function dispatchers
+    cache compile results per argument types whatever the cc, so each one compiled inside the
+    block starts with empty ``overloads`` and gets its own back on exit: device functions in
+    any module are compiled afresh for ``cc``. Holds numba's compiler lock for the block.
+    Yields the full cc tuple.
+    """
+    target = full_cc(cc)
+    fake = _OfflineDevice(cc)
+    saved: dict[int, tuple] = {}
+    original_compile_device = CUDADispatcher.compile_device
+    original_ensure_cc = CUDACodeLibrary._ensure_cc
+
+    def ensure_cc(self, want):
+        return target if want is None else want
+
+    def compile_device(self, args, return_type=None):
+        if id(self) not in saved:
+            saved[id(self)] = (self, dict(self.overloads))
+            self.overloads.clear()
+        return original_compile_device(self, args, return_type)
+
+    with _offline_lock, global_compiler_lock:
+        original_get_device = _dispatcher.get_current_device
+        _dispatcher.get_current_device = lambda: fake
+        CUDACodeLibrary._ensure_cc = ensure_cc
+        CUDADispatcher.compile_device = compile_device
+        try:
+            yield target
+        finally:
+            _dispatcher.get_current_device = original_get_device
+            CUDACodeLibrary._ensure_cc = original_ensure_cc
+            CUDADispatcher.compile_device = original_compile_device
+            for disp, overloads in saved.values():
+                disp.overloads.clear()
+                disp.overloads.update(overloads)
+
+
+# --- transparent mode: numba.cuda.jit(cache=True) -> kcache ----------------------------------
+
+_originals: dict[str, object] = {}
+
+
+def patch_dispatcher(on_enable_caching, on_init) -> None:
+    """Route ``CUDADispatcher.enable_caching`` (called by ``numba.cuda.jit(cache=True)``) to
+    ``on_enable_caching(dispatcher, original)`` and, after ``CUDADispatcher.__init__``, call
+    ``on_init(dispatcher)``. Idempotent; :func:`unpatch_dispatcher` restores numba-cuda's."""
+    if not _originals:
+        _originals["enable_caching"] = CUDADispatcher.__dict__["enable_caching"]
+        _originals["__init__"] = CUDADispatcher.__dict__["__init__"]
+    original_enable = _originals["enable_caching"]
+    original_init = _originals["__init__"]
+
+    def enable_caching(self):
+        on_enable_caching(self, original_enable)
+
+    def __init__(self, py_func, targetoptions, *args, **kwargs):
+        original_init(self, py_func, targetoptions, *args, **kwargs)
+        on_init(self)
+
+    enable_caching.__doc__ = original_enable.__doc__
+    __init__.__doc__ = original_init.__doc__
+    enable_caching._kcache = __init__._kcache = True
+    CUDADispatcher.enable_caching = enable_caching
+    CUDADispatcher.__init__ = __init__
+
+
+def unpatch_dispatcher() -> None:
+    """Restore numba-cuda's ``CUDADispatcher.enable_caching`` and ``__init__``."""
+    if _originals:
+        CUDADispatcher.enable_caching = _originals.pop("enable_caching")
+        CUDADispatcher.__init__ = _originals.pop("__init__")
+
+
+def is_patched() -> bool:
+    """True while :func:`patch_dispatcher` is in effect."""
+    return getattr(CUDADispatcher.__dict__["enable_caching"], "_kcache", False)
+
+
+def launch_config_key(dispatcher, launch_config):
+    """numba-cuda's launch-config cache key for ``dispatcher`` (``_cache_launch_config_key``):
+    ``(griddim, blockdim, sharedmem)`` or :data:`NO_LAUNCH_CONFIG`."""
+    return dispatcher._cache_launch_config_key(launch_config)
+
+
+def is_linkable_code(obj) -> bool:
+    """True for numba-cuda ``LinkableCode`` objects (link= from memory)."""
+    return isinstance(obj, LinkableCode)

@@ -1,0 +1,418 @@
+"""``KCacheDispatcher``: numba-cuda's ``CUDADispatcher`` with overloads served from the store.
+
+The structure mirrors ``CUDADispatcher.compile`` (numba-cuda 0.30, dispatcher.py): in-memory
+overloads first; then, instead of ``self._cache.load_overload`` (which refreshes numba's target
+context, 0.7-0.9 s), the entry under the kernel's key is rebuilt from its cubin alone; on a
+miss, the store's per-key lock makes N processes compile once, and the compiled kernel is
+encoded as an entry (``kernel_entry``) and published. A store failure is a miss (counted,
+warned once); a kernel that cannot be cached compiles and runs uncached, and says why.
+"""
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import threading
+import time
+
+from kcache.warn import warn_once
+
+from . import _compat
+from . import components as _components  # imported now, not on the first kernel call
+from .kernel_entry import NotStorable, entry_to_kernel, is_marker, kernel_to_entry, marker_entry
+
+log = logging.getLogger("kcache.dispatcher")
+explain_log = logging.getLogger("kcache.explain")
+
+_stats_fields = ("cache_path", "cache_hits", "cache_misses", "compiles", "compile_seconds",
+                 "uncached", "store_errors", "fallbacks", "keys")
+#: ``dispatcher.stats``: numba-cuda's ``_CompileStats`` fields (cache_path, cache_hits,
+#: cache_misses: Counters per signature) + kcache's: compiles (int), compile_seconds (float,
+#: seconds), uncached ({signature: reason}), store_errors (int), fallbacks (int: cached cubins
+#: the driver refused), keys ({signature: key}).
+KCacheStats = collections.namedtuple("KCacheStats", _stats_fields)
+
+
+#: Process-wide counters over every KCacheDispatcher (see :func:`process_counts`).
+_process_counts = collections.Counter()
+
+
+def process_counts() -> dict:
+    """Counters of this process over all KCacheDispatchers: ``hits``, ``misses``, ``compiles``
+    (cached or not), ``uncached`` (compiles that could not be stored), ``fallbacks``,
+    ``store_errors``, ``compile_seconds`` (seconds)."""
+    return dict(_process_counts)
+
+
+class _Skip(Exception):
+    """Raised from a ``get_or_create`` callback: compiled, but nothing to publish."""
+
+
+class _CompileFailed(Exception):
+    """Carries the user's compile error out of a ``get_or_create`` callback untouched."""
+
+
+def _component_api():
+    return _components
+
+
+def uncacheable_error():
+    """The ``Uncacheable`` exception class of the key builder (dispatcher/components.py)."""
+    return _component_api().Uncacheable
+
+
+class Options:
+    """kcache settings of one dispatcher.
+
+    ``store``: a ``kcache.Store`` or None for the process default (``kcache.Store()``, made on
+    first use); ``cache``: False compiles uncached, as numba-cuda without ``cache=True``;
+    ``cache_key``: user string mixed into every key (str or None).
+    """
+
+    _default_store = None
+    _default_lock = threading.Lock()
+
+    def __init__(self, store=None, cache: bool = True, cache_key: str | None = None):
+        if cache_key is not None and not isinstance(cache_key, str):
+            raise TypeError(f"cache_key must be a str or None, not {type(cache_key).__name__}")
+        self.store = store
+        self.cache = bool(cache)
+        self.cache_key = cache_key
+
+    def get_store(self):
+        """The store to use, or None when caching is off or no store can be opened (warned
+        once: a broken cache never breaks the program)."""
+        if not self.cache:
+            return None
+        store = self.store if self.store is not None else self._process_store()
+        if store is None or getattr(getattr(store, "settings", None), "disabled", False):
+            return None
+        return store
+
+    @classmethod
+    def _process_store(cls):
+        with cls._default_lock:
+            if cls._default_store is None:
+                try:
+                    from kcache import Store
+                    cls._default_store = Store()
+                except Exception as exc:  # a bad setting or unusable root: run uncached
+                    warn_once("dispatcher-store", f"kcache: cannot open the cache ({exc}); "
+                              "kernels are compiled uncached")
+                    cls._default_store = False
+            return cls._default_store or None
+
+    @classmethod
+    def reset_process_store(cls) -> None:
+        """Forget the process default store (tests, or after changing KCACHE_* variables)."""
+        with cls._default_lock:
+            cls._default_store = None
+
+
+_explain_on = [bool(os.environ.get("KCACHE_EXPLAIN", "").strip() not in ("", "0"))]
+
+
+def set_explain(enabled: bool) -> None:
+    """Turn miss explanations on or off for this process (as ``KCACHE_EXPLAIN=1``)."""
+    _explain_on[0] = bool(enabled)
+
+
+def explain_enabled() -> bool:
+    """True when misses are explained (``KCACHE_EXPLAIN=1`` or ``set_explain(True)``)."""
+    return _explain_on[0]
+
+
+def kernel_name(dispatcher) -> str:
+    """"module:qualname" of a dispatcher's Python function (the entry's ``kernel``)."""
+    return f"{dispatcher.py_func.__module__}:{dispatcher.py_func.__qualname__}"
+
+
+def kernel_key(dispatcher, argtypes, cc, launch_config=None, cache_key=None):
+    """(key, components) of ``dispatcher``'s kernel: ``argtypes`` (tuple of numba types),
+    ``cc`` (major, minor), ``launch_config`` (numba-cuda's launch-config cache key, only for
+    launch-config-sensitive kernels), ``cache_key`` (str or None). The same function serves a
+    GPU process and ``compile_for``, so their keys agree. Raises ``Uncacheable``."""
+    from kcache import make_key
+    lc = launch_config
+    if isinstance(lc, tuple):
+        lc = [list(lc[0]), list(lc[1]), lc[2]]
+    components = _component_api().kernel_components(
+        dispatcher.py_func, signature=_compat.signature_string(argtypes), cc=tuple(cc),
+        output="cubin", targetoptions=dispatcher.targetoptions, launch_config=lc,
+        cache_key=cache_key)
+    return make_key(components), components
+
+
+class KCacheDispatcher(_compat.CUDADispatcher):
+    """A ``numba.cuda`` dispatcher whose kernels come from the kcache store.
+
+    ``py_func``: the Python kernel; ``targetoptions``: numba-cuda target options (as built by
+    ``numba.cuda.jit``); ``kcache``: :class:`Options`. Device functions (``device=True``) are
+    compiled as numba-cuda does; they reach the cache through the kernels that call them.
+    """
+
+    def __init__(self, py_func, targetoptions, pipeline_class=None, *, kcache=None):
+        kwargs = {} if pipeline_class is None else {"pipeline_class": pipeline_class}
+        super().__init__(py_func, targetoptions, **kwargs)
+        self._kcache_setup(kcache if kcache is not None else Options())
+
+    def _kcache_setup(self, options: Options) -> None:
+        self._kcache = options
+        self._kcache_keys = {}  # (argtypes, cc, launch config) -> (key, components)
+        self._kcache_counts = collections.Counter()
+        self._kcache_uncached = {}  # signature -> reason
+        self._kcache_key_of = {}  # signature -> key
+        self.kcache_explanations = []  # lines logged for this dispatcher's misses
+
+    # --- numba-cuda API ---------------------------------------------------------------------
+
+    @_compat.global_compiler_lock
+    def compile(self, sig):
+        """Compile (or load from the store) and bind the kernel for ``sig``; returns the
+        ``_Kernel``. Same contract as ``CUDADispatcher.compile``."""
+        argtypes = _compat.normalize_signature(sig)
+        if self.specialized:
+            return next(iter(self.overloads.values()))
+        kernel = self.overloads.get(argtypes)
+        if kernel is not None:
+            return kernel
+        kernel = self._kcache_load_or_compile(argtypes, _compat.current_launch_config())
+        self.add_overload(kernel, argtypes)
+        return kernel
+
+    def enable_caching(self):
+        """Caching is always on for a KCacheDispatcher made with ``cache=True``; turns it on
+        otherwise (numba-cuda's ``enable_caching`` contract)."""
+        self._kcache.cache = True
+
+    def specialize(self, *args):
+        """A new KCacheDispatcher specialized for the types of ``args`` (its kernel cached too).
+        Mirrors ``CUDADispatcher.specialize``."""
+        cc = _compat.current_cc()
+        argtypes = tuple(self.typeof_pyval(a) for a in args)
+        if self.specialized:
+            raise RuntimeError("Dispatcher already specialized")
+        specialization = self.specializations.get((cc, argtypes))
+        if specialization:
+            return specialization
+        specialization = KCacheDispatcher(self.py_func, self.targetoptions, kcache=self._kcache)
+        specialization.compile(argtypes)
+        specialization.disable_compile()
+        specialization._specialized = True
+        self.specializations[cc, argtypes] = specialization
+        return specialization
+
+    def _get_launch_config_specialization(self, key):
+        # Mirrors CUDADispatcher._get_launch_config_specialization with a KCacheDispatcher.
+        dispatcher = self._launch_config_specializations.get(key)
+        if dispatcher is None:
+            dispatcher = KCacheDispatcher(self.py_func, self.targetoptions,
+                                          self._compiler.pipeline_class, kcache=self._kcache)
+            dispatcher._launch_config_sensitive = True
+            dispatcher._launch_config_is_specialized = True
+            dispatcher._launch_config_specialization_key = key
+            dispatcher._launch_config_default_key = key
+            self._launch_config_specializations[key] = dispatcher
+        return dispatcher
+
+    @property
+    def stats(self):
+        """:data:`KCacheStats` (numba-cuda's ``cache_path``, ``cache_hits``, ``cache_misses`` +
+        kcache's counters)."""
+        store = self._kcache.get_store() if self._kcache.cache else None
+        c = self._kcache_counts
+        return KCacheStats(
+            cache_path=str(store.root) if store is not None else None,
+            cache_hits=self._cache_hits, cache_misses=self._cache_misses,
+            compiles=c["compiles"], compile_seconds=c["compile_seconds"],
+            uncached=dict(self._kcache_uncached), store_errors=c["store_errors"],
+            fallbacks=c["fallbacks"], keys=dict(self._kcache_key_of))
+
+    # --- kcache -------------------------------------------------------------------------------
+
+    def _kcache_name(self) -> str:
+        return kernel_name(self)
+
+    def kcache_key(self, argtypes, cc, launch_config=None):
+        """(key, components) of this kernel for ``argtypes``, cc (major, minor) and a launch
+        configuration key (None unless launch-config-sensitive). Raises ``Uncacheable``."""
+        memo = (argtypes, cc, launch_config)
+        if memo not in self._kcache_keys:
+            self._kcache_keys[memo] = kernel_key(self, argtypes, cc, launch_config,
+                                                 self._kcache.cache_key)
+        return self._kcache_keys[memo]
+
+    def _kcache_load_or_compile(self, argtypes, launch_config):
+        sig = argtypes
+        store = self._kcache.get_store()
+        if store is None:
+            return self._kcache_uncached_build(sig, "caching is off for this kernel")
+        cc = _compat.current_cc()
+        try:
+            key, components = self.kcache_key(argtypes, cc)
+        except uncacheable_error() as exc:
+            return self._kcache_uncached_build(sig, str(exc))
+        built = {}
+        entry = self._kcache_single_flight(store, key, components, argtypes, cc,
+                                           launch_config, built)
+        if entry is not None and "kernel" not in built and entry.meta.get("launch_config_sensitive"):
+            # A launch-config-sensitive kernel: the plain key holds a marker (numba-cuda's
+            # ".lcs" file); the kernel is under the key with this launch configuration.
+            lc_key = _compat.launch_config_key(self, launch_config)
+            key, components = self.kcache_key(argtypes, cc, lc_key)
+            entry = self._kcache_single_flight(store, key, components, argtypes, cc,
+                                               launch_config, built)
+        self._kcache_key_of.setdefault(sig, key)
+        if "kernel" in built:
+            self._cache_misses[sig] += 1
+            _process_counts["misses"] += 1
+            return built["kernel"]
+        kernel = self._kcache_rebuild(entry, argtypes, cc) if entry is not None else None
+        if kernel is not None:
+            self._cache_hits[sig] += 1
+            _process_counts["hits"] += 1
+            return kernel
+        reason = ("the cached entry could not be loaded" if entry is not None
+                  else "the cache store failed")
+        return self._kcache_uncached_build(sig, reason)
+
+    def _kcache_single_flight(self, store, key, components, argtypes, cc, launch_config, built):
+        """``store.get_or_create`` for one key; a compile (on a miss) leaves the kernel in
+        ``built["kernel"]``. Returns the entry, or None when nothing usable came back (store
+        failure, or a kernel that cannot be stored)."""
+        sig = argtypes
+
+        def create():
+            self._kcache_explain(store, components)
+            try:
+                kernel, seconds = self._kcache_build(argtypes)
+            except Exception as exc:
+                raise _CompileFailed(exc) from exc
+            built["kernel"] = kernel
+            try:
+                entry = self._kcache_entry(kernel, argtypes, cc, seconds)
+            except NotStorable as exc:
+                self._kcache_uncached[sig] = str(exc)
+                _process_counts["uncached"] += 1
+                raise _Skip() from exc
+            self._kcache_record(store, compiles=1, compile_seconds=seconds)
+            if entry.meta["launch_config_sensitive"] and components.get("launch_config") is None:
+                lc_key, lc_components = self.kcache_key(
+                    argtypes, cc, _compat.launch_config_key(self, launch_config))
+                self._kcache_put(store, lc_key, entry, lc_components)
+                self._kcache_key_of[sig] = lc_key
+                return marker_entry(kernel=entry.meta["kernel"], signature=entry.meta["signature"],
+                                    arch=entry.meta["arch"])
+            return entry
+
+        try:
+            entry, _was_hit = store.get_or_create(key, create, components=components)
+            return entry
+        except _Skip:
+            return None
+        except _CompileFailed as failed:
+            raise failed.args[0] from None  # the user's error, as numba-cuda raises it
+        except Exception as exc:  # lock timeout, unwritable store, ...: the call still succeeds
+            self._kcache_store_failed(exc)
+            if "kernel" not in built:
+                built["kernel"] = self._kcache_build(argtypes)[0]
+            return None
+
+    def _kcache_entry(self, kernel, argtypes, cc, seconds):
+        arch_name = _components.arch_name
+        return kernel_to_entry(kernel, _compat.full_cc(cc), kernel_name=self._kcache_name(),
+                               signature=_compat.signature_string(argtypes), arch=arch_name(cc),
+                               compile_seconds=seconds)
+
+    def _kcache_build(self, argtypes):
+        """Compile as ``CUDADispatcher.compile`` does on a miss; returns (kernel, seconds)."""
+        if not self._can_compile:
+            raise RuntimeError("Compilation disabled")
+        start = time.perf_counter()
+        kernel = _compat.compile_kernel(self.py_func, argtypes, self.targetoptions)
+        kernel.bind()  # force codegen so that there is a cubin to store
+        seconds = time.perf_counter() - start
+        for counts in (self._kcache_counts, _process_counts):
+            counts["compiles"] += 1
+            counts["compile_seconds"] += seconds
+        return kernel, seconds
+
+    def _kcache_uncached_build(self, sig, reason):
+        self._kcache_uncached[sig] = reason
+        self._cache_misses[sig] += 1
+        _process_counts["misses"] += 1
+        _process_counts["uncached"] += 1
+        if explain_enabled():
+            self._kcache_log([f"{self._kcache_name()} {sig}: not cached: {reason}"])
+        return self._kcache_build(sig)[0]
+
+    def _kcache_rebuild(self, entry, argtypes, cc):
+        """Kernel from ``entry``, bound to the current context: the cubin, else (driver refused
+        it) the PTX; None if neither loads (counted in ``fallbacks``)."""
+        full = _compat.full_cc(cc)
+        extensions = self.targetoptions.get("extensions")
+        try:
+            kernel = entry_to_kernel(entry, argtypes, full, extensions=extensions)
+        except (NotStorable, KeyError, TypeError, ValueError) as exc:
+            warn_once("dispatcher-entry", f"kcache: an entry of {self._kcache_name()} cannot "
+                      f"be used here ({exc}); compiling instead")
+            return None
+        try:
+            kernel.bind()
+            return kernel
+        except Exception as exc:  # e.g. CUDA_ERROR_UNSUPPORTED_PTX_VERSION / NO_BINARY_FOR_GPU
+            self._kcache_counts["fallbacks"] += 1
+            _process_counts["fallbacks"] += 1
+            warn_once("dispatcher-driver", f"kcache: the driver refused a cached cubin of "
+                      f"{self._kcache_name()} ({exc}); trying its PTX")
+        try:
+            kernel = entry_to_kernel(entry, argtypes, full, extensions=extensions, use="ptx")
+            kernel.bind()
+            return kernel
+        except Exception:
+            return None
+
+    def _kcache_put(self, store, key, entry, components):
+        try:
+            store.put(key, entry, components=components)
+        except Exception as exc:
+            self._kcache_store_failed(exc)
+
+    def _kcache_record(self, store, **counters):
+        try:
+            store.record(**counters)
+        except Exception as exc:
+            self._kcache_store_failed(exc)
+
+    def _kcache_store_failed(self, exc):
+        self._kcache_counts["store_errors"] += 1
+        _process_counts["store_errors"] += 1
+        warn_once("dispatcher-store-error", f"kcache: cache store failed ({type(exc).__name__}: "
+                  f"{exc}); kernels still compile and run")
+
+    def _kcache_explain(self, store, components):
+        if not explain_enabled():
+            return
+        try:
+            from .misses import explain_miss
+            lines = explain_miss(store, components)
+        except Exception as exc:  # explaining must never fail the call
+            lines = [f"(cannot explain: {type(exc).__name__}: {exc})"]
+        name = self._kcache_name()
+        self._kcache_log([f"{name} {components.get('signature')}: miss: {line}" for line in lines]
+                         or [f"{name} {components.get('signature')}: miss: no entry of this kernel"])
+
+    def _kcache_log(self, lines):
+        for line in lines:
+            self.kcache_explanations.append(line)
+            explain_log.warning("%s", line)
+
+
+def adopt(dispatcher, options: Options):
+    """Turn an existing ``CUDADispatcher`` (as made by ``numba.cuda.jit``) into a
+    KCacheDispatcher in place (its class changes; nothing compiled yet is lost)."""
+    if isinstance(dispatcher, KCacheDispatcher):
+        return dispatcher
+    dispatcher.__class__ = KCacheDispatcher
+    dispatcher._kcache_setup(options)
+    return dispatcher

@@ -1,0 +1,85 @@
+"""Transparent mode: ``numba.cuda.jit(cache=True)`` served by kcache.
+
+``install()`` patches numba-cuda's ``CUDADispatcher`` (through ``_compat.patch_dispatcher``):
+``enable_caching`` (what ``cache=True`` calls) turns the dispatcher into a
+:class:`~kcache.dispatcher.dispatcher.KCacheDispatcher` instead of attaching numba-cuda's
+pickle-based ``CUDACache``; with ``mode="all"`` every new kernel dispatcher is turned into one,
+``cache=True`` or not. ``KCACHE_ENABLE=1`` / ``KCACHE_ENABLE=all`` do the same through
+``kcache._hook`` with no code change.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+
+from . import _compat
+from .dispatcher import KCacheDispatcher, Options, adopt
+
+MODES = ("cache", "all")
+_state = {"options": None, "mode": None}
+_local = threading.local()
+
+
+def _on_enable_caching(dispatcher, original) -> None:
+    options = getattr(_local, "options", None) or _state["options"]
+    if options is None:
+        return original(dispatcher)  # patched only for kcache.jit: numba-cuda's own cache
+    if dispatcher.targetoptions.get("device"):
+        return None  # device functions reach the cache through the kernels that call them
+    adopt(dispatcher, options)
+    return None
+
+
+def _on_init(dispatcher) -> None:
+    if (_state["mode"] == "all" and not isinstance(dispatcher, KCacheDispatcher)
+            and not dispatcher.targetoptions.get("device")):
+        adopt(dispatcher, _state["options"])
+
+
+def ensure_patched() -> None:
+    """Apply the ``CUDADispatcher`` patch if it is not in effect (inert until install() or
+    kcache.jit set options)."""
+    if not _compat.is_patched():
+        _compat.patch_dispatcher(_on_enable_caching, _on_init)
+
+
+def install(mode: str = "cache", *, store=None, cache_key: str | None = None) -> None:
+    """Serve numba-cuda kernels from kcache in this process.
+
+    ``mode``: "cache" -> every ``numba.cuda.jit(cache=True)`` kernel created from now on uses
+    kcache instead of numba-cuda's cache; "all" -> every kernel created from now on, with or
+    without ``cache=True`` (kernels that cannot be cached run uncached). ``store``: a
+    ``kcache.Store`` (default: ``kcache.Store()``); ``cache_key``: str mixed into every key.
+    Dispatchers created before the call are not changed. Raises ValueError for another mode.
+    """
+    if mode not in MODES:
+        raise ValueError(f"kcache.install: mode must be one of {MODES}, not {mode!r}")
+    ensure_patched()
+    _state["options"] = Options(store=store, cache=True, cache_key=cache_key)
+    _state["mode"] = mode
+
+
+def uninstall() -> None:
+    """Undo :func:`install`: numba-cuda's ``CUDADispatcher`` is restored; dispatchers already
+    turned into KCacheDispatchers keep using kcache."""
+    _state["options"] = None
+    _state["mode"] = None
+    _compat.unpatch_dispatcher()
+
+
+def installed() -> str | None:
+    """The installed mode ("cache" or "all"), or None."""
+    return _state["mode"]
+
+
+@contextlib.contextmanager
+def adopting(options: Options):
+    """While the block runs in this thread, ``enable_caching`` adopts with ``options`` (used by
+    ``kcache.jit`` around ``numba.cuda.jit(cache=True)``)."""
+    ensure_patched()
+    previous = getattr(_local, "options", None)
+    _local.options = options
+    try:
+        yield
+    finally:
+        _local.options = previous

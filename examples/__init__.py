@@ -1,0 +1,1 @@
+"""Example kernels for kcache (``python examples/main.py`` runs the main job)."""

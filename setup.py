@@ -1,0 +1,36 @@
+"""setuptools hook: install kcache-hook.pth into site-packages next to the packages.
+
+The .pth line imports kcache._hook only when KCACHE_ENABLE is set (see kcache/_hook.py), so
+it costs one environment lookup per interpreter start otherwise. All metadata lives in
+pyproject.toml.
+"""
+from pathlib import Path
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+
+PTH = "kcache-hook.pth"
+
+
+class build_py_with_pth(build_py):
+    """build_py that also puts the .pth file at the root of the wheel (= site-packages).
+
+    For ``pip install .`` it goes into build_lib; for ``pip install -e .`` straight into the
+    unpacked editable wheel (setuptools' editable_wheel points install_lib there and does not
+    pack build_lib).
+    """
+
+    def run(self):
+        super().run()
+        if getattr(self, "editable_mode", False):
+            target = Path(self.distribution.get_command_obj("install").install_lib)
+        else:
+            target = Path(self.build_lib)
+        target.mkdir(parents=True, exist_ok=True)
+        self.copy_file(PTH, str(target / PTH), preserve_mode=False)
+
+    def get_outputs(self, include_bytecode=True):
+        return [*super().get_outputs(include_bytecode), str(Path(self.build_lib) / PTH)]
+
+
+setup(cmdclass={"build_py": build_py_with_pth})

@@ -1,0 +1,227 @@
+"""KCacheDispatcher's compile path on a machine without a GPU.
+
+``fake_gpu(cc)`` stands in for the device where numba-cuda asks it for its cc
+(``_compat.offline_target``) and replaces ``_Kernel.bind`` (which loads the cubin into a CUDA
+context) by a cubin build, so ``KCacheDispatcher.compile`` runs its real miss and hit paths:
+key, store lookup, single-flight compile, entry encoding, rebuild from the entry. Other test
+modules import ``fake_gpu`` from here.
+"""
+import contextlib
+
+import pytest
+
+pytest.importorskip("numba.cuda")
+
+import kcache  # noqa: E402
+from kcache.dispatcher import _compat  # noqa: E402
+
+
+
+@contextlib.contextmanager
+def fake_gpu(cc=(9, 0)):
+    """Patch numba-cuda so kernels compile and 'bind' for ``cc`` without a device."""
+    mp = pytest.MonkeyPatch()
+    bound = []
+
+    def bind(self):
+        bound.append(self)
+        self._codelibrary.get_cubin()  # what bind() forces: codegen down to a cubin
+
+    with _compat.offline_target(cc):
+        mp.setattr(_compat, "current_cc", lambda: tuple(cc))
+        mp.setattr(_compat.Kernel, "bind", bind)
+        try:
+            yield bound
+        finally:
+            mp.undo()
+
+
+@pytest.fixture
+def store(tmp_path):
+    return kcache.Store(tmp_path / "cache")
+
+
+def _kernels(store, cache_key=None):
+    from numba import cuda
+
+    from kcache.dispatcher import jit
+
+    @cuda.jit(device=True)
+    def twice(x):
+        return 2 * x
+
+    @jit(store=store, cache_key=cache_key)
+    def k(a):
+        i = cuda.grid(1)
+        if i < a.size:
+            a[i] = twice(a[i])
+
+    return k
+
+
+def test_miss_then_hit_in_a_new_dispatcher(store):
+    from numba.cuda import types
+    sig = (types.float32[::1],)
+    with fake_gpu((9, 0)):
+        k1 = _kernels(store)
+        kern1 = k1.compile(sig)
+        assert k1.stats.cache_misses[sig] == 1 and k1.stats.compiles == 1
+        k2 = _kernels(store)
+        kern2 = k2.compile(sig)
+    assert k2.stats.cache_hits[sig] == 1 and k2.stats.compiles == 0
+    assert k2.stats.keys[sig] == k1.stats.keys[sig]
+    assert kern2 is not kern1
+    assert kern2._codelibrary._cubin_cache[(9, 0, "a")].code == kern1._codelibrary.get_cubin(cc=(9, 0, "a")).code
+    assert kern2.entry_name == kern1.entry_name
+    assert k2.overloads[sig] is kern2
+    assert store.stats()["compiles"] == 1
+
+
+def test_cache_key_and_cc_change_the_key(store):
+    from numba.cuda import types
+    sig = (types.int32[::1],)
+    with fake_gpu((9, 0)):
+        a = _kernels(store)
+        a.compile(sig)
+        b = _kernels(store, cache_key="release-2")
+        b.compile(sig)
+    with fake_gpu((8, 0)):
+        c = _kernels(store)
+        c.compile(sig)
+    keys = {a.stats.keys[sig], b.stats.keys[sig], c.stats.keys[sig]}
+    assert len(keys) == 3
+    assert c.stats.compiles == 1
+
+
+def test_eager_signature_goes_through_the_store(store):
+    from numba import cuda
+
+    from kcache.dispatcher import KCacheDispatcher, jit
+
+    def body(a):
+        a[0] = 1
+
+    with fake_gpu((9, 0)):
+        k = jit("void(int64[::1])", store=store)(body)
+        k2 = jit("void(int64[::1])", store=store)(body)
+    assert isinstance(k, KCacheDispatcher) and k.specialized
+    assert sum(k.stats.cache_misses.values()) == 1
+    assert sum(k2.stats.cache_hits.values()) == 1
+    assert isinstance(cuda.jit(body), _compat.CUDADispatcher)
+
+
+def test_uncacheable_kernel_runs_uncached_and_explains(store):
+    """A kernel capturing a global device-array stand-in is compiled, not stored."""
+    import numpy as np
+    from numba import cuda
+    from numba.cuda import types
+
+    from kcache.dispatcher import explain, jit
+
+    class FakeDeviceArray:  # what fingerprint checks: the CUDA array interface
+        __cuda_array_interface__ = {"shape": (1,), "typestr": "<f4", "data": (0, False),
+                                    "version": 3}
+
+    captured = FakeDeviceArray()
+
+    def body(a):
+        a[0] = np.float32(len(captured.__class__.__name__))
+
+    k = jit(store=store)(body)
+    sig = (types.float32[::1],)
+    with fake_gpu((9, 0)):
+        try:
+            k.compile(sig)
+        except Exception:
+            pass  # numba may refuse to type the stand-in; the decision came first
+    assert sig in k.stats.uncached
+    assert "device array" in k.stats.uncached[sig]
+    assert any("device array" in line for line in explain(k))
+    assert list(store.entries()) == []
+
+
+def test_store_failure_is_a_miss_not_an_error(store, monkeypatch):
+    from numba.cuda import types
+
+    def broken(*a, **k):
+        raise OSError("disk on fire")
+
+    monkeypatch.setattr(type(store), "get_or_create", broken)
+    sig = (types.float32[::1],)
+    with fake_gpu((9, 0)), pytest.warns(Warning, match="disk on fire"):
+        k = _kernels(store)
+        k.compile(sig)
+    assert k.stats.store_errors == 1 and k.stats.compiles == 1
+    assert k.stats.cache_misses[sig] == 1
+
+
+def test_compile_error_reaches_the_user_unchanged(store):
+    from numba.cuda.core.errors import TypingError
+    from numba.cuda import types
+
+    from kcache.dispatcher import jit
+
+    def bad(a):
+        a[0] = undefined_name  # noqa: F821
+
+    k = jit(store=store)(bad)
+    with fake_gpu((9, 0)), pytest.raises(TypingError):
+        k.compile((types.float32[::1],))
+    assert list(store.entries()) == []
+
+
+def test_specialize_is_cached(store):
+    import numpy as np
+
+    from kcache.dispatcher import KCacheDispatcher
+    with fake_gpu((9, 0)):
+        k = _kernels(store)
+        s1 = k.specialize(np.zeros(4, np.float32))
+        s2 = _kernels(store).specialize(np.zeros(4, np.float32))
+    assert isinstance(s1, KCacheDispatcher) and s1.specialized
+    assert sum(s1.stats.cache_misses.values()) == 1
+    assert sum(s2.stats.cache_hits.values()) == 1
+
+
+def test_explain_names_the_changed_component(store):
+    from numba.cuda import types
+
+    from kcache.dispatcher import explain
+    sig = (types.float32[::1],)
+    explain(True)
+    try:
+        with fake_gpu((9, 0)):
+            _kernels(store, cache_key="a").compile(sig)
+            k = _kernels(store, cache_key="b")
+            k.compile(sig)
+    finally:
+        explain(False)
+    lines = explain(k)
+    assert lines and any("cache_key" in line for line in lines), lines
+
+
+def test_debug_exception_table_round_trips(store):
+    """A debug kernel's exception table is stored by class name and resolved on load."""
+    from numba import cuda
+    from numba.cuda import types
+
+    from kcache.dispatcher import jit
+
+    def body(a):
+        if a[0] < 0:
+            raise ValueError("negative input")
+        a[0] = 1
+
+    sig = (types.float32[::1],)
+    with fake_gpu((9, 0)):
+        k1 = jit(store=store, debug=True, opt=False)(body)
+        kern1 = k1.compile(sig)
+        kern2 = jit(store=store, debug=True, opt=False)(body).compile(sig)
+    table1 = kern1.call_helper.exceptions
+    table2 = kern2.call_helper.exceptions
+    assert table1 and set(table1) == set(table2)
+    for code, (cls, args, loc) in table2.items():
+        assert cls is ValueError and args == ("negative input",)
+        assert loc == tuple(table1[code][2])
+    assert kern2.debug is True
+    del cuda

@@ -1,0 +1,218 @@
+"""GPU tests (marker ``gpu``): kernels served from the cache in fresh processes, launched and
+checked. Skipped with a reason where ``numba.cuda.is_available()`` is false.
+
+Each scenario runs in fresh subprocesses sharing one cache directory (KCACHE_DIR): the first
+process compiles, the next one must load (hits, no compile) and compute the same results.
+"""
+import json
+import multiprocessing
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+numba_cuda = pytest.importorskip("numba.cuda")
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not numba_cuda.is_available(), reason="needs a CUDA GPU and driver"),
+]
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = Path(__file__).resolve().parent / "data"
+
+
+def run_child(tmp_path, code, *, env_extra=None, name="child.py", timeout=300):
+    """Run ``code`` as a script in a fresh process; returns the JSON of its last stdout line."""
+    script = tmp_path / name
+    script.write_text(textwrap.dedent(code))
+    env = dict(os.environ, KCACHE_DIR=str(tmp_path / "cache"),
+               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    env.pop("KCACHE_ENABLE", None)
+    env.update(env_extra or {})
+    proc = subprocess.run([sys.executable, str(script)], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_example_kernels_hit_in_a_fresh_process(tmp_path):
+    code = """
+        import json, kcache
+        kcache.install("cache")
+        from examples import kernels
+        from kcache.dispatcher import process_counts
+        disps = kernels.run_all()          # asserts the results against NumPy
+        print(json.dumps({n: [sum(d.stats.cache_hits.values()), d.stats.compiles]
+                          for n, d in disps.items()}))
+    """
+    first = run_child(tmp_path, code)
+    second = run_child(tmp_path, code)
+    assert all(compiles == 1 for _hits, compiles in first.values()), first
+    assert all(row == [1, 0] for row in second.values()), second
+
+
+def test_cooperative_kernel_first_in_a_process(tmp_path):
+    code = """
+        import json
+        import numpy as np
+        from numba import cuda
+        import kcache
+
+        @kcache.jit
+        def grid_sum(x, out):
+            g = cuda.cg.this_grid()
+            i = cuda.grid(1)
+            if i < x.size:
+                cuda.atomic.add(out, 0, x[i])
+            g.sync()
+            if i < x.size:
+                x[i] = out[0]
+
+        x = np.arange(256, dtype=np.float32)
+        out = np.zeros(1, np.float32)
+        grid_sum[2, 128](x, out)           # the first thing this process launches
+        assert np.all(x == np.arange(256).sum()), x[:4]
+        s = grid_sum.stats
+        print(json.dumps([sum(s.cache_hits.values()), s.compiles,
+                          grid_sum.overloads[next(iter(grid_sum.overloads))].cooperative]))
+    """
+    assert run_child(tmp_path, code) == [0, 1, True]
+    assert run_child(tmp_path, code) == [1, 0, True]
+
+
+def test_specialize_is_cached(tmp_path):
+    code = """
+        import json
+        import numpy as np
+        from numba import cuda
+        import kcache
+
+        @kcache.jit
+        def double(a):
+            i = cuda.grid(1)
+            if i < a.size:
+                a[i] *= 2
+
+        a = np.arange(64, dtype=np.int32)
+        spec = double.specialize(a)
+        spec[1, 64](a)
+        assert (a == 2 * np.arange(64)).all()
+        print(json.dumps([sum(spec.stats.cache_hits.values()), spec.stats.compiles]))
+    """
+    assert run_child(tmp_path, code) == [0, 1]
+    assert run_child(tmp_path, code) == [1, 0]
+
+
+def test_link_kernel_is_cached(tmp_path):
+    code = f"""
+        import json
+        import numpy as np
+        from numba import cuda
+        import kcache
+
+        add_one = cuda.declare_device("add_one", "int32(int32)")
+
+        @kcache.jit(link=[{str(DATA / "add_one.cu")!r}])
+        def k(a):
+            i = cuda.grid(1)
+            if i < a.size:
+                a[i] = add_one(a[i])
+
+        a = np.arange(32, dtype=np.int32)
+        k[1, 32](a)
+        assert (a == np.arange(32) + 1).all()
+        print(json.dumps([sum(k.stats.cache_hits.values()), k.stats.compiles]))
+    """
+    assert run_child(tmp_path, code) == [0, 1]
+    assert run_child(tmp_path, code) == [1, 0]
+
+
+def test_debug_kernel_raises_from_cached_entry(tmp_path):
+    code = """
+        import json
+        import numpy as np
+        from numba import cuda
+        import kcache
+
+        @kcache.jit(debug=True, opt=False)
+        def check(a):
+            i = cuda.grid(1)
+            if i < a.size and a[i] < 0:
+                raise ValueError("negative input")
+
+        a = np.zeros(8, np.float32)
+        a[3] = -1
+        try:
+            check[1, 8](a)
+            message = None
+        except ValueError as exc:
+            message = str(exc)
+        print(json.dumps([sum(check.stats.cache_hits.values()), check.stats.compiles, message]))
+    """
+    hits, compiles, message = run_child(tmp_path, code)
+    assert (hits, compiles) == (0, 1) and "negative input" in message
+    hits, compiles, message = run_child(tmp_path, code)
+    assert (hits, compiles) == (1, 0) and "negative input" in message
+    assert "tid=[0, 0, 3]" in message
+
+
+def _cold_start(barrier, cache_dir, queue):
+    os.environ["KCACHE_DIR"] = cache_dir
+    sys.path.insert(0, str(REPO))
+    import kcache
+    kcache.install("cache")
+    from examples import kernels
+    from numba import cuda
+    cuda.current_context()
+    barrier.wait(timeout=120)
+    kernels.run_all()
+    from kcache.dispatcher import process_counts
+    queue.put(process_counts())
+
+
+def test_eight_processes_cold_start_compile_each_kernel_once(tmp_path):
+    import kcache
+    ctx = multiprocessing.get_context("spawn")
+    barrier, queue = ctx.Barrier(8), ctx.Queue()
+    procs = [ctx.Process(target=_cold_start, args=(barrier, str(tmp_path / "cache"), queue))
+             for _ in range(8)]
+    for p in procs:
+        p.start()
+    counts = [queue.get(timeout=300) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    total_compiles = sum(c.get("compiles", 0) for c in counts)
+    store_stats = kcache.Store(tmp_path / "cache").stats()
+    assert total_compiles == 3 and store_stats["compiles"] == 3, (counts, store_stats)
+    assert sum(c.get("hits", 0) for c in counts) == 8 * 3 - 3
+
+
+DOC_EXAMPLES = ["vecadd", "laplace", "reduction", "random", "cg", "montecarlo", "sessionize"]
+
+
+def test_numba_cuda_doc_examples_twice_under_kcache_enable_all(tmp_path):
+    pytest.importorskip("filecheck")
+    code = """
+        import json, sys, unittest
+        import numba.cuda  # the KCACHE_ENABLE hook installs kcache here
+        from kcache.dispatcher import installed, process_counts
+        names = [f"numba.cuda.tests.doc_examples.test_{n}" for n in %r]
+        suite = unittest.defaultTestLoader.loadTestsFromNames(names)
+        result = unittest.TextTestRunner(stream=sys.stderr, verbosity=1).run(suite)
+        print(json.dumps({"ok": result.wasSuccessful(), "run": result.testsRun,
+                          "mode": installed(), **process_counts()}))
+    """ % (DOC_EXAMPLES,)
+    env = {"KCACHE_ENABLE": "all"}
+    # The hook is loaded by kcache-hook.pth when installed; import it explicitly otherwise.
+    code = "import kcache._hook\n" + textwrap.dedent(code)
+    first = run_child(tmp_path, code, env_extra=env, timeout=600)
+    second = run_child(tmp_path, code, env_extra=env, timeout=600)
+    assert first["ok"] and second["ok"] and first["mode"] == "all"
+    assert first["run"] == second["run"] > 0
+    assert first.get("compiles", 0) > 0
+    assert second.get("compiles", 0) == 0 and second.get("misses", 0) == 0, second
