@@ -91,7 +91,7 @@ def compile_for(kernel, signatures, cc=DEFAULT_CC, store=None, *, cache_key=None
 
 
 def _compile_one(kernel, argtypes, cc, store, cache_key) -> str:
-    key, components = kernel_key(kernel, argtypes, cc, None, cache_key)
+    key, components = kernel_key(kernel, argtypes, cc, None, cache_key, store)
 
     def create():
         with _compat.offline_target(cc) as full:

@@ -9,7 +9,6 @@ the named components let explain say which one changed.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import os
 import types
@@ -233,20 +232,31 @@ _EXTRA_DISTS = {
 }
 
 
-def toolchain_components() -> dict:
+def toolchain_components(memo_path=None) -> dict:
     """Toolchain versions for the key, computed once per process (a copy is returned).
 
     ``kcache.toolchain.package_versions()`` (numba, numba-cuda, llvmlite, cuda-bindings,
     cuda-core, nvvm and nvjitlink wheels, python, kcache-format) plus ``numpy`` (numba types
     numpy calls by it), ``nvrtc`` and ``cuda_runtime`` (numba-cuda reports NVRTC's version as
-    the runtime version).  Versions come from package metadata, which is cheap; only when no
-    wheel provides NVVM / nvJitLink / NVRTC (a system CUDA toolkit) is the library itself
-    asked through cuda-python's bindings, and ``"unavailable"`` recorded if that fails.
+    the runtime version).  Versions come from package metadata; only when no wheel provides
+    NVVM / nvJitLink / NVRTC (a system CUDA toolkit) is the library itself asked through
+    cuda-python's bindings, and ``"unavailable"`` recorded if that fails.
+
+    ``memo_path`` (a Path in the cache root, or None): where the answer is remembered across
+    processes for an unchanged environment (``kcache.toolchain.memoized``), because asking
+    costs 5-12 ms on the GPU machine, more than the rest of a cache hit.
     """
-    return dict(_toolchain())
+    global _process_toolchain
+    if _process_toolchain is None:
+        from kcache.toolchain import memoized
+
+        _process_toolchain = memoized(memo_path, _toolchain)
+    return dict(_process_toolchain)
 
 
-@functools.lru_cache(maxsize=1)
+_process_toolchain = None
+
+
 def _toolchain() -> dict:
     from kcache.toolchain import package_versions
 

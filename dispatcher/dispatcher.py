@@ -18,6 +18,8 @@ import time
 from kcache.warn import warn_once
 
 from . import _compat
+from kcache import layout as _layout, toolchain as _toolchain  # imported now, not on a kernel call
+
 from . import components as _components  # imported now, not on the first kernel call
 from .kernel_entry import NotStorable, entry_to_kernel, is_marker, kernel_to_entry, marker_entry
 
@@ -50,15 +52,6 @@ class _Skip(Exception):
 
 class _CompileFailed(Exception):
     """Carries the user's compile error out of a ``get_or_create`` callback untouched."""
-
-
-def _component_api():
-    return _components
-
-
-def uncacheable_error():
-    """The ``Uncacheable`` exception class of the key builder (dispatcher/components.py)."""
-    return _component_api().Uncacheable
 
 
 class Options:
@@ -127,20 +120,29 @@ def kernel_name(dispatcher) -> str:
     return f"{dispatcher.py_func.__module__}:{dispatcher.py_func.__qualname__}"
 
 
-def kernel_key(dispatcher, argtypes, cc, launch_config=None, cache_key=None):
+def kernel_key(dispatcher, argtypes, cc, launch_config=None, cache_key=None, store=None):
     """(key, components) of ``dispatcher``'s kernel: ``argtypes`` (tuple of numba types),
     ``cc`` (major, minor), ``launch_config`` (numba-cuda's launch-config cache key, only for
-    launch-config-sensitive kernels), ``cache_key`` (str or None). The same function serves a
-    GPU process and ``compile_for``, so their keys agree. Raises ``Uncacheable``."""
+    launch-config-sensitive kernels), ``cache_key`` (str or None), ``store`` (its root keeps
+    the toolchain memo; None: no memo). The same function serves a GPU process and
+    ``compile_for``, so their keys agree. Raises ``Uncacheable``."""
     from kcache import make_key
     lc = launch_config
     if isinstance(lc, tuple):
         lc = [list(lc[0]), list(lc[1]), lc[2]]
-    components = _component_api().kernel_components(
+    toolchain = _components.toolchain_components(_toolchain_memo(store))
+    components = _components.kernel_components(
         dispatcher.py_func, signature=_compat.signature_string(argtypes), cc=tuple(cc),
         output="cubin", targetoptions=dispatcher.targetoptions, launch_config=lc,
-        cache_key=cache_key)
+        cache_key=cache_key, toolchain=toolchain)
     return make_key(components), components
+
+
+def _toolchain_memo(store):
+    """Where the toolchain memo lives in ``store``'s root (kcache.toolchain.memoized)."""
+    if store is None or getattr(store, "root", None) is None:
+        return None
+    return _layout.Layout(store.root).bucket / _toolchain.MEMO_NAME
 
 
 class KCacheDispatcher(_compat.CUDADispatcher):
@@ -233,13 +235,13 @@ class KCacheDispatcher(_compat.CUDADispatcher):
     def _kcache_name(self) -> str:
         return kernel_name(self)
 
-    def kcache_key(self, argtypes, cc, launch_config=None):
+    def kcache_key(self, argtypes, cc, launch_config=None, store=None):
         """(key, components) of this kernel for ``argtypes``, cc (major, minor) and a launch
         configuration key (None unless launch-config-sensitive). Raises ``Uncacheable``."""
         memo = (argtypes, cc, launch_config)
         if memo not in self._kcache_keys:
             self._kcache_keys[memo] = kernel_key(self, argtypes, cc, launch_config,
-                                                 self._kcache.cache_key)
+                                                 self._kcache.cache_key, store)
         return self._kcache_keys[memo]
 
     def _kcache_load_or_compile(self, argtypes, launch_config):
@@ -249,8 +251,8 @@ class KCacheDispatcher(_compat.CUDADispatcher):
             return self._kcache_uncached_build(sig, "caching is off for this kernel")
         cc = _compat.current_cc()
         try:
-            key, components = self.kcache_key(argtypes, cc)
-        except uncacheable_error() as exc:
+            key, components = self.kcache_key(argtypes, cc, store=store)
+        except _components.Uncacheable as exc:
             return self._kcache_uncached_build(sig, str(exc))
         built = {}
         entry = self._kcache_single_flight(store, key, components, argtypes, cc,

@@ -9,6 +9,7 @@
     <root>/v1/locks/ab/<key>.lock       per-key locks; <root>/v1/locks/evict.lock
     <root>/v1/stats/<0-f>.msgpack       counter shards (+ .hits.msgpack, .lock)
     <root>/v1/quarantine/               entries that failed a check
+    <root>/v1/toolchain.msgpack         toolchain versions per environment (kcache.toolchain.memoized)
 """
 from __future__ import annotations
 

@@ -5,8 +5,14 @@ Read with :mod:`importlib.metadata` only, so ``kcache`` commands start fast.
 from __future__ import annotations
 
 import functools
+import os
 import platform
+import sys
 from importlib import metadata
+from pathlib import Path
+from typing import Callable
+
+import msgpack
 
 from .entry import FORMAT_VERSION
 
@@ -55,3 +61,66 @@ def is_stale(components: dict, current: dict[str, str] | None = None) -> bool:
         return False
     current = current if current is not None else package_versions()
     return any(k in current and str(v) != current[k] for k, v in tc.items())
+
+
+# --- per-environment memo -------------------------------------------------------------------
+# Asking package metadata (and, without an NVVM wheel, loading libNVVM) costs 5-12 ms on the
+# GPU machine: more than a whole cache hit. The answer only changes when packages are
+# installed, upgraded or removed, which rewrites the directories on sys.path (pip and conda
+# add/remove *.dist-info folders there). So the toolchain is kept in a small file in the cache
+# root and trusted while the interpreter, sys.path and those directories' mtimes are unchanged.
+MEMO_NAME = "toolchain.msgpack"
+_MEMO_LIMIT = 8  # environments remembered per cache root (venvs, containers sharing a cache)
+
+
+def environment_state() -> list:
+    """What a toolchain memo is valid for: the interpreter, CUDA_HOME/CUDA_PATH, and
+    ``(path, mtime_ns)`` of every directory on ``sys.path`` after the first entry (the
+    script's own folder, which changes as the user works, holds no installed packages)."""
+    state: list = [sys.executable, sys.version, os.environ.get("CUDA_HOME", ""),
+                   os.environ.get("CUDA_PATH", "")]
+    for entry in sys.path[1:]:
+        try:
+            state.append([entry, os.stat(entry or ".").st_mtime_ns])
+        except OSError:
+            state.append([entry, None])
+    return state
+
+
+def memoized(memo_path: Path | None, compute: Callable[[], dict]) -> dict:
+    """``compute()`` (a dict of str -> str), remembered in ``memo_path`` for the current
+    :func:`environment_state`. Any failure to read or write the memo just recomputes: the
+    memo is a speed-up, never a source of errors. ``memo_path`` None disables it."""
+    if memo_path is None:
+        return compute()
+    state = environment_state()
+    memo = _read_memo(memo_path)
+    for item in memo:
+        if item.get("state") == state and isinstance(item.get("value"), dict):
+            return dict(item["value"])
+    value = compute()
+    fresh = [{"state": state, "value": value}]
+    fresh += [m for m in memo if m.get("state") != state][: _MEMO_LIMIT - 1]
+    _write_memo(memo_path, fresh)
+    return value
+
+
+def _read_memo(path: Path) -> list:
+    try:
+        data = msgpack.unpackb(path.read_bytes(), raw=False, strict_map_key=True,
+                               max_bin_len=0, max_ext_len=0)
+    except (OSError, ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError):
+        return []
+    return [m for m in data if isinstance(m, dict)] if isinstance(data, list) else []
+
+
+def _write_memo(path: Path, memo: list) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_bytes(msgpack.packb(memo, use_bin_type=True))
+        os.replace(tmp, path)
+    except (OSError, TypeError, ValueError):
+        try:
+            tmp.unlink()
+        except OSError:
+            pass

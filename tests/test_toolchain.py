@@ -1,0 +1,61 @@
+"""kcache.toolchain: package versions without numba, and the per-environment memo."""
+import os
+import sys
+
+from kcache import toolchain
+
+
+def _counting(value):
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return dict(value)
+    return compute, calls
+
+
+def test_memo_answers_without_recomputing(tmp_path):
+    compute, calls = _counting({"numba": "1.0"})
+    memo = tmp_path / toolchain.MEMO_NAME
+    assert toolchain.memoized(memo, compute) == {"numba": "1.0"}
+    assert toolchain.memoized(memo, compute) == {"numba": "1.0"}
+    assert len(calls) == 1 and memo.exists()
+
+
+def test_memo_recomputes_when_a_package_directory_changes(tmp_path, monkeypatch):
+    site = tmp_path / "site"
+    site.mkdir()
+    monkeypatch.setattr(sys, "path", [sys.path[0], str(site)])
+    memo = tmp_path / toolchain.MEMO_NAME
+    compute, calls = _counting({"numba": "1.0"})
+    toolchain.memoized(memo, compute)
+    # pip install/upgrade adds or removes a *.dist-info folder: the directory's mtime moves
+    (site / "numba-2.0.dist-info").mkdir()
+    os.utime(site, ns=(1, 1))
+    upgraded, calls2 = _counting({"numba": "2.0"})
+    assert toolchain.memoized(memo, upgraded) == {"numba": "2.0"}
+    assert len(calls2) == 1
+
+
+def test_memo_recomputes_for_another_interpreter(tmp_path, monkeypatch):
+    memo = tmp_path / toolchain.MEMO_NAME
+    toolchain.memoized(memo, _counting({"python": "3.11"})[0])
+    monkeypatch.setattr(sys, "executable", "/opt/other/bin/python")
+    other, calls = _counting({"python": "3.12"})
+    assert toolchain.memoized(memo, other) == {"python": "3.12"}
+    assert calls == [1]
+
+
+def test_broken_or_unwritable_memo_is_only_a_recompute(tmp_path):
+    memo = tmp_path / toolchain.MEMO_NAME
+    memo.write_bytes(b"\xc1 not msgpack")
+    compute, calls = _counting({"numba": "1.0"})
+    assert toolchain.memoized(memo, compute) == {"numba": "1.0"}
+    missing_dir = tmp_path / "no" / "such" / toolchain.MEMO_NAME
+    assert toolchain.memoized(missing_dir, compute) == {"numba": "1.0"}
+    assert len(calls) == 2 and not missing_dir.exists()
+
+
+def test_package_versions_without_numba_import():
+    versions = toolchain.package_versions()
+    assert versions["python"].count(".") == 2 and "kcache-format" in versions
