@@ -9,19 +9,13 @@ from __future__ import annotations
 from .aot import compile_for, parse_cc
 from .dispatcher import (KCacheDispatcher, KCacheStats, Options, explain_enabled, process_counts,
                          set_explain)
+from .fingerprint import Uncacheable
 from .install import install, installed, uninstall
 from .jit import jit
 
 __all__ = ["jit", "install", "uninstall", "installed", "compile_for", "parse_cc", "explain",
-           "KCacheDispatcher", "KCacheStats", "Options", "Uncacheable", "process_counts"]
-
-
-def __getattr__(name):
-    # Uncacheable lives in the key builder (dispatcher/fingerprint.py); resolved lazily.
-    if name == "Uncacheable":
-        from .fingerprint import Uncacheable
-        return Uncacheable
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+           "KCacheDispatcher", "KCacheStats", "Options", "Uncacheable", "process_counts",
+           "explain_enabled"]
 
 
 def explain(target=True):

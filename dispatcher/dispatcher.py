@@ -21,7 +21,7 @@ from . import _compat
 from kcache import layout as _layout, toolchain as _toolchain  # imported now, not on a kernel call
 
 from . import components as _components  # imported now, not on the first kernel call
-from .kernel_entry import NotStorable, entry_to_kernel, is_marker, kernel_to_entry, marker_entry
+from .kernel_entry import NotStorable, entry_to_kernel, kernel_to_entry, marker_entry
 
 log = logging.getLogger("kcache.dispatcher")
 explain_log = logging.getLogger("kcache.explain")

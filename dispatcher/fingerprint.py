@@ -33,7 +33,6 @@ from __future__ import annotations
 import dis
 import enum
 import hashlib
-import inspect
 import sys
 import types
 import weakref

@@ -22,12 +22,12 @@ import json
 import math
 import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import platformdirs
 
+from . import atomic
 from .errors import ConfigError
 
 DEFAULT_MAX_SIZE = 2 << 30  # bytes
@@ -234,16 +234,5 @@ def write_setting(root, name: str, value: Any) -> Path:
         conf[name] = _normalize(name, value)
     root.mkdir(parents=True, exist_ok=True, mode=0o700)
     path = root / CONFIG_NAME
-    fd, tmp = tempfile.mkstemp(dir=root, prefix=".config.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(conf, f, indent=2, sort_keys=True)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    atomic.write_atomic(path, (json.dumps(conf, indent=2, sort_keys=True) + "\n").encode())
     return path

@@ -21,7 +21,6 @@ import atexit
 import collections
 import os
 import sys
-import tempfile
 import threading
 import time
 import weakref
@@ -30,6 +29,8 @@ from typing import Callable
 
 import filelock
 import msgpack
+
+from . import atomic
 
 COUNTERS = ("hits", "misses", "compiles", "puts", "evictions", "corrupt", "lock_waits",
             "lock_timeouts", "bytes_written", "compile_seconds", "seconds_saved")
@@ -157,18 +158,10 @@ class StatsBook:
             return False
 
     def _replace(self, path: Path, obj: dict) -> None:
-        fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            os.fchmod(fd, self.file_mode)
-            with os.fdopen(fd, "wb") as f:
-                f.write(msgpack.packb(obj, use_bin_type=True))
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        # No fsync: counters are advisory (recount() rebuilds the totals) and a shard is
+        # rewritten on every put, so an fsync here would double the cost of a put.
+        atomic.write_atomic(path, msgpack.packb(obj, use_bin_type=True), mode=self.file_mode,
+                            fsync=False)
 
     def reset(self, keep_totals: bool = True) -> None:
         """Zero every counter (and per-entry hits); totals kept unless ``keep_totals`` is False."""

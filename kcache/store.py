@@ -18,11 +18,11 @@ import contextlib
 import dataclasses
 import errno
 import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from . import atomic
 from . import entry as fmt
 from .config import Settings, resolve
 from .entry import Entry, EntryInfo
@@ -147,28 +147,10 @@ class Store:
         os.chmod(d, self._dir_mode)
 
     def _write_atomic(self, path: Path, data: bytes) -> None:
-        """Temp file in ``path``'s directory, fsync, os.replace (raises OSError)."""
-        tmp = self._write_temp(path, data)
-        try:
-            os.replace(tmp, path)
-        except BaseException:
-            _unlink(tmp)
-            raise
+        atomic.write_atomic(path, data, mode=self._file_mode)
 
     def _write_temp(self, path: Path, data: bytes) -> str:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp")
-        try:
-            os.fchmod(fd, self._file_mode)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
-        except BaseException:
-            os.close(fd)
-            _unlink(tmp)
-            raise
-        os.close(fd)
-        return tmp
+        return atomic.write_temp(path, data, mode=self._file_mode)
 
     def _count(self, key: str | None, now: bool = False, hit_key: str | None = None, **counters) -> None:
         shard = shard_of(key) if key else os.getpid() % SHARDS
@@ -408,7 +390,7 @@ class Store:
                 self._note_totals(key)
         except OSError as exc:
             if tmp is not None:
-                _unlink(tmp)
+                atomic.unlink_quietly(tmp)
             if isinstance(exc, FileNotFoundError):
                 self._ready = False  # the layout was deleted under us: recreate it next time
             else:
@@ -650,8 +632,3 @@ def _size_or_none(path: Path) -> int | None:
         return None
 
 
-def _unlink(path) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass

@@ -14,6 +14,7 @@ from typing import Callable
 
 import msgpack
 
+from . import atomic
 from .entry import FORMAT_VERSION
 
 # distribution name -> key in the result; the NVVM / nvJitLink wheels per CUDA major version
@@ -115,12 +116,7 @@ def _read_memo(path: Path) -> list:
 
 
 def _write_memo(path: Path, memo: list) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_bytes(msgpack.packb(memo, use_bin_type=True))
-        os.replace(tmp, path)
+        atomic.write_atomic(path, msgpack.packb(memo, use_bin_type=True), fsync=False)
     except (OSError, TypeError, ValueError):
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
+        pass  # a memo that cannot be written is only a recompute next time
