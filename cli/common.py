@@ -247,8 +247,8 @@ def resolve_prefix(store, prefix: str):
 def newer_format_files(store, prefix: str = "", *, readonly: bool = True) -> list[Path]:
     """Entry files (whose key starts with ``prefix``) written by a newer kcache format.
 
-    ``Store.entries``/``find`` skip such files silently and ``Store.prune``/``clear`` would
-    delete them, so the CLI looks for them itself: it reads each file's fixed prefix and asks
+    ``Store.entries``/``find`` skip such files (the store never reads nor deletes them), so
+    the CLI looks for them itself to say why a key or a command is refused: it reads each file's fixed prefix and asks
     ``kcache.entry.parse_prefix``, which raises ``NewerFormat`` for a newer version; only such
     files are then read whole and checked by ``kcache.entry.decode`` (which checks the
     checksum first, so a flipped bit in the version field counts as corruption, as in the
@@ -282,8 +282,9 @@ def _is_newer(path: Path, key: str, size: int) -> bool:
 def refuse_newer_format(store, action: str) -> None:
     """Raise :class:`UsageError` when the writable root holds newer-format entries.
 
-    ``action`` (e.g. "prune") would remove them, and a cache written by a newer kcache must
-    be left untouched (issue 4): say so and change nothing.
+    A cache written by a newer kcache is left untouched as a whole (issue 4): rather than
+    pruning around entries it cannot judge, ``action`` (e.g. "prune") says so and changes
+    nothing.
     """
     newer = newer_format_files(store, readonly=False)
     if newer:
