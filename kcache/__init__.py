@@ -1,20 +1,22 @@
 """kcache: a content-addressed on-disk cache for GPU kernels compiled by numba-cuda.
 
 Importing ``kcache`` never imports numba; ``kcache.jit``, ``kcache.install``,
-``kcache.uninstall``, ``kcache.compile_for`` and ``kcache.explain`` are loaded lazily from
+``kcache.uninstall``, ``kcache.compile_for``, ``kcache.explain`` and ``kcache.CompileForError``
+are loaded lazily from
 ``kcache.dispatcher``. See docs/design.md.
 """
 from .entry import Entry, EntryInfo
 from .errors import ConfigError, CorruptEntry, KcacheError, LockTimeout, NewerFormat
 from .keys import make_key
-from .prune import PruneReport, VerifyReport
+from .prune import NotRemoved, PruneReport, RemoveReport, VerifyReport
 from .store import Stats, Store
 
 __version__ = "0.1.0"
 
-_LAZY = ("jit", "install", "uninstall", "compile_for", "explain")
+_LAZY = ("jit", "install", "uninstall", "compile_for", "explain", "CompileForError")
 
 __all__ = ["make_key", "Entry", "EntryInfo", "Store", "Stats", "PruneReport", "VerifyReport",
+           "RemoveReport", "NotRemoved",
            "KcacheError", "ConfigError", "LockTimeout", "CorruptEntry", "NewerFormat", *_LAZY]
 
 

@@ -6,14 +6,19 @@ default. The root itself comes from the argument, ``KCACHE_DIR`` or platformdirs
 
 | setting | environment | config.json key | default | accepted |
 | --- | --- | --- | --- | --- |
-| root | KCACHE_DIR | - | user cache dir | a directory path (not a file) |
-| max_size | KCACHE_MAX_SIZE | max_size | 2 GiB | bytes, or number + K/M/G/T (binary), KiB.., KB.. (decimal) |
-| readonly_roots | KCACHE_READONLY_DIRS | readonly_dirs | () | os.pathsep list / JSON list of paths |
-| lock_timeout | KCACHE_LOCK_TIMEOUT | lock_timeout | 600 s | seconds >= 0, or a duration like 90s, 5m |
+| root | KCACHE_DIR | - | user cache dir | a directory path (not a file, not empty) |
+| max_size | KCACHE_MAX_SIZE | max_size | 2 GiB | bytes, or number + K/M/G/T (binary), KiB.., KB.. (decimal); 1 .. 2**63-1 bytes |
+| readonly_roots | KCACHE_READONLY_DIRS | readonly_dirs | () | os.pathsep list / JSON list of directories |
+| lock_timeout | KCACHE_LOCK_TIMEOUT | lock_timeout | 600 s | seconds 0 .. 100 years, or a duration like 90s, 5m |
 | disabled | KCACHE_DISABLE | - | False | 1/0, true/false, yes/no, on/off |
 | shared | KCACHE_SHARED | shared | False | 1/0, true/false, yes/no, on/off |
 
-Bad values raise :class:`~kcache.errors.ConfigError` naming the variable and what is accepted.
+An environment variable that is empty or only blanks counts as unset (``KCACHE_DIR=`` gives
+the default root); an empty ``root`` argument is a ConfigError. Paths (root, read-only roots)
+are made absolute (``Path.expanduser().absolute()``); blank, repeated read-only roots and one
+equal to the root are dropped. Unknown keys in config.json are warned about once and ignored.
+Bad values raise :class:`~kcache.errors.ConfigError` naming the variable (or config.json and
+its key), quoting the value given, and saying what is accepted.
 """
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ import json
 import math
 import os
 import re
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +35,7 @@ import platformdirs
 
 from . import atomic
 from .errors import ConfigError
+from .warn import warn_once
 
 DEFAULT_MAX_SIZE = 2 << 30  # bytes
 DEFAULT_LOCK_TIMEOUT = 600.0  # seconds; compiling one kernel can take minutes
@@ -41,11 +48,16 @@ for _i, _u in enumerate("kmgt", start=1):
     _SIZE_UNITS[_u + "ib"] = 1024**_i
     _SIZE_UNITS[_u + "b"] = 1000**_i
 _SIZE_RE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*")
-SIZE_ACCEPTED = "bytes (e.g. 1048576) or a number with a unit: K, M, G, T or KiB, MiB, GiB, TiB (1024-based), KB, MB, GB, TB (1000-based), e.g. 500M, 2G, 2GiB"
+MAX_SIZE_BYTES = 2**63 - 1  # the largest file offset (off_t); msgpack and JSON keep it exact
+SIZE_ACCEPTED = ("bytes (a whole number, e.g. 1048576) or a number with a unit: K, M, G, T or "
+                 "KiB, MiB, GiB, TiB (1024-based), KB, MB, GB, TB (1000-based), e.g. 500M, 2G, 2GiB; "
+                 "at most 2**63-1 bytes (8 EiB)")
 
 _DUR_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _DUR_RE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]?)\s*")
-DURATION_ACCEPTED = "seconds (e.g. 30, 1.5) or a number with a unit s, m, h, d, w (e.g. 90s, 30m, 12h, 7d, 2w)"
+MAX_DURATION = 36525 * 86400.0  # seconds: 100 years, far beyond any lock wait or entry age
+DURATION_ACCEPTED = ("seconds (e.g. 30, 1.5) or a number with a unit s, m, h, d, w (e.g. 90s, 30m, "
+                     "12h, 7d, 2w); at least 0, at most 36525d (100 years)")
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -54,35 +66,58 @@ _FALSE = {"0", "false", "no", "off", ""}
 def parse_size(value: str | int, name: str = "size") -> int:
     """Parse a size into bytes: an int, or text like "500M", "2G", "2GiB", "1.5GB", "1048576".
 
-    K/M/G/T and KiB/MiB/GiB/TiB are 1024-based; KB/MB/GB/TB are 1000-based. Raises
-    ConfigError naming ``name`` for anything else (negative, unknown unit, not a number)."""
-    if isinstance(value, bool):
-        raise ConfigError(f"{name}={value!r} is not a size; accepted: {SIZE_ACCEPTED}")
-    if isinstance(value, int):
+    K/M/G/T and KiB/MiB/GiB/TiB are 1024-based; KB/MB/GB/TB are 1000-based; a fraction of a
+    byte is rounded down. Text is read exactly (``fractions.Fraction``, never a float), so a
+    400-digit number is "too large", not infinity. Raises ConfigError naming ``name`` and
+    quoting ``value`` for anything else: negative, above MAX_SIZE_BYTES (2**63-1), a float or
+    bool (e.g. ``{"max_size": 1.5}`` in config.json), an unknown unit, not a number."""
+    if isinstance(value, int) and not isinstance(value, bool):
         if value < 0:
             raise ConfigError(f"{name}={value!r} is negative; accepted: {SIZE_ACCEPTED}")
-        return value
-    m = _SIZE_RE.fullmatch(str(value))
-    unit = m and _SIZE_UNITS.get(m.group(2).lower())
-    if not m or unit is None:
+        number = value
+    elif isinstance(value, str):
+        m = _SIZE_RE.fullmatch(value)
+        unit = m and _SIZE_UNITS.get(m.group(2).lower())
+        if not m or unit is None:
+            raise ConfigError(f"{name}={value!r} is not a size{_sign_note(value)}; accepted: {SIZE_ACCEPTED}")
+        number = int(Fraction(m.group(1)) * unit)
+    else:
         raise ConfigError(f"{name}={value!r} is not a size; accepted: {SIZE_ACCEPTED}")
-    return int(float(m.group(1)) * unit)
+    if number > MAX_SIZE_BYTES:
+        raise ConfigError(f"{name}={value!r} is too large; accepted: {SIZE_ACCEPTED}")
+    return number
 
 
 def parse_duration(value: str | float | int, name: str = "duration") -> float:
     """Parse a duration into seconds: a number, or text like "90s", "30m", "12h", "7d", "2w".
 
-    Raises ConfigError naming ``name`` for a negative, non-finite or unparsable value."""
+    Text is read exactly (``fractions.Fraction``), so huge numbers are "too large", never
+    infinity. Raises ConfigError naming ``name`` and quoting ``value`` for a negative,
+    non-finite, too large (> MAX_DURATION, 100 years) or unparsable value. ``-0.0`` gives 0.0."""
     if isinstance(value, bool):
         raise ConfigError(f"{name}={value!r} is not a duration; accepted: {DURATION_ACCEPTED}")
     if isinstance(value, (int, float)):
-        if value < 0 or not math.isfinite(value):
-            raise ConfigError(f"{name}={value!r} must be a finite number of seconds >= 0; accepted: {DURATION_ACCEPTED}")
-        return float(value)
-    m = _DUR_RE.fullmatch(str(value))
-    if not m or m.group(2).lower() not in _DUR_UNITS:
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{name}={value!r} is not a finite number of seconds; accepted: {DURATION_ACCEPTED}")
+        if value < 0:
+            raise ConfigError(f"{name}={value!r} is negative; accepted: {DURATION_ACCEPTED}")
+        seconds = Fraction(value)
+    elif isinstance(value, str):
+        m = _DUR_RE.fullmatch(value)
+        if not m or m.group(2).lower() not in _DUR_UNITS:
+            raise ConfigError(f"{name}={value!r} is not a duration{_sign_note(value)}; accepted: {DURATION_ACCEPTED}")
+        seconds = Fraction(m.group(1)) * _DUR_UNITS[m.group(2).lower()]
+    else:
         raise ConfigError(f"{name}={value!r} is not a duration; accepted: {DURATION_ACCEPTED}")
-    return float(m.group(1)) * _DUR_UNITS[m.group(2).lower()]
+    if seconds > MAX_DURATION:
+        raise ConfigError(f"{name}={value!r} is too large; accepted: {DURATION_ACCEPTED}")
+    return float(seconds) + 0.0  # + 0.0 turns -0.0 into 0.0
+
+
+def _sign_note(text: str) -> str:
+    # "-0", "-5G", "+1": say why, rather than only "not a size"
+    sign = text.strip()[:1]
+    return " (negative: no sign is allowed)" if sign == "-" else " (no sign is allowed)" if sign == "+" else ""
 
 
 def parse_bool(value: str | bool, name: str) -> bool:
@@ -125,22 +160,42 @@ class Settings:
         return self.root / CONFIG_NAME
 
 
-def _check_root(root: Path, origin: str) -> Path:
-    root = Path(os.path.expanduser(str(root)))
-    if root.exists() and not root.is_dir():
-        raise ConfigError(f"cache root {str(root)!r} (from {origin}) is a file; accepted: a directory path (existing or not)")
-    return root
+def _absolute(path: str | os.PathLike) -> Path:
+    """``~`` expanded and made absolute (against the current directory, symlinks kept), so
+    the same setting names the same folder wherever a later command runs."""
+    return Path(path).expanduser().absolute()
+
+
+def _check_dir(path: Path, what: str, origin: str) -> Path:
+    """``path`` made absolute; ConfigError if it exists and is not a directory."""
+    path = _absolute(path)
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{what} {str(path)!r} (from {origin}) is a file; accepted: a directory path (existing or not)")
+    return path
+
+
+def _check_root(root, origin: str) -> Path:
+    if not str(root).strip():
+        raise ConfigError(f"cache root {str(root)!r} (from {origin}) is empty; accepted: a directory path "
+                          "(leave the setting out for the default)")
+    return _check_dir(Path(root), "cache root", origin)
 
 
 def read_config(root: Path) -> dict[str, Any]:
-    """Contents of ``<root>/config.json`` ({} if absent). ConfigError if it is not a JSON object."""
+    """Contents of ``<root>/config.json`` ({} if absent). ConfigError naming the file if it is
+    not a JSON object or not a regular file (e.g. a directory). An unreadable file (permissions,
+    I/O error) is warned once and ignored: defaults apply."""
     path = Path(root) / CONFIG_NAME
     try:
         text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return {}
-    except OSError:
-        return {}  # an unreadable config must not break the program; defaults apply
+    except IsADirectoryError:
+        raise ConfigError(f"config file {path} is a directory; accepted: a JSON file "
+                          f"(remove or rename that directory)") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        warn_once(f"config-unreadable:{path}", f"kcache: cannot read config file {path} ({exc}); its settings are ignored")
+        return {}
     try:
         data = json.loads(text)
     except ValueError as exc:
@@ -150,11 +205,19 @@ def read_config(root: Path) -> dict[str, Any]:
     return data
 
 
+def _warn_unknown_keys(conf: dict, path: Path) -> None:
+    for name in conf:
+        if name not in SETTINGS:
+            warn_once(f"config-key:{path}:{name}", f"kcache: config file {path}: unknown setting {name!r} ignored; "
+                      f"accepted: {', '.join(SETTINGS)}")
+
+
 def _pick(name: str, arg: Any, env: str, conf: dict, conf_key: str, conf_path: Path, default: Any):
-    """(raw value, origin, variable name for messages) by precedence."""
+    """(raw value, origin, variable name for messages) by precedence. An environment variable
+    that is empty or blank counts as unset."""
     if arg is not None:
         return arg, "argument", name
-    if os.environ.get(env, "") != "":
+    if os.environ.get(env, "").strip():
         return os.environ[env], f"env {env}", env
     if conf_key in conf:
         return conf[conf_key], f"config {conf_path}", f"{conf_key} in {conf_path}"
@@ -162,13 +225,20 @@ def _pick(name: str, arg: Any, env: str, conf: dict, conf_key: str, conf_path: P
 
 
 def _paths(value: Any, var: str) -> tuple[Path, ...]:
+    """Absolute directories from an os.pathsep list or a list of paths; blank parts dropped,
+    duplicates kept once; ConfigError naming ``var`` for a wrong type or a file."""
     if isinstance(value, (str, os.PathLike)):
         parts = str(value).split(os.pathsep)
     elif isinstance(value, (list, tuple)) and all(isinstance(p, (str, os.PathLike)) for p in value):
         parts = [str(p) for p in value]
     else:
         raise ConfigError(f"{var}={value!r} is not a list of directories; accepted: paths separated by {os.pathsep!r} or a list")
-    return tuple(Path(os.path.expanduser(p)) for p in parts if p)
+    out: dict[Path, Path] = {}  # resolved -> as given (absolute), first one wins
+    for part in parts:
+        if part.strip():
+            path = _check_dir(Path(part), "read-only cache dir", var)
+            out.setdefault(path.resolve(), path)
+    return tuple(out.values())
 
 
 def resolve(root=None, max_size=None, readonly_roots=None, lock_timeout=None) -> Settings:
@@ -178,13 +248,14 @@ def resolve(root=None, max_size=None, readonly_roots=None, lock_timeout=None) ->
     origins: dict[str, str] = {}
     if root is not None:
         origins["root"] = "argument"
-    elif os.environ.get("KCACHE_DIR"):
+    elif os.environ.get("KCACHE_DIR", "").strip():  # empty or blank = unset, as for every KCACHE_*
         root, origins["root"] = os.environ["KCACHE_DIR"], "env KCACHE_DIR"
     else:
         root, origins["root"] = platformdirs.user_cache_dir("kcache", appauthor=False), "default"
-    root = _check_root(Path(root), origins["root"])
+    root = _check_root(root, origins["root"])
     conf = read_config(root)
     cpath = root / CONFIG_NAME
+    _warn_unknown_keys(conf, cpath)
 
     raw, origins["max_size"], var = _pick("max_size", max_size, "KCACHE_MAX_SIZE", conf, "max_size", cpath, DEFAULT_MAX_SIZE)
     size = parse_size(raw, var)
@@ -193,7 +264,7 @@ def resolve(root=None, max_size=None, readonly_roots=None, lock_timeout=None) ->
 
     raw, origins["readonly_roots"], var = _pick("readonly_roots", None if readonly_roots is None else list(readonly_roots) if not isinstance(readonly_roots, (str, os.PathLike)) else readonly_roots,
                                                 "KCACHE_READONLY_DIRS", conf, "readonly_dirs", cpath, ())
-    ro = _paths(raw, var)
+    ro = tuple(p for p in _paths(raw, var) if p.resolve() != root.resolve())  # the root is searched first anyway
 
     raw, origins["lock_timeout"], var = _pick("lock_timeout", lock_timeout, "KCACHE_LOCK_TIMEOUT", conf, "lock_timeout", cpath, DEFAULT_LOCK_TIMEOUT)
     timeout = parse_duration(raw, var)
@@ -223,7 +294,9 @@ def write_setting(root, name: str, value: Any) -> Path:
 
     ``name`` is one of max_size, readonly_dirs, lock_timeout, shared; the value is validated and
     stored normalized (max_size in bytes, lock_timeout in seconds). Written atomically
-    (temp file + os.replace). Raises ConfigError for an unknown name or bad value."""
+    (temp file + os.replace). Raises ConfigError for an unknown name or bad value, or a
+    config.json that is not a JSON object / not a file; OSError naming config.json when it
+    cannot be written."""
     if name not in SETTINGS:
         raise ConfigError(f"unknown setting {name!r}; accepted: {', '.join(SETTINGS)}")
     root = _check_root(Path(root), "argument")
@@ -232,7 +305,10 @@ def write_setting(root, name: str, value: Any) -> Path:
         conf.pop(name, None)
     else:
         conf[name] = _normalize(name, value)
-    root.mkdir(parents=True, exist_ok=True, mode=0o700)
     path = root / CONFIG_NAME
-    atomic.write_atomic(path, (json.dumps(conf, indent=2, sort_keys=True) + "\n").encode())
+    try:
+        root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        atomic.write_atomic(path, (json.dumps(conf, indent=2, sort_keys=True) + "\n").encode())
+    except OSError as exc:  # name config.json, not the temp file beside it
+        raise OSError(exc.errno, exc.strerror, str(path)) from None
     return path

@@ -84,6 +84,11 @@ class EntryInfo:
 
     ``last_used`` is the file's mtime (a hit touches it); ``hits`` is the per-entry hit count
     from the stats shards (0 when unknown); ``readonly`` is True for entries of a read-only root.
+    ``problem`` is None for a readable entry; for one whose header cannot be read (listed only
+    by ``Store.entries(include_broken=True)`` / ``Store.find(..., include_broken=True)``) it
+    says why, e.g. "truncated: 0 bytes", "bad magic", "not a regular file", "newer format:
+    ..."; then ``created`` is the file's mtime, kernel/signature/arch/compile_seconds are None
+    and components/sizes/meta are empty.
     """
 
     key: str
@@ -101,6 +106,7 @@ class EntryInfo:
     sizes: dict
     meta: dict
     hits: int = 0
+    problem: str | None = None
 
 
 def _unpack(data: bytes) -> Any:

@@ -14,12 +14,17 @@
 from __future__ import annotations
 
 import os
+import re
+import stat
 from pathlib import Path
 from typing import Iterator
+
+from .keys import KEY_RE
 
 BUCKET = "v1"
 SUFFIX = ".kce"
 TMP_SUFFIX = ".tmp"
+_SHARD_RE = re.compile(r"[0-9a-f]{2}")
 CACHEDIR_TAG = (
     "Signature: 8a477f597d28d172789f06886806bc55\n"
     "# This file is a cache directory tag created by kcache (GPU kernel cache).\n"
@@ -43,18 +48,34 @@ class Layout:
         return self.entries / key[:2] / f"{key}{SUFFIX}"
 
     def shard_dirs(self, first: str | None = None) -> Iterator[Path]:
-        """Existing entry shard directories (only those starting with ``first`` if given)."""
+        """Existing entry shard directories, named by 2 lowercase hex digits (only those
+        starting with ``first`` if given). Anything else in ``entries/`` is not kcache's."""
         try:
             names = sorted(os.listdir(self.entries))
         except OSError:
             return
         for name in names:
-            if len(name) == 2 and (first is None or name.startswith(first)):
+            if _SHARD_RE.fullmatch(name) and (first is None or name.startswith(first)):
                 yield self.entries / name
 
 
-def scan(layout: Layout, first: str | None = None) -> Iterator[tuple[str, Path, os.stat_result]]:
-    """(key, path, stat) of every entry file, via os.scandir (no payload read)."""
+def entry_key(shard: str, name: str) -> str | None:
+    """The key of file ``name`` in shard directory ``shard``, or None when it is not an
+    entry's name (``<key>.kce``, key as made by make_key, first two digits = the shard): such a
+    stray file was not written by kcache and is never read, counted, moved or deleted."""
+    if not name.endswith(SUFFIX):
+        return None
+    key = name[: -len(SUFFIX)]
+    return key if KEY_RE.fullmatch(key) and key.startswith(shard) else None
+
+
+def scan(layout: Layout, first: str | None = None, *,
+         regular_only: bool = True) -> Iterator[tuple[str, Path, os.stat_result]]:
+    """(key, path, stat) of every entry file, via os.scandir (no payload read).
+
+    Only names that are entry names (:func:`entry_key`) are listed; with ``regular_only``
+    (default) only regular files, else also e.g. a directory named like an entry (reported
+    by clear, verify and ``entries(include_broken=True)``)."""
     for d in layout.shard_dirs(first):
         try:
             it = os.scandir(d)
@@ -62,14 +83,16 @@ def scan(layout: Layout, first: str | None = None) -> Iterator[tuple[str, Path, 
             continue
         with it:
             for de in it:
-                name = de.name
-                if not name.endswith(SUFFIX) or name.startswith("."):
+                key = entry_key(d.name, de.name)
+                if key is None:
                     continue
                 try:
                     st = de.stat()
                 except OSError:
                     continue  # removed meanwhile
-                yield name[: -len(SUFFIX)], Path(de.path), st
+                if regular_only and not stat.S_ISREG(st.st_mode):
+                    continue
+                yield key, Path(de.path), st
 
 
 def temp_files(layout: Layout) -> Iterator[tuple[Path, os.stat_result]]:

@@ -14,14 +14,62 @@ from typing import Callable
 
 from .entry import EntryInfo
 from .errors import CorruptEntry, NewerFormat
+from .keys import KEY_RE
 from .layout import Layout, scan, temp_files
 
 TEMP_MAX_AGE = 3600.0  # seconds; a writer never takes that long between create and replace
 
 
+# Why an entry was left in place by clear/prune/remove_many (NotRemoved.reason starts so).
+BUSY = "busy (locked by another process)"
+NOT_REGULAR = "not a regular file"
+NEWER = "written by a newer kcache format version (never deleted)"
+
+
+@dataclasses.dataclass
+class NotRemoved:
+    """An entry that clear/prune/remove_many meant to remove but left in place.
+
+    ``reason``: :data:`BUSY` (its lock is held by another process; after a lock timeout the
+    text adds how long it waited), :data:`NOT_REGULAR` (e.g. a directory named like an entry),
+    :data:`NEWER`, "no such entry", or the OS error, e.g. "Read-only file system (EROFS)"."""
+
+    key: str
+    path: Path
+    reason: str
+
+
+class RemoveReport(int):
+    """Outcome of ``Store.clear()`` / ``Store.remove_many()``.
+
+    Its int value is the number of entries removed (so ``n = store.clear()`` keeps working);
+    ``removed``: their keys; ``bytes_freed``: their file sizes summed (bytes); ``failed``: a
+    :class:`NotRemoved` per entry left in place, with the reason."""
+
+    removed: list[str]
+    bytes_freed: int
+    failed: list[NotRemoved]
+
+    def __new__(cls, removed: list[str], bytes_freed: int, failed: list[NotRemoved]):
+        self = super().__new__(cls, len(removed))
+        self.removed, self.bytes_freed, self.failed = removed, bytes_freed, failed
+        return self
+
+    def __str__(self) -> str:  # "removed {n} entries" prints the count
+        return str(int(self))
+
+    def __repr__(self) -> str:
+        return f"RemoveReport(removed={len(self.removed)}, bytes_freed={self.bytes_freed}, failed={self.failed!r})"
+
+
 @dataclasses.dataclass
 class PruneReport:
-    """What prune removed (or would remove, with ``dry_run``). Sizes in bytes."""
+    """What prune removed (or would remove, with ``dry_run``). Sizes in bytes.
+
+    ``removed`` holds every entry removed, including broken ones (``EntryInfo.problem`` set),
+    so ``bytes_freed`` is exactly the sum of their ``file_size``. ``failed``: a
+    :class:`NotRemoved` per entry chosen but left in place (busy, newer format, OS error); with
+    ``dry_run``, the newer-format entries that a real prune would refuse to delete."""
 
     dry_run: bool = False
     removed: list[EntryInfo] = dataclasses.field(default_factory=list)
@@ -30,18 +78,22 @@ class PruneReport:
     bytes_left: int = 0
     temp_files: int = 0
     lock_files: int = 0  # lock files of absent entries swept
+    failed: list[NotRemoved] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
 class VerifyReport:
     """Outcome of a full check: ``corrupt`` lists (path, reason); ``newer`` lists entries of a
-    newer format (left alone); ``quarantined`` counts files moved with ``fix=True``."""
+    newer format (left alone); ``quarantined`` counts files actually moved with ``fix=True``;
+    ``not_quarantined`` lists (path, why it was left in place) for defective entries of the
+    writable root that ``fix=True`` could not move (e.g. read-only root, busy lock)."""
 
     checked: int = 0
     ok: int = 0
     corrupt: list[tuple[Path, str]] = dataclasses.field(default_factory=list)
     newer: list[Path] = dataclasses.field(default_factory=list)
     quarantined: int = 0
+    not_quarantined: list[tuple[Path, str]] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -115,9 +167,9 @@ def sweep_locks(layout: Layout, hold, max_age: float = TEMP_MAX_AGE) -> int:
         except OSError:
             continue
         for de in it:
-            if not de.name.endswith(".lock"):
-                continue
             key = de.name[:-5]
+            if not de.name.endswith(".lock") or not KEY_RE.fullmatch(key) or not key.startswith(shard):
+                continue  # not a lock file kcache made: leave it
             try:
                 if de.stat().st_mtime > cutoff or layout.entry(key).exists():
                     continue

@@ -163,8 +163,9 @@ class StatsBook:
         atomic.write_atomic(path, msgpack.packb(obj, use_bin_type=True), mode=self.file_mode,
                             fsync=False)
 
-    def reset(self, keep_totals: bool = True) -> None:
-        """Zero every counter (and per-entry hits); totals kept unless ``keep_totals`` is False."""
+    def reset(self, keep_totals: bool = True) -> bool:
+        """Zero every counter (and per-entry hits); totals kept unless ``keep_totals`` is False.
+        Returns True when every shard was written (False: some could not be, e.g. read-only)."""
         with self._mutex:
             self._pending.clear()
             self._pending_hits.clear()
@@ -175,8 +176,7 @@ class StatsBook:
                         del counters[name]
                 hits.clear()
 
-            for shard in range(SHARDS):
-                self._write(shard, zero)
+            return all([self._write(shard, zero) for shard in range(SHARDS)])
 
     def set_totals(self, shard: int, entries: int, nbytes: int) -> None:
         """Overwrite ``shard``'s totals (recount)."""

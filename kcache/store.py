@@ -18,6 +18,8 @@ import contextlib
 import dataclasses
 import errno
 import os
+import stat
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -26,17 +28,27 @@ from . import atomic
 from . import entry as fmt
 from .config import Settings, resolve
 from .entry import Entry, EntryInfo
-from .errors import CorruptEntry, NewerFormat
+from .errors import CorruptEntry, KcacheError, LockTimeout, NewerFormat
 from .keys import check_key
 from .layout import CACHEDIR_TAG, Layout, scan
 from .locks import KeyLocks, try_global
-from .prune import PruneReport, VerifyReport, plan_prune, sweep_locks, sweep_temp
+from .prune import (BUSY, NEWER, NOT_REGULAR, NotRemoved, PruneReport, RemoveReport, VerifyReport,
+                    plan_prune, sweep_locks, sweep_temp)
 from .stats import COUNTERS, SHARDS, StatsBook, shard_of
 from .warn import warn_once
 
 EVICT_TARGET = 0.9  # a put crossing max_size evicts down to this fraction of it
 _TOTALS_TTL = 1.0  # seconds an estimate of other shards' totals is trusted by put
 TOUCH_RESOLUTION = 60.0  # seconds; LRU needs no finer clock than this
+_GONE = "gone"  # _quarantine: the file vanished or was replaced meanwhile (nothing to do)
+_ROOT_ERRNOS = {errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT, errno.ENOTDIR}
+
+
+def os_reason(exc: OSError) -> str:
+    """An OSError as short text: "Read-only file system (EROFS)"."""
+    name = errno.errorcode.get(exc.errno or 0)
+    text = exc.strerror or str(exc)
+    return f"{text} ({name})" if name else text
 
 
 @dataclasses.dataclass
@@ -79,7 +91,9 @@ class Store:
         self.max_size: int = self.settings.max_size
         self.lock_timeout: float = self.settings.lock_timeout
         self.disabled: bool = self.settings.disabled
-        self.writable: bool = True
+        self.writable: bool = True  # False once a write failed or check_writable() found a problem
+        self.write_problem: str | None = None  # why writable is False
+        self._write_exc: OSError | None = None
         self._touch_ok = True
         self._ready = False
         shared = self.settings.shared
@@ -100,12 +114,17 @@ class Store:
 
     # -- failure handling -------------------------------------------------------
     def _fail(self, exc: OSError) -> None:
-        """The writable root proved read-only/missing/full: stop writing, warn once."""
+        """The writable root proved read-only/missing/full: stop writing, warn once. The text
+        suits a program compiling kernels and a maintenance command alike."""
+        self._mark_unwritable(os_reason(exc), exc)
+        warn_once("unwritable", f"kcache: cannot write to the cache at {self.root}: {self.write_problem}; "
+                  "this process writes nothing more there (new kernels still compile, uncached). "
+                  "Point KCACHE_DIR at a writable directory with free space, or set KCACHE_DISABLE=1.")
+
+    def _mark_unwritable(self, reason: str, exc: OSError | None = None) -> None:
         self.writable = False
-        name = errno.errorcode.get(exc.errno or 0, "error")
-        warn_once("unwritable", f"kcache: cannot write to the cache at {self.root} ({name}: {exc.strerror or exc}); "
-                  "kernels still work but are no longer cached by this process. Set KCACHE_DIR to a "
-                  "writable directory with free space, or KCACHE_DISABLE=1 to silence this.")
+        self.write_problem = reason
+        self._write_exc = exc
 
     def _layout_gone(self) -> None:
         self._ready = False  # e.g. the root was deleted while we run: recreate on next write
@@ -113,12 +132,38 @@ class Store:
     def _lock_error(self, exc: OSError) -> None:
         if not self.writable:
             return  # already warned that the root cannot be written
+        if (exc.errno in _ROOT_ERRNOS or isinstance(exc, NotADirectoryError)) and self.check_writable():
+            self._fail(exc)  # the whole root is unwritable, not only its lock folder: say so
+            return
         warn_once("locks", f"kcache: cannot create lock files under {self._layout.locks} ({exc}); "
                   "continuing without locks (concurrent processes may compile the same kernel twice)")
 
+    def check_writable(self) -> str | None:
+        """Why the writable root cannot be written, or None if it can; works before any write
+        and writes nothing that stays.
+
+        Probes by creating and deleting a temp file in the deepest existing folder of
+        ``root/v1/entries`` (``.*.tmp``, the name prune sweeps); a root that does not exist yet
+        is probed by creating and removing a temp directory in its nearest existing ancestor
+        (as creating the root would). So a root under a file ("... is not a directory
+        (ENOTDIR)"), under /proc, on a read-only mount (EROFS) or without permission (EACCES)
+        is found even as root user, where permission bits and ``os.access`` do not tell. A
+        file system with no free block left gives "No space left on device (ENOSPC)".
+        A problem found sets ``writable`` False and ``write_problem`` (no warning: the caller
+        asked). Also returns the reason of an earlier write failure of this Store."""
+        if self.write_problem is not None:
+            return self.write_problem
+        problem = _probe_dir(self.root, (self._layout.entries, self._layout.bucket))
+        if problem is not None:
+            self._mark_unwritable(problem)
+        return problem
+
     def _ensure_root(self) -> bool:
         """Create root (0700, or 02770 when shared), CACHEDIR.TAG and the bucket; False if the
-        root cannot be written."""
+        root cannot be written, or when the store is disabled (KCACHE_DISABLE: nothing on disk
+        is touched, not even counters)."""
+        if self.disabled:
+            return False
         if self._ready:
             return True
         if not self.writable:
@@ -215,37 +260,51 @@ class Store:
                 warn_once("unreadable", f"kcache: cannot read {path} ({exc}); treated as a miss")
         return None
 
-    def _quarantine(self, key: str, path: Path, ro: bool, reason: str, st: os.stat_result | None) -> bool:
-        """Move a defective entry to quarantine (writable root only), count it, warn once."""
-        warn_once("corrupt", f"kcache: corrupt cache entry {path} ({reason}); moved to quarantine, treated as a miss")
+    def _quarantine(self, key: str, path: Path, ro: bool, reason: str, st: os.stat_result | None) -> str | None:
+        """Move a defective entry to quarantine (writable root only), count it, warn once
+        (saying truthfully whether it was moved). Returns None when moved, ``_GONE`` when the
+        file vanished or was replaced meanwhile, else why it was left in place."""
+        why = self._move_to_quarantine(key, path, ro, st)
+        if why is None:
+            fate = f"moved to {self._layout.quarantine}"
+        elif why == _GONE:
+            fate = "already replaced or removed"
+        else:
+            fate = f"left in place: {why}"
+        warn_once("corrupt", f"kcache: corrupt cache entry {path} ({reason}); treated as a miss, {fate}")
+        return why
+
+    def _move_to_quarantine(self, key: str, path: Path, ro: bool, st: os.stat_result | None) -> str | None:
         if ro or self.disabled:
             ident = (str(path), st.st_ino if st else 0)
             if ident not in self._ro_corrupt_seen:
                 self._ro_corrupt_seen.add(ident)
                 self._count(key, now=True, corrupt=1)
-            return False
+            return "read-only layer" if ro else "kcache is disabled (KCACHE_DISABLE)"
         if not self.writable or not self._ensure_root():
-            return False
+            return f"cache root not writable: {self.write_problem}"
         with self._locks.hold(key, blocking=False) as held:
-            if not held:
-                return False  # another process is writing this key; it will replace the file
+            if not held and self.write_problem is None:
+                return BUSY  # another process is writing this key; it will replace the file
             try:
                 now = os.stat(path)
             except FileNotFoundError:
-                return False
+                return _GONE
             if st is not None and (now.st_ino, now.st_size) != (st.st_ino, st.st_size):
-                return False  # replaced meanwhile by a good entry
+                return _GONE  # replaced meanwhile by a good entry
             dest = self._layout.quarantine / f"{key}.{int(time.time())}.{os.getpid()}{path.suffix}"
             try:
                 os.replace(path, dest)
             except FileNotFoundError:
-                return False
+                return _GONE
             except OSError as exc:
                 self._fail(exc)
-                return False
+                return f"cannot move it: {os_reason(exc)}"
             self._stats.forget(key)
-            self._count(key, now=True, corrupt=1, entries=-1, bytes=-now.st_size)
-        return True
+            regular = stat.S_ISREG(now.st_mode)
+            self._count(key, now=True, corrupt=1, entries=-1 if regular else 0,
+                        bytes=-now.st_size if regular else 0)
+        return None
 
     def get(self, key: str) -> Entry | None:
         """The entry for ``key`` (writable root first, then read-only roots) or None.
@@ -313,6 +372,28 @@ class Store:
             components=h["components"], sizes=h["sizes"], meta=h["meta"],
             hits=int((hits or {}).get(key, 0)) if not ro else 0)
 
+    def _info_or_broken(self, key: str, path: Path, lay: Layout, ro: bool, st: os.stat_result,
+                        hits: dict | None = None) -> EntryInfo | None:
+        """EntryInfo of the file, or one with ``problem`` set when its header cannot be read;
+        None if it vanished meanwhile."""
+        try:
+            if not stat.S_ISREG(st.st_mode):
+                problem = NOT_REGULAR
+            else:
+                return self._info(key, path, lay, ro, hits)
+        except FileNotFoundError:
+            return None
+        except NewerFormat as exc:
+            problem = f"newer format: {exc}"
+        except CorruptEntry as exc:
+            problem = str(exc)
+        except OSError as exc:
+            problem = f"unreadable: {os_reason(exc)}"
+        return EntryInfo(
+            key=key, path=path, root=lay.root, readonly=ro, file_size=st.st_size,
+            created=st.st_mtime, last_used=st.st_mtime, kernel=None, signature=None, arch=None,
+            compile_seconds=None, components={}, sizes={}, meta={}, hits=0, problem=problem)
+
     def header(self, key: str) -> EntryInfo | None:
         """Header of ``key``'s entry (first root that has a readable one), without payloads."""
         check_key(key)
@@ -323,31 +404,35 @@ class Store:
                 continue
         return None
 
-    def entries(self, *, readonly: bool = True) -> Iterator[EntryInfo]:
+    def entries(self, *, readonly: bool = True, include_broken: bool = False) -> Iterator[EntryInfo]:
         """Headers of every entry (writable root, then read-only roots if ``readonly``).
-        Unreadable or defective files are skipped (``verify`` reports them)."""
+
+        Files whose header cannot be read (truncated, zero-length, garbage, unreadable, not a
+        regular file, newer format) are skipped, or with ``include_broken`` listed as an
+        EntryInfo whose ``problem`` says why (so they can be shown and removed). Files whose
+        names are not entry names are never listed."""
         hits = self._stats.hits()
         for lay, ro in self._layouts(readonly):
-            for key, path, _st in scan(lay):
-                try:
-                    yield self._info(key, path, lay, ro, hits)
-                except (OSError, CorruptEntry, NewerFormat):
-                    continue
+            for key, path, st in scan(lay, regular_only=not include_broken):
+                info = self._info_or_broken(key, path, lay, ro, st, hits)
+                if info is not None and (include_broken or info.problem is None):
+                    yield info
 
-    def find(self, prefix: str) -> list[EntryInfo]:
-        """Entries whose key starts with ``prefix`` (hex digits), across all roots."""
+    def find(self, prefix: str, *, include_broken: bool = False) -> list[EntryInfo]:
+        """Entries whose key starts with ``prefix`` (hex digits), across all roots;
+        ``include_broken`` as for :meth:`entries`. ValueError for a prefix that is not hex."""
         prefix = prefix.lower()
         if prefix and not all(c in "0123456789abcdef" for c in prefix):
             raise ValueError(f"bad key prefix {prefix!r}: expected hex digits")
         hits = self._stats.hits()
         out = []
         for lay, ro in self._layouts():
-            for key, path, _st in scan(lay, prefix[:2] if len(prefix) >= 2 else (prefix or None)):
+            for key, path, st in scan(lay, prefix[:2] if len(prefix) >= 2 else (prefix or None),
+                                      regular_only=not include_broken):
                 if key.startswith(prefix):
-                    try:
-                        out.append(self._info(key, path, lay, ro, hits))
-                    except (OSError, CorruptEntry, NewerFormat):
-                        continue
+                    info = self._info_or_broken(key, path, lay, ro, st, hits)
+                    if info is not None and (include_broken or info.problem is None):
+                        out.append(info)
         return out
 
     # -- writing ------------------------------------------------------------------
@@ -434,53 +519,95 @@ class Store:
         self._count(None, **counters)
 
     def remove(self, key: str) -> bool:
-        """Remove ``key``'s entry from the writable root; True if a file was removed."""
+        """Remove ``key``'s entry from the writable root; True if a file was removed. (For why
+        an entry was left, e.g. busy, use :meth:`remove_many`.)"""
         check_key(key)
-        if not self.writable or not self._layout.entry(key).exists():
+        path = self._layout.entry(key)
+        if not os.path.lexists(path):
             return False
-        return self._remove(key, self._layout.entry(key)) is not None
+        return isinstance(self._remove(key, path, deltas=None), int)
 
-    def _remove(self, key: str, path: Path, blocking: bool = True, deltas: dict | None = None) -> int | None:
-        """Unlink under the key lock; returns the freed size or None. Totals go to ``deltas``
+    def remove_many(self, keys) -> RemoveReport:
+        """Remove the entries of ``keys`` (an iterable of keys) from the writable root, each
+        under its key lock (waiting up to lock_timeout). Never stops at a failing entry:
+        returns a RemoveReport (int: how many removed; ``bytes_freed``; ``failed``: a
+        NotRemoved per key left, with the reason, "no such entry" for one absent from the
+        writable root). Totals are updated for exactly the files removed. ValueError for a bad
+        key (before anything is removed)."""
+        keys = [check_key(k) for k in keys]
+        removed, freed, failed = [], 0, []
+        deltas: dict = {}
+        try:
+            for key in dict.fromkeys(keys):
+                path = self._layout.entry(key)
+                result = self._remove(key, path, deltas=deltas) if os.path.lexists(path) else None
+                if isinstance(result, int):
+                    removed.append(key)
+                    freed += result
+                else:
+                    failed.append(NotRemoved(key, path, result or "no such entry"))
+        finally:
+            self._apply_deltas(deltas, None)
+        return RemoveReport(removed, freed, failed)
+
+    def _remove(self, key: str, path: Path, blocking: bool = True, deltas: dict | None = None) -> int | str | None:
+        """Unlink under the key lock. Returns the freed size (bytes), None if the file was
+        already gone, or why it was left (a NotRemoved reason). Never raises OSError or
+        LockTimeout: a failing entry says so and the caller goes on. Totals go to ``deltas``
         (shard -> [entries, bytes, count]) when given, else are written at once."""
         try:
             with self._locks.hold(key, blocking=blocking) as held:
                 if not held and not blocking:
-                    return None
-                size = _size_or_none(path)
-                if size is None or _newer_format(path):
-                    return None  # a newer kcache's entry is left untouched
+                    return BUSY
+                st = os.stat(path)
+                if not stat.S_ISREG(st.st_mode):
+                    return NOT_REGULAR  # never counted in the totals; verify(fix=True) moves it
+                if _newer_format(path):
+                    return NEWER
                 os.unlink(path)
         except FileNotFoundError:
             return None
+        except LockTimeout:
+            return f"{BUSY}; gave up after KCACHE_LOCK_TIMEOUT={self.lock_timeout:g} s"
         except OSError as exc:
-            self._fail(exc)
-            return None
+            return os_reason(exc)
         self._stats.forget(key)
         if deltas is not None:
             d = deltas.setdefault(shard_of(key), [0, 0, 0])
             d[0] -= 1
-            d[1] -= size
+            d[1] -= st.st_size
             d[2] += 1
         else:
-            self._count(key, now=True, entries=-1, bytes=-size)
-        return size
+            self._count(key, now=True, entries=-1, bytes=-st.st_size)
+        return st.st_size
 
     def _apply_deltas(self, deltas: dict, counter: str | None) -> None:
         for shard, (n, b, c) in deltas.items():
             extra = {counter: c} if counter else {}
             self._stats.add(shard, now=True, entries=n, bytes=b, **extra)
 
-    def clear(self) -> int:
-        """Remove every entry of the writable root (read-only roots untouched); returns the count."""
-        if not self.writable:
-            return 0
+    def clear(self) -> RemoveReport:
+        """Remove every entry of the writable root (read-only roots untouched).
+
+        Returns a RemoveReport: an int (how many were removed, as before) with ``bytes_freed``
+        and ``failed`` (a NotRemoved per entry left in place: busy lock, not a regular file,
+        newer format, OS error such as EROFS). Goes on past failing entries; totals are
+        updated for exactly the files removed. Files whose names are not entry names are
+        never touched. Old temp files are swept."""
+        removed, freed, failed = [], 0, []
         deltas: dict = {}
-        n = sum(1 for key, path, _st in list(scan(self._layout))
-                if self._remove(key, path, deltas=deltas) is not None)
-        self._apply_deltas(deltas, None)
+        try:
+            for key, path, _st in list(scan(self._layout, regular_only=False)):
+                result = self._remove(key, path, deltas=deltas)
+                if isinstance(result, int):
+                    removed.append(key)
+                    freed += result
+                elif result is not None:
+                    failed.append(NotRemoved(key, path, result))
+        finally:
+            self._apply_deltas(deltas, None)
         sweep_temp(self._layout)  # only old ones: a fresh temp file belongs to a running put
-        return n
+        return RemoveReport(removed, freed, failed)
 
     # -- eviction / maintenance ---------------------------------------------------------
     def _note_totals(self, key: str) -> None:
@@ -511,7 +638,7 @@ class Store:
         for key, path, st in files:
             if total <= target:
                 break
-            if self._remove(key, path, blocking=False, deltas=deltas) is not None:
+            if isinstance(self._remove(key, path, blocking=False, deltas=deltas), int):
                 total -= st.st_size
         self._apply_deltas(deltas, "evictions")
 
@@ -534,33 +661,38 @@ class Store:
         if not dry_run and self.writable:
             report.lock_files = sweep_locks(self._layout, lambda k: self._locks.hold(k, blocking=False))
         deltas: dict = {}
-        for key, path, st in plan.remove:
-            info = plan.infos.get(key) or self._safe_info(key, path)
-            if dry_run and not _newer_format(path) or not dry_run and self._remove(key, path, deltas=deltas) is not None:
-                if info is not None:
-                    report.removed.append(info)
-                report.bytes_freed += st.st_size
-            else:
-                report.entries_left += 1
-                report.bytes_left += st.st_size
-        if not dry_run:
-            self._apply_deltas(deltas, "evictions")
-        return report
-
-    def _safe_info(self, key: str, path: Path) -> EntryInfo | None:
         try:
-            return self._info(key, path, self._layout, False)
-        except (OSError, CorruptEntry, NewerFormat):
-            return None
+            for key, path, st in plan.remove:
+                info = plan.infos.get(key) or self._info_or_broken(key, path, self._layout, False, st)
+                if dry_run:
+                    result = NEWER if _newer_format(path) else st.st_size
+                else:
+                    result = self._remove(key, path, deltas=deltas)
+                if isinstance(result, int):
+                    if info is not None:
+                        report.removed.append(dataclasses.replace(info, file_size=result))
+                    report.bytes_freed += result
+                elif result is not None:  # None: removed meanwhile by someone else
+                    report.failed.append(NotRemoved(key, path, result))
+                    report.entries_left += 1
+                    report.bytes_left += st.st_size
+        finally:
+            if not dry_run:
+                self._apply_deltas(deltas, "evictions")
+        return report
 
     def verify(self, fix: bool = False, progress: Callable[[int, int], None] | None = None) -> VerifyReport:
         """Fully check every entry of every root. ``fix``: quarantine defective entries of the
-        writable root and recount the totals. ``progress(done, total)`` is called per entry."""
-        files = [(lay, ro, key, path) for lay, ro in self._layouts() for key, path, _st in scan(lay)]
+        writable root (``quarantined`` counts those actually moved, ``not_quarantined`` says
+        why others were left) and recount the totals. ``progress(done, total)`` is called per
+        entry. A file named like an entry but not a regular file (e.g. a directory) is corrupt."""
+        files = [(lay, ro, key, path, st) for lay, ro in self._layouts()
+                 for key, path, st in scan(lay, regular_only=False)]
         report = VerifyReport()
-        for i, (lay, ro, key, path) in enumerate(files, 1):
-            st = None
+        for i, (lay, ro, key, path, st) in enumerate(files, 1):
             try:
+                if not stat.S_ISREG(st.st_mode):
+                    raise CorruptEntry(NOT_REGULAR)
                 data, st, _ = self._read_file(path)
                 fmt.decode(data, key)
                 report.ok += 1
@@ -569,9 +701,14 @@ class Store:
             except NewerFormat:
                 report.newer.append(path)
             except (CorruptEntry, OSError) as exc:
-                report.corrupt.append((path, str(exc)))
-                if fix and not ro and isinstance(exc, CorruptEntry) and self._quarantine(key, path, False, str(exc), st):
-                    report.quarantined += 1
+                reason = str(exc) if isinstance(exc, CorruptEntry) else f"unreadable: {os_reason(exc)}"
+                report.corrupt.append((path, reason))
+                if fix and not ro and isinstance(exc, CorruptEntry):
+                    why = self._quarantine(key, path, False, reason, getattr(exc, "stat", None) or st)
+                    if why is None:
+                        report.quarantined += 1
+                    elif why != _GONE:
+                        report.not_quarantined.append((path, why))
             report.checked += 1
             if progress is not None:
                 progress(i, len(files))
@@ -596,8 +733,17 @@ class Store:
         self._stats.flush()
 
     def zero_stats(self) -> None:
-        """Zero every counter and per-entry hit count; totals (entries, bytes) are kept."""
-        self._stats.reset(keep_totals=True)
+        """Zero every counter and per-entry hit count; totals (entries, bytes) are kept.
+
+        Raises OSError (naming the stats folder and the reason, e.g. EROFS, ENOTDIR) when
+        the counters could not be written, KcacheError when the store is disabled."""
+        if self.disabled:
+            raise KcacheError("kcache is disabled (KCACHE_DISABLE): the statistics were not zeroed")
+        if not self._stats.reset(keep_totals=True):
+            exc = self._write_exc
+            raise OSError(exc.errno if exc else errno.EIO,
+                          f"the statistics were not zeroed: {self.write_problem or 'cannot write'}",
+                          str(self._layout.stats))
 
     def recount(self) -> Stats:
         """Rebuild the totals (entries, bytes) from a scan of the writable root; returns stats().
@@ -611,6 +757,40 @@ class Store:
             for s, (n, b) in per.items():
                 self._stats.set_totals(s, n, b)
         return self.stats()
+
+
+def _probe_dir(root: Path, inner: tuple[Path, ...]) -> str | None:
+    """Why nothing can be created in ``root`` (see Store.check_writable), or None: probe the
+    first existing folder of ``inner`` (folders inside root, deepest first), root, then root's
+    ancestors."""
+    for d in (*inner, root, *root.parents):
+        try:
+            st = os.stat(d)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except OSError as exc:
+            return f"{d}: {os_reason(exc)}"
+        if not stat.S_ISDIR(st.st_mode):
+            return f"{d} is a file, not a directory (ENOTDIR)"
+        ours = d == root or d in inner
+        try:
+            if ours:
+                fd, tmp = tempfile.mkstemp(dir=d, prefix=".probe.", suffix=".tmp")
+                os.close(fd)
+                os.unlink(tmp)
+            else:  # root missing: could it be created here?
+                os.rmdir(tempfile.mkdtemp(dir=d, prefix=".kcache-probe."))
+        except OSError as exc:
+            return os_reason(exc) if ours else f"cannot create folders in {d}: {os_reason(exc)}"
+        try:
+            vfs = os.statvfs(d)
+        except OSError:
+            return None
+        free = vfs.f_bfree if os.geteuid() == 0 else vfs.f_bavail  # root may use reserved blocks
+        if vfs.f_blocks and not free:
+            return f"{os.strerror(errno.ENOSPC)} (ENOSPC)"
+        return None
+    return None  # not reached: "/" exists
 
 
 def _newer_format(path: Path) -> bool:

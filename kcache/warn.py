@@ -1,8 +1,19 @@
-"""Warn once per kind per process.
+"""Warn once per kind per process, printed once.
 
 A broken, read-only or full cache must not flood a user's program with warnings: each kind of
-problem (e.g. ``"readonly"``, ``"corrupt"``) is reported once per process through
-:mod:`warnings` (category :class:`KcacheWarning`) and logged at WARNING on logger ``kcache``.
+problem (e.g. ``"unwritable"``, ``"corrupt"``) is reported once per process.
+
+Each report is printed exactly once, through one channel:
+
+* normally through :mod:`warnings` (category :class:`KcacheWarning`), the convention for a
+  library: tests can record it, ``-W`` and ``warnings.filterwarnings`` control it, and
+  ``logging.captureWarnings(True)`` sends it to logging;
+* when the filters ignore ``KcacheWarning`` (``warnings.simplefilter("ignore", KcacheWarning)``,
+  as the ``kcache`` command does), at WARNING on logger ``"kcache"`` instead, with
+  ``record.kcache_kind`` set to the kind so a handler can drop some kinds.
+
+Before, both channels were used, and a plain script printed every warning twice (logging's
+last-resort handler plus the warnings module).
 """
 from __future__ import annotations
 
@@ -21,17 +32,29 @@ class KcacheWarning(UserWarning):
     """Category of every warning kcache emits."""
 
 
-def warn_once(kind: str, message: str) -> bool:
-    """Emit ``message`` unless a warning of ``kind`` was already emitted in this process.
+def _ignored(message: str) -> bool:
+    """True when the first filter of :data:`warnings.filters` that applies to a
+    KcacheWarning with ``message`` (whatever the warning's module) says "ignore"."""
+    for action, msg, category, module, _lineno in warnings.filters:
+        if module is not None or not issubclass(KcacheWarning, category):
+            continue  # module-specific filters depend on the caller: not ours to guess
+        if msg is None or msg.match(message):
+            return action == "ignore"
+    return warnings.defaultaction == "ignore"
 
-    Returns True if the warning was emitted.
-    """
+
+def warn_once(kind: str, message: str) -> bool:
+    """Emit ``message`` unless a warning of ``kind`` was already emitted in this process:
+    through :func:`warnings.warn` (KcacheWarning), or on logger "kcache" when KcacheWarning
+    is ignored (see the module docstring). Returns True if the warning was emitted."""
     with _mutex:
         if kind in _seen:
             return False
         _seen.add(kind)
-    log.warning("%s", message)
-    warnings.warn(message, KcacheWarning, stacklevel=3)
+    if _ignored(message):
+        log.warning("%s", message, extra={"kcache_kind": kind})
+    else:
+        warnings.warn(message, KcacheWarning, stacklevel=3)
     return True
 
 

@@ -144,3 +144,136 @@ def test_disable_values(monkeypatch, tmp_path):
     for text, value in [("1", True), ("true", True), ("ON", True), ("0", False), ("no", False)]:
         monkeypatch.setenv("KCACHE_DISABLE", text)
         assert resolve(tmp_path).disabled is value
+
+
+# -- huge, non-finite and signed numbers: one ConfigError quoting the value typed ----------------
+NINES = "9" * 400
+
+
+@pytest.mark.parametrize("text", [NINES, NINES + "T", NINES + ".5", "9" * 30 + "G", 2**63, "1e99",
+                                  "inf", "nan", "-0", "+5G", 1.5, float("inf")])
+def test_parse_size_rejects_huge_and_odd_values(text):
+    with pytest.raises(ConfigError) as info:
+        parse_size(text, "KCACHE_MAX_SIZE")
+    msg = str(info.value)
+    assert msg.startswith(f"KCACHE_MAX_SIZE={text!r} ") and "at most 2**63-1 bytes" in msg
+
+
+def test_parse_size_limit_is_exact():
+    assert parse_size(2**63 - 1) == 2**63 - 1 == parse_size(str(2**63 - 1))
+    assert parse_size("0.5") == 0 and parse_size("1.9999999999999999999999K") == 2047
+
+
+@pytest.mark.parametrize("text", [NINES, NINES + "w", "inf", "nan", "1e99", "-0", float("inf"),
+                                  float("nan"), 1e300, 10**400, "36526d"])
+def test_parse_duration_rejects_huge_and_odd_values(text):
+    with pytest.raises(ConfigError) as info:
+        parse_duration(text, "KCACHE_LOCK_TIMEOUT")
+    msg = str(info.value)
+    assert msg.startswith(f"KCACHE_LOCK_TIMEOUT={text!r} ") and "at most 36525d" in msg
+
+
+def test_parse_duration_negative_zero_and_limit():
+    assert str(parse_duration(-0.0)) == "0.0" and parse_duration("36525d") == 36525 * 86400
+
+
+@pytest.mark.parametrize("where", ["env", "argument", "config", "write_setting"])
+def test_huge_max_size_everywhere_is_a_config_error(tmp_path, monkeypatch, where):
+    root = tmp_path / "c"
+    value = NINES + "T"
+    with pytest.raises(ConfigError, match="too large"):
+        if where == "env":
+            monkeypatch.setenv("KCACHE_MAX_SIZE", value)
+            resolve(root)
+        elif where == "argument":
+            resolve(root, max_size=value)
+        elif where == "config":
+            root.mkdir()
+            (root / "config.json").write_text(json.dumps({"max_size": value}))
+            resolve(root)
+        else:
+            write_setting(root, "max_size", value)
+
+
+def test_huge_lock_timeout_env_is_rejected_like_inf(tmp_path, monkeypatch):
+    for value in (NINES, "inf"):
+        monkeypatch.setenv("KCACHE_LOCK_TIMEOUT", value)
+        with pytest.raises(ConfigError, match=f"KCACHE_LOCK_TIMEOUT={value!r}"):
+            resolve(tmp_path)
+
+
+# -- roots: empty, blank, relative, duplicates, files --------------------------------------------
+@pytest.mark.parametrize("value", ["", "   ", "\t"])
+def test_blank_kcache_dir_means_unset(monkeypatch, value):
+    monkeypatch.setenv("KCACHE_DIR", value)
+    s = resolve()
+    assert s.root == __import__("pathlib").Path(platformdirs.user_cache_dir("kcache", appauthor=False))
+    assert s.origins["root"] == "default"
+
+
+@pytest.mark.parametrize("value", ["", "  "])
+def test_empty_root_argument_is_an_error(tmp_path, monkeypatch, value):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match="is empty"):
+        Store(value)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_paths_are_made_absolute(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KCACHE_DIR", "relcache")
+    monkeypatch.setenv("KCACHE_READONLY_DIRS", os.pathsep.join(["ro", "~/img"]))
+    s = resolve()
+    assert s.root == tmp_path / "relcache" and s.root.is_absolute()
+    assert s.readonly_roots == (tmp_path / "ro", __import__("pathlib").Path("~/img").expanduser())
+    assert resolve("other").root == tmp_path / "other"
+
+
+def test_readonly_dirs_blank_duplicate_and_root_dropped(tmp_path, monkeypatch):
+    root, a, b = tmp_path / "c", tmp_path / "a", tmp_path / "b"
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KCACHE_READONLY_DIRS", os.pathsep.join([str(a), " ", "a", str(b), str(a) + "/", str(root), "c"]))
+    assert resolve(root).readonly_roots == (a, b)
+
+
+def test_readonly_dir_that_is_a_file(tmp_path, monkeypatch):
+    f = tmp_path / "file"
+    f.write_text("x")
+    monkeypatch.setenv("KCACHE_READONLY_DIRS", str(f))
+    with pytest.raises(ConfigError, match="KCACHE_READONLY_DIRS.*is a file"):
+        resolve(tmp_path / "c")
+    with pytest.raises(ConfigError, match="is a file"):
+        Store(tmp_path / "c", readonly_roots=[f])
+
+
+# -- config.json: unknown keys, wrong types, a directory --------------------------------------------
+def test_unknown_config_key_warns_with_the_accepted_keys(tmp_path):
+    from kcache.warn import KcacheWarning
+    root = tmp_path / "c"
+    root.mkdir()
+    (root / "config.json").write_text('{"max_sise": "1G", "shared": true}')
+    with pytest.warns(KcacheWarning) as rec:
+        s = resolve(root)
+    (msg,) = [str(w.message) for w in rec]
+    assert "'max_sise'" in msg and "max_size, readonly_dirs, lock_timeout, shared" in msg and "config.json" in msg
+    assert s.shared is True and s.max_size == DEFAULT_MAX_SIZE
+
+
+@pytest.mark.parametrize("content", ['{"max_size": 1.5}', '{"max_size": true}', '{"max_size": [1]}',
+                                     '{"lock_timeout": [5]}', '{"readonly_dirs": [1]}'])
+def test_wrong_types_in_config_name_file_and_key(tmp_path, content):
+    root = tmp_path / "c"
+    root.mkdir()
+    (root / "config.json").write_text(content)
+    name = next(iter(json.loads(content)))
+    with pytest.raises(ConfigError, match=f"{name} in {root / 'config.json'}"):
+        resolve(root)
+
+
+def test_config_json_that_is_a_directory(tmp_path):
+    root = tmp_path / "c"
+    (root / "config.json").mkdir(parents=True)
+    for call in (lambda: resolve(root), lambda: write_setting(root, "max_size", "1G")):
+        with pytest.raises(ConfigError) as info:
+            call()
+        assert f"{root / 'config.json'} is a directory" in str(info.value) and ".tmp" not in str(info.value)
