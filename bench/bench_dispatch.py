@@ -4,15 +4,18 @@ cache (run on the GPU machine; results go to docs/dispatcher.md).
 For each mode, a generated module of kernels (an axpy calling a device function, a tiled
 matmul, an atomic reduction, a stencil, a scale) is launched in fresh processes:
 
-* ``cold``: empty cache; the first call of each kernel compiles (and, with a cache, stores);
+* ``cold``: ``--cold-repeat`` fresh processes, each on an empty cache (modes interleaved); the
+  first call of each kernel compiles (and, with a cache, stores);
 * ``warm``: ``--repeat`` fresh processes on the filled cache.
 
 Reported per mode (milliseconds): the first kernel call of the process (median over warm runs),
-each further kernel's first call (median), and the cold first calls summed over all kernels;
+each further kernel's first call (median), the part of those spent looking the overload up
+(``dispatcher.compile``: cache read, rebuild, module load; measured in separate "split" runs),
+and the cold first calls summed over all kernels (median over the cold processes);
 "cold overhead" is kcache's cold total over the no-cache total, minus 1 (goal <= 3 %).
 Goals (docs/design.md): first call <= 10 ms, further first calls <= 0.5 ms.
 
-Usage: python bench/bench_dispatch.py RESULTS.json [--repeat 5]
+Usage: python bench/bench_dispatch.py RESULTS.json [--repeat 5] [--cold-repeat 3]
 """
 import argparse
 import json
@@ -101,59 +104,76 @@ CHILD = textwrap.dedent('''
     cuda.synchronize()
     ready = time.perf_counter() - t0
     calls = [
-        ("axpy", lambda: K.axpy[n // 128, 128](np.float32(2), x, y, out)),
-        ("matmul", lambda: K.matmul[(4, 4), (16, 16)](A, A, C)),
-        ("reduce_sum", lambda: K.reduce_sum[n // 128, 128](x, s)),
-        ("stencil", lambda: K.stencil[n // 128, 128](x, out)),
-        ("scale", lambda: K.scale[n // 128, 128](out, np.float32(0.5))),
+        ("axpy", K.axpy, n // 128, 128, (np.float32(2), x, y, out)),
+        ("matmul", K.matmul, (4, 4), (16, 16), (A, A, C)),
+        ("reduce_sum", K.reduce_sum, n // 128, 128, (x, s)),
+        ("stencil", K.stencil, n // 128, 128, (x, out)),
+        ("scale", K.scale, n // 128, 128, (out, np.float32(0.5))),
     ]
-    times = {}
-    for name, call in calls:
+    split = len(sys.argv) > 2 and sys.argv[2] == "split"
+    times, lookups = {}, {}
+    for name, disp, grid, block, args in calls:
         start = time.perf_counter()
-        call()
+        if split:  # the overload lookup alone (cache read + rebuild + bind), then the launch
+            disp.compile(tuple(disp.typeof_pyval(a) for a in args))
+            lookups[name] = time.perf_counter() - start
+        disp[grid, block](*args)
         cuda.synchronize()
         times[name] = time.perf_counter() - start
-    print(json.dumps({"times": times, "startup_s": ready}))
+    print(json.dumps({"times": times, "lookups": lookups, "startup_s": ready}))
 ''')
 
 MODES = ("kcache", "numba", "none")
 
 
-def run_child(workdir, mode, env):
-    proc = subprocess.run([sys.executable, str(workdir / "child.py"), mode], cwd=workdir,
+def run_child(workdir, mode, env, *extra):
+    proc = subprocess.run([sys.executable, str(workdir / "child.py"), mode, *extra], cwd=workdir,
                           env=env, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
         raise RuntimeError(f"{mode} child failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def bench(repeat):
-    results = {}
+def child_env(workdir, mode, cache_dir):
+    env = dict(os.environ, BENCH_CACHE="0" if mode == "none" else "1",
+               KCACHE_DIR=str(cache_dir / "kcache"), NUMBA_CACHE_DIR=str(cache_dir / "numba"),
+               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    env.pop("KCACHE_ENABLE", None)
+    return env
+
+
+def bench(repeat, cold_repeat):
+    """Cold runs (each on an empty cache) interleaved across modes so that machine noise hits
+    them alike; then ``repeat`` warm runs per mode on the last cold run's cache."""
+    results = {mode: {"cold": [], "warm": [], "split": []} for mode in MODES}
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         (workdir / "bench_kernels.py").write_text(KERNELS)
         (workdir / "child.py").write_text(CHILD)
+        for i in range(cold_repeat):
+            for mode in MODES:
+                env = child_env(workdir, mode, workdir / f"{mode}-{i}")
+                results[mode]["cold"].append(run_child(workdir, mode, env))
         for mode in MODES:
-            env = dict(os.environ, BENCH_CACHE="0" if mode == "none" else "1",
-                       KCACHE_DIR=str(workdir / "kcache"), NUMBA_CACHE_DIR=str(workdir / "numba"),
-                       PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
-            env.pop("KCACHE_ENABLE", None)
-            cold = run_child(workdir, mode, env)
-            warm = [run_child(workdir, mode, env) for _ in range(repeat)]
-            results[mode] = {"cold": cold, "warm": warm}
+            env = child_env(workdir, mode, workdir / f"{mode}-{cold_repeat - 1}")
+            results[mode]["warm"] = [run_child(workdir, mode, env) for _ in range(repeat)]
+            results[mode]["split"] = [run_child(workdir, mode, env, "split") for _ in range(repeat)]
     return results
 
 
 def summarize(results):
     rows = {}
     for mode, r in results.items():
-        names = list(r["cold"]["times"])
+        names = list(r["cold"][0]["times"])
         first = [w["times"][names[0]] for w in r["warm"]]
         further = [w["times"][n] for w in r["warm"] for n in names[1:]]
         rows[mode] = {
             "first_call_ms": 1e3 * statistics.median(first),
             "further_first_calls_ms": 1e3 * statistics.median(further),
-            "cold_total_ms": 1e3 * sum(r["cold"]["times"].values()),
+            "cold_total_ms": 1e3 * statistics.median(sum(c["times"].values()) for c in r["cold"]),
+            "lookup_first_ms": 1e3 * statistics.median(w["lookups"][names[0]] for w in r["split"]),
+            "lookup_further_ms": 1e3 * statistics.median(
+                w["lookups"][n] for w in r["split"] for n in names[1:]),
         }
     base = rows["none"]["cold_total_ms"]
     for mode in rows:
@@ -165,22 +185,25 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("output", type=Path, help="where to write the JSON results")
     parser.add_argument("--repeat", type=int, default=5, help="warm fresh processes per mode")
+    parser.add_argument("--cold-repeat", type=int, default=3,
+                        help="cold processes (empty cache) per mode; the median is reported")
     args = parser.parse_args(argv)
-    if args.repeat < 1:
-        parser.error("--repeat must be at least 1")
+    if args.repeat < 1 or args.cold_repeat < 1:
+        parser.error("--repeat and --cold-repeat must be at least 1")
     from numba import cuda
     if not cuda.is_available():
         parser.error("no CUDA GPU here: run this benchmark on the GPU machine")
-    results = bench(args.repeat)
+    results = bench(args.repeat, args.cold_repeat)
     rows = summarize(results)
     from rich.console import Console
     from rich.table import Table
     table = Table(title=f"first kernel calls in a fresh process (median of {args.repeat})")
-    for col in ("mode", "first call ms", "further first calls ms", "cold total ms",
-                "cold overhead %"):
+    for col in ("mode", "first call ms", "further first calls ms", "of which lookup ms (first, further)",
+                "cold total ms", "cold overhead %"):
         table.add_column(col, justify="right")
     for mode, row in rows.items():
         table.add_row(mode, f"{row['first_call_ms']:.2f}", f"{row['further_first_calls_ms']:.3f}",
+                      f"{row['lookup_first_ms']:.2f}, {row['lookup_further_ms']:.3f}",
                       f"{row['cold_total_ms']:.0f}", f"{row['cold_overhead_pct']:+.1f}")
     Console().print(table)
     args.output.write_text(json.dumps({"summary": rows, "raw": results,

@@ -6,14 +6,17 @@ Public API: :func:`jit`, :func:`install`, :func:`uninstall`, :func:`compile_for`
 """
 from __future__ import annotations
 
-from .aot import compile_for, parse_cc
+from ._compat import CUDADispatcher as _CUDADispatcher
+from .aot import (CompiledEntry, CompileForError, NotStored, check_cc, compile_for,
+                  compile_for_report, parse_cc)
 from .dispatcher import (KCacheDispatcher, KCacheStats, Options, explain_enabled, process_counts,
                          set_explain)
 from .fingerprint import Uncacheable
 from .install import install, installed, uninstall
 from .jit import jit
 
-__all__ = ["jit", "install", "uninstall", "installed", "compile_for", "parse_cc", "explain",
+__all__ = ["jit", "install", "uninstall", "installed", "compile_for", "compile_for_report",
+           "CompileForError", "CompiledEntry", "NotStored", "parse_cc", "check_cc", "explain",
            "KCacheDispatcher", "KCacheStats", "Options", "Uncacheable", "process_counts",
            "explain_enabled"]
 
@@ -21,18 +24,20 @@ __all__ = ["jit", "install", "uninstall", "installed", "compile_for", "parse_cc"
 def explain(target=True):
     """Explain cache misses.
 
-    ``explain(True)`` / ``explain(False)``: log, for every later miss in this process, which
-    key component differs from the nearest entry of the same kernel (logger
-    ``kcache.explain``; the same as ``KCACHE_EXPLAIN=1``). ``explain(dispatcher)``: the lines
-    logged so far for that kernel's misses and uncached compiles (list of str). Raises
-    TypeError for anything else.
+    ``explain(True)`` / ``explain(False)``: log, for every later miss in this process (kernel
+    calls and ``compile_for`` alike), which key component differs from the nearest entry of
+    the same kernel (logger ``kcache.explain``; the same as ``KCACHE_EXPLAIN=1``).
+    ``explain(kernel)`` (a kcache or numba-cuda kernel dispatcher): the lines logged so far
+    for that kernel's misses and uncached compiles (list of str). Raises TypeError for
+    anything else.
     """
     if isinstance(target, bool):
         set_explain(target)
         return None
-    if isinstance(target, KCacheDispatcher):
-        lines = list(target.kcache_explanations)
-        lines += [f"{sig}: not cached: {why}" for sig, why in target.stats.uncached.items()
-                  if not any(why in line for line in lines)]
+    if isinstance(target, _CUDADispatcher):
+        lines = list(getattr(target, "kcache_explanations", ()))
+        if isinstance(target, KCacheDispatcher):
+            lines += [f"{sig}: not cached: {why}" for sig, why in target.stats.uncached.items()
+                      if not any(why in line for line in lines)]
         return lines
-    raise TypeError(f"kcache.explain takes True/False or a kcache dispatcher, not {target!r:.60}")
+    raise TypeError(f"kcache.explain takes True/False or a kernel dispatcher, not {target!r:.60}")

@@ -35,9 +35,10 @@ NO_LAUNCH_CONFIG = _dispatcher._NO_LAUNCH_CONFIG_CACHE_KEY
 __all__ = [
     "CUDADispatcher", "Kernel", "CUDACodeLibrary", "ObjectCode", "global_compiler_lock",
     "numba_cuda_version", "in_tested_range", "normalize_signature", "signature_string",
+    "signature_display",
     "full_cc", "current_cc", "current_launch_config", "compile_kernel", "library_of",
     "uncacheable_reason", "kernel_state", "rebuild_kernel", "make_call_helper", "offline_target",
-    "patch_dispatcher", "unpatch_dispatcher", "is_patched",
+    "patch_dispatcher", "unpatch_dispatcher", "is_patched", "supported_ccs",
 ]
 
 
@@ -76,6 +77,12 @@ def signature_string(argtypes: tuple) -> str:
     return str(tuple(argtypes))
 
 
+def signature_display(argtypes: tuple) -> str:
+    """Argument types as numba prints them, for people (entry ``meta["signature"]``, messages):
+    ``"(array(float32, 1d, C), float32)"``. Not a key component (see :func:`signature_string`)."""
+    return "(" + ", ".join(str(t) for t in argtypes) + ")"
+
+
 def is_signature(obj) -> bool:
     """True if ``obj`` is a signature (string, tuple of types or Signature), as
     ``numba.cuda.jit`` tells eager signatures from functions (``sigutils.is_signature``)."""
@@ -87,6 +94,18 @@ def full_cc(cc) -> tuple:
     ``CUDACodeLibrary._ensure_cc`` keys its PTX/cubin caches ("a" for cc >= 9.0)."""
     major, minor = int(cc[0]), int(cc[1])
     return (major, minor, "a" if (major, minor) >= (9, 0) else "")
+
+
+def supported_ccs() -> list | None:
+    """The compute capabilities ((major, minor), ascending) the installed CUDA toolkit can
+    compile for, as numba-cuda asks them (``numba.cuda.cudadrv.nvrtc.get_supported_ccs``,
+    i.e. ``nvrtcGetSupportedArchs``; ``get_arch_option`` picks the NVVM target from this list).
+    None when the toolkit cannot be asked (the compile then reports the problem itself)."""
+    try:
+        from numba.cuda.cudadrv import nvrtc
+        return sorted(tuple(cc) for cc in nvrtc.get_supported_ccs())
+    except Exception:  # no NVRTC library: nothing to check against
+        return None
 
 
 def current_cc() -> tuple:

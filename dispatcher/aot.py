@@ -6,23 +6,87 @@ numba-cuda's ``compile_ptx`` asks the current device for its cc as soon as a ker
 ``_compat.offline_target(cc)``, which also compiles those device functions afresh per cc, in
 whatever module they live. Keys are computed exactly as a GPU process computes them
 (``dispatcher.kernel_key``), so a cache warmed here hits later on a GPU of that cc.
+
+Warming ahead of time exists to store entries: an entry that could not be stored (store
+disabled, unwritable root, a kernel that cannot be cached, a lock timeout) is an error,
+:class:`CompileForError`, raised after everything else was stored, so that a build script
+(``python warm.py || exit 1``) fails instead of shipping a cold cache.
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 
+from kcache.errors import KcacheError, LockTimeout
+
 from . import _compat
-from .dispatcher import KCacheDispatcher, Options, kernel_key, kernel_name
+from .components import Uncacheable, arch_name
+from .dispatcher import (KCacheDispatcher, Options, explain_enabled, kernel_key, kernel_name,
+                         log_explanations)
 from .kernel_entry import NotStorable, kernel_to_entry, marker_entry
+
+__all__ = ["compile_for", "compile_for_report", "parse_cc", "check_cc", "CompiledEntry",
+           "NotStored", "CompileForError", "DEFAULT_CC"]
 
 DEFAULT_CC = ((8, 0), (9, 0))
 _CC_RE = re.compile(r"(?:sm_|compute_)?(\d+)\.?(\d)a?")
 
 
+@dataclasses.dataclass(frozen=True)
+class CompiledEntry:
+    """One entry that ``compile_for`` left in the store.
+
+    ``key`` (64 hex digits), ``kernel`` ("module:qualname"), ``signature`` (argument types as
+    numba prints them, e.g. ``"(array(float32, 1d, C), float32)"``), ``cc`` ((major, minor)), ``arch`` (``"sm_90a"``),
+    ``cached`` (True: the entry was already in the store, nothing was compiled),
+    ``compile_seconds`` (wall time of this compile in seconds; 0.0 when ``cached``)."""
+    key: str
+    kernel: str
+    signature: str
+    cc: tuple
+    arch: str
+    cached: bool
+    compile_seconds: float
+
+
+@dataclasses.dataclass(frozen=True)
+class NotStored:
+    """One (kernel, signature, cc) that ``compile_for`` could not store, and why (``reason``)."""
+    kernel: str
+    signature: str
+    cc: tuple
+    arch: str
+    reason: str
+
+
+class CompileForError(KcacheError):
+    """``compile_for`` could not store every entry it was asked for.
+
+    Raised after storing whatever could be stored. ``failures``: list of :class:`NotStored`
+    (kernel, signature, cc, reason each); ``results``: list of :class:`CompiledEntry` for
+    the entries that are in the store. The message names each failure."""
+
+    def __init__(self, failures, results=()):
+        self.failures = list(failures)
+        self.results = list(results)
+        total = len(self.failures) + len(self.results)
+        lines = [f"compile_for could not store {len(self.failures)} of {total} "
+                 f"entr{'y' if total == 1 else 'ies'}"]
+        by_reason: dict = {}
+        for f in self.failures:  # one reason usually covers every entry: say it once
+            by_reason.setdefault(f.reason, []).append(f)
+        for reason, group in by_reason.items():
+            lines.append(f"{reason}:")
+            lines += [f"  {f.kernel} {f.signature} for cc {f.cc[0]}.{f.cc[1]} ({f.arch})"
+                      for f in group]
+        super().__init__("\n".join(lines))
+
+
 def parse_cc(cc) -> tuple:
     """``(9, 0)``, ``"9.0"``, ``"90"`` or ``"sm_90"``/``"sm_90a"`` -> ``(9, 0)``.
-    Raises ValueError naming the accepted forms."""
+    Syntax only (see :func:`check_cc`). Raises ValueError quoting ``cc`` and naming the
+    accepted forms."""
     if isinstance(cc, (tuple, list)) and len(cc) == 2 and all(
             isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in cc):
         return (int(cc[0]), int(cc[1]))
@@ -30,21 +94,39 @@ def parse_cc(cc) -> tuple:
         m = _CC_RE.fullmatch(cc.strip())
         if m:
             return (int(m.group(1)), int(m.group(2)))
-    raise ValueError(f"bad compute capability {cc!r}: use (major, minor) like (9, 0), "
+    raise ValueError(f"bad compute capability cc={cc!r}: use (major, minor) like (9, 0), "
                      "or a string like '9.0' or 'sm_90'")
 
 
+def check_cc(cc) -> tuple:
+    """:func:`parse_cc`, then check that the installed CUDA toolkit can compile for it (the
+    list numba-cuda reads from NVRTC, ``_compat.supported_ccs``; numba-cuda itself would
+    silently pick the closest lower cc, or fail deep inside NVVM). Returns (major, minor);
+    raises ValueError naming the cc and the supported ones."""
+    parsed = parse_cc(cc)
+    supported = _compat.supported_ccs()
+    if supported is not None and parsed not in supported:
+        plain = (parsed, list(parsed), f"{parsed[0]}.{parsed[1]}")
+        given = "" if cc in plain else f" (given as {cc!r})"
+        raise ValueError(
+            f"cc {parsed[0]}.{parsed[1]}{given} is not supported by the installed CUDA toolkit "
+            f"(supported: {', '.join(f'{a}.{b}' for a, b in supported)})")
+    return parsed
+
+
 def _cc_list(cc) -> list:
-    if isinstance(cc, str) or (isinstance(cc, tuple) and len(cc) == 2
+    # A tuple/list of ints is one cc ((9, 0), or a mistake like (9,) quoted as given).
+    if isinstance(cc, str) or (isinstance(cc, (tuple, list)) and cc
                                and all(isinstance(v, int) for v in cc)):
-        return [parse_cc(cc)]
+        return [check_cc(cc)]
     try:
         items = list(cc)
     except TypeError:
-        raise ValueError(f"bad compute capability list {cc!r}: use e.g. [(8, 0), (9, 0)]") from None
+        raise ValueError(f"bad compute capability list cc={cc!r}: use e.g. [(8, 0), (9, 0)]"
+                         ) from None
     if not items:
-        raise ValueError("compile_for needs at least one compute capability, e.g. [(9, 0)]")
-    return [parse_cc(c) for c in items]
+        raise ValueError("compile_for needs at least one compute capability, e.g. cc=[(9, 0)]")
+    return [check_cc(c) for c in items]
 
 
 def _signature_list(signatures) -> list:
@@ -53,7 +135,35 @@ def _signature_list(signatures) -> list:
     if not isinstance(signatures, (list, tuple)) or not signatures:
         raise TypeError(f"signatures must be a signature (e.g. 'void(float32[::1])') or a "
                         f"non-empty list of them, not {signatures!r:.80}")
-    return [_compat.normalize_signature(s) for s in signatures]
+    out = []
+    for sig in signatures:
+        try:
+            out.append(_compat.normalize_signature(sig))
+        except Exception as exc:  # numba raises SyntaxError/NameError/TypeError from eval
+            error = ValueError if isinstance(sig, str) else TypeError
+            raise error(f"signature {sig!r:.80} is not a numba kernel signature "
+                        f"({type(exc).__name__}: {exc}); use e.g. 'void(float32[::1], int32)' "
+                        "or a tuple of numba types") from None
+    return out
+
+
+def _store_of(kernel, store):
+    from kcache import Store
+    if store is None:
+        options = kernel._kcache if isinstance(kernel, KCacheDispatcher) else None
+        store = options.store if options is not None and options.store is not None else Store()
+    if not isinstance(store, Store):
+        raise TypeError(f"store must be a kcache.Store or None, not {type(store).__name__}")
+    return store
+
+
+def _unwritable_reason(store) -> str | None:
+    """Why nothing can be stored in ``store``, known before compiling; None if it may work."""
+    if getattr(store, "disabled", False):
+        return "KCACHE_DISABLE is set, so the cache stores nothing (unset it to warm the cache)"
+    check = getattr(store, "check_writable", None)  # a real write test, where the store has one
+    why = check() if callable(check) else (None if store.writable else "read-only, missing or full")
+    return f"the cache at {store.root} cannot be written ({why})" if why else None
 
 
 def compile_for(kernel, signatures, cc=DEFAULT_CC, store=None, *, cache_key=None) -> list:
@@ -61,65 +171,113 @@ def compile_for(kernel, signatures, cc=DEFAULT_CC, store=None, *, cache_key=None
 
     ``kernel``: a kernel dispatcher (``kcache.jit`` or ``numba.cuda.jit``; not a device
     function); ``signatures``: one signature (``"void(float32[::1])"``, a tuple of numba types)
-    or a list of them; ``cc``: (major, minor) or a list of them (strings "9.0"/"sm_90" too);
-    ``store``: a ``kcache.Store`` (default: the kernel's, else ``kcache.Store()``);
-    ``cache_key``: as ``kcache.jit``'s (default: the kernel's). Entries already present are
-    not recompiled. Returns the keys (str), one per (cc, signature), in that order.
+    or a list of them; ``cc``: (major, minor) or a list of them (strings "9.0"/"sm_90" too),
+    each one the installed CUDA toolkit supports; ``store``: a ``kcache.Store`` (default: the
+    kernel's, else ``kcache.Store()``); ``cache_key``: as ``kcache.jit``'s (default: the
+    kernel's). Entries already present are not recompiled. Returns the keys (str, 64 hex
+    digits), one per (cc, signature), in that order. :func:`compile_for_report` gives more.
 
-    Raises TypeError/ValueError for bad arguments, ``Uncacheable`` for a kernel that cannot be
-    cached (the reason says why), numba's errors for a kernel that does not compile.
+    Raises TypeError/ValueError for bad arguments (nothing compiled), numba's errors for a
+    kernel that does not compile, and :class:`CompileForError` (a ``kcache.KcacheError``)
+    when any entry could not be stored: KCACHE_DISABLE is set, the root is read-only,
+    missing or full, the kernel cannot be cached (``Uncacheable``'s reason), a lock timed
+    out. It is raised after storing every entry that could be stored.
     """
+    return [r.key for r in compile_for_report(kernel, signatures, cc, store, cache_key=cache_key)]
+
+
+def compile_for_report(kernel, signatures, cc=DEFAULT_CC, store=None, *,
+                       cache_key=None) -> list:
+    """:func:`compile_for`, returning a :class:`CompiledEntry` per (cc, signature) instead of
+    its key: whether it was compiled now or already cached, and the compile seconds. Same
+    arguments and errors."""
     if not isinstance(kernel, _compat.CUDADispatcher):
         raise TypeError(f"compile_for needs a kernel made by kcache.jit or numba.cuda.jit, "
                         f"not {type(kernel).__name__}")
     if kernel.targetoptions.get("device"):
         raise TypeError(f"{kernel_name(kernel)} is a device function; compile_for the kernels "
                         "that call it")
-    options = kernel._kcache if isinstance(kernel, KCacheDispatcher) else Options()
-    if cache_key is None:
-        cache_key = options.cache_key
-    if store is None:
-        store = options.store if options.store is not None else Options._process_store()
-    if store is None:
-        raise RuntimeError("compile_for: no kcache store could be opened (see the warning)")
+    if cache_key is None and isinstance(kernel, KCacheDispatcher):
+        cache_key = kernel._kcache.cache_key
+    if cache_key is not None and not isinstance(cache_key, str):
+        raise TypeError(f"cache_key must be a str or None, not {type(cache_key).__name__}")
     all_argtypes = _signature_list(signatures)
-    keys = []
-    for target in _cc_list(cc):
+    targets = _cc_list(cc)
+    store = _store_of(kernel, store)
+    results, failures = [], []
+    blocked = _unwritable_reason(store)
+    for target in targets:
         for argtypes in all_argtypes:
-            keys.append(_compile_one(kernel, argtypes, target, store, cache_key))
-    return keys
+            try:
+                if blocked:
+                    raise _NotStored(blocked)
+                results.append(_compile_one(kernel, argtypes, target, store, cache_key))
+            except _NotStored as exc:
+                if not blocked and not store.writable:
+                    blocked = str(exc)  # the root proved unwritable: compile nothing more
+                failures.append(NotStored(kernel_name(kernel), _compat.signature_display(argtypes), target,
+                                          arch_name(target), str(exc)))
+    if failures:
+        raise CompileForError(failures, results)
+    return results
 
 
-def _compile_one(kernel, argtypes, cc, store, cache_key) -> str:
-    key, components = kernel_key(kernel, argtypes, cc, None, cache_key, store)
+class _NotStored(Exception):
+    """One entry was not stored; ``str()`` is the reason."""
+
+
+def _compile_one(kernel, argtypes, cc, store, cache_key) -> CompiledEntry:
+    name, shown, arch = kernel_name(kernel), _compat.signature_display(argtypes), arch_name(cc)
+    compiled = {}
 
     def create():
+        if explain_enabled():
+            from .misses import explain_miss
+            log_explanations(kernel, [f"{name} {shown} for {arch}: miss: {line}"
+                                      for line in explain_miss(store, components)])
         with _compat.offline_target(cc) as full:
             start = time.perf_counter()
-            compiled = _compat.compile_kernel(kernel.py_func, argtypes, kernel.targetoptions)
-            entry = _entry(kernel, compiled, argtypes, cc, full, start)
-        store.record(compiles=1, compile_seconds=entry.meta["compile_seconds"])
+            built = _compat.compile_kernel(kernel.py_func, argtypes, kernel.targetoptions)
+            entry = _entry(built, full, name, shown, arch, start)
+        compiled["seconds"] = entry.meta["compile_seconds"]
+        store.record(compiles=1, compile_seconds=compiled["seconds"])
         if not entry.meta["launch_config_sensitive"]:
             return entry
         # As the dispatcher does for an eager compile: kernel under the "no launch
         # configuration" key, marker under the plain key.
         lc_key, lc_components = kernel_key(kernel, argtypes, cc,
                                            _compat.launch_config_key(kernel, None), cache_key)
-        store.put(lc_key, entry, components=lc_components)
-        return marker_entry(kernel=entry.meta["kernel"], signature=entry.meta["signature"],
-                            arch=entry.meta["arch"])
+        if not store.put(lc_key, entry, components=lc_components):
+            raise _NotStored(_put_failed(store))
+        return marker_entry(kernel_name=name, signature=shown, arch=arch)
 
-    store.get_or_create(key, create, components=components)
-    return key
-
-
-def _entry(kernel, compiled, argtypes, cc, full, start):
-    from .components import Uncacheable, arch_name
     try:
-        entry = kernel_to_entry(compiled, full, kernel_name=kernel_name(kernel),
-                                signature=_compat.signature_string(argtypes),
-                                arch=arch_name(cc), compile_seconds=0.0)
+        key, components = kernel_key(kernel, argtypes, cc, None, cache_key, store)
+        _entry_, was_hit = store.get_or_create(key, create, components=components)
+    except (Uncacheable, LockTimeout) as exc:
+        reason = f"cannot be cached: {exc}" if isinstance(exc, Uncacheable) else str(exc)
+        if explain_enabled():
+            log_explanations(kernel, [f"{name} {shown} for {arch}: not cached: {reason}"])
+        raise _NotStored(reason) from exc
+    if not was_hit and store.header(key) is None:  # put() said nothing: look on disk
+        raise _NotStored(_put_failed(store))
+    return CompiledEntry(key, name, shown, tuple(cc), arch, cached=was_hit,
+                         compile_seconds=compiled.get("seconds", 0.0))
+
+
+def _put_failed(store) -> str:
+    if not store.writable:
+        why = getattr(store, "write_problem", None) or "read-only, missing or full"
+        return f"the cache at {store.root} cannot be written ({why})"
+    return (f"the entry was not kept in the cache at {store.root} (the disk is full, or "
+            f"max_size {store.max_size} bytes is smaller than the entry)")
+
+
+def _entry(compiled, full, name, signature, arch, start):
+    try:
+        entry = kernel_to_entry(compiled, full, kernel_name=name, signature=signature,
+                                arch=arch, compile_seconds=0.0)
     except NotStorable as exc:
-        raise Uncacheable(f"{kernel_name(kernel)}: {exc}") from exc
+        raise Uncacheable(str(exc)) from exc
     entry.meta["compile_seconds"] = time.perf_counter() - start
     return entry

@@ -115,6 +115,16 @@ def explain_enabled() -> bool:
     return _explain_on[0]
 
 
+def log_explanations(dispatcher, lines) -> None:
+    """Log explain ``lines`` (logger ``kcache.explain``, WARNING) and keep them on
+    ``dispatcher.kcache_explanations`` (any CUDADispatcher: ``compile_for`` explains misses
+    of plain numba-cuda kernels too), where ``kcache.explain(dispatcher)`` reads them."""
+    kept = dispatcher.__dict__.setdefault("kcache_explanations", [])
+    for line in lines:
+        kept.append(line)
+        explain_log.warning("%s", line)
+
+
 def kernel_name(dispatcher) -> str:
     """"module:qualname" of a dispatcher's Python function (the entry's ``kernel``)."""
     return f"{dispatcher.py_func.__module__}:{dispatcher.py_func.__qualname__}"
@@ -164,7 +174,8 @@ class KCacheDispatcher(_compat.CUDADispatcher):
         self._kcache_counts = collections.Counter()
         self._kcache_uncached = {}  # signature -> reason
         self._kcache_key_of = {}  # signature -> key
-        self.kcache_explanations = []  # lines logged for this dispatcher's misses
+        # Lines logged for this kernel's misses (compile_for may have added some already).
+        self.__dict__.setdefault("kcache_explanations", [])
 
     # --- numba-cuda API ---------------------------------------------------------------------
 
@@ -269,13 +280,15 @@ class KCacheDispatcher(_compat.CUDADispatcher):
             self._cache_misses[sig] += 1
             _process_counts["misses"] += 1
             return built["kernel"]
-        kernel = self._kcache_rebuild(entry, argtypes, cc) if entry is not None else None
+        if entry is None:
+            return self._kcache_uncached_build(sig, "the cache store failed")
+        kernel, reason = self._kcache_rebuild(entry, argtypes, cc)
         if kernel is not None:
             self._cache_hits[sig] += 1
             _process_counts["hits"] += 1
             return kernel
-        reason = ("the cached entry could not be loaded" if entry is not None
-                  else "the cache store failed")
+        # Neither the cubin nor the PTX loads here (e.g. an entry compiled elsewhere whose
+        # PTX ISA is newer than this driver): compile for this process, uncached.
         return self._kcache_uncached_build(sig, reason)
 
     def _kcache_single_flight(self, store, key, components, argtypes, cc, launch_config, built):
@@ -285,7 +298,7 @@ class KCacheDispatcher(_compat.CUDADispatcher):
         sig = argtypes
 
         def create():
-            self._kcache_explain(store, components)
+            self._kcache_explain(store, components, argtypes)
             try:
                 kernel, seconds = self._kcache_build(argtypes)
             except Exception as exc:
@@ -303,8 +316,8 @@ class KCacheDispatcher(_compat.CUDADispatcher):
                     argtypes, cc, _compat.launch_config_key(self, launch_config))
                 self._kcache_put(store, lc_key, entry, lc_components)
                 self._kcache_key_of[sig] = lc_key
-                return marker_entry(kernel=entry.meta["kernel"], signature=entry.meta["signature"],
-                                    arch=entry.meta["arch"])
+                return marker_entry(kernel_name=entry.meta["kernel"],
+                                    signature=entry.meta["signature"], arch=entry.meta["arch"])
             return entry
 
         try:
@@ -323,7 +336,7 @@ class KCacheDispatcher(_compat.CUDADispatcher):
     def _kcache_entry(self, kernel, argtypes, cc, seconds):
         arch_name = _components.arch_name
         return kernel_to_entry(kernel, _compat.full_cc(cc), kernel_name=self._kcache_name(),
-                               signature=_compat.signature_string(argtypes), arch=arch_name(cc),
+                               signature=_compat.signature_display(argtypes), arch=arch_name(cc),
                                compile_seconds=seconds)
 
     def _kcache_build(self, argtypes):
@@ -345,12 +358,14 @@ class KCacheDispatcher(_compat.CUDADispatcher):
         _process_counts["misses"] += 1
         _process_counts["uncached"] += 1
         if explain_enabled():
-            self._kcache_log([f"{self._kcache_name()} {sig}: not cached: {reason}"])
+            self._kcache_log([f"{self._kcache_name()} {_compat.signature_display(sig)}: "
+                              f"not cached: {reason}"])
         return self._kcache_build(sig)[0]
 
     def _kcache_rebuild(self, entry, argtypes, cc):
-        """Kernel from ``entry``, bound to the current context: the cubin, else (driver refused
-        it) the PTX; None if neither loads (counted in ``fallbacks``)."""
+        """(kernel, None): the kernel from ``entry`` bound to the current context, from the
+        cubin, else (the driver refused it; counted in ``fallbacks``, warned once) from the
+        PTX. (None, reason) when neither loads; the caller then compiles."""
         full = _compat.full_cc(cc)
         extensions = self.targetoptions.get("extensions")
         try:
@@ -358,21 +373,25 @@ class KCacheDispatcher(_compat.CUDADispatcher):
         except (NotStorable, KeyError, TypeError, ValueError) as exc:
             warn_once("dispatcher-entry", f"kcache: an entry of {self._kcache_name()} cannot "
                       f"be used here ({exc}); compiling instead")
-            return None
+            return None, f"the cached entry cannot be used here ({exc})"
         try:
             kernel.bind()
-            return kernel
+            return kernel, None
         except Exception as exc:  # e.g. CUDA_ERROR_UNSUPPORTED_PTX_VERSION / NO_BINARY_FOR_GPU
             self._kcache_counts["fallbacks"] += 1
             _process_counts["fallbacks"] += 1
+            cubin_error = exc
             warn_once("dispatcher-driver", f"kcache: the driver refused a cached cubin of "
                       f"{self._kcache_name()} ({exc}); trying its PTX")
         try:
             kernel = entry_to_kernel(entry, argtypes, full, extensions=extensions, use="ptx")
             kernel.bind()
-            return kernel
-        except Exception:
-            return None
+            return kernel, None
+        except Exception as exc:  # no PTX, or a PTX ISA newer than this driver
+            warn_once("dispatcher-ptx", f"kcache: the cached PTX of {self._kcache_name()} "
+                      f"does not load either ({exc}); compiling instead")
+            return None, (f"the driver refused the cached cubin ({cubin_error}) and its PTX "
+                          f"({exc})")
 
     def _kcache_put(self, store, key, entry, components):
         try:
@@ -392,7 +411,7 @@ class KCacheDispatcher(_compat.CUDADispatcher):
         warn_once("dispatcher-store-error", f"kcache: cache store failed ({type(exc).__name__}: "
                   f"{exc}); kernels still compile and run")
 
-    def _kcache_explain(self, store, components):
+    def _kcache_explain(self, store, components, argtypes):
         if not explain_enabled():
             return
         try:
@@ -400,14 +419,12 @@ class KCacheDispatcher(_compat.CUDADispatcher):
             lines = explain_miss(store, components)
         except Exception as exc:  # explaining must never fail the call
             lines = [f"(cannot explain: {type(exc).__name__}: {exc})"]
-        name = self._kcache_name()
-        self._kcache_log([f"{name} {components.get('signature')}: miss: {line}" for line in lines]
-                         or [f"{name} {components.get('signature')}: miss: no entry of this kernel"])
+        what = f"{self._kcache_name()} {_compat.signature_display(argtypes)}"
+        self._kcache_log([f"{what}: miss: {line}" for line in lines]
+                         or [f"{what}: miss: no entry of this kernel"])
 
     def _kcache_log(self, lines):
-        for line in lines:
-            self.kcache_explanations.append(line)
-            explain_log.warning("%s", line)
+        log_explanations(self, lines)
 
 
 def adopt(dispatcher, options: Options):

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +20,8 @@ import pytest
 pytest.importorskip("numba.cuda")
 
 import kcache  # noqa: E402
-from kcache.dispatcher import _compat, compile_for, parse_cc  # noqa: E402
+from kcache.dispatcher import (CompileForError, _compat, compile_for,  # noqa: E402
+                               compile_for_report, parse_cc)
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
@@ -121,8 +123,22 @@ def test_numba_cuda_cache_usecases_compile_for_80_and_90(store):
 
 def test_bad_arguments_get_one_clear_message(store):
     from examples import kernels, mathbits
+    sig = kernels.SIGNATURES[kernels.scaled_add]
     with pytest.raises(ValueError, match="compute capability"):
         compile_for(kernels.scaled_add, "void(float32[::1])", cc="ninety", store=store)
+    # cc the toolkit cannot compile for: named with the supported list (asked from NVRTC),
+    # not numba's "Can't use arch-specific compute_999a" from deep inside the compile.
+    with pytest.raises(ValueError, match=r"cc 99\.9 is not supported .*supported: .*9\.0"):
+        compile_for(kernels.scaled_add, sig, cc=(99, 9), store=store)
+    with pytest.raises(ValueError, match=r"cc 8\.1 \(given as 'sm_81'\) is not supported"):
+        compile_for(kernels.scaled_add, sig, cc="sm_81", store=store)  # numba would use 8.0
+    with pytest.raises(ValueError, match=r"cc=\(9,\)"):  # the user's value, quoted as given
+        compile_for(kernels.scaled_add, sig, cc=(9,), store=store)
+    with pytest.raises(ValueError, match=r"signature 'garbage\(' is not a numba kernel signature"):
+        compile_for(kernels.scaled_add, "garbage(", store=store)
+    with pytest.raises(TypeError, match=r"store must be a kcache.Store or None, not str"):
+        compile_for(kernels.scaled_add, sig, store="x")
+    assert store.stats()["compiles"] == 0  # rejected before compiling anything
     with pytest.raises(TypeError, match="device function"):
         compile_for(mathbits.axpy, "float32(float32, float32, float32)", store=store)
     with pytest.raises(TypeError, match="signatures"):
@@ -206,3 +222,144 @@ def test_gpu_process_hits_compile_for_entries_without_target_context_or_pickle(t
         assert row["class"] == "KCacheDispatcher"
         assert (row["hits"], row["misses"], row["compiles"]) == (1, 0, 0), (name, row)
         assert row["cubin"] == cubins[name]
+
+
+# --- compile_for must store what it compiles, or fail -----------------------------------------
+
+
+def _scaled_add():
+    from examples import kernels
+    return kernels.scaled_add, kernels.SIGNATURES[kernels.scaled_add]
+
+
+def test_disabled_store_is_an_error_naming_each_entry(tmp_path, monkeypatch):
+    monkeypatch.setenv("KCACHE_DISABLE", "1")
+    kernel, sig = _scaled_add()
+    with pytest.raises(CompileForError) as info:
+        compile_for(kernel, sig, cc=[(8, 0), (9, 0)], store=kcache.Store(tmp_path / "c"))
+    err = info.value
+    assert isinstance(err, kcache.KcacheError)
+    text = str(err)
+    assert "KCACHE_DISABLE" in text and "examples.kernels:scaled_add" in text
+    assert "for cc 8.0 (sm_80)" in text and "for cc 9.0 (sm_90a)" in text
+    assert "(array(float32, 1d, C), array(float32, 1d, C), array(float32, 1d, C))" in text
+    assert [f.arch for f in err.failures] == ["sm_80", "sm_90a"] and err.results == []
+
+
+def test_unwritable_root_is_an_error(tmp_path, monkeypatch):
+    (tmp_path / "afile").write_text("not a directory")
+    store = kcache.Store(tmp_path / "afile" / "sub")  # ENOTDIR even for root
+    kernel, sig = _scaled_add()
+    compiles = []
+    real_compile = _compat.compile_kernel
+    monkeypatch.setattr(_compat, "compile_kernel",
+                        lambda *a: compiles.append(a) or real_compile(*a))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the store's own "cannot write" warning
+        with pytest.raises(CompileForError, match="cannot be written") as info:
+            compile_for(kernel, sig, cc=[(8, 0), (9, 0)], store=store)
+    assert [f.arch for f in info.value.failures] == ["sm_80", "sm_90a"]
+    assert len(compiles) <= 1  # once the root proved unwritable, nothing more is compiled
+
+
+def test_entries_that_can_be_stored_are_stored_before_the_error(store, monkeypatch):
+    """put() refuses the sm_80 entry only: the sm_90a one is stored, the error names sm_80."""
+    kernel, sig = _scaled_add()
+    real_put = store.put
+    refused = []
+
+    def put(key, entry, **kw):
+        if entry.meta.get("arch") == "sm_80":
+            refused.append(key)
+            return False
+        return real_put(key, entry, **kw)
+
+    monkeypatch.setattr(store, "put", put)
+    with pytest.raises(CompileForError) as info:
+        compile_for(kernel, sig, cc=[(8, 0), (9, 0)], store=store)
+    err = info.value
+    assert [f.arch for f in err.failures] == ["sm_80"] and "not kept" in err.failures[0].reason
+    assert [r.arch for r in err.results] == ["sm_90a"]
+    assert store.header(err.results[0].key) is not None and store.header(refused[0]) is None
+
+
+def test_uncacheable_kernel_is_an_error(store):
+    from numba import cuda
+
+    class FakeDeviceArray:  # what the fingerprint checks: the CUDA array interface
+        __cuda_array_interface__ = {"shape": (4,), "typestr": "<f4", "data": (0, False),
+                                    "version": 3}
+
+    captured = FakeDeviceArray()
+
+    def body(a):
+        a[0] = captured[0]
+
+    body.__globals__["captured"] = captured
+    kernel = cuda.jit(body)
+    with pytest.raises(CompileForError, match="cannot be cached.*device array"):
+        compile_for(kernel, "void(float32[::1])", cc=(9, 0), store=store)
+
+
+def test_report_says_compiled_or_already_cached(store):
+    kernel, sig = _scaled_add()
+    (first,) = compile_for_report(kernel, sig, cc=(9, 0), store=store)
+    (again,) = compile_for_report(kernel, sig, cc=(9, 0), store=store)
+    assert not first.cached and first.compile_seconds > 0 and first.arch == "sm_90a"
+    assert again.cached and again.compile_seconds == 0.0 and again.key == first.key
+
+
+# --- explain covers compile_for ------------------------------------------------------------
+
+_WARM = textwrap.dedent("""
+    import json, logging, sys
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    sys.path.insert(0, sys.argv[1])
+    import kcache
+    import kernmod
+    keys = kcache.compile_for(kernmod.kern, "void(float32[::1])", cc=(9, 0),
+                              store=kcache.Store())
+    print(json.dumps({"key": keys[0], "explain": kcache.explain(kernmod.kern)}))
+""")
+
+_KERNMOD = textwrap.dedent("""
+    from numba import cuda
+    import devmod
+
+    @cuda.jit
+    def kern(a):
+        i = cuda.grid(1)
+        if i < a.size:
+            a[i] = devmod.step(a[i])
+""")
+
+_DEVMOD = textwrap.dedent("""
+    from numba import cuda
+
+    @cuda.jit(device=True)
+    def step(x):
+        return x + BODY
+""")
+
+
+def test_explain_names_a_changed_device_function_for_compile_for(tmp_path):
+    """KCACHE_EXPLAIN=1: a compile_for miss after a device function in another module changed
+    logs (and kcache.explain(kernel) returns) 'dependency devmod.step changed'."""
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "kernmod.py").write_text(_KERNMOD)
+    env = dict(os.environ, KCACHE_DIR=str(tmp_path / "cache"), KCACHE_EXPLAIN="1")
+    env.pop("KCACHE_DISABLE", None)
+    runs = []
+    for body in ("1.0", "2.0"):
+        (project / "devmod.py").write_text(_DEVMOD.replace("BODY", body))
+        proc = subprocess.run([sys.executable, "-c", _WARM, str(project)], env=env,
+                              cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        runs.append((json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr))
+    (first, first_log), (second, second_log) = runs
+    assert first["key"] != second["key"]
+    assert any("no entry of this kernel yet" in line for line in first["explain"])
+    assert "dependency devmod.step changed" in second_log
+    assert any(line.endswith("dependency devmod.step changed") and "for sm_90a" in line
+               for line in second["explain"]), second["explain"]

@@ -225,3 +225,54 @@ def test_debug_exception_table_round_trips(store):
         assert loc == tuple(table1[code][2])
     assert kern2.debug is True
     del cuda
+
+
+@pytest.mark.parametrize("ptx_loads", [True, False])
+def test_driver_refusing_the_cached_cubin(store, monkeypatch, ptx_loads):
+    """The driver refuses a cached cubin (e.g. an entry compiled elsewhere): the PTX is tried
+    (``fallbacks``); when the PTX is refused too (its ISA newer than this driver, as CUDA 13.0
+    drivers with PTX ISA 9.5 from newer wheels), the kernel is compiled for this process:
+    counted as a miss, uncached with the reason, no error."""
+    from numba.cuda import types
+
+    from kcache.dispatcher import dispatcher as dispatcher_mod
+    sig = (types.float32[::1],)
+    with fake_gpu((9, 0)):
+        _kernels(store).compile(sig)  # the entry
+    rebuilt = {}
+    real_entry_to_kernel = dispatcher_mod.entry_to_kernel
+
+    def entry_to_kernel(*args, use="cubin", **kwargs):
+        kernel = real_entry_to_kernel(*args, use=use, **kwargs)
+        rebuilt[id(kernel)] = use
+        return kernel
+
+    monkeypatch.setattr(dispatcher_mod, "entry_to_kernel", entry_to_kernel)
+    with fake_gpu((9, 0)) as bound:
+        fake_bind = _compat.Kernel.bind
+
+        def refusing_bind(self):
+            use = rebuilt.get(id(self))
+            if use == "cubin" or (use == "ptx" and not ptx_loads):
+                raise RuntimeError(f"CUDA_ERROR_UNSUPPORTED_PTX_VERSION ({use})")
+            fake_bind(self)
+
+        inner = pytest.MonkeyPatch()  # undone before fake_gpu restores numba-cuda's bind
+        inner.setattr(_compat.Kernel, "bind", refusing_bind)
+        try:
+            k = _kernels(store)
+            with pytest.warns(Warning) as warned:
+                kern = k.compile(sig)
+        finally:
+            inner.undo()
+    s = k.stats
+    assert s.fallbacks == 1
+    assert any("refused a cached cubin" in str(w.message) for w in warned)
+    if ptx_loads:
+        assert (s.cache_hits[sig], s.cache_misses[sig], s.compiles) == (1, 0, 0)
+        assert rebuilt[id(kern)] == "ptx"
+    else:
+        assert (s.cache_hits[sig], s.cache_misses[sig], s.compiles) == (0, 1, 1)
+        assert id(kern) not in rebuilt and kern in bound  # a fresh compile, bound
+        assert "refused the cached cubin" in s.uncached[sig] and "its PTX" in s.uncached[sig]
+    assert k.overloads[sig] is kern

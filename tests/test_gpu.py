@@ -30,7 +30,9 @@ def run_child(tmp_path, code, *, env_extra=None, name="child.py", timeout=300):
     script = tmp_path / name
     script.write_text(textwrap.dedent(code))
     env = dict(os.environ, KCACHE_DIR=str(tmp_path / "cache"),
-               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+               # REPO last (for `examples`): first, its kcache/ folder would hide an installed
+               # (non-editable) kcache and its kcache.dispatcher
+               PYTHONPATH=os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), str(REPO)])))
     env.pop("KCACHE_ENABLE", None)
     env.update(env_extra or {})
     proc = subprocess.run([sys.executable, str(script)], env=env, cwd=tmp_path,
@@ -162,7 +164,7 @@ def test_debug_kernel_raises_from_cached_entry(tmp_path):
 
 def _cold_start(barrier, cache_dir, queue):
     os.environ["KCACHE_DIR"] = cache_dir
-    sys.path.insert(0, str(REPO))
+    sys.path.append(str(REPO))
     import kcache
     kcache.install("cache")
     from examples import kernels
