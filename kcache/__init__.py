@@ -2,8 +2,7 @@
 
 Importing ``kcache`` never imports numba; ``kcache.jit``, ``kcache.install``,
 ``kcache.uninstall``, ``kcache.compile_for``, ``kcache.explain`` and ``kcache.CompileForError``
-are loaded lazily from
-``kcache.dispatcher``. See docs/design.md.
+are loaded lazily from ``kcache.dispatcher``. See docs/design.md.
 """
 from .entry import Entry, EntryInfo
 from .errors import ConfigError, CorruptEntry, KcacheError, LockTimeout, NewerFormat
