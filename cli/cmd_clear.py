@@ -4,8 +4,8 @@ from __future__ import annotations
 import sys
 
 from kcache.cli.common import (
-    Problem, UsageError, confirm, ensure_writable, message, open_store, print_json,
-    refuse_newer_format, want_json,
+    Problem, UsageError, confirm, entries_text, ensure_writable, human_size, left_text,
+    message, not_removed, open_store, print_json, refuse_newer_format, want_json,
 )
 
 
@@ -19,8 +19,10 @@ def register(sub):
 
 
 def run(args) -> int:
-    """Clear the root. JSON: ``{"root", "removed"}``. Without --yes: asks on a terminal and
-    refuses (exit 2) when stdin is not one."""
+    """Clear the root. JSON: ``{"root", "removed", "bytes_freed", "not_removed": [{"key",
+    "path", "reason"}]}``, printed also when some entries stay (then exit 1, each with its
+    reason: locked by another process, not a regular file, ...). Without --yes: asks on a
+    terminal and refuses (exit 2) when stdin is not one."""
     store = open_store(args)
     refuse_newer_format(store, "clear")
     ensure_writable(store)
@@ -31,11 +33,15 @@ def run(args) -> int:
         if not confirm(f"Remove every entry in {store.root}?"):
             message("kcache: nothing removed")
             return 1
-    removed = store.clear()
-    if not store.writable:
-        raise Problem(f"cannot write to {store.root}: the cache was not cleared")
+    report = store.clear()
+    left = not_removed(report.failed)
+    removed, freed = int(report), int(report.bytes_freed)
     if want_json(args):
-        print_json({"root": str(store.root), "removed": int(removed)})
+        print_json({"root": str(store.root), "removed": removed, "bytes_freed": freed,
+                    "not_removed": left})
     else:
-        message(f"kcache: removed {removed} entries from {store.root}")
+        message(f"kcache: removed {entries_text(removed)} ({human_size(freed)}) from "
+                f"{store.root}")
+    if left:
+        raise Problem(left_text(left))
     return 0

@@ -1,11 +1,15 @@
-"""``kcache config [show | get KEY | set KEY VALUE]``: effective settings and their origins."""
+"""``kcache config [show | get KEY | set KEY VALUE | unset KEY]``: effective settings and their origins."""
 from __future__ import annotations
 
+import dataclasses
 import os
+from pathlib import Path
+from typing import Any
 
+from kcache.config import DEFAULT_LOCK_TIMEOUT, DEFAULT_MAX_SIZE
 from kcache.cli.common import (
-    UsageError, add_common, human_seconds, human_size, is_terminal, message,
-    print_json, print_table, want_json,
+    Problem, UsageError, add_common, human_seconds, human_size, human_value, is_terminal,
+    message, print_json, print_table, root_arg, want_json,
 )
 
 #: Settings shown by ``config show`` and accepted by ``config get``
@@ -21,33 +25,158 @@ ENV = {"root": "KCACHE_DIR", "max_size": "KCACHE_MAX_SIZE",
 
 
 def register(sub):
-    """Add the ``config`` subparser (with ``show``, ``get``, ``set``) to ``sub``; return it."""
-    p = sub.add_parser("config", help="show, get or set settings",
+    """Add the ``config`` subparser (with ``show``, ``get``, ``set``, ``unset``) to ``sub``;
+    return it."""
+    p = sub.add_parser("config", help="show, get, set or unset settings",
                        description="Show the effective settings and where each came from "
                                    "(argument, environment, config file, default); get one; "
-                                   "or set one in <root>/config.json.")
+                                   "or set/unset one in <root>/config.json.")
     actions = p.add_subparsers(dest="action", metavar="ACTION", parser_class=type(p))
     add_common(actions.add_parser("show", help="every setting and its origin (default)"))
     get = actions.add_parser("get", help="one setting's value")
     get.add_argument("key", metavar="KEY", help=f"one of: {', '.join(SHOWN)}")
     add_common(get)
+    keys = ", ".join(sorted(set(SETTABLE.values())))
     put = actions.add_parser("set", help="write a setting to <root>/config.json")
-    put.add_argument("key", metavar="KEY",
-                     help=f"one of: {', '.join(sorted(set(SETTABLE.values())))}")
+    put.add_argument("key", metavar="KEY", help=f"one of: {keys}")
     put.add_argument("value", metavar="VALUE", help="e.g. 10G for max_size, 5m for lock_timeout")
     add_common(put)
+    unset = actions.add_parser("unset", help="remove a setting from <root>/config.json")
+    unset.add_argument("key", metavar="KEY", help=f"one of: {keys}")
+    add_common(unset)
     return p
 
 
-def resolve(args):
-    """``kcache.config.resolve`` for ``--dir`` (else KCACHE_DIR, else the default root)."""
+@dataclasses.dataclass
+class Row:
+    """One setting: its value (the raw text when it is bad), origin and error (or None)."""
+
+    name: str
+    value: Any
+    origin: str
+    error: str | None = None
+
+
+@dataclasses.dataclass
+class Resolved:
+    """Every setting of :data:`SHOWN`, resolved one by one so a bad one spoils no other.
+
+    ``errors``: the messages of bad settings and of an unreadable config file."""
+
+    root: Path
+    config_path: Path
+    rows: dict[str, Row]
+    errors: list[str]
+
+    def value(self, name: str):
+        return self.rows[name].value
+
+
+def resolve(args) -> Resolved:
+    """The settings for ``--dir`` (else KCACHE_DIR, else the default root).
+
+    ``kcache.config.resolve`` decides when every setting is good. When one is bad (a
+    ``ConfigError``), the others are still resolved here by the same precedence (argument >
+    environment > ``<root>/config.json`` > default) and parsers (``kcache.config.parse_*``),
+    and the bad one keeps its raw value, its origin and the error, so ``config show`` and
+    ``dir`` still work and ``config set`` can fix it. A bad root itself is raised
+    (``ConfigError``, exit 2): nothing else can be found without it.
+    """
     from kcache.config import resolve as resolve_settings
-    root = getattr(args, "dir", None)
-    return resolve_settings(root=root)
+    from kcache.errors import ConfigError
+    root = root_arg(args)
+    try:
+        settings = resolve_settings(root=root)
+    except ConfigError as exc:
+        return _resolve_leniently(root, exc)
+    rows = {n: Row(n, _value(getattr(settings, n), n), settings.origins.get(n, "default"))
+            for n in SHOWN}
+    return Resolved(settings.root, settings.config_path, rows, [])
 
 
-def _value(settings, name: str):
-    value = getattr(settings, name)
+def _resolve_leniently(root, first_error) -> Resolved:
+    import platformdirs
+    from kcache import config
+    from kcache.errors import ConfigError
+    env_root = os.environ.get("KCACHE_DIR", "")
+    if root is not None:
+        origin = "argument"
+    elif env_root.strip():
+        root, origin = Path(os.path.abspath(os.path.expanduser(env_root))), "env KCACHE_DIR"
+    else:
+        root, origin = Path(platformdirs.user_cache_dir("kcache", appauthor=False)), "default"
+    if root.exists() and not root.is_dir():
+        raise first_error  # the root itself is bad: the config error names it
+    path = root / config.CONFIG_NAME
+    errors: list[str] = []
+    try:
+        conf = config.read_config(root)
+    except ConfigError as exc:
+        conf = {}
+        errors.append(f"{' '.join(str(exc).split())} (edit or remove that file; its settings "
+                      "are ignored meanwhile)")
+    rows = {"root": Row("root", str(root), origin)}
+    for name, (env, key, parse, default) in _SOURCES.items():
+        if env and os.environ.get(env, "").strip():  # blank counts as unset, as in kcache.config
+            raw, where, var, fix = os.environ[env], f"env {env}", env, f"fix or unset {env}"
+        elif key and key in conf:
+            raw, where, var = conf[key], f"config {path}", f"{key} in {path}"
+            fix = f"fix it with 'kcache config set {key} VALUE' or 'kcache config unset {key}'"
+        else:
+            raw, where, var, fix = default, "default", name, ""
+        try:
+            rows[name] = Row(name, _value(parse(raw, var), name), where)
+        except ValueError as exc:  # ConfigError is a ValueError
+            text = " ".join(str(exc).split()) or f"{var}={raw!r} is not accepted"
+            rows[name] = Row(name, raw, where, text)
+            errors.append(f"{text} ({fix})" if fix else text)
+    if not errors:  # not expected: report what kcache.config said
+        errors.append(" ".join(str(first_error).split()))
+    return Resolved(root, path, rows, errors)
+
+
+def _size(raw, var):
+    from kcache.config import parse_size
+    from kcache.errors import ConfigError
+    value = parse_size(raw, var)
+    if value <= 0:
+        raise ConfigError(f"{var}={raw!r} must be greater than 0")
+    return value
+
+
+def _duration(raw, var):
+    from kcache.config import parse_duration
+    return parse_duration(raw, var)
+
+
+def _bool(raw, var):
+    from kcache.config import parse_bool
+    return parse_bool(raw, var)
+
+
+def _dirs(raw, var):
+    from kcache.errors import ConfigError
+    if isinstance(raw, str):
+        parts = raw.split(os.pathsep)
+    elif isinstance(raw, (list, tuple)) and all(isinstance(p, str) for p in raw):
+        parts = list(raw)
+    else:
+        raise ConfigError(f"{var}={raw!r} is not a list of directories")
+    return tuple(Path(p).expanduser().absolute() for p in parts if p.strip())
+
+
+#: setting -> (environment variable, config.json key, parser, default); the table in
+#: kcache.config's module docstring.
+_SOURCES = {
+    "max_size": ("KCACHE_MAX_SIZE", "max_size", _size, DEFAULT_MAX_SIZE),
+    "readonly_roots": ("KCACHE_READONLY_DIRS", "readonly_dirs", _dirs, ()),
+    "lock_timeout": ("KCACHE_LOCK_TIMEOUT", "lock_timeout", _duration, DEFAULT_LOCK_TIMEOUT),
+    "disabled": ("KCACHE_DISABLE", None, _bool, False),
+    "shared": ("KCACHE_SHARED", "shared", _bool, False),
+}
+
+
+def _value(value, name: str):
     if name == "root":
         return str(value)
     if name == "readonly_roots":
@@ -55,65 +184,98 @@ def _value(settings, name: str):
     return value
 
 
-def _human(name: str, value) -> str:
+def _human(row: Row) -> str:
+    name, value = row.name, row.value
+    if row.error:
+        return f"{value!s} (bad: see below)"
     if name == "max_size":
         return f"{human_size(value)} ({value} bytes)"
     if name == "lock_timeout":
         return human_seconds(value)
     if name == "readonly_roots":
         return os.pathsep.join(value) or "(none)"
+    return human_value(value)
+
+
+def _plain(value) -> str:
+    """A value for plain output: lists joined with os.pathsep, booleans true/false."""
+    if isinstance(value, (list, tuple)):
+        return os.pathsep.join(str(v) for v in value)
     if isinstance(value, bool):
-        return "yes" if value else "no"
+        return "true" if value else "false"
     return str(value)
 
 
 def run(args) -> int:
-    """Dispatch to show/get/set (show when no action is given)."""
+    """Dispatch to show/get/set/unset (show when no action is given).
+
+    Exit 1 when a setting is bad (shown with its raw value, origin and error)."""
     action = args.action or "show"
-    if action == "set":
+    if action in ("set", "unset"):
         return run_set(args)
-    settings = resolve(args)
+    resolved = resolve(args)
     if action == "get":
         name = "readonly_roots" if args.key == "readonly_dirs" else args.key
         if name not in SHOWN:
             raise UsageError(f"unknown setting {args.key!r}; accepted: {', '.join(SHOWN)}")
-        value = _value(settings, name)
-        origin = settings.origins.get(name, "default")
+        row = resolved.rows[name]
+        if row.error:
+            raise Problem(row.error)
         if want_json(args):
-            print_json({"key": name, "value": value, "origin": origin})
+            print_json({"key": name, "value": row.value, "origin": row.origin})
         elif is_terminal():
-            print(_human(name, value))
+            print(_human(row))
         else:
-            print(os.pathsep.join(value) if isinstance(value, list) else value)
+            print(_plain(row.value))
         return 0
-    rows = [(n, _value(settings, n), settings.origins.get(n, "default")) for n in SHOWN]
+    rows = [resolved.rows[n] for n in SHOWN]
     if want_json(args):
-        print_json({"root": str(settings.root), "config_file": str(settings.config_path),
-                    "settings": {n: {"value": v, "origin": o} for n, v, o in rows}})
-        return 0
-    print_table(("Setting", "Value", "Origin"),
-                [(n, _human(n, v), o) for n, v, o in rows],
-                [(n, os.pathsep.join(v) if isinstance(v, list) else v, o) for n, v, o in rows])
-    return 0
+        settings = {}
+        for r in rows:
+            settings[r.name] = {"value": r.value, "origin": r.origin}
+            if r.error:
+                settings[r.name]["error"] = r.error
+        print_json({"root": str(resolved.root), "config_file": str(resolved.config_path),
+                    "settings": settings, "errors": resolved.errors})
+    else:
+        print_table(("Setting", "Value", "Origin"),
+                    [(r.name, _human(r), r.origin) for r in rows],
+                    [(r.name, _plain(r.value), r.origin) for r in rows])
+    for text in resolved.errors:
+        message(f"kcache: {text}")
+    return 1 if resolved.errors else 0
 
 
 def run_set(args) -> int:
-    """Write ``KEY VALUE`` into ``<root>/config.json`` (validated by kcache.config).
+    """Write ``KEY VALUE`` into ``<root>/config.json`` (validated by kcache.config), or with
+    ``unset`` remove ``KEY``. Works while other settings are bad, so they can be fixed.
 
-    JSON: ``{"key", "value" (as stored: bytes, seconds, ...), "file"}``.
+    JSON: ``{"key", "value" (as stored: bytes, seconds, ...; null when unset), "file"}``.
     """
     from kcache.config import read_config, write_setting
     name = SETTABLE.get(args.key)
     if name is None:
         raise UsageError(f"unknown setting {args.key!r}; accepted: "
                          f"{', '.join(sorted(set(SETTABLE.values())))}")
-    settings = resolve(args)
-    path = write_setting(settings.root, name, args.value)
-    stored = read_config(settings.root).get(name)
+    root = resolve(args).root
+    path = root / "config.json"
+    if path.is_dir():
+        raise Problem(f"cannot write {path}: it is a directory (remove it first)")
+    if args.action == "unset":
+        path = write_setting(root, name, None)
+    else:
+        value = args.value
+        if not str(value).strip():
+            raise UsageError(f"config set {name}: the value is empty; use 'kcache config unset "
+                             f"{name}' to remove the setting")
+        path = write_setting(root, name, value)
+    stored = read_config(root).get(name)
     if want_json(args):
         print_json({"key": name, "value": stored, "file": str(path)})
+    elif args.action == "unset":
+        message(f"kcache: unset {name} in {path}")
     else:
-        message(f"kcache: set {name} = {stored!r} in {path}")
+        message(f"kcache: set {name} = {_plain(stored)} in {path}")
     shown = "readonly_roots" if name == "readonly_dirs" else name
     env = ENV.get(shown)
     if env and os.environ.get(env):

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from kcache.cli.common import (
-    is_terminal, open_store, print_fields, print_json, want_json, write_problem,
+    is_terminal, message, print_fields, print_json, want_json, write_problem,
 )
 
 
@@ -13,23 +13,39 @@ def register(sub):
 
 
 def run(args) -> int:
-    """Print the roots. JSON: ``{"root", "writable", "readonly_roots", "config_file"}``."""
-    store = open_store(args)
-    layers = [str(p) for p in store.readonly_roots]
-    problem = write_problem(store)
+    """Print the roots. JSON: ``{"root", "writable", "readonly_roots", "config_file"}``.
+
+    Works while a setting is bad (e.g. ``KCACHE_MAX_SIZE=lots``): the roots are still
+    printed and the bad setting is named on stderr (``config show`` has the details).
+    """
+    from kcache.cli.cmd_config import resolve
+    resolved = resolve(args)
+    root = resolved.root
+    layers = [str(p) for p in (resolved.value("readonly_roots")
+                               if not resolved.rows["readonly_roots"].error else [])]
+    problem = write_problem(root, _store_or_none(args, resolved))
     if want_json(args):
-        print_json({"root": str(store.root), "writable": problem is None,
-                    "readonly_roots": layers, "config_file": str(store.root / "config.json")})
-        return 0
-    if not is_terminal():
+        print_json({"root": str(root), "writable": problem is None,
+                    "readonly_roots": layers, "config_file": str(resolved.config_path)})
+    elif not is_terminal():
         # Piped: the root alone on the first line, so `cd "$(kcache dir)"` works.
-        print(store.root)
+        print(root)
         for layer in layers:
             print(layer)
-        return 0
-    pairs = [("root", store.root, store.root),
-             ("writable", "yes" if problem is None else f"no ({problem})", problem is None)]
-    pairs += [("read-only layer", p, p) for p in layers]
-    print_fields(pairs)
+    else:
+        pairs = [("root", root, root),
+                 ("writable", "yes" if problem is None else f"no ({problem})", problem is None)]
+        pairs += [("read-only layer", p, p) for p in layers]
+        print_fields(pairs)
+    for text in resolved.errors:
+        message(f"kcache: warning: {text} (see 'kcache config show')")
     return 0
 
+
+def _store_or_none(args, resolved):
+    """The store when the settings are good (it may know best whether its root is
+    writable), else None (the probe in :func:`write_problem` decides)."""
+    if resolved.errors:
+        return None
+    from kcache.cli.common import open_store
+    return open_store(args)

@@ -4,8 +4,9 @@ from __future__ import annotations
 import argparse
 
 from kcache.cli.common import (
-    SHORT_KEY, ago, arch_matches, cc_arg, entry_record, human_seconds, human_size, is_stale,
-    iso, kernel_matches, message, open_store, positive_int_arg, print_json, print_table, want_json,
+    SHORT_KEY, ago, arch_matches, cc_arg, entries_and_broken, entries_text, entry_record,
+    human_seconds, human_size, is_stale, iso, kernel_matches, message, open_store,
+    positive_int_arg, print_json, print_table, problem_of, want_json,
 )
 
 #: --sort keys -> (sort key, newest/largest first?)
@@ -41,15 +42,19 @@ def _sort_key(text: str) -> str:
     return text
 
 
-def select(store, args) -> list:
+def select(store, args) -> tuple[list, list]:
     """Entries of ``store`` passing ``--kernel``/``--cc``/``--stale``, sorted, limited.
 
-    Returns ``(EntryInfo, stale: bool)`` pairs. Reads headers only (``Store.entries``).
+    Returns ``(rows, broken)``: ``rows`` are ``(EntryInfo, stale: bool)`` pairs, including
+    entry files whose header cannot be read (``EntryInfo.problem`` set; listed only when no
+    filter is given, since nothing is known to match); ``broken`` lists every such file.
+    Reads headers only (``Store.entries(include_broken=True)``).
     """
     from kcache.toolchain import package_versions
     current = package_versions()
     rows = []
-    for info in store.entries():
+    good, broken = entries_and_broken(store)
+    for info in good:
         if args.kernel and not kernel_matches(info, args.kernel):
             continue
         if args.cc and not arch_matches(info.arch, args.cc):
@@ -58,24 +63,40 @@ def select(store, args) -> list:
         if args.stale and not stale:
             continue
         rows.append((info, stale))
+    if not (args.kernel or args.cc or args.stale):
+        rows += [(b, False) for b in broken]
     key, reverse = SORTS[args.sort]
     rows.sort(key=lambda r: key(r[0]), reverse=reverse)
-    return rows[: args.limit] if args.limit else rows
+    return (rows[: args.limit] if args.limit else rows), broken
 
 
 def run(args) -> int:
-    """Print the entries. JSON: ``{"entries": [entry object, ...]}`` (docs/cli.md)."""
-    rows = select(open_store(args), args)
+    """Print the entries. JSON: ``{"entries": [entry object, ...]}`` (docs/cli.md).
+
+    Entry files whose header cannot be read are listed with their ``problem`` (JSON) or
+    ``unreadable: ...`` in the kernel column, and counted in a note on stderr."""
+    rows, broken = select(open_store(args), args)
     if want_json(args):
         print_json({"entries": [entry_record(info, stale) for info, stale in rows]})
-        return 0
-    columns = ("Key", "Kernel", "Signature", "Arch", "Size", "Hits", "Last used", "Compile time")
-    human = [(i.key[:SHORT_KEY], i.kernel, i.signature, i.arch, human_size(i.file_size),
-              i.hits, ago(i.last_used), human_seconds(i.compile_seconds)) for i, _ in rows]
-    plain = [(i.key[:SHORT_KEY], i.kernel, i.signature, i.arch, i.file_size, i.hits,
-              iso(i.last_used), i.compile_seconds) for i, _ in rows]
-    print_table(columns, human, plain, right=("Size", "Hits", "Compile time"))
-    if not rows:
-        message("kcache: no entries match" if (args.kernel or args.cc or args.stale)
-                else "kcache: the cache has no entries")
+    else:
+        columns = ("Key", "Kernel", "Signature", "Arch", "Size", "Hits", "Last used",
+                   "Compile time")
+        human = [(i.key[:SHORT_KEY], _kernel(i), i.signature, i.arch, human_size(i.file_size),
+                  i.hits, ago(i.last_used), human_seconds(i.compile_seconds)) for i, _ in rows]
+        plain = [(i.key[:SHORT_KEY], _kernel(i), i.signature, i.arch, i.file_size, i.hits,
+                  iso(i.last_used), i.compile_seconds) for i, _ in rows]
+        print_table(columns, human, plain, right=("Size", "Hits", "Compile time"))
+        if not rows:
+            message("kcache: no entries match" if (args.kernel or args.cc or args.stale)
+                    else "kcache: the cache has no entries")
+    if broken:
+        first = broken[0]
+        message(f"kcache: {entries_text(len(broken))} cannot be read (e.g. "
+                f"{first.key[:SHORT_KEY]}: {problem_of(first)}); run 'kcache verify --fix' to "
+                "quarantine them, or 'kcache rm KEY' to remove one")
     return 0
+
+
+def _kernel(info) -> str | None:
+    problem = problem_of(info)
+    return f"(unreadable: {problem})" if problem else info.kernel

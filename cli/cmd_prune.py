@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 from kcache.cli.common import (
-    SHORT_KEY, Problem, ago, duration_arg, ensure_writable, entry_record, human_size, is_stale,
-    iso, message, open_store, print_json, print_table, refuse_newer_format, size_arg, want_json,
+    SHORT_KEY, Problem, ago, duration_arg, entries_text, ensure_writable, entry_record,
+    human_size, is_stale, iso, left_text, message, not_removed, open_store, print_json,
+    print_table, problem_of, refuse_newer_format, size_arg, want_json, write_problem,
 )
 
 
@@ -30,7 +31,12 @@ def run(args) -> int:
     """Prune and print the removed entries and the bytes freed.
 
     JSON: ``{"dry_run", "max_size", "older_than", "stale", "removed": [entry object...],
-    "entries_removed", "bytes_freed"}`` (docs/cli.md). Exit 1 when the root cannot be written.
+    "entries_removed", "bytes_freed", "not_removed": [{"key", "path", "reason"}]}``
+    (docs/cli.md), printed also when some entries stay. Exit 1 when the root cannot be
+    written (nothing removed) or when an entry chosen was left in place (each named with its
+    reason); exit 2, with nothing changed, when the root holds newer-format entries. A dry
+    run previews the same: the same refusal, the same report, and a note when the root
+    cannot be written.
     """
     store = open_store(args)
     # The configured cap always holds (puts evict down to it anyway); --max-size overrides it.
@@ -40,29 +46,47 @@ def run(args) -> int:
         from kcache.toolchain import package_versions
         current = package_versions()
         where = lambda info: is_stale(info, current)  # noqa: E731
-    if not args.dry_run:
-        refuse_newer_format(store, "prune")
+    refuse_newer_format(store, "prune")
+    if args.dry_run:
+        reason = write_problem(store.root, store)
+        if reason:
+            message(f"kcache: note: {store.root} cannot be written ({reason}); a real prune "
+                    "would remove nothing")
+    else:
         ensure_writable(store)
     report = store.prune(max_size=max_size, older_than=args.older_than, where=where,
                          dry_run=args.dry_run)
     removed = list(report.removed)
-    freed = int(report.bytes_freed)
-    if not args.dry_run and not store.writable:
-        raise Problem(f"cannot write to {store.root} (read-only or full): nothing was removed")
+    freed = sum(int(i.file_size) for i in removed)
+    left = not_removed(report.failed)
     if want_json(args):
         print_json({"dry_run": bool(args.dry_run), "max_size": max_size,
                     "older_than": args.older_than, "stale": bool(args.stale),
                     "removed": [entry_record(i) for i in removed],
-                    "entries_removed": len(removed), "bytes_freed": freed})
-        return 0
-    columns = ("Key", "Kernel", "Arch", "Size", "Last used")
-    print_table(columns,
-                [(i.key[:SHORT_KEY], i.kernel, i.arch, human_size(i.file_size), ago(i.last_used))
-                 for i in removed],
-                [(i.key[:SHORT_KEY], i.kernel, i.arch, i.file_size, iso(i.last_used))
-                 for i in removed],
-                right=("Size",))
-    verb = "would remove" if args.dry_run else "removed"
-    message(f"kcache: {verb} {len(removed)} entries, "
-            f"{'would free' if args.dry_run else 'freed'} {human_size(freed)} ({freed} bytes)")
+                    "entries_removed": len(removed), "bytes_freed": freed,
+                    "not_removed": left})
+    else:
+        columns = ("Key", "Kernel", "Arch", "Size", "Last used")
+        print_table(columns,
+                    [(i.key[:SHORT_KEY], _kernel(i), i.arch, human_size(i.file_size),
+                      ago(i.last_used)) for i in removed],
+                    [(i.key[:SHORT_KEY], _kernel(i), i.arch, i.file_size, iso(i.last_used))
+                     for i in removed],
+                    right=("Size",))
+        if not removed:
+            message("kcache: nothing to remove" if args.dry_run or not left
+                    else "kcache: nothing removed")
+        else:
+            verb = "would remove" if args.dry_run else "removed"
+            message(f"kcache: {verb} {entries_text(len(removed))}, "
+                    f"{'would free' if args.dry_run else 'freed'} {human_size(freed)} "
+                    f"({freed} bytes)")
+    if left:
+        raise Problem(left_text(left, "would not be removed" if args.dry_run
+                                else "could not be removed"))
     return 0
+
+
+def _kernel(info) -> str | None:
+    problem = problem_of(info)
+    return f"(unreadable: {problem})" if problem else info.kernel

@@ -15,8 +15,8 @@ import tempfile
 from pathlib import Path
 
 from kcache.cli.common import (
-    Problem, UsageError, ago, entry_record, human_seconds, human_size, iso, open_store,
-    print_fields, print_json, resolve_prefix, want_json,
+    SHORT_KEY, Problem, UsageError, ago, entry_record, human_seconds, human_size,
+    nonblank_arg, open_store, print_fields, print_json, problem_of, resolve_prefix, want_json,
 )
 
 #: Artifact name -> file suffix written by --extract.
@@ -31,74 +31,115 @@ def register(sub):
     p.add_argument("--ptx", action="store_true", help="also print the PTX")
     p.add_argument("--sass", action="store_true",
                    help="also print the SASS of the cubin (needs nvdisasm or cuobjdump)")
-    p.add_argument("--extract", metavar="DIR", type=Path,
+    p.add_argument("--extract", metavar="DIR", type=nonblank_arg("--extract"),
                    help="write <DIR>/<kernel>.<arch>.cubin and .ptx")
     return p
 
 
 def run(args) -> int:
     """Show the entry. JSON: the entry object plus ``components``, ``meta`` and, when asked,
-    ``ptx``, ``sass`` and ``extracted`` (docs/cli.md)."""
+    ``ptx``, ``sass`` and ``extracted`` (docs/cli.md).
+
+    The whole entry is read and checked (``Store.load``: lengths, checksum) every time. A
+    corrupt entry, or one whose header cannot be read, is shown as far as it can be, with
+    its ``problem``, and the exit status is 1 (with ``--ptx``/``--sass``/``--extract`` only
+    the error is printed: there is nothing sound to print or write)."""
+    from kcache.errors import CorruptEntry
     store = open_store(args)
-    if args.extract is not None and args.extract.exists() and not args.extract.is_dir():
-        raise UsageError(f"--extract {args.extract}: not a directory")
+    extract_to = Path(os.path.abspath(args.extract)) if args.extract is not None else None
+    if extract_to is not None and extract_to.exists() and not extract_to.is_dir():
+        raise UsageError(f"--extract {extract_to}: not a directory")
     tool = find_disassembler() if args.sass else None
     if args.sass and tool is None:
         raise Problem("cannot show SASS: neither nvdisasm nor cuobjdump is on PATH "
                       "(install the CUDA toolkit, or use --extract and disassemble elsewhere)")
     info = resolve_prefix(store, args.prefix)
+    problem = problem_of(info)
+    artifacts = None
+    if problem is None:
+        try:
+            artifacts = store.load(info.key).artifacts  # full check of lengths and checksum
+        except KeyError:
+            raise Problem(f"entry {info.key[:SHORT_KEY]} was removed meanwhile") from None
+        except CorruptEntry as exc:
+            problem = _reason(exc, info.path)
+    wants_payload = args.ptx or args.sass or extract_to is not None
+    if problem is not None:
+        if wants_payload:
+            raise Problem(f"entry {info.key[:SHORT_KEY]} is corrupt ({problem}); nothing "
+                          "printed or written; run 'kcache verify --fix' to quarantine it")
+        _print(args, info, problem, {})
+        raise Problem(f"entry {info.key[:SHORT_KEY]} is corrupt ({problem}); run 'kcache "
+                      f"verify --fix' to quarantine it, or 'kcache rm {info.key[:SHORT_KEY]}'")
+    extra = {}
+    if args.ptx:
+        extra["ptx"] = _text(artifacts, "ptx")
+    if args.sass:
+        extra["sass"] = disassemble(tool, _artifact(artifacts, "cubin"))
+    if extract_to is not None:
+        extra["extracted"] = [str(p) for p in extract(info, artifacts, extract_to)]
+    _print(args, info, None, extra)
+    return 0
+
+
+def _reason(exc: Exception, path: Path) -> str:
+    """The message of a CorruptEntry from ``Store.load`` without the leading path."""
+    text = " ".join(str(exc).split())
+    prefix = f"{path}: "
+    return text[len(prefix):] if text.startswith(prefix) else text
+
+
+def _print(args, info, problem: str | None, extra: dict) -> None:
     doc = entry_record(info)
+    doc["problem"] = problem
     doc["components"] = info.components or {}
     doc["meta"] = info.meta or {}
-    if args.ptx or args.sass or args.extract is not None:
-        try:
-            artifacts = store.load(info.key).artifacts  # full check: CorruptEntry -> exit 1
-        except KeyError:
-            raise Problem(f"entry {info.key[:12]} was removed meanwhile") from None
-        if args.ptx:
-            doc["ptx"] = _text(artifacts, "ptx")
-        if args.sass:
-            doc["sass"] = disassemble(tool, _artifact(artifacts, "cubin"))
-        if args.extract is not None:
-            doc["extracted"] = [str(p) for p in extract(info, artifacts, args.extract)]
+    doc.update(extra)
     if want_json(args):
         print_json(doc)
-        return 0
-    print_fields(_fields(info), title=f"entry {info.key}")
+        return
+    print_fields(_fields(doc), title=f"entry {info.key}")
     for label in ("ptx", "sass"):
         if label in doc:
             sys.stdout.write(f"\n# {label.upper()}\n")
             sys.stdout.write(doc[label].rstrip("\n") + "\n")
     for path in doc.get("extracted", ()):
         sys.stderr.write(f"kcache: wrote {path}\n")
-    return 0
 
 
-def _fields(info) -> list:
-    rows = [
-        ("key", info.key, info.key),
-        ("kernel", info.kernel, info.kernel),
-        ("signature", info.signature, info.signature),
-        ("arch", info.arch, info.arch),
-        ("file size", human_size(info.file_size), info.file_size),
-    ]
-    rows += [(f"size.{name}", human_size(n), n) for name, n in (info.sizes or {}).items()]
-    rows += [
-        ("hits", info.hits, info.hits),
-        ("created", f"{iso(info.created)} ({ago(info.created)})", iso(info.created)),
-        ("last used", f"{iso(info.last_used)} ({ago(info.last_used)})", iso(info.last_used)),
-        ("compile time", human_seconds(info.compile_seconds), info.compile_seconds),
-        ("root", info.root, info.root),
-        ("read-only layer", "yes" if info.readonly else "no", bool(info.readonly)),
-        ("path", info.path, info.path),
-    ]
-    rows += [(f"components.{k}", _shown(v), v) for k, v in flatten(info.components or {})]
-    rows += [(f"meta.{k}", _shown(v), v) for k, v in flatten(info.meta or {})]
+#: Fields of the entry object shown by plain ``show``, in this order (the JSON names).
+FIELDS = ("key", "kernel", "signature", "arch", "file_size", "sizes", "hits", "created",
+          "last_used", "compile_seconds", "root", "readonly", "path", "problem")
+
+
+def _fields(doc: dict) -> list:
+    """``(name, human, plain)`` rows: the entry object's fields under their JSON names,
+    ``sizes.<artifact>``, then ``components.*`` and ``meta.*`` flattened."""
+    rows = []
+    for name in FIELDS:
+        value = doc.get(name)
+        if name == "problem" and value is None:
+            continue
+        if name == "sizes":
+            rows += [(f"sizes.{k}", human_size(n), n) for k, n in (value or {}).items()]
+        elif name == "file_size":
+            rows.append((name, human_size(value), value))
+        elif name == "compile_seconds":
+            rows.append((name, human_seconds(value), value))
+        elif name in ("created", "last_used"):
+            rows.append((name, f"{value} ({ago(_ts(value))})" if value else None, value))
+        elif name == "problem":
+            rows.append((name, f"CORRUPT: {value}", value))
+        else:
+            rows.append((name, value, value))
+    rows += [(f"components.{k}", v, v) for k, v in flatten(doc["components"])]
+    rows += [(f"meta.{k}", v, v) for k, v in flatten(doc["meta"])]
     return rows
 
 
-def _shown(value):
-    return "None" if value is None else value
+def _ts(text: str) -> float:
+    from datetime import datetime
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
 def flatten(mapping: dict, prefix: str = ""):

@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 from kcache.cli.common import (
-    ensure_writable, human_seconds, human_size, is_terminal, message, open_store, print_fields,
-    print_json, want_json,
+    ensure_writable, human_seconds, human_size, is_terminal, message, open_store,
+    plain_value, print_fields, print_json, want_json,
 )
 
 #: Counter names copied from ``kcache.Stats`` into the JSON document, in this order.
@@ -47,11 +47,12 @@ def document(stats: dict, recounted: bool) -> dict:
 
 
 def run(args) -> int:
-    """Print the counters (zeroing or recounting first when asked)."""
+    """Print the counters (zeroing or recounting first when asked). Exit 1, with nothing
+    said to be zeroed, when ``--zero`` cannot write the counters."""
     store = open_store(args)
     if args.zero:
         ensure_writable(store, "statistics not zeroed")
-        store.zero_stats()
+        store.zero_stats()  # OSError (exit 1, one line) when the counters were not written
         message("kcache: statistics zeroed")
     stats = store.recount() if args.recount else store.stats()
     doc = document(as_dict(stats), args.recount)
@@ -61,7 +62,7 @@ def run(args) -> int:
     if not is_terminal():
         # Piped: "name<TAB>value" with the JSON names and exact values, for scripts.
         for name, value in doc.items():
-            print(f"{name}\t{'' if value is None else value}")
+            print(f"{name}\t{plain_value(value)}")
         return 0
     rate = doc["hit_rate"]
     cap = doc["max_size"]

@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import contextlib
+import os
+from pathlib import Path
 
 from kcache.cli.common import (
-    SHORT_KEY, is_terminal, message, open_store, print_json, print_table, want_json,
+    SHORT_KEY, entries_text, is_terminal, message, open_store, print_json, print_table,
+    want_json, write_problem,
 )
 
 
@@ -39,16 +42,25 @@ def progress_bar(enabled: bool):
 def run(args) -> int:
     """Verify every entry of every root (``Store.verify``).
 
-    JSON: ``{"checked", "ok": bool, "bad": [{"key", "path", "problem", "quarantined"}],
-    "newer": [path...]}``. Exit 1 while any bad entry remains (not quarantined); entries of a
+    JSON: ``{"checked", "ok": bool, "bad": [{"key", "path", "problem", "quarantined",
+    "reason"}], "newer": [path...]}``; ``reason`` says why ``--fix`` left a bad entry in place
+    (null otherwise). Exit 1 while any bad entry remains (not quarantined); entries of a
     newer format are listed and left untouched, and do not count as bad.
     """
     store = open_store(args)
     with progress_bar(is_terminal() and not want_json(args)) as progress:
         report = store.verify(fix=args.fix, progress=progress)
-    bad = [{"key": path.stem, "path": str(path), "problem": problem,
-            "quarantined": bool(args.fix) and not path.exists()}
-           for path, problem in report.corrupt]
+    left = {str(p): why for p, why in report.not_quarantined}
+    bad = []
+    for path, problem in report.corrupt:
+        # Truth from the disk: quarantined means moved away by this run's --fix.
+        moved = bool(args.fix) and not os.path.lexists(path)
+        why = None
+        if not moved and args.fix:
+            why = left.get(str(path)) or _why_not_moved(store, path)
+        bad.append({"key": path.name[:-4] if path.name.endswith(".kce") else path.name,
+                    "path": str(path), "problem": problem, "quarantined": moved,
+                    "reason": why})
     remaining = [b for b in bad if not b["quarantined"]]
     newer = [str(p) for p in report.newer]
     if want_json(args):
@@ -56,18 +68,34 @@ def run(args) -> int:
                     "newer": newer})
         return 1 if remaining else 0
     if bad:
-        print_table(("Key", "Problem", "Quarantined", "Path"),
-                    [(b["key"][:SHORT_KEY], b["problem"], "yes" if b["quarantined"] else "no",
-                      b["path"]) for b in bad],
-                    [(b["key"][:SHORT_KEY], b["problem"], b["quarantined"], b["path"])
-                     for b in bad])
-    summary = f"kcache: checked {report.checked} entries: {len(bad)} bad"
+        columns = ["Key", "Problem", "Quarantined", "Path"]
+        human = [[b["key"][:SHORT_KEY], b["problem"],
+                  "yes" if b["quarantined"] else (f"no: {b['reason']}" if b["reason"] else "no"),
+                  b["path"]] for b in bad]
+        plain = [[b["key"][:SHORT_KEY], b["problem"], b["quarantined"], b["path"]]
+                 for b in bad]
+        if args.fix:
+            columns.append("Reason")
+            plain = [row + [b["reason"]] for row, b in zip(plain, bad)]
+        print_table(columns, human, plain)
+    summary = f"kcache: checked {entries_text(report.checked)}: {len(bad)} bad"
     if args.fix:
         summary += f", {len(bad) - len(remaining)} quarantined"
+        if remaining:
+            summary += f", {len(remaining)} left in place (see the reasons above)"
     elif remaining:
         summary += " (run 'kcache verify --fix' to quarantine them)"
     message(summary)
     if newer:
-        message(f"kcache: {len(newer)} entries were written by a newer kcache format and left "
+        message(f"kcache: {entries_text(len(newer))} written by a newer kcache format, left "
                 f"untouched (e.g. {newer[0]})")
     return 1 if remaining else 0
+
+
+def _why_not_moved(store, path) -> str:
+    """Why ``--fix`` left a bad entry in place, when the store did not say."""
+    path = Path(path)
+    if path.parents[3] != Path(store.root):
+        return f"in the read-only layer {path.parents[3]}"
+    reason = write_problem(store.root, store)
+    return f"cannot write to {store.root} ({reason})" if reason else "not moved"

@@ -57,36 +57,40 @@ def size_arg(text: str) -> int:
     """argparse type for a size such as ``10G``, ``512MiB`` or ``1048576`` (bytes).
 
     Parsed by ``kcache.config.parse_size`` so the CLI accepts exactly what KCACHE_MAX_SIZE and
-    config.json accept. Raises ``argparse.ArgumentTypeError`` (exit 2) for anything else.
+    config.json accept (no sign, at most 2**63-1 bytes). Raises
+    ``argparse.ArgumentTypeError`` (exit 2) with its message for anything else.
     """
     from kcache.config import parse_size
-    if text.strip().startswith("-"):
-        raise argparse.ArgumentTypeError(f"size must not be negative: {text!r}")
     try:
-        value = parse_size(text)
+        return parse_size(text)
     except ValueError as exc:  # ConfigError is a ValueError
         raise argparse.ArgumentTypeError(_one_line(exc)) from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"size must not be negative: {text!r}")
-    return value
 
 
 def duration_arg(text: str) -> float:
     """argparse type for a duration such as ``7d``, ``12h``, ``30m`` (returns seconds).
 
-    Parsed by ``kcache.config.parse_duration``; negative or malformed durations raise
-    ``argparse.ArgumentTypeError`` (exit 2).
+    Parsed by ``kcache.config.parse_duration`` (no sign, at most 100 years); anything else
+    raises ``argparse.ArgumentTypeError`` (exit 2) with its message.
     """
     from kcache.config import parse_duration
-    if text.strip().startswith("-"):
-        raise argparse.ArgumentTypeError(f"duration must not be negative: {text!r}")
     try:
-        value = parse_duration(text)
+        return parse_duration(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(_one_line(exc)) from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"duration must not be negative: {text!r}")
-    return value
+
+
+def nonblank_arg(what: str):
+    """argparse type factory: the text itself, rejecting an empty or blank value.
+
+    ``what`` names the option in the message (e.g. ``--extract``); an unset shell variable
+    (``--extract "$X"``) must not silently mean the current directory.
+    """
+    def check(text: str) -> str:
+        if not text.strip():
+            raise argparse.ArgumentTypeError(f"{what} needs a value, got {text!r}")
+        return text
+    return check
 
 
 def positive_int_arg(text: str) -> int:
@@ -132,21 +136,34 @@ def arch_matches(arch: str | None, cc: tuple[str, str]) -> bool:
 
 # ---------------------------------------------------------------------------- the store
 
+def root_arg(args: argparse.Namespace) -> Path | None:
+    """The ``--dir`` root as an absolute path, or None when ``--dir`` was not given.
+
+    Raises :class:`UsageError` for an empty or blank ``--dir`` (an unset shell variable in
+    ``--dir "$X"`` must not make the current directory a cache) and for a path that exists and
+    is not a directory.
+    """
+    text = getattr(args, "dir", None)
+    if text is None:
+        return None
+    if not text.strip():
+        raise UsageError(f"--dir needs a directory path, got {text!r} (accepted: a cache "
+                         "directory, existing or not; omit --dir for $KCACHE_DIR or the default)")
+    path = Path(text).expanduser().absolute()  # as kcache.config makes roots absolute
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"--dir {path}: is a file, not a directory (accepted: a cache "
+                         "directory, existing or not)")
+    return path
+
+
 def open_store(args: argparse.Namespace):
     """Return a ``kcache.Store`` for ``--dir`` (else KCACHE_DIR, the config, the default).
 
-    Raises :class:`UsageError` when the given root exists and is not a directory; errors of
-    the configuration itself (``ConfigError``) propagate to the top-level handler (exit 2).
+    Raises :class:`UsageError` for a bad ``--dir`` (:func:`root_arg`); errors of the
+    configuration itself (``ConfigError``) propagate to the top-level handler (exit 2).
     """
     from kcache import Store
-    root = getattr(args, "dir", None)
-    if root is not None:  # KCACHE_DIR is checked by kcache.config, which names the variable
-        path = Path(root).expanduser()
-        if path.exists() and not path.is_dir():
-            raise UsageError(f"--dir {root}: is a file, not a directory (accepted: a cache "
-                             "directory, existing or not)")
-        root = path
-    store = Store(root)
+    store = Store(root_arg(args))
     # KCACHE_DISABLE keeps programs off the cache; maintenance asked for explicitly (e.g.
     # `verify --fix`, which the store skips quarantining when disabled) still applies.
     store.disabled = False
@@ -157,30 +174,30 @@ def ensure_writable(store, nothing: str = "nothing was removed") -> None:
     """Raise :class:`Problem` (exit 1) when ``store.root`` cannot be written.
 
     ``nothing`` ends the message (what did not happen).
-
-    Probed by creating and removing a temporary file in the entries folder, because neither
-    the permission bits nor ``os.access`` tell the truth for root or on a read-only mount.
     """
-    reason = write_problem(store)
+    reason = write_problem(store.root, store)
     if reason:
         raise Problem(f"cannot write to {store.root} ({reason}): {nothing}")
 
 
-def write_problem(store) -> str | None:
-    """Why ``store.root`` cannot be written (e.g. "Read-only file system"), or None if it can.
+def write_problem(root: Path, store=None) -> str | None:
+    """Why ``root`` cannot be written (e.g. "Read-only file system (EROFS)"), or None if it can.
 
-    A root that does not exist yet counts as writable (the store creates it on its first
-    write). Probed by creating and removing a temporary file in the entries folder.
+    ``Store.check_writable()`` decides when a store is given. Without one (``kcache dir``
+    while a setting is bad, so no Store can be opened) a temporary folder is created and
+    removed in the root or, for a root that does not exist yet, in its nearest existing
+    ancestor, which must be a directory (permission bits and ``os.access`` do not tell the
+    truth for the root user or on a read-only mount).
     """
-    if not store.root.exists():
-        return None
-    folder = store.root
-    for name in ("v1", "entries"):
-        if (folder / name).is_dir():
-            folder = folder / name
+    if store is not None:
+        return store.check_writable()
+    folder = Path(root)
+    while not os.path.lexists(folder) and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        return f"{folder} is not a directory"
     try:
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".kcache-probe-"):
-            pass
+        os.rmdir(tempfile.mkdtemp(dir=folder, prefix=".kcache-probe-"))
     except OSError as exc:
         return exc.strerror or type(exc).__name__
     return None
@@ -207,8 +224,36 @@ def kernel_matches(info, pattern: str) -> bool:
 _HEX = re.compile(r"^[0-9a-f]+$")
 
 
+def problem_of(info) -> str | None:
+    """What is wrong with an entry (``EntryInfo.problem``: its header cannot be read), or
+    None for a readable one."""
+    return info.problem or None
+
+
+def is_newer(info) -> bool:
+    """True for an entry the store lists as written by a newer kcache format (never changed)."""
+    return (problem_of(info) or "").startswith("newer format")
+
+
+def entries_and_broken(store, *, readonly: bool = True) -> tuple[list, list]:
+    """``(readable, broken)`` entries of ``store`` (``Store.entries(include_broken=True)``).
+
+    ``broken`` are entry files whose header cannot be read (truncated, zero-length, garbage,
+    not a regular file), with ``problem`` set; newer-format entries are in neither list
+    (they are not ours to judge; ``verify`` lists them).
+    """
+    good, broken = [], []
+    for info in store.entries(readonly=readonly, include_broken=True):
+        if problem_of(info) is None:
+            good.append(info)
+        elif not is_newer(info):
+            broken.append(info)
+    return good, broken
+
+
 def resolve_prefix(store, prefix: str):
-    """Return the one ``EntryInfo`` whose key starts with ``prefix``.
+    """Return the one entry whose key starts with ``prefix``: an ``EntryInfo``, or a
+    :class:`Broken` for an entry file whose header cannot be read.
 
     Raises :class:`UsageError` when ``prefix`` is not hex, when no key starts with it (naming
     the nearest keys) or when several do (listing them).
@@ -218,13 +263,14 @@ def resolve_prefix(store, prefix: str):
         raise UsageError(f"not a key prefix: {prefix!r} (hex digits, as shown by 'kcache ls')")
     # One key may sit in the writable root and a read-only layer: keep the first (writable).
     unique: dict = {}
-    for info in store.find(text):
-        unique.setdefault(info.key, info)
+    for info in store.find(text, include_broken=True):
+        if not is_newer(info):  # said below, with the newer-format check
+            unique.setdefault(info.key, info)
     matches = list(unique.values())
     if len(matches) == 1:
         return matches[0]
     if matches:
-        shown = ", ".join(f"{m.key[:SHORT_KEY]} ({m.kernel or '?'} {m.arch or ''})".rstrip()
+        shown = ", ".join(f"{m.key[:SHORT_KEY]} ({_label(m)})"
                           for m in sorted(matches, key=lambda m: m.key)[:8])
         more = f" and {len(matches) - 8} more" if len(matches) > 8 else ""
         raise UsageError(f"key prefix {prefix!r} is ambiguous: {len(matches)} entries match: "
@@ -242,6 +288,13 @@ def resolve_prefix(store, prefix: str):
     else:
         hint = ""
     raise UsageError(f"no entry with key prefix {prefix!r}{hint}")
+
+
+def _label(info) -> str:
+    problem = problem_of(info)
+    if problem:
+        return f"unreadable: {problem}"
+    return f"{info.kernel or '?'} {info.arch or ''}".rstrip()
 
 
 def newer_format_files(store, prefix: str = "", *, readonly: bool = True) -> list[Path]:
@@ -293,10 +346,46 @@ def refuse_newer_format(store, action: str) -> None:
                          "changed (use the newer kcache)")
 
 
+def not_removed(failed) -> list[dict]:
+    """``[{"key", "path", "reason"}]`` from the store's report of entries left in place
+    (``RemoveReport.failed`` / ``PruneReport.failed``: ``NotRemoved(key, path, reason)``,
+    reasons such as "busy (locked by another process)" or "not a regular file")."""
+    return [{"key": f.key, "path": str(f.path), "reason": _name_lock(f)} for f in failed or ()]
+
+
+def _name_lock(failed) -> str:
+    """The reason, naming the lock file when the entry was busy (another process held it)."""
+    from kcache.layout import Layout
+    from kcache.prune import BUSY
+    if not failed.reason.startswith(BUSY):
+        return failed.reason
+    root = Path(failed.path).parents[3]  # <root>/v1/entries/ab/<key>.kce
+    lock = Layout(root).locks / failed.key[:2] / f"{failed.key}.lock"
+    return f"{failed.reason} (lock file {lock})"
+
+
+def left_text(left: list[dict], verb: str = "could not be removed") -> str:
+    """One line naming each entry left and why (the first five, then a count)."""
+    shown = "; ".join(f"{e['key'][:SHORT_KEY]}: {e['reason']}" for e in left[:5])
+    more = f"; and {len(left) - 5} more" if len(left) > 5 else ""
+    return f"{entries_text(len(left))} {verb}: {shown}{more}"
+
+
+def plural(n: int, one: str, many: str | None = None) -> str:
+    """``1 entry``, ``2 entries``: ``n`` with the right form of the noun."""
+    return f"{n} {one if n == 1 else (many or one + 's')}"
+
+
+def entries_text(n: int) -> str:
+    """``1 entry`` / ``N entries``."""
+    return plural(n, "entry", "entries")
+
+
 def near_keys(prefix: str, keys: Iterable[str], n: int = 3) -> list[str]:
     """The ``n`` keys nearest to ``prefix`` (short forms): the most leading digits in common
     first, then the smallest numeric distance between the first ``len(prefix)`` digits."""
     target = int(prefix, 16)
+    keys = [k for k in keys if _HEX.match(k)]  # a stray file name is not a key
 
     def nearness(key: str) -> tuple[int, int]:
         shared = len(os.path.commonprefix([key, prefix]))
@@ -355,7 +444,7 @@ def entry_record(info, stale: bool | None = None) -> dict[str, Any]:
         "kernel": info.kernel,
         "signature": info.signature,
         "arch": info.arch,
-        "file_size": int(info.file_size),
+        "file_size": int(info.file_size or 0),
         "sizes": {k: int(v) for k, v in (info.sizes or {}).items()},
         "hits": int(info.hits or 0),
         "created": iso(info.created),
@@ -364,6 +453,7 @@ def entry_record(info, stale: bool | None = None) -> dict[str, Any]:
         "root": str(info.root),
         "readonly": bool(info.readonly),
         "path": str(info.path),
+        "problem": problem_of(info),
     }
     if stale is not None:
         record["stale"] = stale
@@ -415,6 +505,8 @@ def print_table(columns: Sequence[str], human_rows: Sequence[Sequence[Any]],
     newlines inside values are replaced by spaces so each row stays one line.
     """
     if is_terminal():
+        if not human_rows:
+            return  # an empty table says nothing; the command's message says why
         from rich.table import Table
         table = Table(title=title, title_justify="left", box=None, header_style="bold")
         for i, name in enumerate(columns):
@@ -439,7 +531,7 @@ def print_fields(pairs: Sequence[tuple[str, Any, Any]], *, title: str | None = N
         table.add_column(style="bold")
         table.add_column(overflow="fold")
         for name, human, _ in pairs:
-            table.add_row(name, "" if human is None else str(human))
+            table.add_row(name, human_value(human))
         console().print(table)
         return
     for name, _, plain in pairs:
@@ -447,11 +539,32 @@ def print_fields(pairs: Sequence[tuple[str, Any, Any]], *, title: str | None = N
 
 
 def _cell(value: Any) -> str:
+    """A value for plain (piped) output: JSON spellings (``true``, ``false``, empty for
+    null), lists joined with ``", "``, dicts as JSON; one line, no tabs."""
     if value is None:
         return ""
-    if isinstance(value, (dict, list)):
+    if isinstance(value, bool):
+        value = "true" if value else "false"
+    elif isinstance(value, (list, tuple)) and all(not isinstance(v, (dict, list)) for v in value):
+        value = ", ".join(_cell(v) for v in value)
+    elif isinstance(value, (dict, list, tuple)):
         value = json.dumps(value, default=_json_default, sort_keys=True)
     return " ".join(str(value).replace("\t", " ").splitlines())
+
+
+def plain_value(value: Any) -> str:
+    """A value for plain (piped) output, as in tables: see :func:`_cell`."""
+    return _cell(value)
+
+
+def human_value(value: Any) -> str:
+    """A value for people: ``yes``/``no`` for booleans, ``-`` for none, lists joined with
+    ``", "``, otherwise as :func:`_cell` writes it."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return _cell(value) if not isinstance(value, str) else value
 
 
 def _one_line(exc: BaseException) -> str:

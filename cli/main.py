@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import os
 import sys
 
@@ -76,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     # The store reports each kind of cache trouble once on logger "kcache" (one line on
     # stderr) and again through `warnings` (two more lines with a source line): keep the one.
     warnings.simplefilter("ignore", KcacheWarning)
+    quiet_library_warnings()
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(join_negative_values(argv))
     try:
@@ -99,6 +101,47 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write("kcache: interrupted\n")
         return 130
+
+
+#: Kinds of store warnings (``record.kcache_kind``, kcache.warn) the commands report
+#: themselves, in their own words: the store writes them for a program using kernels
+#: ("kernels still work but are no longer cached", "treated as a miss"), which is confusing
+#: in a maintenance command that says what it did and exits 1.
+REPORTED_BY_COMMANDS = ("unwritable", "corrupt", "newer", "unreadable")
+
+
+class _LibraryWarnings(logging.Filter):
+    """Drops the store's runtime-oriented warnings (:data:`REPORTED_BY_COMMANDS`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return getattr(record, "kcache_kind", None) not in REPORTED_BY_COMMANDS
+
+
+def quiet_library_warnings() -> None:
+    """Print the store's warnings (logger ``kcache``) once each on stderr, as plain lines,
+    except those the commands report themselves (:data:`REPORTED_BY_COMMANDS`): every
+    command checks and states write failures, quarantines and skipped entries on its own."""
+    log = logging.getLogger("kcache")
+    if any(isinstance(h, _StderrHandler) for h in log.handlers):
+        return
+    handler = _StderrHandler()
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    handler.addFilter(_LibraryWarnings())
+    log.addHandler(handler)
+    log.propagate = False
+
+
+class _StderrHandler(logging.StreamHandler):
+    """A handler writing to the current ``sys.stderr`` (looked up at each record, so a
+    replaced stderr, e.g. in tests, is honoured)."""
+
+    @property
+    def stream(self):  # noqa: D401 - logging reads this attribute
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value):
+        pass
 
 
 #: Options taking a value that may be written with a leading "-" (a bad value argparse would

@@ -339,8 +339,13 @@ def test_show_sass_uses_a_disassembler_on_path_or_says_none_is_there(cache, tmp_
 
 @pytest.mark.parametrize("args, needle", [
     (["prune", "--max-size", "2Q"], "2Q"),
-    (["prune", "--older-than", "-3d"], "negative"),
-    (["prune", "--max-size", "-1G"], "negative"),
+    (["prune", "--older-than", "-3d"], "sign"),
+    (["prune", "--max-size", "-1G"], "sign"),
+    (["prune", "--max-size", "-0"], "sign"),
+    (["prune", "--max-size", "9" * 400 + "T"], "too large"),
+    (["prune", "--older-than", "9" * 400 + "w"], "too large"),
+    (["rm", "--kernel", ""], "glob pattern"),
+    (["show", "b2", "--extract", ""], "--extract"),
     (["prune", "--older-than", "soon"], "soon"),
     (["ls", "--sort", "bogus"], "last-used"),
     (["ls", "--cc", "nine"], "compute capability"),
@@ -441,6 +446,9 @@ def test_newer_format_entry_is_reported_and_left_untouched(cache):
                  ["clear", "--yes"]):
         line = one_line_error(kc(*args, root=root))
         assert "newer" in line.lower(), line
+    # The dry run previews the same refusal, word for word.
+    assert one_line_error(kc("prune", "--max-size", "1", "--dry-run", root=root)) == \
+        one_line_error(kc("prune", "--max-size", "1", root=root))
     done = kc("verify", "--fix", "--json", root=root)
     assert done.returncode == 0 and json.loads(done.stdout)["newer"] == [str(path)]
     assert path.read_bytes() == bytes(data)
@@ -500,7 +508,9 @@ def test_clear_needs_yes_when_not_on_a_terminal(cache):
     root, paths = cache
     one_line_error(kc("clear", root=root))
     assert all(p.exists() for p in paths.values())
-    assert kc_json("clear", "--yes", root=root) == {"root": str(root), "removed": 4}
+    size = sum(p.stat().st_size for p in paths.values())
+    assert kc_json("clear", "--yes", root=root) == {"root": str(root), "removed": 4,
+                                                    "bytes_freed": size, "not_removed": []}
     assert not any(p.exists() for p in paths.values())
     assert kc_json("ls", root=root) == {"entries": []}
 
@@ -671,3 +681,216 @@ def test_writes_report_that_the_root_cannot_be_written(readonly, args):
     root, env = readonly
     line = one_line_error(kc(*args, root=root, env=env), status=1)
     assert str(root) in line or "Read-only" in line
+
+
+# ------------------------------------------------------------------------------ trial fixes
+# Problems a fresh user met (trial report of 2026-12-01), one test each.
+
+@pytest.fixture
+def held_lock():
+    """``hold(root, key)`` makes another process hold ``key``'s lock until the test ends."""
+    procs = []
+
+    def hold(root: Path, key: str) -> None:
+        code = ("import sys; from kcache import Store\n"
+                "with Store(sys.argv[1]).lock(sys.argv[2]):\n"
+                "    print('held', flush=True); sys.stdin.read()\n")
+        proc = subprocess.Popen([sys.executable, "-c", code, str(root), key],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        procs.append(proc)
+        assert proc.stdout.readline().strip() == "held"  # blocks until the lock is taken
+
+    yield hold
+    for proc in procs:
+        proc.stdin.close()  # the holder's read returns: it releases the lock and exits
+        proc.wait(timeout=60)
+
+
+FAST_LOCKS = {"KCACHE_LOCK_TIMEOUT": "0.2"}
+
+
+def test_prune_reports_what_it_removed_when_an_entry_is_busy(cache, held_lock):
+    root, paths = cache
+    held_lock(root, K_AXPY_90)
+    done = kc("prune", "--max-size", "0", "--json", root=root, env=FAST_LOCKS)
+    assert done.returncode == 1, done.stderr
+    doc = json.loads(done.stdout)  # the document is printed although an entry was left
+    assert {e["key"] for e in doc["removed"]} == {K_AXPY_90A, K_SAXPY_80, K_STALE}
+    assert doc["entries_removed"] == 3
+    assert doc["bytes_freed"] == sum(e["file_size"] for e in doc["removed"])
+    [left] = doc["not_removed"]
+    assert left["key"] == K_AXPY_90 and "busy" in left["reason"] and ".lock" in left["reason"]
+    line = done.stderr.strip().splitlines()[-1]
+    assert K_AXPY_90[:12] in line and "lock" in line
+    assert "read-only" not in done.stderr and "nothing was removed" not in done.stderr
+    assert [k for k, p in paths.items() if p.exists()] == [K_AXPY_90]
+
+
+def test_clear_and_rm_name_the_busy_entry_and_count_the_rest(cache, held_lock):
+    root, paths = cache
+    held_lock(root, K_AXPY_90)
+    done = kc("rm", K_AXPY_90[:6], root=root, env=FAST_LOCKS)
+    line = one_line_error(done, 1)
+    assert "lock" in line and "read-only" not in line
+    done = kc("clear", "--yes", root=root, env=FAST_LOCKS)
+    assert done.returncode == 1
+    assert "removed 3 entries" in done.stderr and "lock" in done.stderr
+    assert "not cleared" not in done.stderr
+    assert [k for k, p in paths.items() if p.exists()] == [K_AXPY_90]
+
+
+def test_clear_reports_an_entry_that_is_not_a_file(cache):
+    root, paths = cache
+    odd = root / "v1" / "entries" / "dd" / ("dd" * 32 + ".kce")
+    odd.mkdir(parents=True)
+    size = sum(p.stat().st_size for p in paths.values())
+    done = kc("clear", "--yes", "--json", root=root)
+    assert done.returncode == 1, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["removed"] == 4
+    assert doc["bytes_freed"] == size
+    assert doc["not_removed"] == [{"key": "dd" * 32, "path": str(odd),
+                                   "reason": "not a regular file"}]
+    assert not any(p.exists() for p in paths.values()) and odd.is_dir()
+
+
+def test_empty_dir_option_is_a_usage_error_and_paths_are_absolute(tmp_path):
+    work = tmp_path / "project"
+    work.mkdir()
+    for args in (["--dir", "", "stats", "--zero"], ["config", "set", "max_size", "1G", "--dir", " "],
+                 ["ls", "--dir", ""]):
+        done = subprocess.run([sys.executable, "-m", "kcache", *args], cwd=work,
+                              capture_output=True, text=True, timeout=60)
+        assert "--dir" in one_line_error(done)
+    assert list(work.iterdir()) == []  # no CACHEDIR.TAG, v1/ or config.json in the project
+    done = subprocess.run([sys.executable, "-m", "kcache", "dir", "--json", "--dir", "rel"],
+                          cwd=work, capture_output=True, text=True, timeout=60)
+    assert json.loads(done.stdout)["root"] == str(work / "rel")
+
+
+def test_show_checks_the_checksum(cache):
+    root, paths = cache
+    path = paths[K_SAXPY_80]
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # inside the cubin: only the checksum can tell
+    path.write_bytes(bytes(data))
+    done = kc("show", "b2", "--json", root=root)
+    assert done.returncode == 1
+    doc = json.loads(done.stdout)  # what can be shown still is, with the problem named
+    assert doc["key"] == K_SAXPY_80 and "checksum" in doc["problem"]
+    assert "corrupt" in done.stderr and "verify --fix" in done.stderr
+    plain = kc("show", "b2", root=root)
+    assert plain.returncode == 1 and "problem\tchecksum mismatch" in plain.stdout
+    line = one_line_error(kc("show", "b2", "--ptx", root=root), 1)
+    assert "corrupt" in line
+
+
+def test_unreadable_entries_are_listed_shown_and_removable(cache):
+    root, paths = cache
+    paths[K_SAXPY_80].write_bytes(paths[K_SAXPY_80].read_bytes()[:40])  # truncated
+    paths[K_STALE].write_bytes(b"")  # zero-length
+    done = kc("ls", "--json", root=root)
+    assert done.returncode == 0
+    problems = {e["key"]: e["problem"] for e in json.loads(done.stdout)["entries"]}
+    assert problems[K_AXPY_90] is None
+    assert problems[K_SAXPY_80] and problems[K_STALE]
+    assert "2 entries cannot be read" in done.stderr and "verify --fix" in done.stderr
+    assert "unreadable" in kc("ls", root=root).stdout
+
+    done = kc("show", "c3", "--json", root=root)
+    assert done.returncode == 1 and json.loads(done.stdout)["problem"]
+    doc = kc_json("rm", "c3", "b2", root=root)
+    assert {e["key"] for e in doc["removed"]} == {K_SAXPY_80, K_STALE}
+    assert not paths[K_SAXPY_80].exists() and not paths[K_STALE].exists()
+
+
+def test_root_under_a_file_is_reported_unwritable(tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    env = {"KCACHE_DIR": str(afile / "sub")}
+    assert kc_json_env("dir", env=env)["writable"] is False
+    line = one_line_error(kc("stats", "--zero", env=env), 1)
+    assert "not zeroed" in line
+    assert afile.read_text() == "x"
+
+
+def test_verify_fix_on_a_read_only_root_says_nothing_was_moved(tmp_path):
+    root = tmp_path / "cache"
+    paths = fill(root)
+    path = paths[K_AXPY_90A]
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "sitecustomize.py").write_text(READONLY_SHIM)
+    env = {"PYTHONPATH": str(shim), "KCACHE_TEST_READONLY": str(root)}
+    done = kc("verify", "--fix", "--json", root=root, env=env)
+    assert done.returncode == 1
+    [bad] = json.loads(done.stdout)["bad"]
+    assert bad["quarantined"] is False and "EROFS" in bad["reason"]
+    done = kc("verify", "--fix", root=root, env=env)
+    assert "0 quarantined, 1 left in place" in done.stderr
+    assert "moved to" not in done.stderr and "kernels still" not in done.stderr
+    assert path.exists()
+
+
+def test_prune_dry_run_previews_the_real_prune(cache):
+    root, paths = cache
+    paths[K_STALE].write_bytes(b"garbage")  # a broken entry: removed and counted like others
+    dry = kc_json("prune", "--max-size", "0", "--dry-run", root=root)
+    real = kc_json("prune", "--max-size", "0", root=root)
+    for doc in (dry, real):
+        assert doc["entries_removed"] == len(doc["removed"]) == 4
+        assert doc["bytes_freed"] == sum(e["file_size"] for e in doc["removed"])
+    assert dry["bytes_freed"] == real["bytes_freed"]
+    status, text, err = on_terminal("prune", "--dry-run", "--dir", str(root))
+    assert status == 0 and "nothing to remove" in err and "Key" not in text
+
+
+def test_a_bad_setting_does_not_block_dir_or_config(cache):
+    root, _ = cache
+    env = {"KCACHE_MAX_SIZE": "9" * 400, "KCACHE_LOCK_TIMEOUT": "90s"}
+    done = kc("dir", root=root, env=env)
+    assert done.returncode == 0 and done.stdout.splitlines()[0] == str(root)
+    assert "KCACHE_MAX_SIZE" in done.stderr
+    done = kc("config", "--json", root=root, env=env)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    settings = json.loads(done.stdout)["settings"]
+    assert settings["max_size"]["origin"] == "env KCACHE_MAX_SIZE"
+    assert settings["max_size"]["value"] == "9" * 400 and "too large" in settings["max_size"]["error"]
+    assert settings["lock_timeout"] == {"value": 90.0, "origin": "env KCACHE_LOCK_TIMEOUT"}
+
+    (root / "config.json").write_text('{"max_size": "lots"}')
+    line = one_line_error(kc("ls", root=root))
+    assert "lots" in line
+    done = kc("config", "--json", root=root)
+    assert json.loads(done.stdout)["settings"]["max_size"]["origin"].startswith("config ")
+    assert kc("config", "set", "max_size", "1G", root=root).returncode == 0  # fixed by the CLI
+    assert kc("ls", root=root).returncode == 0
+    assert kc("config", "unset", "max_size", root=root).returncode == 0
+    assert json.loads((root / "config.json").read_text()) == {}
+
+
+def test_plain_output_uses_json_names_and_spellings(cache, tmp_path):
+    root, _ = cache
+    fields = dict(line.split("\t", 1) for line in kc("show", "b2", root=root).stdout.splitlines())
+    assert fields["readonly"] == "false" and fields["compile_seconds"] == "0.5"
+    assert fields["file_size"].isdigit() and fields["sizes.cubin"] == "2000"
+    assert not {"read-only_layer", "compile_time"} & set(fields)
+    assert not {"True", "False", "None"} & set(fields.values())
+    stats = dict(line.split("\t") for line in kc("stats", root=root).stdout.splitlines())
+    assert stats["recounted"] == "false"
+    a, b = tmp_path / "a", tmp_path / "b"
+    done = kc("config", "set", "readonly_dirs", f"{a}{os.pathsep}{b}", root=root)
+    assert f"{a}{os.pathsep}{b}" in done.stderr and "[" not in done.stderr
+    done = kc("rm", "b2", root=root)
+    assert "removed 1 entry," in done.stderr
+
+
+def test_library_warnings_are_printed_once(cache):
+    root, _ = cache
+    (root / "config.json").write_text('{"max_sise": "1G"}')  # a typo: warned, then ignored
+    done = kc("ls", root=root)
+    assert done.returncode == 0
+    assert done.stderr.count("max_sise") == 1, done.stderr

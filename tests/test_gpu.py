@@ -218,3 +218,34 @@ def test_numba_cuda_doc_examples_twice_under_kcache_enable_all(tmp_path):
     assert first["run"] == second["run"] > 0
     assert first.get("compiles", 0) > 0
     assert second.get("compiles", 0) == 0 and second.get("misses", 0) == 0, second
+
+
+def test_cache_warmed_without_a_gpu_serves_the_gpu(tmp_path):
+    """The container-build story: compile_for in a process that sees no GPU
+    (CUDA_VISIBLE_DEVICES=""), then a GPU process launches every example kernel from the
+    cache with no compile, and the results are right."""
+    warm = """
+        import json
+        from numba import cuda
+        import kcache
+        from examples import kernels
+        assert not cuda.is_available()
+        cc = "{cc}"
+        keys = [k for disp, sigs in kernels.SIGNATURES.items()
+                for k in kcache.compile_for(disp, sigs, cc=[cc])]
+        print(json.dumps(keys))
+    """
+    cc = numba_cuda.get_current_device().compute_capability
+    keys = run_child(tmp_path, warm.format(cc=f"{cc[0]}.{cc[1]}"), name="warm.py",
+                     env_extra={"CUDA_VISIBLE_DEVICES": ""})
+    assert len(keys) == len(set(keys)) >= 3
+    launch = """
+        import json, kcache
+        kcache.install("cache")
+        from examples import kernels
+        disps = kernels.run_all()          # asserts the results against NumPy
+        print(json.dumps({n: [sum(d.stats.cache_hits.values()), d.stats.compiles]
+                          for n, d in disps.items()}))
+    """
+    served = run_child(tmp_path, launch, name="launch.py")
+    assert all(row == [1, 0] for row in served.values()), served
