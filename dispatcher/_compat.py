@@ -6,6 +6,7 @@ else in kcache touches a private numba-cuda name, so a numba-cuda upgrade is che
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
 from importlib import metadata
 
@@ -38,7 +39,7 @@ __all__ = [
     "signature_display",
     "full_cc", "current_cc", "current_launch_config", "compile_kernel", "library_of",
     "uncacheable_reason", "kernel_state", "rebuild_kernel", "make_call_helper", "offline_target",
-    "patch_dispatcher", "unpatch_dispatcher", "is_patched", "supported_ccs",
+    "patch_dispatcher", "unpatch_dispatcher", "is_patched", "supported_ccs", "overload_implementations",
 ]
 
 
@@ -327,3 +328,38 @@ def launch_config_key(dispatcher, launch_config):
 def is_linkable_code(obj) -> bool:
     """True for numba-cuda ``LinkableCode`` objects (link= from memory)."""
     return isinstance(obj, LinkableCode)
+
+
+# --- @overload implementations (for the source fingerprint) ---------------------------------
+# numba-cuda keeps ``@overload`` templates in the typing registry behind the public
+# ``numba.cuda.extending.infer`` (a bound method of that registry): ``registry.globals`` is a
+# list of (function, typing Function type) pairs, each type's ``templates`` carry
+# ``_overload_func`` (the Python implementation) and ``_jit_options``.
+_overload_index: dict = {"n": -1, "by_id": {}}
+
+
+def overload_implementations(fn) -> list:
+    """[(implementation function, jit options dict or None)] registered with numba-cuda's
+    ``@overload`` for ``fn``; [] when none (or the registry is not where 0.30 keeps it).
+    Indexed once per registry size, so a call costs a dict look-up."""
+    registry = _typing_registry()
+    if registry is None:
+        return []
+    entries = registry.globals
+    if len(entries) != _overload_index["n"]:
+        by_id: dict = {}
+        for val, typ in list(entries):
+            for template in getattr(typ, "templates", ()) or ():
+                if hasattr(template, "_overload_func"):
+                    by_id.setdefault(id(val), []).append((val, template))
+        _overload_index.update(n=len(entries), by_id=by_id)
+    return [(getattr(t, "_overload_func", None), getattr(t, "_jit_options", None))
+            for val, t in _overload_index["by_id"].get(id(fn), ()) if val is fn]
+
+
+def _typing_registry():
+    ext = sys.modules.get("numba.cuda.extending")
+    if ext is None:
+        return None  # nothing can have been registered through it yet
+    registry = getattr(getattr(ext, "infer", None), "__self__", None)
+    return registry if isinstance(getattr(registry, "globals", None), list) else None

@@ -22,7 +22,7 @@ from kcache.errors import KcacheError, LockTimeout
 
 from . import _compat
 from .components import Uncacheable, arch_name
-from .dispatcher import (KCacheDispatcher, Options, explain_enabled, kernel_key, kernel_name,
+from .dispatcher import (KCacheDispatcher, explain_enabled, kernel_key, kernel_name,
                          log_explanations)
 from .kernel_entry import NotStorable, kernel_to_entry, marker_entry
 

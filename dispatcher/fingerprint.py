@@ -576,15 +576,14 @@ class _Walk:
         # A plain function may be the target of @overload(fn): its typing templates hold the
         # Python implementations numba-cuda compiles instead of fn's own body.
         own = self._function_digest(fn, acc)
-        impls = [self._overload_payload(t, acc) for t in _overload_templates(fn)]
+        impls = [self._overload_payload(impl, opts, acc)
+                 for impl, opts in _overload_implementations(fn)]
         if not impls:
             return own
         return digest_of(["overloaded", own, sorted(impls, key=_sort_key)])
 
-    def _overload_payload(self, template, acc):
-        impl = getattr(template, "_overload_func", None)
-        options = self.encode(getattr(template, "_jit_options", None), "overload options",
-                              _Acc(), 0)
+    def _overload_payload(self, impl, jit_options, acc):
+        options = self.encode(jit_options, "overload options", _Acc(), 0)
         if isinstance(impl, types.FunctionType) and not _is_library(impl.__module__):
             return ["overload", self._function_digest(impl, acc), options]
         return ["overload", _qualified(impl), options]
@@ -667,31 +666,10 @@ def _attr_getter(obj, attr):
     return lambda: getattr(obj, attr)
 
 
-# ---------------------------------------------------------------------------------------
-# @overload templates registered in numba-cuda's typing registry (reached through the public
-# numba.cuda.extending.infer, a bound method of that registry).
+def _overload_implementations(fn) -> list:
+    """(implementation, jit options) of each numba-cuda ``@overload`` of ``fn``: read from
+    numba-cuda's typing registry, an internal, hence through the compatibility module (which
+    imports numba-cuda only here, so this module stays importable without it)."""
+    from . import _compat
 
-_overload_index: dict = {"n": -1, "by_id": {}}
-
-
-def _overload_templates(fn) -> list:
-    registry = _typing_registry()
-    if registry is None:
-        return []
-    entries = registry.globals
-    if len(entries) != _overload_index["n"]:
-        by_id: dict = {}
-        for val, typ in list(entries):
-            for template in getattr(typ, "templates", ()) or ():
-                if hasattr(template, "_overload_func"):
-                    by_id.setdefault(id(val), []).append((val, template))
-        _overload_index.update(n=len(entries), by_id=by_id)
-    return [t for val, t in _overload_index["by_id"].get(id(fn), ()) if val is fn]
-
-
-def _typing_registry():
-    ext = sys.modules.get("numba.cuda.extending")
-    if ext is None:
-        return None  # nothing can have been registered through it yet
-    registry = getattr(getattr(ext, "infer", None), "__self__", None)
-    return registry if isinstance(getattr(registry, "globals", None), list) else None
+    return _compat.overload_implementations(fn)
