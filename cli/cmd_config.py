@@ -6,10 +6,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from kcache.config import DEFAULT_LOCK_TIMEOUT, DEFAULT_MAX_SIZE
 from kcache.cli.common import (
-    Problem, UsageError, add_common, human_seconds, human_size, human_value, is_terminal,
-    message, print_json, print_table, root_arg, want_json,
+    Problem, UsageError, _one_line, add_common, human_seconds, human_size, human_value,
+    is_terminal, message, print_json, print_table, root_arg, want_json,
 )
 
 #: Settings shown by ``config show`` and accepted by ``config get``
@@ -19,9 +18,6 @@ SHOWN = ("root", "max_size", "readonly_roots", "lock_timeout", "disabled", "shar
 SETTABLE = {"max_size": "max_size", "readonly_dirs": "readonly_dirs",
             "readonly_roots": "readonly_dirs", "lock_timeout": "lock_timeout",
             "shared": "shared"}
-ENV = {"root": "KCACHE_DIR", "max_size": "KCACHE_MAX_SIZE",
-       "readonly_roots": "KCACHE_READONLY_DIRS", "lock_timeout": "KCACHE_LOCK_TIMEOUT",
-       "disabled": "KCACHE_DISABLE", "shared": "KCACHE_SHARED"}
 
 
 def register(sub):
@@ -75,105 +71,46 @@ class Resolved:
 def resolve(args) -> Resolved:
     """The settings for ``--dir`` (else KCACHE_DIR, else the default root).
 
-    ``kcache.config.resolve`` decides when every setting is good. When one is bad (a
-    ``ConfigError``), the others are still resolved here by the same precedence (argument >
-    environment > ``<root>/config.json`` > default) and parsers (``kcache.config.parse_*``),
-    and the bad one keeps its raw value, its origin and the error, so ``config show`` and
-    ``dir`` still work and ``config set`` can fix it. A bad root itself is raised
-    (``ConfigError``, exit 2): nothing else can be found without it.
+    Every setting is resolved on its own by ``kcache.config.resolve_each`` (the precedence
+    argument > environment > ``<root>/config.json`` > default and the parsers of
+    ``kcache.config.resolve``), so a bad one (a ``ConfigError``) keeps its raw value, its
+    origin and the error while the others are still resolved: ``config show`` and ``dir``
+    still work and ``config set`` can fix it. A bad config.json is reported and its settings
+    ignored. A bad root itself is raised (``ConfigError``, exit 2): nothing else can be found
+    without it.
     """
-    from kcache.config import resolve as resolve_settings
-    from kcache.errors import ConfigError
-    root = root_arg(args)
-    try:
-        settings = resolve_settings(root=root)
-    except ConfigError as exc:
-        return _resolve_leniently(root, exc)
-    rows = {n: Row(n, _value(getattr(settings, n), n), settings.origins.get(n, "default"))
-            for n in SHOWN}
-    return Resolved(settings.root, settings.config_path, rows, [])
-
-
-def _resolve_leniently(root, first_error) -> Resolved:
-    import platformdirs
-    from kcache import config
-    from kcache.errors import ConfigError
-    env_root = os.environ.get("KCACHE_DIR", "")
-    if root is not None:
-        origin = "argument"
-    elif env_root.strip():
-        root, origin = Path(os.path.abspath(os.path.expanduser(env_root))), "env KCACHE_DIR"
-    else:
-        root, origin = Path(platformdirs.user_cache_dir("kcache", appauthor=False)), "default"
-    if root.exists() and not root.is_dir():
-        raise first_error  # the root itself is bad: the config error names it
-    path = root / config.CONFIG_NAME
+    from kcache.config import CONFIG_FILE, resolve_each
+    reports = resolve_each(root=root_arg(args))
+    if reports["root"].error is not None:
+        raise reports["root"].error
     errors: list[str] = []
-    try:
-        conf = config.read_config(root)
-    except ConfigError as exc:
-        conf = {}
-        errors.append(f"{' '.join(str(exc).split())} (edit or remove that file; its settings "
+    conf = reports[CONFIG_FILE]
+    if conf.error is not None:
+        errors.append(f"{_one_line(conf.error)} (edit or remove that file; its settings "
                       "are ignored meanwhile)")
-    rows = {"root": Row("root", str(root), origin)}
-    for name, (env, key, parse, default) in _SOURCES.items():
-        if env and os.environ.get(env, "").strip():  # blank counts as unset, as in kcache.config
-            raw, where, var, fix = os.environ[env], f"env {env}", env, f"fix or unset {env}"
-        elif key and key in conf:
-            raw, where, var = conf[key], f"config {path}", f"{key} in {path}"
-            fix = f"fix it with 'kcache config set {key} VALUE' or 'kcache config unset {key}'"
-        else:
-            raw, where, var, fix = default, "default", name, ""
-        try:
-            rows[name] = Row(name, _value(parse(raw, var), name), where)
-        except ValueError as exc:  # ConfigError is a ValueError
-            text = " ".join(str(exc).split()) or f"{var}={raw!r} is not accepted"
-            rows[name] = Row(name, raw, where, text)
-            errors.append(f"{text} ({fix})" if fix else text)
-    if not errors:  # not expected: report what kcache.config said
-        errors.append(" ".join(str(first_error).split()))
-    return Resolved(root, path, rows, errors)
+    rows = {}
+    for name in SHOWN:
+        report = reports[name]
+        if report.error is None:
+            rows[name] = Row(name, _value(report.value, name), report.origin)
+            continue
+        text = _one_line(report.error)
+        rows[name] = Row(name, report.raw, report.origin, text)
+        fix = _fix_hint(name, report.origin)
+        errors.append(f"{text} ({fix})" if fix else text)
+    return Resolved(reports["root"].value, conf.value, rows, errors)
 
 
-def _size(raw, var):
-    from kcache.config import parse_size
-    from kcache.errors import ConfigError
-    value = parse_size(raw, var)
-    if value <= 0:
-        raise ConfigError(f"{var}={raw!r} must be greater than 0")
-    return value
-
-
-def _duration(raw, var):
-    from kcache.config import parse_duration
-    return parse_duration(raw, var)
-
-
-def _bool(raw, var):
-    from kcache.config import parse_bool
-    return parse_bool(raw, var)
-
-
-def _dirs(raw, var):
-    from kcache.errors import ConfigError
-    if isinstance(raw, str):
-        parts = raw.split(os.pathsep)
-    elif isinstance(raw, (list, tuple)) and all(isinstance(p, str) for p in raw):
-        parts = list(raw)
-    else:
-        raise ConfigError(f"{var}={raw!r} is not a list of directories")
-    return tuple(Path(p).expanduser().absolute() for p in parts if p.strip())
-
-
-#: setting -> (environment variable, config.json key, parser, default); the table in
-#: kcache.config's module docstring.
-_SOURCES = {
-    "max_size": ("KCACHE_MAX_SIZE", "max_size", _size, DEFAULT_MAX_SIZE),
-    "readonly_roots": ("KCACHE_READONLY_DIRS", "readonly_dirs", _dirs, ()),
-    "lock_timeout": ("KCACHE_LOCK_TIMEOUT", "lock_timeout", _duration, DEFAULT_LOCK_TIMEOUT),
-    "disabled": ("KCACHE_DISABLE", None, _bool, False),
-    "shared": ("KCACHE_SHARED", "shared", _bool, False),
-}
+def _fix_hint(name: str, origin: str) -> str:
+    """How to fix a bad setting, by where it came from (empty for a default)."""
+    from kcache.config import SOURCES
+    source = SOURCES[name]
+    if origin.startswith("env "):
+        return f"fix or unset {source.env}"
+    if origin.startswith("config "):
+        return (f"fix it with 'kcache config set {source.key} VALUE' or "
+                f"'kcache config unset {source.key}'")
+    return ""
 
 
 def _value(value, name: str):
@@ -276,8 +213,8 @@ def run_set(args) -> int:
         message(f"kcache: unset {name} in {path}")
     else:
         message(f"kcache: set {name} = {_plain(stored)} in {path}")
-    shown = "readonly_roots" if name == "readonly_dirs" else name
-    env = ENV.get(shown)
-    if env and os.environ.get(env):
+    from kcache.config import SOURCES
+    env = SOURCES["readonly_roots" if name == "readonly_dirs" else name].env
+    if os.environ.get(env):
         message(f"kcache: note: {env} is set in this environment and overrides the config file")
     return 0

@@ -23,7 +23,7 @@ def run(args) -> int:
     root = resolved.root
     layers = [str(p) for p in (resolved.value("readonly_roots")
                                if not resolved.rows["readonly_roots"].error else [])]
-    problem = write_problem(root, _store_or_none(args, resolved))
+    problem = write_problem(root)  # the store's own probe (kcache.store.probe_writable)
     if want_json(args):
         print_json({"root": str(root), "writable": problem is None,
                     "readonly_roots": layers, "config_file": str(resolved.config_path)})
@@ -41,11 +41,3 @@ def run(args) -> int:
         message(f"kcache: warning: {text} (see 'kcache config show')")
     return 0
 
-
-def _store_or_none(args, resolved):
-    """The store when the settings are good (it may know best whether its root is
-    writable), else None (the probe in :func:`write_problem` decides)."""
-    if resolved.errors:
-        return None
-    from kcache.cli.common import open_store
-    return open_store(args)

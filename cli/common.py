@@ -14,7 +14,6 @@ import json
 import os
 import re
 import sys
-import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -183,24 +182,17 @@ def ensure_writable(store, nothing: str = "nothing was removed") -> None:
 def write_problem(root: Path, store=None) -> str | None:
     """Why ``root`` cannot be written (e.g. "Read-only file system (EROFS)"), or None if it can.
 
-    ``Store.check_writable()`` decides when a store is given. Without one (``kcache dir``
-    while a setting is bad, so no Store can be opened) a temporary folder is created and
-    removed in the root or, for a root that does not exist yet, in its nearest existing
-    ancestor, which must be a directory (permission bits and ``os.access`` do not tell the
-    truth for the root user or on a read-only mount).
+    ``Store.check_writable()`` decides when a store is given (it also remembers an earlier
+    write failure). Without one (``kcache dir`` while a setting is bad, so no Store can be
+    opened) the same probe runs directly: ``kcache.store.probe_writable`` (a temp file
+    created and deleted in the root, or for a root that does not exist yet a temp folder in
+    its nearest existing ancestor; permission bits and ``os.access`` do not tell the truth
+    for the root user or on a read-only mount). Raises nothing.
     """
     if store is not None:
         return store.check_writable()
-    folder = Path(root)
-    while not os.path.lexists(folder) and folder != folder.parent:
-        folder = folder.parent
-    if not folder.is_dir():
-        return f"{folder} is not a directory"
-    try:
-        os.rmdir(tempfile.mkdtemp(dir=folder, prefix=".kcache-probe-"))
-    except OSError as exc:
-        return exc.strerror or type(exc).__name__
-    return None
+    from kcache.store import probe_writable
+    return probe_writable(root)
 
 
 def is_stale(info, current: dict[str, str]) -> bool:

@@ -18,7 +18,9 @@ the default root); an empty ``root`` argument is a ConfigError. Paths (root, rea
 are made absolute (``Path.expanduser().absolute()``); blank, repeated read-only roots and one
 equal to the root are dropped. Unknown keys in config.json are warned about once and ignored.
 Bad values raise :class:`~kcache.errors.ConfigError` naming the variable (or config.json and
-its key), quoting the value given, and saying what is accepted.
+its key), quoting the value given, and saying what is accepted. :func:`resolve_each` applies
+the same precedence and checks but records each setting's error instead of raising (for
+``kcache config show``); :func:`resolve` is built on it and raises the first error.
 """
 from __future__ import annotations
 
@@ -212,14 +214,56 @@ def _warn_unknown_keys(conf: dict, path: Path) -> None:
                       f"accepted: {', '.join(SETTINGS)}")
 
 
-def _pick(name: str, arg: Any, env: str, conf: dict, conf_key: str, conf_path: Path, default: Any):
-    """(raw value, origin, variable name for messages) by precedence. An environment variable
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """Where a setting may come from besides an argument: ``env`` (environment variable),
+    ``key`` (config.json key, None when config.json cannot set it) and ``default``."""
+
+    env: str
+    key: str | None
+    default: Any
+
+
+#: The settings other than the root, in the order they are resolved (and their errors
+#: reported): the module table as data. ``readonly_roots`` is ``readonly_dirs`` in config.json.
+SOURCES: dict[str, Source] = {
+    "max_size": Source("KCACHE_MAX_SIZE", "max_size", DEFAULT_MAX_SIZE),
+    "readonly_roots": Source("KCACHE_READONLY_DIRS", "readonly_dirs", ()),
+    "lock_timeout": Source("KCACHE_LOCK_TIMEOUT", "lock_timeout", DEFAULT_LOCK_TIMEOUT),
+    "disabled": Source("KCACHE_DISABLE", None, False),
+    "shared": Source("KCACHE_SHARED", "shared", False),
+}
+ROOT_ENV = "KCACHE_DIR"
+#: The pseudo-setting of :func:`resolve_each` that reports ``<root>/config.json`` itself.
+CONFIG_FILE = "config_file"
+
+
+@dataclasses.dataclass(frozen=True)
+class SettingReport:
+    """One setting as :func:`resolve_each` found it.
+
+    ``value``: the parsed value (bytes, seconds, Path, tuple of Path, bool), None when bad;
+    ``origin``: "argument", "env KCACHE_X", "config <path>" or "default"; ``raw``: the value
+    as given, before parsing (text from the environment, a JSON value from config.json, the
+    argument or the default); ``error``: the :class:`~kcache.errors.ConfigError` that
+    :func:`resolve` would raise for it, or None."""
+
+    value: Any
+    origin: str
+    raw: Any
+    error: ConfigError | None = None
+
+
+def _pick(arg: Any, env: str, conf: dict, conf_key: str | None, conf_path: Path | None, default: Any,
+          name: str) -> tuple[Any, str, str]:
+    """(raw value, origin, variable name for messages) by precedence: argument > environment
+    > config.json > default. The one place that precedence lives. An environment variable
     that is empty or blank counts as unset."""
     if arg is not None:
         return arg, "argument", name
     if os.environ.get(env, "").strip():
         return os.environ[env], f"env {env}", env
-    if conf_key in conf:
+    if conf_key is not None and conf_key in conf:
         return conf[conf_key], f"config {conf_path}", f"{conf_key} in {conf_path}"
     return default, "default", name
 
@@ -241,52 +285,95 @@ def _paths(value: Any, var: str) -> tuple[Path, ...]:
     return tuple(out.values())
 
 
+def _positive_size(value: Any, var: str) -> int:
+    size = parse_size(value, var)
+    if size <= 0:
+        raise ConfigError(f"{var}={value!r} must be greater than 0; accepted: {SIZE_ACCEPTED}")
+    return size
+
+
+#: setting -> parser(raw, name for messages) -> value; each raises ConfigError.
+_PARSERS = {"max_size": _positive_size, "readonly_roots": _paths, "lock_timeout": parse_duration,
+            "disabled": parse_bool, "shared": parse_bool}
+
+
+def _report(raw: Any, origin: str, parse, var: str) -> SettingReport:
+    """``parse(raw, var)`` as a report: its value, or its ConfigError."""
+    try:
+        return SettingReport(parse(raw, var), origin, raw)
+    except ConfigError as exc:
+        return SettingReport(None, origin, raw, exc)
+
+
+def _read_config_report(root: Path | None, origin: str) -> SettingReport:
+    """The ``"config_file"`` report of :func:`resolve_each` (see there)."""
+    if root is None:
+        return SettingReport(None, origin, {})
+    path = root / CONFIG_NAME
+    try:
+        conf = read_config(root)
+    except ConfigError as exc:
+        return SettingReport(path, origin, {}, exc)
+    _warn_unknown_keys(conf, path)
+    return SettingReport(path, origin, conf)
+
+
+def resolve_each(root=None, max_size=None, readonly_roots=None, lock_timeout=None) -> dict[str, SettingReport]:
+    """Resolve every setting on its own, recording errors instead of raising.
+
+    Arguments as for :func:`resolve`. Returns ``{name: SettingReport}`` for ``"root"``,
+    :data:`CONFIG_FILE` (``"config_file"``) and then each setting of :data:`SOURCES`, in that
+    order, which is the order :func:`resolve` checks them in. The same precedence (argument >
+    environment > ``<root>/config.json`` > default) and parsers apply as in :func:`resolve`
+    (which is built on this), so a bad setting spoils no other: ``kcache config show`` lists
+    them all and ``kcache config set`` can fix the bad one.
+
+    The ``"config_file"`` report: ``value`` is the path of ``<root>/config.json``, ``raw``
+    its contents (a dict; {} when absent, unreadable or bad), ``origin`` the root's origin,
+    ``error`` the ConfigError of a file that is not a JSON object or not a regular file (its
+    settings are then ignored: the others fall back to the environment and defaults). When
+    the root is bad (a file, or an empty argument), config.json is not read (``value`` None)
+    and the read-only roots are not compared with the root. Unknown config.json keys are
+    warned once (``KcacheWarning``). Raises nothing for a bad value."""
+    raw, origin, _ = _pick(root, ROOT_ENV, {}, None, None, None, "root")
+    if raw is None:
+        raw = platformdirs.user_cache_dir("kcache", appauthor=False)
+    reports = {"root": _report(raw, origin, _check_root, origin)}
+    good_root: Path | None = reports["root"].value
+    reports[CONFIG_FILE] = _read_config_report(good_root, origin)
+    conf, cpath = reports[CONFIG_FILE].raw, reports[CONFIG_FILE].value
+    if readonly_roots is not None and not isinstance(readonly_roots, (str, os.PathLike)):
+        readonly_roots = list(readonly_roots)  # e.g. a generator: read it once
+    args = {"max_size": max_size, "readonly_roots": readonly_roots, "lock_timeout": lock_timeout}
+    for name, src in SOURCES.items():
+        raw, origin, var = _pick(args.get(name), src.env, conf, src.key, cpath, src.default, name)
+        reports[name] = _report(raw, origin, _PARSERS[name], var)
+    ro = reports["readonly_roots"]
+    if ro.error is None and good_root is not None:  # the root is searched first anyway
+        kept = tuple(p for p in ro.value if p.resolve() != good_root.resolve())
+        reports["readonly_roots"] = dataclasses.replace(ro, value=kept)
+    return reports
+
+
 def resolve(root=None, max_size=None, readonly_roots=None, lock_timeout=None) -> Settings:
     """Resolve every setting (see the module table). Arguments: ``root`` (path),
     ``max_size`` (bytes or size text), ``readonly_roots`` (iterable of paths or pathsep text),
-    ``lock_timeout`` (seconds or duration text). Raises ConfigError on any bad value."""
-    origins: dict[str, str] = {}
-    if root is not None:
-        origins["root"] = "argument"
-    elif os.environ.get("KCACHE_DIR", "").strip():  # empty or blank = unset, as for every KCACHE_*
-        root, origins["root"] = os.environ["KCACHE_DIR"], "env KCACHE_DIR"
-    else:
-        root, origins["root"] = platformdirs.user_cache_dir("kcache", appauthor=False), "default"
-    root = _check_root(root, origins["root"])
-    conf = read_config(root)
-    cpath = root / CONFIG_NAME
-    _warn_unknown_keys(conf, cpath)
-
-    raw, origins["max_size"], var = _pick("max_size", max_size, "KCACHE_MAX_SIZE", conf, "max_size", cpath, DEFAULT_MAX_SIZE)
-    size = parse_size(raw, var)
-    if size <= 0:
-        raise ConfigError(f"{var}={raw!r} must be greater than 0; accepted: {SIZE_ACCEPTED}")
-
-    raw, origins["readonly_roots"], var = _pick("readonly_roots", None if readonly_roots is None else list(readonly_roots) if not isinstance(readonly_roots, (str, os.PathLike)) else readonly_roots,
-                                                "KCACHE_READONLY_DIRS", conf, "readonly_dirs", cpath, ())
-    ro = tuple(p for p in _paths(raw, var) if p.resolve() != root.resolve())  # the root is searched first anyway
-
-    raw, origins["lock_timeout"], var = _pick("lock_timeout", lock_timeout, "KCACHE_LOCK_TIMEOUT", conf, "lock_timeout", cpath, DEFAULT_LOCK_TIMEOUT)
-    timeout = parse_duration(raw, var)
-
-    raw, origins["disabled"], var = _pick("disabled", None, "KCACHE_DISABLE", {}, "", cpath, False)
-    disabled = parse_bool(raw, var)
-    raw, origins["shared"], var = _pick("shared", None, "KCACHE_SHARED", conf, "shared", cpath, False)
-    shared = parse_bool(raw, var)
-    return Settings(root, size, ro, timeout, disabled, shared, origins)
+    ``lock_timeout`` (seconds or duration text). Raises ConfigError on any bad value: the
+    first one :func:`resolve_each` found (root, then config.json, then each setting in the
+    order of :data:`SOURCES`)."""
+    reports = resolve_each(root, max_size, readonly_roots, lock_timeout)
+    for report in reports.values():
+        if report.error is not None:
+            raise report.error
+    origins = {name: r.origin for name, r in reports.items() if name != CONFIG_FILE}
+    values = {name: reports[name].value for name in SOURCES}
+    return Settings(root=reports["root"].value, origins=origins, **values)
 
 
 def _normalize(name: str, value: Any) -> Any:
-    if name == "max_size":
-        size = parse_size(value, name)
-        if size <= 0:
-            raise ConfigError(f"max_size={value!r} must be greater than 0; accepted: {SIZE_ACCEPTED}")
-        return size
-    if name == "lock_timeout":
-        return parse_duration(value, name)
-    if name == "shared":
-        return parse_bool(value, name)
-    return [str(p) for p in _paths(value, name)]
+    if name == "readonly_dirs":
+        return [str(p) for p in _paths(value, name)]
+    return _PARSERS[name](value, name)
 
 
 def write_setting(root, name: str, value: Any) -> Path:

@@ -139,21 +139,19 @@ class Store:
                   "continuing without locks (concurrent processes may compile the same kernel twice)")
 
     def check_writable(self) -> str | None:
-        """Why the writable root cannot be written, or None if it can; works before any write
-        and writes nothing that stays.
+        """Why the writable root cannot be written (str), or None if it can; works before any
+        write and writes nothing that stays. Raises nothing.
 
-        Probes by creating and deleting a temp file in the deepest existing folder of
-        ``root/v1/entries`` (``.*.tmp``, the name prune sweeps); a root that does not exist yet
-        is probed by creating and removing a temp directory in its nearest existing ancestor
-        (as creating the root would). So a root under a file ("... is not a directory
-        (ENOTDIR)"), under /proc, on a read-only mount (EROFS) or without permission (EACCES)
-        is found even as root user, where permission bits and ``os.access`` do not tell. A
-        file system with no free block left gives "No space left on device (ENOSPC)".
-        A problem found sets ``writable`` False and ``write_problem`` (no warning: the caller
-        asked). Also returns the reason of an earlier write failure of this Store."""
+        The probe is :func:`probe_writable` (a temp file created and deleted in the deepest
+        existing folder of ``root/v1/entries``; for a missing root, a temp directory in its
+        nearest existing ancestor), so a root under a file ("... is a file, not a directory
+        (ENOTDIR)"), under /proc, on a read-only mount (EROFS), without permission (EACCES)
+        or on a full file system (ENOSPC) is found even as root user. A problem found sets
+        ``writable`` False and ``write_problem`` (no warning: the caller asked). Also returns
+        the reason of an earlier write failure of this Store."""
         if self.write_problem is not None:
             return self.write_problem
-        problem = _probe_dir(self.root, (self._layout.entries, self._layout.bucket))
+        problem = probe_writable(self.root)
         if problem is not None:
             self._mark_unwritable(problem)
         return problem
@@ -759,10 +757,23 @@ class Store:
         return self.stats()
 
 
-def _probe_dir(root: Path, inner: tuple[Path, ...]) -> str | None:
-    """Why nothing can be created in ``root`` (see Store.check_writable), or None: probe the
-    first existing folder of ``inner`` (folders inside root, deepest first), root, then root's
-    ancestors."""
+def probe_writable(root: str | os.PathLike) -> str | None:
+    """Why nothing can be created in the cache root ``root``, or None if it can; writes
+    nothing that stays. Used by :meth:`Store.check_writable` and ``kcache dir`` (which has no
+    Store while a setting is bad).
+
+    Probes the deepest existing folder of ``root/v1/entries``, ``root/v1``, ``root`` by
+    creating and deleting a temp file (``.probe.*.tmp``, the name prune sweeps); for a root
+    that does not exist yet, its nearest existing ancestor by creating and removing a temp
+    directory (as creating the root would). A real write, because permission bits and
+    ``os.access`` do not tell for the root user or on a read-only mount. Reasons returned
+    (str): "<folder> is a file, not a directory (ENOTDIR)" (a root under a file),
+    "Read-only file system (EROFS)", "Permission denied (EACCES)", "cannot create folders in
+    <ancestor>: ..." (e.g. under /proc), "No space left on device (ENOSPC)" (no free block;
+    ``os.statvfs``), "<folder>: <reason>" when a folder cannot be examined. Raises nothing."""
+    root = Path(root)
+    layout = Layout(root)
+    inner = (layout.entries, layout.bucket)  # deepest first
     for d in (*inner, root, *root.parents):
         try:
             st = os.stat(d)

@@ -277,3 +277,44 @@ def test_config_json_that_is_a_directory(tmp_path):
         with pytest.raises(ConfigError) as info:
             call()
         assert f"{root / 'config.json'} is a directory" in str(info.value) and ".tmp" not in str(info.value)
+
+
+# -- resolve_each: one setting's error spoils no other -----------------------------------------
+
+def test_resolve_each_reports_every_setting_and_resolve_raises_the_first(tmp_path, monkeypatch):
+    from kcache.config import resolve, resolve_each
+
+    root = tmp_path / "c"
+    root.mkdir()
+    (root / "config.json").write_text('{"max_size": "1G"}')
+    monkeypatch.setenv("KCACHE_LOCK_TIMEOUT", "soon")
+    monkeypatch.setenv("KCACHE_MAX_SIZE", "2Q")
+    reports = resolve_each(root=root)
+    assert reports["root"].value == root and reports["root"].error is None
+    assert reports["max_size"].error is not None and "KCACHE_MAX_SIZE" in str(reports["max_size"].error)
+    assert reports["max_size"].origin == "env KCACHE_MAX_SIZE" and reports["max_size"].raw == "2Q"
+    assert reports["lock_timeout"].error is not None
+    assert reports["shared"].error is None  # the bad ones spoil no other
+    with pytest.raises(ConfigError) as exc:
+        resolve(root=root)
+    assert str(exc.value) == str(reports["max_size"].error)  # checked before lock_timeout
+
+
+def test_resolve_each_leaves_config_unread_under_a_bad_root(tmp_path):
+    from kcache.config import CONFIG_FILE, resolve_each
+
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    reports = resolve_each(root=afile)
+    assert reports["root"].error is not None
+    assert reports[CONFIG_FILE].value is None
+
+
+def test_probe_writable(tmp_path):
+    from kcache.store import probe_writable
+
+    assert probe_writable(tmp_path / "new" / "cache") is None
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    assert "ENOTDIR" in probe_writable(afile / "sub")
+    assert list(tmp_path.iterdir()) == [afile]  # the probe leaves nothing behind
