@@ -57,12 +57,14 @@ class Row:
 class Resolved:
     """Every setting of :data:`SHOWN`, resolved one by one so a bad one spoils no other.
 
-    ``errors``: the messages of bad settings and of an unreadable config file."""
+    ``errors``: the messages of bad settings and of an unreadable config file;
+    ``warnings``: config.json keys that are ignored (unknown settings)."""
 
     root: Path
     config_path: Path
     rows: dict[str, Row]
     errors: list[str]
+    warnings: list[str] = dataclasses.field(default_factory=list)
 
     def value(self, name: str):
         return self.rows[name].value
@@ -79,15 +81,18 @@ def resolve(args) -> Resolved:
     ignored. A bad root itself is raised (``ConfigError``, exit 2): nothing else can be found
     without it.
     """
-    from kcache.config import CONFIG_FILE, resolve_each
+    from kcache.config import CONFIG_FILE, SETTINGS, resolve_each
     reports = resolve_each(root=root_arg(args))
     if reports["root"].error is not None:
         raise reports["root"].error
     errors: list[str] = []
     conf = reports[CONFIG_FILE]
     if conf.error is not None:
-        errors.append(f"{_one_line(conf.error)} (edit or remove that file; its settings "
-                      "are ignored meanwhile)")
+        errors.append(_config_file_problem(conf.error, conf.value))
+    # The same words as the store's warning (kcache.config), which stats etc. print.
+    warnings = [f"config file {conf.value}: unknown setting {k!r} ignored; accepted: "
+                f"{', '.join(SETTINGS)}"
+                for k in (conf.raw if isinstance(conf.raw, dict) else {}) if k not in SETTINGS]
     rows = {}
     for name in SHOWN:
         report = reports[name]
@@ -98,7 +103,15 @@ def resolve(args) -> Resolved:
         rows[name] = Row(name, report.raw, report.origin, text)
         fix = _fix_hint(name, report.origin)
         errors.append(f"{text} ({fix})" if fix else text)
-    return Resolved(reports["root"].value, conf.value, rows, errors)
+    return Resolved(reports["root"].value, conf.value, rows, errors, warnings)
+
+
+def _config_file_problem(error: Exception, path) -> str:
+    """The message for a config.json that cannot be used: the words of the warning every
+    other command gives (``kcache.config.resolve``): its error, what to do about it
+    (``broken_config_hint``), and that its settings are ignored."""
+    from kcache.config import broken_config_hint
+    return f"{_one_line(error)}{broken_config_hint(error)}; its settings are ignored"
 
 
 def _fix_hint(name: str, origin: str) -> str:
@@ -173,7 +186,8 @@ def run(args) -> int:
             if r.error:
                 settings[r.name]["error"] = r.error
         print_json({"root": str(resolved.root), "config_file": str(resolved.config_path),
-                    "settings": settings, "errors": resolved.errors})
+                    "settings": settings, "errors": resolved.errors,
+                    "warnings": resolved.warnings})
     else:
         print_table(("Setting", "Value", "Origin"),
                     [(r.name, _human(r), r.origin) for r in rows],
@@ -199,6 +213,13 @@ def run_set(args) -> int:
     if path.is_dir():
         raise Problem(f"cannot write {path}: it is a directory (remove it first)")
     if args.action == "unset":
+        current = _current(root)
+        if current is not None and name not in current:
+            if want_json(args):
+                print_json({"key": name, "value": None, "file": str(path), "changed": False})
+            else:
+                message(f"kcache: {name} was not set in {path}; nothing changed")
+            return 0
         path = write_setting(root, name, None)
     else:
         value = args.value
@@ -208,7 +229,7 @@ def run_set(args) -> int:
         path = write_setting(root, name, value)
     stored = read_config(root).get(name)
     if want_json(args):
-        print_json({"key": name, "value": stored, "file": str(path)})
+        print_json({"key": name, "value": stored, "file": str(path), "changed": True})
     elif args.action == "unset":
         message(f"kcache: unset {name} in {path}")
     else:
@@ -218,3 +239,15 @@ def run_set(args) -> int:
     if os.environ.get(env):
         message(f"kcache: note: {env} is set in this environment and overrides the config file")
     return 0
+
+
+def _current(root: Path) -> dict | None:
+    """The settings in ``<root>/config.json`` ({} when absent; None when it is unusable, so
+    ``unset`` leaves the decision to ``write_setting``)."""
+    from kcache.config import read_config
+    from kcache.errors import ConfigError
+    try:
+        conf = read_config(root)
+    except ConfigError:
+        return None
+    return conf if isinstance(conf, dict) else None

@@ -6,7 +6,8 @@ import argparse
 from kcache.cli.common import (
     SHORT_KEY, ago, arch_matches, cc_arg, entries_and_broken, entries_text, entry_record,
     human_seconds, human_size, is_stale, iso, kernel_matches, message, open_store,
-    positive_int_arg, print_json, print_table, problem_of, want_json,
+    not_regular, plain_seconds, positive_int_arg, print_json, print_table, problem_of,
+    want_json,
 )
 
 #: --sort keys -> (sort key, newest/largest first?)
@@ -17,6 +18,11 @@ SORTS = {
     "name": (lambda i: (i.kernel or "", i.signature or "", i.arch or ""), False),
     "created": (lambda i: i.created or 0, True),
 }
+
+
+#: Header of the plain (piped) table: the entry object's JSON field names (docs/cli.md).
+PLAIN_NAMES = ("short_key", "kernel", "signature", "arch", "file_size", "hits", "last_used",
+               "compile_seconds")
 
 
 def register(sub):
@@ -84,16 +90,21 @@ def run(args) -> int:
         human = [(i.key[:SHORT_KEY], _kernel(i), i.signature, i.arch, human_size(i.file_size),
                   i.hits, ago(i.last_used), human_seconds(i.compile_seconds)) for i, _ in rows]
         plain = [(i.key[:SHORT_KEY], _kernel(i), i.signature, i.arch, i.file_size, i.hits,
-                  iso(i.last_used), i.compile_seconds) for i, _ in rows]
-        print_table(columns, human, plain, right=("Size", "Hits", "Compile time"))
+                  iso(i.last_used), plain_seconds(i.compile_seconds)) for i, _ in rows]
+        print_table(columns, human, plain, right=("Size", "Hits", "Compile time"),
+                    names=PLAIN_NAMES)
         if not rows:
             message("kcache: no entries match" if (args.kernel or args.cc or args.stale)
                     else "kcache: the cache has no entries")
     if broken:
         first = broken[0]
+        # rm never deletes an entry path that is not a regular file (e.g. a directory):
+        # only verify --fix (which quarantines it) is offered then.
+        rm_hint = ("" if any(not_regular(problem_of(b)) for b in broken)
+                   else ", or 'kcache rm KEY' to remove one")
         message(f"kcache: {entries_text(len(broken))} cannot be read (e.g. "
                 f"{first.key[:SHORT_KEY]}: {problem_of(first)}); run 'kcache verify --fix' to "
-                "quarantine them, or 'kcache rm KEY' to remove one")
+                f"quarantine them{rm_hint}")
     return 0
 
 

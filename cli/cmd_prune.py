@@ -72,7 +72,8 @@ def run(args) -> int:
                       ago(i.last_used)) for i in removed],
                     [(i.key[:SHORT_KEY], _kernel(i), i.arch, i.file_size, iso(i.last_used))
                      for i in removed],
-                    right=("Size",))
+                    right=("Size",),
+                    names=("short_key", "kernel", "arch", "file_size", "last_used"))
         if not removed:
             message("kcache: nothing to remove" if args.dry_run or not left
                     else "kcache: nothing removed")

@@ -59,7 +59,7 @@ def run(args) -> int:
                     [(i.key[:SHORT_KEY], i.kernel, i.arch, human_size(i.file_size))
                      for i in removed],
                     [(i.key[:SHORT_KEY], i.kernel, i.arch, i.file_size) for i in removed],
-                    right=("Size",))
+                    right=("Size",), names=("short_key", "kernel", "arch", "file_size"))
         if removed or not kept:  # else the one line below says it all
             message(f"kcache: removed {entries_text(len(removed))}, freed {human_size(freed)}")
     if args.kernel is not None and not targets:

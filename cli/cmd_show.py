@@ -16,7 +16,8 @@ from pathlib import Path
 
 from kcache.cli.common import (
     SHORT_KEY, Problem, UsageError, ago, entry_record, human_seconds, human_size,
-    nonblank_arg, open_store, print_fields, print_json, problem_of, resolve_prefix, want_json,
+    nonblank_arg, not_regular, open_store, plain_seconds, print_fields, print_json, problem_of,
+    problem_text, resolve_prefix, want_json,
 )
 
 #: Artifact name -> file suffix written by --extract.
@@ -32,7 +33,8 @@ def register(sub):
     p.add_argument("--sass", action="store_true",
                    help="also print the SASS of the cubin (needs nvdisasm or cuobjdump)")
     p.add_argument("--extract", metavar="DIR", type=nonblank_arg("--extract"),
-                   help="write <DIR>/<kernel>.<arch>.cubin and .ptx")
+                   help="write <DIR>/<kernel>.<arch>.cubin and .ptx (and .ltoir when the "
+                        "entry has LTO-IR)")
     return p
 
 
@@ -49,11 +51,11 @@ def run(args) -> int:
     extract_to = Path(os.path.abspath(args.extract)) if args.extract is not None else None
     if extract_to is not None and extract_to.exists() and not extract_to.is_dir():
         raise UsageError(f"--extract {extract_to}: not a directory")
+    info = resolve_prefix(store, args.prefix)  # a bad prefix is a usage error (2) first
     tool = find_disassembler() if args.sass else None
     if args.sass and tool is None:
         raise Problem("cannot show SASS: neither nvdisasm nor cuobjdump is on PATH "
                       "(install the CUDA toolkit, or use --extract and disassemble elsewhere)")
-    info = resolve_prefix(store, args.prefix)
     problem = problem_of(info)
     artifacts = None
     if problem is None:
@@ -69,8 +71,9 @@ def run(args) -> int:
             raise Problem(f"entry {info.key[:SHORT_KEY]} is corrupt ({problem}); nothing "
                           "printed or written; run 'kcache verify --fix' to quarantine it")
         _print(args, info, problem, {})
+        rm_hint = "" if not_regular(problem) else f", or 'kcache rm {info.key[:SHORT_KEY]}'"
         raise Problem(f"entry {info.key[:SHORT_KEY]} is corrupt ({problem}); run 'kcache "
-                      f"verify --fix' to quarantine it, or 'kcache rm {info.key[:SHORT_KEY]}'")
+                      f"verify --fix' to quarantine it{rm_hint}")
     extra = {}
     if args.ptx:
         extra["ptx"] = _text(artifacts, "ptx")
@@ -83,10 +86,11 @@ def run(args) -> int:
 
 
 def _reason(exc: Exception, path: Path) -> str:
-    """The message of a CorruptEntry from ``Store.load`` without the leading path."""
+    """The message of a CorruptEntry from ``Store.load`` without the leading path, in the
+    CLI's wording (``problem_text``)."""
     text = " ".join(str(exc).split())
     prefix = f"{path}: "
-    return text[len(prefix):] if text.startswith(prefix) else text
+    return problem_text(text[len(prefix):] if text.startswith(prefix) else text, path)
 
 
 def _print(args, info, problem: str | None, extra: dict) -> None:
@@ -125,7 +129,7 @@ def _fields(doc: dict) -> list:
         elif name == "file_size":
             rows.append((name, human_size(value), value))
         elif name == "compile_seconds":
-            rows.append((name, human_seconds(value), value))
+            rows.append((name, human_seconds(value), plain_seconds(value)))
         elif name in ("created", "last_used"):
             rows.append((name, f"{value} ({ago(_ts(value))})" if value else None, value))
         elif name == "problem":

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from kcache.cli.common import (
     SHORT_KEY, entries_text, is_terminal, message, open_store, print_json, print_table,
-    want_json, write_problem,
+    problem_text, want_json, write_problem,
 )
 
 
@@ -59,7 +59,8 @@ def run(args) -> int:
         if not moved and args.fix:
             why = left.get(str(path)) or _why_not_moved(store, path)
         bad.append({"key": path.name[:-4] if path.name.endswith(".kce") else path.name,
-                    "path": str(path), "problem": problem, "quarantined": moved,
+                    "path": str(path), "problem": _wording(store, path, problem, moved),
+                    "quarantined": moved,
                     "reason": why})
     remaining = [b for b in bad if not b["quarantined"]]
     newer = [str(p) for p in report.newer]
@@ -99,3 +100,14 @@ def _why_not_moved(store, path) -> str:
         return f"in the read-only layer {path.parents[3]}"
     reason = write_problem(store.root, store)
     return f"cannot write to {store.root} ({reason})" if reason else "not moved"
+
+
+def _wording(store, path: Path, problem: str, moved: bool) -> str:
+    """``problem`` in the CLI's wording (``problem_text``), read from the quarantined copy
+    (``<root>/v1/quarantine/<key>.<time>.<pid>.kce``) when ``--fix`` moved the file."""
+    if moved:
+        from kcache.layout import Layout
+        key = Path(path).name[:-4]
+        copies = sorted(Layout(store.root).quarantine.glob(f"{key}.*"))  # <time> sorts them
+        path = copies[-1] if copies else path
+    return problem_text(problem, path)

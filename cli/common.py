@@ -217,9 +217,58 @@ _HEX = re.compile(r"^[0-9a-f]+$")
 
 
 def problem_of(info) -> str | None:
-    """What is wrong with an entry (``EntryInfo.problem``: its header cannot be read), or
-    None for a readable one."""
-    return info.problem or None
+    """What is wrong with an entry (``EntryInfo.problem``: its header cannot be read), in the
+    CLI's one wording per problem (:func:`problem_text`), or None for a readable one."""
+    return problem_text(info.problem, getattr(info, "path", None)) if info.problem else None
+
+
+_MISMATCH = re.compile(r"size mismatch: lengths say (\d+), file has (\d+)")
+_TRUNCATED = re.compile(r"truncated(?:: | \()(\d+) bytes\)?")
+
+
+def problem_text(text: str, path: Path | None = None) -> str:
+    """One wording per problem, whichever check found it (docs/cli.md, "Problems").
+
+    The store words a short file by the check that met it: the header read says "size
+    mismatch: lengths say 15015, file has 40", the full read "truncated (40 bytes)" or
+    "checksum mismatch". All of them become ``truncated: 40 of 15015 bytes`` (the expected
+    size read from the file's fixed prefix, ``kcache.entry.parse_prefix``, when ``path`` is
+    given and the prefix is whole), else ``truncated: 40 bytes``. Other texts are unchanged.
+    """
+    if path is not None and (_TRUNCATED.fullmatch(text) or text == "checksum mismatch"):
+        text = _prefix_problem(Path(path)) or text
+    match = _MISMATCH.fullmatch(text)
+    if match and int(match.group(2)) < int(match.group(1)):
+        return f"truncated: {match.group(2)} of {match.group(1)} bytes"
+    match = _TRUNCATED.fullmatch(text)
+    return f"truncated: {match.group(1)} bytes" if match else text
+
+
+def _prefix_problem(path: Path) -> str | None:
+    """The fixed-prefix check's complaint about ``path`` (None when it has none or the file
+    cannot be read)."""
+    from kcache.entry import PREFIX_SIZE, parse_prefix
+    from kcache.errors import KcacheError
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            parse_prefix(f.read(PREFIX_SIZE), size)
+    except KcacheError as exc:
+        return " ".join(str(exc).split())
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def not_regular(problem: str | None) -> bool:
+    """True for an entry path that is not a regular file (e.g. a directory): ``rm`` and
+    ``prune`` never delete those; ``verify --fix`` moves them to quarantine."""
+    from kcache.prune import NOT_REGULAR
+    return bool(problem) and problem.startswith(NOT_REGULAR)
+
+
+#: The hint for an entry path that is not a regular file (rm does not delete directories).
+QUARANTINE_HINT = "run 'kcache verify --fix' to quarantine it"
 
 
 def is_newer(info) -> bool:
@@ -333,7 +382,7 @@ def refuse_newer_format(store, action: str) -> None:
     """
     newer = newer_format_files(store, readonly=False)
     if newer:
-        raise UsageError(f"{store.root} holds {len(newer)} entries written by a newer kcache "
+        raise UsageError(f"{store.root} holds {entries_text(len(newer))} written by a newer kcache "
                          f"format (e.g. {newer[0].name}); refusing to {action}, nothing "
                          "changed (use the newer kcache)")
 
@@ -358,7 +407,9 @@ def _name_lock(failed) -> str:
 
 def left_text(left: list[dict], verb: str = "could not be removed") -> str:
     """One line naming each entry left and why (the first five, then a count)."""
-    shown = "; ".join(f"{e['key'][:SHORT_KEY]}: {e['reason']}" for e in left[:5])
+    shown = "; ".join(f"{e['key'][:SHORT_KEY]}: {e['reason']}"
+                      + (f" ({QUARANTINE_HINT})" if not_regular(e["reason"]) else "")
+                      for e in left[:5])
     more = f"; and {len(left) - 5} more" if len(left) > 5 else ""
     return f"{entries_text(len(left))} {verb}: {shown}{more}"
 
@@ -415,6 +466,11 @@ def human_size(n: int | None) -> str:
         return "-"
     from kcache.config import format_size
     return format_size(int(n))
+
+
+def plain_seconds(s: float | None) -> str | None:
+    """Seconds for plain (piped) output: 2 decimals, e.g. ``0.08`` (JSON keeps them exact)."""
+    return None if s is None else f"{s:.2f}"
 
 
 def human_seconds(s: float | None) -> str:
@@ -490,11 +546,12 @@ def console(stderr: bool = False):
 
 def print_table(columns: Sequence[str], human_rows: Sequence[Sequence[Any]],
                 plain_rows: Sequence[Sequence[Any]], *, title: str | None = None,
-                right: Sequence[str] = ()) -> None:
+                right: Sequence[str] = (), names: Sequence[str] | None = None) -> None:
     """Print a table: rich with ``human_rows`` on a terminal, else TSV of ``plain_rows``.
 
-    The TSV form has a header line of ``columns`` (lower case, spaces as ``_``); tabs and
-    newlines inside values are replaced by spaces so each row stays one line.
+    The TSV form has a header line of ``names`` (the JSON field names, e.g. ``file_size``),
+    else of ``columns`` (lower case, spaces as ``_``); tabs and newlines inside values are
+    replaced by spaces so each row stays one line.
     """
     if is_terminal():
         if not human_rows:
@@ -510,7 +567,8 @@ def print_table(columns: Sequence[str], human_rows: Sequence[Sequence[Any]],
         console().print(table)
         return
     out = sys.stdout
-    out.write("\t".join(c.lower().replace(" ", "_") for c in columns) + "\n")
+    header = names if names is not None else [c.lower().replace(" ", "_") for c in columns]
+    out.write("\t".join(header) + "\n")
     for row in plain_rows:
         out.write("\t".join(_cell(v) for v in row) + "\n")
 

@@ -147,6 +147,23 @@ def _signature_list(signatures) -> list:
     return out
 
 
+def _check_arity(kernel, signatures, all_argtypes) -> None:
+    """Raise ValueError, before anything is compiled, when a signature's argument count is not
+    the kernel's: numba-cuda would raise ``TypeError: Signature mismatch`` deep in its
+    pipeline (``FixupArgs``, which compares with ``len(inspect.signature(py_func).parameters)``,
+    the ``FunctionIdentity.arg_count`` it mirrors)."""
+    import inspect
+    params = inspect.signature(kernel.py_func).parameters
+    given = [signatures] if _compat.is_signature(signatures) else list(signatures)
+    for sig, argtypes in zip(given, all_argtypes):
+        if len(argtypes) != len(params):
+            shown = sig if isinstance(sig, str) else _compat.signature_display(argtypes)
+            raise ValueError(
+                f"signature {shown!r} has {len(argtypes)} argument"
+                f"{'' if len(argtypes) == 1 else 's'}; kernel {kernel_name(kernel)} takes "
+                f"{len(params)} ({', '.join(params)})")
+
+
 def _store_of(kernel, store):
     from kcache import Store
     if store is None:
@@ -203,6 +220,7 @@ def compile_for_report(kernel, signatures, cc=DEFAULT_CC, store=None, *,
         raise TypeError(f"cache_key must be a str or None, not {type(cache_key).__name__}")
     all_argtypes = _signature_list(signatures)
     targets = _cc_list(cc)
+    _check_arity(kernel, signatures, all_argtypes)
     store = _store_of(kernel, store)
     results, failures = [], []
     blocked = _unwritable_reason(store)

@@ -123,8 +123,13 @@ def main(argv=None) -> int:
     if args.child:
         child()
         return 0
+    if args.cache_dir is not None and not args.cache_dir.strip():
+        # An unset shell variable (--cache-dir "$X") must not silently mean the default cache.
+        print(f"{PROG}: --cache-dir needs a directory path, got {args.cache_dir!r} (omit "
+              "--cache-dir for KCACHE_DIR or the user cache directory)", file=sys.stderr)
+        return 2
     env = dict(os.environ)
-    if args.cache_dir:
+    if args.cache_dir is not None:
         env["KCACHE_DIR"] = os.environ["KCACHE_DIR"] = args.cache_dir
     sys.path.append(str(REPO))  # for `examples`; appended so it never hides an installed kcache
     import kcache
@@ -135,9 +140,12 @@ def main(argv=None) -> int:
         print(f"{PROG}: --cc: {exc}", file=sys.stderr)
         return 2
     try:
-        store = kcache.Store()
-    except kcache.KcacheError as exc:  # a bad KCACHE_* setting: one line, usage error
-        print(f"{PROG}: {exc}", file=sys.stderr)
+        # --cache-dir is passed as the root argument so a bad one is named as such, not as
+        # the environment variable it is also handed to the child processes in.
+        store = kcache.Store(args.cache_dir)
+    except kcache.KcacheError as exc:  # a bad setting: one line, usage error
+        text = str(exc).replace("(from argument)", "(from --cache-dir)")
+        print(f"{PROG}: {text}", file=sys.stderr)
         return 2
     from numba import cuda
     if cuda.is_available():

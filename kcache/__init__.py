@@ -2,7 +2,8 @@
 
 Importing ``kcache`` never imports numba; ``kcache.jit``, ``kcache.install``,
 ``kcache.uninstall``, ``kcache.compile_for``, ``kcache.explain`` and ``kcache.CompileForError``
-are loaded lazily from ``kcache.dispatcher``. See docs/design.md.
+are loaded lazily from ``kcache.dispatcher``, and so is ``kcache.dispatcher`` itself (an
+attribute after a plain ``import kcache``). See docs/design.md.
 """
 from .entry import Entry, EntryInfo
 from .errors import ConfigError, CorruptEntry, KcacheError, LockTimeout, NewerFormat
@@ -21,8 +22,9 @@ __all__ = ["make_key", "Entry", "EntryInfo", "Store", "Stats", "PruneReport", "V
 
 def __getattr__(name: str):
     # numba is heavy: the dispatcher is imported only when one of its functions is asked for
-    if name in _LAZY:
-        from . import dispatcher
+    if name in _LAZY or name == "dispatcher":
+        import importlib
 
-        return getattr(dispatcher, name)
+        dispatcher = importlib.import_module(".dispatcher", __name__)  # also sets kcache.dispatcher
+        return dispatcher if name == "dispatcher" else getattr(dispatcher, name)
     raise AttributeError(f"module 'kcache' has no attribute {name!r}")

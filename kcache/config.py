@@ -15,9 +15,11 @@ default. The root itself comes from the argument, ``KCACHE_DIR`` or platformdirs
 
 An environment variable that is empty or only blanks counts as unset (``KCACHE_DIR=`` gives
 the default root); an empty ``root`` argument is a ConfigError. Paths (root, read-only roots)
-are made absolute (``Path.expanduser().absolute()``); blank, repeated read-only roots and one
-equal to the root are dropped. Unknown keys in config.json are warned about once and ignored.
-Bad values raise :class:`~kcache.errors.ConfigError` naming the variable (or config.json and
+are made absolute and normalised (``os.path.abspath(os.path.expanduser(p))``); blank, repeated read-only roots and one
+equal to the root are dropped. Unknown keys in config.json are warned about once and ignored;
+so is a config.json that is not a JSON object (not JSON, a list, a directory): its settings are
+ignored with a warning naming the file, since a broken cache never stops the program, and
+:func:`write_setting` replaces it (keeping the old one as ``config.json.bad``). Bad values raise :class:`~kcache.errors.ConfigError` naming the variable (or config.json and
 its key), quoting the value given, and saying what is accepted. :func:`resolve_each` applies
 the same precedence and checks but records each setting's error instead of raising (for
 ``kcache config show``); :func:`resolve` is built on it and raises the first error.
@@ -44,19 +46,22 @@ DEFAULT_LOCK_TIMEOUT = 600.0  # seconds; compiling one kernel can take minutes
 CONFIG_NAME = "config.json"
 SETTINGS = ("max_size", "readonly_dirs", "lock_timeout", "shared")
 
-_SIZE_UNITS = {"": 1, "b": 1}
-for _i, _u in enumerate("kmgt", start=1):
+# Units are spelled exactly as documented (docs/cli.md): "5m" is refused rather than read as
+# 5 MiB, since for durations "m" means minutes.
+_SIZE_UNITS = {"": 1, "B": 1}
+for _i, _u in enumerate("KMGT", start=1):
     _SIZE_UNITS[_u] = 1024**_i
-    _SIZE_UNITS[_u + "ib"] = 1024**_i
-    _SIZE_UNITS[_u + "b"] = 1000**_i
-_SIZE_RE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*")
+    _SIZE_UNITS[_u + "iB"] = 1024**_i
+    _SIZE_UNITS[_u + "B"] = 1000**_i
+# re.ASCII: only ASCII digits and blanks ("٥" is not a size)
+_SIZE_RE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*", re.ASCII)
 MAX_SIZE_BYTES = 2**63 - 1  # the largest file offset (off_t); msgpack and JSON keep it exact
 SIZE_ACCEPTED = ("bytes (a whole number, e.g. 1048576) or a number with a unit: K, M, G, T or "
-                 "KiB, MiB, GiB, TiB (1024-based), KB, MB, GB, TB (1000-based), e.g. 500M, 2G, 2GiB; "
-                 "at most 2**63-1 bytes (8 EiB)")
+                 "KiB, MiB, GiB, TiB (1024-based), KB, MB, GB, TB (1000-based), spelled so, e.g. "
+                 "500M, 2G, 2GiB, 1.5G; a whole number of bytes, at most 2**63-1 bytes (8 EiB)")
 
 _DUR_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-_DUR_RE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]?)\s*")
+_DUR_RE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]?)\s*", re.ASCII)
 MAX_DURATION = 36525 * 86400.0  # seconds: 100 years, far beyond any lock wait or entry age
 DURATION_ACCEPTED = ("seconds (e.g. 30, 1.5) or a number with a unit s, m, h, d, w (e.g. 90s, 30m, "
                      "12h, 7d, 2w); at least 0, at most 36525d (100 years)")
@@ -68,21 +73,28 @@ _FALSE = {"0", "false", "no", "off", ""}
 def parse_size(value: str | int, name: str = "size") -> int:
     """Parse a size into bytes: an int, or text like "500M", "2G", "2GiB", "1.5GB", "1048576".
 
-    K/M/G/T and KiB/MiB/GiB/TiB are 1024-based; KB/MB/GB/TB are 1000-based; a fraction of a
-    byte is rounded down. Text is read exactly (``fractions.Fraction``, never a float), so a
+    K/M/G/T and KiB/MiB/GiB/TiB are 1024-based; KB/MB/GB/TB are 1000-based; units are spelled
+    exactly so ("5m" is refused: for durations "m" means minutes) and digits are ASCII only.
+    The result must be a whole number of bytes ("1.5G" is; "0.5", "1.5" and "0.1K" are not). Text is read exactly (``fractions.Fraction``, never a float), so a
     400-digit number is "too large", not infinity. Raises ConfigError naming ``name`` and
     quoting ``value`` for anything else: negative, above MAX_SIZE_BYTES (2**63-1), a float or
-    bool (e.g. ``{"max_size": 1.5}`` in config.json), an unknown unit, not a number."""
+    bool (e.g. ``{"max_size": 1.5}`` in config.json), an unknown unit, a fraction of a byte,
+    not a number."""
     if isinstance(value, int) and not isinstance(value, bool):
         if value < 0:
             raise ConfigError(f"{name}={value!r} is negative; accepted: {SIZE_ACCEPTED}")
         number = value
     elif isinstance(value, str):
         m = _SIZE_RE.fullmatch(value)
-        unit = m and _SIZE_UNITS.get(m.group(2).lower())
+        unit = m and _SIZE_UNITS.get(m.group(2))
         if not m or unit is None:
-            raise ConfigError(f"{name}={value!r} is not a size{_sign_note(value)}; accepted: {SIZE_ACCEPTED}")
-        number = int(Fraction(m.group(1)) * unit)
+            raise ConfigError(f"{name}={value!r} is not a size{_sign_note(value)}{_unit_note(m)}; "
+                              f"accepted: {SIZE_ACCEPTED}")
+        exact = Fraction(m.group(1)) * unit
+        if exact.denominator != 1:
+            raise ConfigError(f"{name}={value!r} is not a whole number of bytes (sizes are whole "
+                              f"bytes); accepted: {SIZE_ACCEPTED}")
+        number = int(exact)
     else:
         raise ConfigError(f"{name}={value!r} is not a size; accepted: {SIZE_ACCEPTED}")
     if number > MAX_SIZE_BYTES:
@@ -114,6 +126,13 @@ def parse_duration(value: str | float | int, name: str = "duration") -> float:
     if seconds > MAX_DURATION:
         raise ConfigError(f"{name}={value!r} is too large; accepted: {DURATION_ACCEPTED}")
     return float(seconds) + 0.0  # + 0.0 turns -0.0 into 0.0
+
+
+def _unit_note(m: re.Match | None) -> str:
+    # "5m", "10kb": the unit exists in another case; say which spelling is meant
+    unit = m.group(2) if m else ""
+    known = [u for u in _SIZE_UNITS if u and u.lower() == unit.lower()]
+    return f" (units are spelled {known[0]!r}, not {unit!r})" if known else ""
 
 
 def _sign_note(text: str) -> str:
@@ -163,9 +182,11 @@ class Settings:
 
 
 def _absolute(path: str | os.PathLike) -> Path:
-    """``~`` expanded and made absolute (against the current directory, symlinks kept), so
-    the same setting names the same folder wherever a later command runs."""
-    return Path(path).expanduser().absolute()
+    """``~`` expanded, made absolute (against the current directory) and normalised
+    (``os.path.abspath``: ``a/../b`` becomes ``b`` lexically, symlinks kept), so the same
+    setting names the same folder wherever a later command runs, and ``missing/../x`` never
+    creates ``missing``."""
+    return Path(os.path.abspath(os.path.expanduser(os.fspath(path))))
 
 
 def _check_dir(path: Path, what: str, origin: str) -> Path:
@@ -181,6 +202,15 @@ def _check_root(root, origin: str) -> Path:
         raise ConfigError(f"cache root {str(root)!r} (from {origin}) is empty; accepted: a directory path "
                           "(leave the setting out for the default)")
     return _check_dir(Path(root), "cache root", origin)
+
+
+def broken_config_hint(error: ConfigError) -> str:
+    """What to do about a broken config.json, for messages: a directory must be moved away
+    (``write_setting`` never replaces one); a bad file can be edited, removed, or replaced by
+    ``kcache config set``. Empty when the error already says it."""
+    if "is a directory" in str(error):
+        return ""  # the error itself says: remove or rename that directory
+    return " (edit or remove that file, or 'kcache config set' a setting to replace it)"
 
 
 def read_config(root: Path) -> dict[str, Any]:
@@ -360,11 +390,20 @@ def resolve(root=None, max_size=None, readonly_roots=None, lock_timeout=None) ->
     ``max_size`` (bytes or size text), ``readonly_roots`` (iterable of paths or pathsep text),
     ``lock_timeout`` (seconds or duration text). Raises ConfigError on any bad value: the
     first one :func:`resolve_each` found (root, then config.json, then each setting in the
-    order of :data:`SOURCES`)."""
+    order of :data:`SOURCES`). A config.json that is not a JSON object (or is a directory) is
+    not an error here: it is warned about once (``KcacheWarning``, naming the file) and its
+    settings are ignored, so a broken cache never stops the program."""
     reports = resolve_each(root, max_size, readonly_roots, lock_timeout)
-    for report in reports.values():
-        if report.error is not None:
-            raise report.error
+    for name, report in reports.items():
+        if report.error is None:
+            continue
+        if name == CONFIG_FILE:
+            # a broken config.json is a broken cache: never stop the program (same wording as
+            # ``kcache config show``)
+            warn_once(f"config-broken:{report.value}", f"kcache: {report.error}{broken_config_hint(report.error)}; "
+                      "its settings are ignored")
+            continue
+        raise report.error
     origins = {name: r.origin for name, r in reports.items() if name != CONFIG_FILE}
     values = {name: reports[name].value for name in SOURCES}
     return Settings(root=reports["root"].value, origins=origins, **values)
@@ -381,20 +420,32 @@ def write_setting(root, name: str, value: Any) -> Path:
 
     ``name`` is one of max_size, readonly_dirs, lock_timeout, shared; the value is validated and
     stored normalized (max_size in bytes, lock_timeout in seconds). Written atomically
-    (temp file + os.replace). Raises ConfigError for an unknown name or bad value, or a
-    config.json that is not a JSON object / not a file; OSError naming config.json when it
-    cannot be written."""
+    (temp file + os.replace). A config.json that is not a JSON object (not JSON, a list) is
+    replaced by one holding only ``name``, after copying it to ``config.json.bad`` and warning
+    once (``KcacheWarning``). Raises ConfigError for an unknown name or bad value, or a
+    config.json that is a directory; OSError naming config.json when it cannot be written."""
     if name not in SETTINGS:
         raise ConfigError(f"unknown setting {name!r}; accepted: {', '.join(SETTINGS)}")
     root = _check_root(Path(root), "argument")
-    conf = read_config(root)
+    path = root / CONFIG_NAME
+    broken = None
+    try:
+        conf = read_config(root)
+    except ConfigError as exc:
+        if path.is_dir():
+            raise  # never replace a directory: the user made it, it may hold anything
+        broken, conf = exc, {}
     if value is None:
         conf.pop(name, None)
     else:
         conf[name] = _normalize(name, value)
-    path = root / CONFIG_NAME
     try:
         root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if broken is not None:  # keep what was there: never lose data
+            backup = path.with_name(CONFIG_NAME + ".bad")
+            atomic.write_atomic(backup, path.read_bytes())
+            warn_once(f"config-replaced:{path}", f"kcache: {broken}; replaced it by a config file holding "
+                      f"only {name}; the old contents are kept in {backup}")
         atomic.write_atomic(path, (json.dumps(conf, indent=2, sort_keys=True) + "\n").encode())
     except OSError as exc:  # name config.json, not the temp file beside it
         raise OSError(exc.errno, exc.strerror, str(path)) from None

@@ -168,8 +168,11 @@ def parse_prefix(prefix: bytes, file_size: int) -> tuple[int, int, bytes]:
         raise CorruptEntry(f"unknown format version {version}")
     if hlen > MAX_HEADER or blen > MAX_BODY:
         raise CorruptEntry(f"absurd lengths: header {hlen}, body {blen}")
-    if PREFIX_SIZE + hlen + blen + SUM_SIZE != file_size:
-        raise CorruptEntry(f"size mismatch: lengths say {PREFIX_SIZE + hlen + blen + SUM_SIZE}, file has {file_size}")
+    expected = PREFIX_SIZE + hlen + blen + SUM_SIZE
+    if file_size < expected:  # one wording per problem, whichever check meets it (docs/cli.md)
+        raise CorruptEntry(f"truncated: {file_size} of {expected} bytes")
+    if file_size != expected:
+        raise CorruptEntry(f"size mismatch: lengths say {expected}, file has {file_size}")
     return hlen, blen, hsum
 
 
@@ -214,7 +217,7 @@ def decode(data: bytes, key: str) -> tuple[dict, Entry]:
     if size > MAX_FILE:
         raise CorruptEntry(f"file too large: {size} bytes")
     if size < PREFIX_SIZE + SUM_SIZE or data[:len(MAGIC)] != MAGIC:
-        raise CorruptEntry(f"truncated ({size} bytes)" if size < PREFIX_SIZE + SUM_SIZE else "bad magic")
+        raise CorruptEntry(f"truncated: {size} bytes" if size < PREFIX_SIZE + SUM_SIZE else "bad magic")
     # The envelope (magic, version, ..., trailing BLAKE2b-256 of all before it) is the same in
     # every format version, so the checksum is checked before the version: a flipped bit in
     # the version field is corruption, not a "newer format".

@@ -12,7 +12,8 @@ Hot-path counters (hits, misses, seconds_saved, compiles, compile_seconds) are
 accumulated in memory and flushed at most once a second, at ``flush()`` and at exit
 (atexit, and multiprocessing's exit finalizers in its child processes). Totals
 (entries, bytes) and puts/evictions/corrupt are written at once (``now=True``), so the size
-used for eviction is exact. If a shard cannot be written (read-only, full disk) writing stops
+used for eviction is exact for files the store itself wrote; totals are clamped at 0 when
+written and read (see ``_clamp_totals``). If a shard cannot be written (read-only, full disk) writing stops
 for this process with one warning, and the in-memory counters go on (``read`` includes them).
 """
 from __future__ import annotations
@@ -63,6 +64,17 @@ def _load(path: Path) -> dict:
 
 def _num(v) -> float:
     return v if isinstance(v, (int, float)) and not isinstance(v, bool) else 0
+
+
+def _clamp_totals(counters: dict) -> None:
+    """Totals are never below 0. A removal subtracts the size it saw, so removing a file that
+    was never counted (copied in behind the store's back, a garbage file named like an entry)
+    would drive a shard negative. Counted files alone never do (a removal follows the put that
+    counted it), so clamping keeps exact totals exact and makes removals of uncounted files
+    land on the truth instead of below it."""
+    for name in TOTALS:
+        if name in counters and _num(counters[name]) < 0:
+            counters[name] = 0
 
 
 class StatsBook:
@@ -141,6 +153,7 @@ class StatsBook:
                         hits.pop(k, None)
                 if mutate:
                     mutate(counters, hits)
+                _clamp_totals(counters)
                 self._replace(cpath, counters)
                 if hits is not None:
                     self._replace(hpath, hits)
@@ -191,18 +204,21 @@ class StatsBook:
         out = {name: 0 for name in COUNTERS + TOTALS}
         with self._mutex:
             for shard in range(SHARDS):
-                for name, value in _load(self._paths(shard)[0]).items():
-                    if name in out:
-                        out[name] += _num(value)
+                one = {name: _num(value) for name, value in _load(self._paths(shard)[0]).items()
+                       if name in out}
                 for name, value in self._pending.get(shard, {}).items():
-                    out[name] = out.get(name, 0) + value
+                    one[name] = one.get(name, 0) + value
+                _clamp_totals(one)
+                for name, value in one.items():
+                    out[name] += value
         for name in FLOAT_COUNTERS:
             out[name] = float(out[name])
         return out
 
     def shard_totals(self, shard: int) -> tuple[int, int]:
+        """(entries, bytes) of ``shard`` as written, never below 0 (see :func:`_clamp_totals`)."""
         c = _load(self._paths(shard)[0])
-        return int(_num(c.get("entries", 0))), int(_num(c.get("bytes", 0)))
+        return max(0, int(_num(c.get("entries", 0)))), max(0, int(_num(c.get("bytes", 0))))
 
     def hits(self) -> dict[str, int]:
         """Per-entry hit counts (key -> hits), including unwritten ones."""

@@ -6,7 +6,8 @@ Invariants (see docs/store.md):
   fsync'ed, then ``os.replace``'d. Readers open the file once and read that inode, so a
   concurrent replace or unlink never gives them a torn entry. Readers take no lock.
 * put/remove/evict/quarantine of a key hold that key's lock and update the totals (entries,
-  bytes) from what they saw under it, so totals equal the files on disk.
+  bytes) from what they saw under it, so totals equal the files the store wrote (files copied
+  in behind its back are counted by ``recount()`` only); totals never go below 0.
 * Any defect in an entry makes it a miss; the file goes to ``v1/quarantine/`` (never deleted),
   ``corrupt`` +1, warned once. A newer-format entry is reported and left alone.
 * A read-only, missing or full root never raises into the caller: gets keep working, puts,
@@ -38,6 +39,7 @@ from .stats import COUNTERS, SHARDS, StatsBook, shard_of
 from .warn import warn_once
 
 EVICT_TARGET = 0.9  # a put crossing max_size evicts down to this fraction of it
+DELTA_BATCH = 64  # removals of clear/prune/evict/remove_many between writes of the totals
 _TOTALS_TTL = 1.0  # seconds an estimate of other shards' totals is trusted by put
 TOUCH_RESOLUTION = 60.0  # seconds; LRU needs no finer clock than this
 _GONE = "gone"  # _quarantine: the file vanished or was replaced meanwhile (nothing to do)
@@ -538,7 +540,7 @@ class Store:
         try:
             for key in dict.fromkeys(keys):
                 path = self._layout.entry(key)
-                result = self._remove(key, path, deltas=deltas) if os.path.lexists(path) else None
+                result = self._remove_batched(key, path, deltas, None) if os.path.lexists(path) else None
                 if isinstance(result, int):
                     removed.append(key)
                     freed += result
@@ -579,8 +581,20 @@ class Store:
             self._count(key, now=True, entries=-1, bytes=-st.st_size)
         return st.st_size
 
+    def _remove_batched(self, key: str, path: Path, deltas: dict, counter: str | None,
+                        blocking: bool = True) -> int | str | None:
+        """:meth:`_remove` for bulk removals: totals gathered in ``deltas`` and written every
+        DELTA_BATCH removals, so a process killed mid-clear/prune leaves the totals off by at
+        most the removals of the batch in flight (not by every entry removed so far)."""
+        result = self._remove(key, path, blocking=blocking, deltas=deltas)
+        if sum(c for _n, _b, c in deltas.values()) >= DELTA_BATCH:
+            self._apply_deltas(deltas, counter)
+        return result
+
     def _apply_deltas(self, deltas: dict, counter: str | None) -> None:
-        for shard, (n, b, c) in deltas.items():
+        """Write the gathered totals (and ``counter``, e.g. evictions) and empty ``deltas``."""
+        while deltas:
+            shard, (n, b, c) = deltas.popitem()
             extra = {counter: c} if counter else {}
             self._stats.add(shard, now=True, entries=n, bytes=b, **extra)
 
@@ -596,7 +610,7 @@ class Store:
         deltas: dict = {}
         try:
             for key, path, _st in list(scan(self._layout, regular_only=False)):
-                result = self._remove(key, path, deltas=deltas)
+                result = self._remove_batched(key, path, deltas, None)
                 if isinstance(result, int):
                     removed.append(key)
                     freed += result
@@ -633,12 +647,14 @@ class Store:
         files = sorted(scan(self._layout), key=lambda t: t[2].st_mtime)
         total = sum(st.st_size for _k, _p, st in files)
         deltas: dict = {}
-        for key, path, st in files:
-            if total <= target:
-                break
-            if isinstance(self._remove(key, path, blocking=False, deltas=deltas), int):
-                total -= st.st_size
-        self._apply_deltas(deltas, "evictions")
+        try:
+            for key, path, st in files:
+                if total <= target:
+                    break
+                if isinstance(self._remove_batched(key, path, deltas, "evictions", blocking=False), int):
+                    total -= st.st_size
+        finally:
+            self._apply_deltas(deltas, "evictions")
 
     def prune(self, max_size=None, older_than=None, where=None, dry_run: bool = False) -> PruneReport:
         """Remove entries of the writable root (read-only roots are never touched).
@@ -665,7 +681,7 @@ class Store:
                 if dry_run:
                     result = NEWER if _newer_format(path) else st.st_size
                 else:
-                    result = self._remove(key, path, deltas=deltas)
+                    result = self._remove_batched(key, path, deltas, "evictions")
                 if isinstance(result, int):
                     if info is not None:
                         report.removed.append(dataclasses.replace(info, file_size=result))
@@ -682,7 +698,8 @@ class Store:
     def verify(self, fix: bool = False, progress: Callable[[int, int], None] | None = None) -> VerifyReport:
         """Fully check every entry of every root. ``fix``: quarantine defective entries of the
         writable root (``quarantined`` counts those actually moved, ``not_quarantined`` says
-        why others were left) and recount the totals. ``progress(done, total)`` is called per
+        why others were left; each move subtracts the file from the totals). The totals are
+        never recounted here (see :meth:`recount`). ``progress(done, total)`` is called per
         entry. A file named like an entry but not a regular file (e.g. a directory) is corrupt."""
         files = [(lay, ro, key, path, st) for lay, ro in self._layouts()
                  for key, path, st in scan(lay, regular_only=False)]
@@ -710,8 +727,8 @@ class Store:
             report.checked += 1
             if progress is not None:
                 progress(i, len(files))
-        if fix and self.writable:
-            self.recount()
+        # No recount here: quarantining already adjusted the totals, and a recount races with
+        # live writers (a put between the scan and the write of the totals would be lost).
         return report
 
     # -- counters ------------------------------------------------------------------
@@ -745,7 +762,13 @@ class Store:
 
     def recount(self) -> Stats:
         """Rebuild the totals (entries, bytes) from a scan of the writable root; returns stats().
-        Exact when no other process writes meanwhile."""
+
+        The step to take after files were copied into the cache (seeding it from a warmed
+        one), changed or removed behind the store's back, or after a process was killed in
+        a bulk removal: the store counts only what it writes and removes, so until then such
+        files are missing from the totals and the size cap sees too few bytes. Exact only when
+        no other process writes meanwhile (a put between the scan and the write is lost from
+        the totals), so never run implicitly."""
         per: dict[int, list[int]] = {s: [0, 0] for s in range(SHARDS)}
         for key, _path, st in scan(self._layout):
             t = per[shard_of(key)]

@@ -186,9 +186,11 @@ def test_ls_piped_is_tab_separated_with_exact_bytes(cache):
     done = kc("ls", root=root)
     assert done.returncode == 0 and done.stderr == ""
     lines = done.stdout.splitlines()
-    assert lines[0].split("\t") == ["key", "kernel", "signature", "arch", "size", "hits",
-                                    "last_used", "compile_time"]
+    # The header names are the JSON field names; compile seconds rounded (exact in JSON).
+    assert lines[0].split("\t") == ["short_key", "kernel", "signature", "arch", "file_size",
+                                    "hits", "last_used", "compile_seconds"]
     first = lines[1].split("\t")
+    assert first[7] == "0.50"
     assert first[0] == K_AXPY_90[:12] and first[1] == "pkg.linalg:axpy"
     assert int(first[4]) == paths[K_AXPY_90].stat().st_size
     assert is_iso(first[6])
@@ -384,9 +386,18 @@ def test_bad_environment_and_config_file_are_one_line(cache, tmp_path):
     assert "KCACHE_DIR" in line
     line = one_line_error(kc("stats", root=root, env={"KCACHE_MAX_SIZE": "lots"}))
     assert "KCACHE_MAX_SIZE" in line
+    # A broken config.json is a warning everywhere (its settings ignored), and config set
+    # replaces it, keeping the old text as config.json.bad.
     (root / "config.json").write_text("{not json")
-    line = one_line_error(kc("ls", root=root))
-    assert "config.json" in line
+    done = kc("ls", root=root)
+    assert done.returncode == 0 and done.stdout
+    [line] = done.stderr.strip().splitlines()
+    assert "config.json" in line and "ignored" in line
+    done = kc("config", "show", root=root)
+    assert done.returncode == 1 and line in done.stderr  # the same words
+    assert kc("config", "set", "max_size", "1G", root=root).returncode == 0
+    assert (root / "config.json.bad").read_text() == "{not json"
+    assert json.loads((root / "config.json").read_text()) == {"max_size": 2**30}
 
 
 def test_missing_root_reads_as_empty_and_is_not_created(tmp_path):
@@ -446,6 +457,7 @@ def test_newer_format_entry_is_reported_and_left_untouched(cache):
                  ["clear", "--yes"]):
         line = one_line_error(kc(*args, root=root))
         assert "newer" in line.lower(), line
+        assert "1 entries" not in line, line
     # The dry run previews the same refusal, word for word.
     assert one_line_error(kc("prune", "--max-size", "1", "--dry-run", root=root)) == \
         one_line_error(kc("prune", "--max-size", "1", root=root))
@@ -875,7 +887,7 @@ def test_a_bad_setting_does_not_block_dir_or_config(cache):
 def test_plain_output_uses_json_names_and_spellings(cache, tmp_path):
     root, _ = cache
     fields = dict(line.split("\t", 1) for line in kc("show", "b2", root=root).stdout.splitlines())
-    assert fields["readonly"] == "false" and fields["compile_seconds"] == "0.5"
+    assert fields["readonly"] == "false" and fields["compile_seconds"] == "0.50"
     assert fields["file_size"].isdigit() and fields["sizes.cubin"] == "2000"
     assert not {"read-only_layer", "compile_time"} & set(fields)
     assert not {"True", "False", "None"} & set(fields.values())
@@ -894,3 +906,87 @@ def test_library_warnings_are_printed_once(cache):
     done = kc("ls", root=root)
     assert done.returncode == 0
     assert done.stderr.count("max_sise") == 1, done.stderr
+
+
+# ------------------------------------------------------------------------------ trial 2
+
+def test_entry_path_that_is_a_directory_is_left_to_verify_fix(cache):
+    root, paths = cache
+    path = paths[K_SAXPY_80]
+    path.unlink()
+    path.mkdir()  # an entry path that is a directory
+    (path / "inside").write_text("x")
+    ls = kc("ls", root=root)
+    assert "verify --fix" in ls.stderr and "kcache rm" not in ls.stderr, ls.stderr
+    line = one_line_error(kc("rm", "b2", root=root), 1)
+    assert "not a regular file" in line and "kcache verify --fix" in line, line
+    assert (path / "inside").read_text() == "x"  # rm never deletes a directory
+    line = one_line_error(kc("show", "b2", root=root), 1)
+    assert "verify --fix" in line and "kcache rm" not in line, line
+    done = kc("verify", "--fix", "--json", root=root)
+    [bad] = json.loads(done.stdout)["bad"]
+    assert bad["quarantined"] and not path.exists(), done.stdout
+
+
+def test_prune_and_rm_plain_headers_are_json_names(cache):
+    root, _ = cache
+    done = kc("prune", "--max-size", "0", "--dry-run", root=root)
+    assert done.stdout.splitlines()[0].split("\t") == ["short_key", "kernel", "arch",
+                                                       "file_size", "last_used"]
+    done = kc("rm", "b2", root=root)
+    assert done.stdout.splitlines()[0].split("\t") == ["short_key", "kernel", "arch",
+                                                       "file_size"]
+
+
+def test_one_wording_per_problem_in_ls_show_and_verify(cache):
+    root, paths = cache
+    full = paths[K_SAXPY_80].stat().st_size
+    paths[K_SAXPY_80].write_bytes(paths[K_SAXPY_80].read_bytes()[:40])
+    paths[K_STALE].write_bytes(b"")
+    want = {K_SAXPY_80: f"truncated: 40 of {full} bytes", K_STALE: "truncated: 0 bytes"}
+    ls = {e["key"]: e["problem"] for e in kc_json("ls", root=root)["entries"]}
+    assert {k: ls[k] for k in want} == want
+    for key, text in want.items():
+        done = kc("show", key[:2], "--json", root=root)
+        assert json.loads(done.stdout)["problem"] == text
+    done = kc("verify", "--json", root=root)
+    assert {b["key"]: b["problem"] for b in json.loads(done.stdout)["bad"]} == want
+    done = kc("verify", "--fix", "--json", root=root)  # read back from the quarantined copy
+    assert {b["key"]: b["problem"] for b in json.loads(done.stdout)["bad"]} == want
+
+
+def test_show_sass_checks_the_prefix_before_the_disassembler(cache):
+    root, _ = cache
+    line = one_line_error(kc("show", "48ad", "--sass", root=root, env={"PATH": ""}))
+    assert "no entry with key prefix '48ad'" in line, line
+
+
+def test_config_unset_of_a_key_not_set_says_so(cache):
+    root, _ = cache
+    done = kc("config", "unset", "max_size", root=root)
+    assert done.returncode == 0
+    assert done.stderr.strip() == (f"kcache: max_size was not set in {root / 'config.json'}; "
+                                   "nothing changed")
+    assert not (root / "config.json").exists()
+
+
+def test_config_show_json_lists_unknown_keys_as_warnings(cache):
+    root, _ = cache
+    (root / "config.json").write_text('{"max_sise": 5}')
+    doc = kc_json("config", "show", root=root)
+    assert doc["errors"] == []
+    [warning] = doc["warnings"]
+    assert "unknown setting 'max_sise' ignored" in warning
+
+
+def test_config_json_directory_message_has_one_hint(cache):
+    root, _ = cache
+    (root / "config.json").mkdir()
+    done = kc("config", "show", root=root)
+    assert done.returncode == 1
+    [line] = [x for x in done.stderr.splitlines() if "is a directory" in x]
+    assert line.count("(") == 1, line
+
+
+def test_show_help_mentions_ltoir():
+    assert ".ltoir" in kc("show", "--help").stdout

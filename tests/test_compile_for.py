@@ -136,6 +136,11 @@ def test_bad_arguments_get_one_clear_message(store):
         compile_for(kernels.scaled_add, sig, cc=(9,), store=store)
     with pytest.raises(ValueError, match=r"signature 'garbage\(' is not a numba kernel signature"):
         compile_for(kernels.scaled_add, "garbage(", store=store)
+    # Wrong argument count: one ValueError naming both, not numba's TypeError from deep in
+    # its pipeline (FixupArgs), and before compiling anything.
+    with pytest.raises(ValueError, match=r"signature 'void\(float32\[:\]\)' has 1 argument; "
+                       r"kernel examples\.kernels:scaled_add takes \d+ \("):
+        compile_for(kernels.scaled_add, "void(float32[:])", store=store)
     with pytest.raises(TypeError, match=r"store must be a kcache.Store or None, not str"):
         compile_for(kernels.scaled_add, sig, store="x")
     assert store.stats()["compiles"] == 0  # rejected before compiling anything

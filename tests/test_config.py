@@ -11,13 +11,14 @@ from kcache.config import (DEFAULT_LOCK_TIMEOUT, DEFAULT_MAX_SIZE, format_size, 
 
 @pytest.mark.parametrize("text, value", [
     ("1048576", 1048576), (4096, 4096), ("500M", 500 << 20), ("2G", 2 << 30), ("2GiB", 2 << 30),
-    ("2GB", 2 * 10**9), ("1.5K", 1536), ("10kb", 10000), ("3 MiB", 3 << 20), ("1T", 1 << 40), ("0", 0),
+    ("2GB", 2 * 10**9), ("1.5K", 1536), ("10KB", 10000), ("1.5G", 3 << 29), (" 7 B ", 7), ("3 MiB", 3 << 20), ("1T", 1 << 40), ("0", 0),
 ])
 def test_parse_size(text, value):
     assert parse_size(text) == value
 
 
-@pytest.mark.parametrize("text", ["2Q", "", "G", "-1", "1e9", "two", "2 G B", True, -5])
+@pytest.mark.parametrize("text", ["2Q", "", "G", "-1", "1e9", "two", "2 G B", True, -5,
+                                  "\u0665", "1\u0660K", "\uff15M", "5m", "10kb", "2gib"])
 def test_parse_size_rejects(text):
     with pytest.raises(ConfigError, match="accepted: bytes"):
         parse_size(text, "KCACHE_MAX_SIZE")
@@ -109,8 +110,6 @@ def test_root_that_is_a_file(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("content, match", [
-    ("{not json", "not valid JSON"),
-    ("[1, 2]", "JSON object"),
     ('{"max_size": "lots"}', "max_size in"),
     ('{"max_size": -3}', "max_size in"),
     ('{"lock_timeout": "-1h"}', "lock_timeout in"),
@@ -123,6 +122,35 @@ def test_bad_config_file(tmp_path, content, match):
     (root / "config.json").write_text(content)
     with pytest.raises(ConfigError, match=match):
         resolve(root)
+
+
+@pytest.mark.parametrize("content, match", [("{not json", "not valid JSON"), ("[1, 2]", "JSON object")])
+def test_broken_config_file_is_ignored_with_a_warning(tmp_path, content, match):
+    from kcache.warn import KcacheWarning
+
+    root = tmp_path / "c"
+    root.mkdir()
+    (root / "config.json").write_text(content)
+    with pytest.warns(KcacheWarning, match=match) as rec:
+        s = resolve(root)
+    assert str(root / "config.json") in str(rec[0].message) and "ignored" in str(rec[0].message)
+    assert s.max_size == DEFAULT_MAX_SIZE and s.origins["max_size"] == "default"
+    store = Store(root)  # a broken cache never stops the program
+    assert store.stats().entries == 0 and list(store.entries()) == []
+
+
+@pytest.mark.parametrize("content", ["not json", "[1, 2]", '"1G"'])
+def test_write_setting_replaces_a_broken_config_file_keeping_a_backup(tmp_path, content):
+    from kcache.warn import KcacheWarning
+
+    root = tmp_path / "c"
+    root.mkdir()
+    (root / "config.json").write_text(content)
+    with pytest.warns(KcacheWarning, match="config.json.bad"):
+        path = write_setting(root, "max_size", "1G")
+    assert json.loads(path.read_text()) == {"max_size": 1 << 30}
+    assert (root / "config.json.bad").read_text() == content
+    assert resolve(root).max_size == 1 << 30
 
 
 def test_write_setting_validates_and_removes(tmp_path):
@@ -161,7 +189,32 @@ def test_parse_size_rejects_huge_and_odd_values(text):
 
 def test_parse_size_limit_is_exact():
     assert parse_size(2**63 - 1) == 2**63 - 1 == parse_size(str(2**63 - 1))
-    assert parse_size("0.5") == 0 and parse_size("1.9999999999999999999999K") == 2047
+    assert parse_size("2.5K") == 2560 and parse_size("0.5K") == 512
+
+
+@pytest.mark.parametrize("text", ["0.5", "1.5", "1.9999999999999999999999K", "0.1K", "1.0000000001GB"])
+def test_parse_size_refuses_fractions_of_a_byte(text):
+    with pytest.raises(ConfigError, match="sizes are whole bytes"):
+        parse_size(text, "KCACHE_MAX_SIZE")
+
+
+def test_parse_size_names_the_unit_spelling():
+    with pytest.raises(ConfigError, match="units are spelled 'M', not 'm'"):
+        parse_size("5m", "max_size")
+
+
+def test_durations_accept_ascii_digits_only():
+    with pytest.raises(ConfigError, match="not a duration"):
+        parse_duration("\u0665m", "older_than")
+
+
+def test_roots_are_normalised_without_creating_missing_parents(tmp_path):
+    root = tmp_path / "nonexist" / ".." / "x"
+    s = resolve(root, readonly_roots=[tmp_path / "a" / ".." / "ro"])
+    assert s.root == tmp_path / "x" and s.readonly_roots == (tmp_path / "ro",)
+    path = write_setting(root, "max_size", "1G")
+    assert path == tmp_path / "x" / "config.json" and path.is_file()
+    assert not (tmp_path / "nonexist").exists()
 
 
 @pytest.mark.parametrize("text", [NINES, NINES + "w", "inf", "nan", "1e99", "-0", float("inf"),
@@ -271,12 +324,15 @@ def test_wrong_types_in_config_name_file_and_key(tmp_path, content):
 
 
 def test_config_json_that_is_a_directory(tmp_path):
+    from kcache.warn import KcacheWarning
+
     root = tmp_path / "c"
     (root / "config.json").mkdir(parents=True)
-    for call in (lambda: resolve(root), lambda: write_setting(root, "max_size", "1G")):
-        with pytest.raises(ConfigError) as info:
-            call()
-        assert f"{root / 'config.json'} is a directory" in str(info.value) and ".tmp" not in str(info.value)
+    with pytest.raises(ConfigError) as info:  # never replaced: it may hold anything
+        write_setting(root, "max_size", "1G")
+    assert f"{root / 'config.json'} is a directory" in str(info.value) and ".tmp" not in str(info.value)
+    with pytest.warns(KcacheWarning, match="is a directory"):  # ignored by everything else
+        assert resolve(root).max_size == DEFAULT_MAX_SIZE
 
 
 # -- resolve_each: one setting's error spoils no other -----------------------------------------

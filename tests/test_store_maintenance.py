@@ -255,7 +255,8 @@ def test_verify_fix_says_truthfully_what_was_not_quarantined(root, monkeypatch):
     s = Store(root)
     keys = fill(s, 2)
     path = s._layout.entry(keys[0])
-    path.write_bytes(path.read_bytes()[:-1] + b"\x00")  # checksum mismatch
+    data = path.read_bytes()
+    path.write_bytes(data[:-1] + bytes([data[-1] ^ 0xFF]))  # checksum mismatch, whatever the byte
 
     real_replace = os.replace
 
