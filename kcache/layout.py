@@ -77,36 +77,36 @@ def scan(layout: Layout, first: str | None = None, *,
     (default) only regular files, else also e.g. a directory named like an entry (reported
     by clear, verify and ``entries(include_broken=True)``)."""
     for d in layout.shard_dirs(first):
-        try:
-            it = os.scandir(d)
-        except OSError:
-            continue
-        with it:
-            for de in it:
-                key = entry_key(d.name, de.name)
-                if key is None:
-                    continue
-                try:
-                    st = de.stat()
-                except OSError:
-                    continue  # removed meanwhile
-                if regular_only and not stat.S_ISREG(st.st_mode):
-                    continue
-                yield key, Path(de.path), st
+        for de in _listing(d):
+            key = entry_key(d.name, de.name)
+            if key is None:
+                continue
+            try:
+                st = de.stat()
+            except OSError:
+                continue  # removed meanwhile
+            if regular_only and not stat.S_ISREG(st.st_mode):
+                continue
+            yield key, Path(de.path), st
+
+
+def _listing(d: Path) -> list:
+    """The ``os.DirEntry`` objects of folder ``d``; [] when it cannot be listed (gone, not a
+    folder, no permission): a scan skips what it cannot see."""
+    try:
+        with os.scandir(d) as it:
+            return list(it)
+    except OSError:
+        return []
 
 
 def temp_files(layout: Layout) -> Iterator[tuple[Path, os.stat_result]]:
     """Temp files (``*.tmp``) in entry shards, stats dir and the root."""
     dirs = list(layout.shard_dirs()) + [layout.stats, layout.root]
     for d in dirs:
-        try:
-            it = os.scandir(d)
-        except OSError:
-            continue
-        with it:
-            for de in it:
-                if de.name.endswith(TMP_SUFFIX) and de.name.startswith("."):
-                    try:
-                        yield Path(de.path), de.stat()
-                    except OSError:
-                        continue
+        for de in _listing(d):
+            if de.name.endswith(TMP_SUFFIX) and de.name.startswith("."):
+                try:
+                    yield Path(de.path), de.stat()
+                except OSError:
+                    continue
