@@ -485,25 +485,27 @@ class Store:
         return True
 
     def get_or_create(self, key: str, create: Callable[[], Entry], *,
-                      components: dict | None = None) -> tuple[Entry, bool]:
+                      components: dict | None = None, count: bool = True) -> tuple[Entry, bool]:
         """Single flight: the cached entry, or ``create()``'s, built by one process only.
 
         Looks up ``key``; on a miss takes its lock, looks again (another process may have
         created it meanwhile), else calls ``create()`` (-> Entry) and puts the result. Returns
-        ``(entry, was_hit)``; counts exactly one hit or one miss. Compiles are not counted here:
+        ``(entry, was_hit)``; counts exactly one hit or one miss, or neither with
+        ``count=False`` (an existence check, e.g. ``compile_for``: not a use). Compiles are not counted here:
         the caller records them (``record(compiles=1, compile_seconds=...)``). Raises
         LockTimeout, or whatever ``create`` raises."""
         check_key(key)
         if self.disabled:
             return create(), False
-        found = self._lookup(key, touch=True)
+        found = self._lookup(key, touch=count)
         if found is not None:
-            return self._hit(key, found), True
+            return (self._hit(key, found) if count else found[1]), True
         with self.lock(key):
-            found = self._lookup(key, touch=True)
+            found = self._lookup(key, touch=count)
             if found is not None:
-                return self._hit(key, found), True
-            self._count(key, misses=1)
+                return (self._hit(key, found) if count else found[1]), True
+            if count:
+                self._count(key, misses=1)
             ent = create()
             self.put(key, ent, components=components)
             return ent, False
