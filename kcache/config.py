@@ -12,6 +12,8 @@ default. The root itself comes from the argument, ``KCACHE_DIR`` or platformdirs
 | lock_timeout | KCACHE_LOCK_TIMEOUT | lock_timeout | 600 s | seconds 0 .. 100 years, or a duration like 90s, 5m |
 | disabled | KCACHE_DISABLE | - | False | 1/0, true/false, yes/no, on/off |
 | shared | KCACHE_SHARED | shared | False | 1/0, true/false, yes/no, on/off |
+| max_entry_size | KCACHE_MAX_ENTRY_SIZE | max_entry_size | 256 MiB | a size as for max_size (a larger entry file is refused unread) |
+| quarantine_age | KCACHE_QUARANTINE_AGE | quarantine_age | 30 d | a duration; prune removes quarantined files older than this |
 
 An environment variable that is empty or only blanks counts as unset (``KCACHE_DIR=`` gives
 the default root); an empty ``root`` argument is a ConfigError. Paths (root, read-only roots)
@@ -37,14 +39,21 @@ from typing import Any
 
 import platformdirs
 
-from . import atomic
-from .errors import ConfigError
+from . import atomic, fsio
+from .errors import ConfigError, CorruptEntry
 from .warn import warn_once
 
 DEFAULT_MAX_SIZE = 2 << 30  # bytes
 DEFAULT_LOCK_TIMEOUT = 600.0  # seconds; compiling one kernel can take minutes
+DEFAULT_MAX_ENTRY_SIZE = 256 << 20  # bytes; a cubin is rarely above a few MiB
+DEFAULT_QUARANTINE_AGE = 30 * 86400.0  # seconds
 CONFIG_NAME = "config.json"
-SETTINGS = ("max_size", "readonly_dirs", "lock_timeout", "shared")
+MAX_CONFIG_FILE = 1 << 20  # bytes; a config.json larger than this is not read
+SETTINGS = ("max_size", "readonly_dirs", "lock_timeout", "shared", "max_entry_size",
+            "quarantine_age")
+#: Characters of a number given as text: longer is refused before any conversion (Python's
+#: int conversion stops at 4,300 digits with a bare ValueError).
+_MAX_NUMBER_TEXT = 1000
 
 # Units are spelled exactly as documented (docs/cli.md): "5m" is refused rather than read as
 # 5 MiB, since for durations "m" means minutes.
@@ -85,6 +94,8 @@ def parse_size(value: str | int, name: str = "size") -> int:
             raise ConfigError(f"{name}={value!r} is negative; accepted: {SIZE_ACCEPTED}")
         number = value
     elif isinstance(value, str):
+        if len(value) > _MAX_NUMBER_TEXT:  # refused before any conversion
+            raise ConfigError(f"{name}={_long(value)} is too large; accepted: {SIZE_ACCEPTED}")
         m = _SIZE_RE.fullmatch(value)
         unit = m and _SIZE_UNITS.get(m.group(2))
         if not m or unit is None:
@@ -117,6 +128,8 @@ def parse_duration(value: str | float | int, name: str = "duration") -> float:
             raise ConfigError(f"{name}={value!r} is negative; accepted: {DURATION_ACCEPTED}")
         seconds = Fraction(value)
     elif isinstance(value, str):
+        if len(value) > _MAX_NUMBER_TEXT:
+            raise ConfigError(f"{name}={_long(value)} is too large; accepted: {DURATION_ACCEPTED}")
         m = _DUR_RE.fullmatch(value)
         if not m or m.group(2).lower() not in _DUR_UNITS:
             raise ConfigError(f"{name}={value!r} is not a duration{_sign_note(value)}; accepted: {DURATION_ACCEPTED}")
@@ -126,6 +139,11 @@ def parse_duration(value: str | float | int, name: str = "duration") -> float:
     if seconds > MAX_DURATION:
         raise ConfigError(f"{name}={value!r} is too large; accepted: {DURATION_ACCEPTED}")
     return float(seconds) + 0.0  # + 0.0 turns -0.0 into 0.0
+
+
+def _long(text: str) -> str:
+    """A value too long to quote whole: its start and length."""
+    return f"{text[:24]!r}... ({len(text)} characters)"
 
 
 def _unit_note(m: re.Match | None) -> str:
@@ -175,6 +193,8 @@ class Settings:
     disabled: bool
     shared: bool
     origins: dict[str, str]
+    max_entry_size: int = DEFAULT_MAX_ENTRY_SIZE
+    quarantine_age: float = DEFAULT_QUARANTINE_AGE
 
     @property
     def config_path(self) -> Path:
@@ -218,13 +238,17 @@ def read_config(root: Path) -> dict[str, Any]:
     not a JSON object or not a regular file (e.g. a directory). An unreadable file (permissions,
     I/O error) is warned once and ignored: defaults apply."""
     path = Path(root) / CONFIG_NAME
-    try:
-        text = path.read_text(encoding="utf-8")
+    try:  # never a FIFO, a symlink or a huge file (kcache.fsio)
+        data, _st = fsio.read_regular(path, MAX_CONFIG_FILE)
+        text = data.decode("utf-8")
     except (FileNotFoundError, NotADirectoryError):
         return {}
-    except IsADirectoryError:
-        raise ConfigError(f"config file {path} is a directory; accepted: a JSON file "
-                          f"(remove or rename that directory)") from None
+    except CorruptEntry as exc:
+        if os.path.isdir(path) and not os.path.islink(path):
+            raise ConfigError(f"config file {path} is a directory; accepted: a JSON file "
+                              f"(remove or rename that directory)") from None
+        raise ConfigError(f"config file {path} is {exc}; accepted: a JSON file of at most "
+                          f"{MAX_CONFIG_FILE} bytes") from None
     except (OSError, UnicodeDecodeError) as exc:
         warn_once(f"config-unreadable:{path}", f"kcache: cannot read config file {path} ({exc}); its settings are ignored")
         return {}
@@ -262,6 +286,8 @@ SOURCES: dict[str, Source] = {
     "lock_timeout": Source("KCACHE_LOCK_TIMEOUT", "lock_timeout", DEFAULT_LOCK_TIMEOUT),
     "disabled": Source("KCACHE_DISABLE", None, False),
     "shared": Source("KCACHE_SHARED", "shared", False),
+    "max_entry_size": Source("KCACHE_MAX_ENTRY_SIZE", "max_entry_size", DEFAULT_MAX_ENTRY_SIZE),
+    "quarantine_age": Source("KCACHE_QUARANTINE_AGE", "quarantine_age", DEFAULT_QUARANTINE_AGE),
 }
 ROOT_ENV = "KCACHE_DIR"
 #: The pseudo-setting of :func:`resolve_each` that reports ``<root>/config.json`` itself.
@@ -324,7 +350,8 @@ def _positive_size(value: Any, var: str) -> int:
 
 #: setting -> parser(raw, name for messages) -> value; each raises ConfigError.
 _PARSERS = {"max_size": _positive_size, "readonly_roots": _paths, "lock_timeout": parse_duration,
-            "disabled": parse_bool, "shared": parse_bool}
+            "disabled": parse_bool, "shared": parse_bool, "max_entry_size": _positive_size,
+            "quarantine_age": parse_duration}
 
 
 def _report(raw: Any, origin: str, parse, var: str) -> SettingReport:
@@ -415,6 +442,15 @@ def _normalize(name: str, value: Any) -> Any:
     return _PARSERS[name](value, name)
 
 
+def _shared_mode(conf: dict) -> bool:
+    """Whether the root is in shared mode by KCACHE_SHARED, else by ``conf``."""
+    raw = os.environ.get(SOURCES["shared"].env, "").strip() or conf.get("shared", False)
+    try:
+        return parse_bool(raw, "shared")
+    except ConfigError:
+        return False
+
+
 def write_setting(root, name: str, value: Any) -> Path:
     """Set (or, with ``value=None``, remove) ``name`` in ``<root>/config.json``; returns its path.
 
@@ -432,21 +468,23 @@ def write_setting(root, name: str, value: Any) -> Path:
     try:
         conf = read_config(root)
     except ConfigError as exc:
-        if path.is_dir():
+        if os.path.isdir(path) and not os.path.islink(path):
             raise  # never replace a directory: the user made it, it may hold anything
         broken, conf = exc, {}
     if value is None:
         conf.pop(name, None)
     else:
         conf[name] = _normalize(name, value)
+    mode = 0o660 if _shared_mode(conf) else 0o600  # a group sharing the cache reads it too
     try:
         root.mkdir(parents=True, exist_ok=True, mode=0o700)
-        if broken is not None:  # keep what was there: never lose data
+        if broken is not None:  # keep what was there, unread (it may be a FIFO or a symlink)
             backup = path.with_name(CONFIG_NAME + ".bad")
-            atomic.write_atomic(backup, path.read_bytes())
+            os.replace(path, backup)
             warn_once(f"config-replaced:{path}", f"kcache: {broken}; replaced it by a config file holding "
-                      f"only {name}; the old contents are kept in {backup}")
-        atomic.write_atomic(path, (json.dumps(conf, indent=2, sort_keys=True) + "\n").encode())
+                      f"only {name}; the old one is kept as {backup}")
+        atomic.write_atomic(path, (json.dumps(conf, indent=2, sort_keys=True) + "\n").encode(),
+                            mode=mode)
     except OSError as exc:  # name config.json, not the temp file beside it
         raise OSError(exc.errno, exc.strerror, str(path)) from None
     return path

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 import struct
 import time
 from pathlib import Path
@@ -109,19 +110,95 @@ class EntryInfo:
     problem: str | None = None
 
 
-def _unpack(data: bytes) -> Any:
-    lim = len(data)
+#: Decoding limits (the trust rules, docs/security.md): a header or meta this deep, with this
+#: many container elements in all, or a string/bin this long, is corrupt. Real headers hold a
+#: few hundred elements, nested 4-5 deep; the limits bound the memory a hostile header can
+#: cost to a constant (about 20 MiB) whatever its size.
+MAX_DEPTH = 32
+MAX_ITEMS = 1 << 17  # elements of every array and map of one header, together
+MAX_ARTIFACTS = 64  # artifacts in one body
+MAX_NAME = 4096  # characters of kernel, arch, an artifact name
+MAX_SIGNATURE = 1 << 16  # characters of a signature
+MAX_CREATED = 1e11  # unix seconds (year 5138): anything later is not a time kcache wrote
+MAX_SECONDS = 1e9  # compile_seconds: 31 years
+
+
+class _Budget:
+    """Counts the elements of every container msgpack builds and stops the decode past
+    MAX_ITEMS (the hooks run as each container is completed, so one container of at most
+    ``max_array_len`` elements is the most ever built beyond the budget)."""
+
+    __slots__ = ("left",)
+
+    def __init__(self, items: int):
+        self.left = items
+
+    def take(self, container):
+        self.left -= len(container) + 1
+        if self.left < 0:
+            raise _OverBudget()
+        return container
+
+
+class _OverBudget(Exception):
+    pass
+
+
+def _no_ext(code: int, data: bytes):
+    # max_ext_len=0 still lets a zero-length ext through: refuse every ext type here.
+    raise ValueError(f"ext type {code} is not allowed")
+
+
+def _unpack(data, *, items: int = MAX_ITEMS, max_len: int | None = None) -> Any:
+    """msgpack decode of untrusted bytes: str map keys, no ext types, every length bounded
+    by the input (and ``max_len``), at most ``items`` container elements in all."""
+    lim = len(data) if max_len is None else min(len(data), max_len)
+    budget = _Budget(items)
     return msgpack.unpackb(
         data,
         raw=False,
         strict_map_key=True,
         use_list=True,
-        max_str_len=lim,
-        max_bin_len=lim,
+        max_str_len=len(data),
+        max_bin_len=len(data),
         max_array_len=lim,
         max_map_len=lim,
         max_ext_len=0,  # no ext types at all (no Timestamp, no custom objects)
+        ext_hook=_no_ext,
+        list_hook=budget.take,
+        object_hook=budget.take,
     )
+
+
+def _decode_error(what: str, exc: Exception) -> CorruptEntry:
+    if isinstance(exc, _OverBudget):
+        return CorruptEntry(f"{what} has more than {MAX_ITEMS} elements", "limits")
+    if isinstance(exc, msgpack.StackError):
+        return CorruptEntry(f"{what} nested too deep", "limits")
+    return CorruptEntry(f"{what} undecodable: {type(exc).__name__}",
+                        "header_undecodable" if what == "header" else "artifacts")
+
+
+def check_plain(value: Any, where: str) -> None:
+    """Walk a decoded header value: nesting at most MAX_DEPTH, map keys str, floats finite.
+    Raises CorruptEntry naming ``where``. Iterative: a deep value never exhausts the stack."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                raise CorruptEntry(f"header field {where!r} holds a non-finite number", "header")
+        elif isinstance(item, (dict, list)):
+            if depth > MAX_DEPTH:
+                raise CorruptEntry(f"header field {where!r} nested deeper than {MAX_DEPTH}",
+                                   "limits")
+            if isinstance(item, dict):
+                if not all(isinstance(k, str) for k in item):
+                    raise CorruptEntry(f"header field {where!r} has a map key that is not text",
+                                       "header")
+                stack.extend((v, depth + 1) for v in item.values())
+            else:
+                stack.extend((v, depth + 1) for v in item)
 
 
 def encode(key: str, entry: Entry, components: dict | None = None, created: float | None = None) -> bytes:
@@ -142,6 +219,12 @@ def encode(key: str, entry: Entry, components: dict | None = None, created: floa
         hbytes = msgpack.packb(header, use_bin_type=True, strict_types=False)
     except (TypeError, ValueError, OverflowError) as exc:
         raise TypeError(f"entry meta/components for key {key} are not msgpack-encodable: {exc}") from None
+    try:  # never write what the verification path would refuse to read
+        check_header(_unpack(hbytes), key)
+    except CorruptEntry as exc:
+        raise ValueError(f"entry for key {key} cannot be stored: {exc}") from None
+    except Exception as exc:  # over the decoding limits
+        raise ValueError(f"entry for key {key} cannot be stored: {_decode_error('header', exc)}") from None
     body = msgpack.packb(entry.artifacts, use_bin_type=True)
     if len(hbytes) > MAX_HEADER or len(body) > MAX_BODY:
         raise ValueError(f"entry {key} too large: header {len(hbytes)} / body {len(body)} bytes")
@@ -154,83 +237,124 @@ def encode(key: str, entry: Entry, components: dict | None = None, created: floa
 
 
 def parse_prefix(prefix: bytes, file_size: int) -> tuple[int, int, bytes]:
-    """Check the fixed prefix; return (header_len, body_len, header_sum).
+    """Check the fixed prefix against the file size; return (header_len, body_len, header_sum).
 
-    Raises NewerFormat for a newer version, CorruptEntry for anything else wrong."""
-    if len(prefix) < PREFIX_SIZE:
-        raise CorruptEntry(f"truncated: {file_size} bytes")
+    Raises NewerFormat for a newer version, CorruptEntry (with its ``code``) for anything
+    else wrong. Needs only the first PREFIX_SIZE bytes: a file is judged by its prefix before
+    the rest is read."""
+    if len(prefix) < PREFIX_SIZE or file_size < PREFIX_SIZE:
+        raise CorruptEntry(f"truncated: {file_size} bytes", "truncated")
     magic, version, _flags, hlen, blen, hsum = _PREFIX.unpack_from(prefix)
     if magic != MAGIC:
-        raise CorruptEntry("bad magic")
+        raise CorruptEntry("bad magic", "bad_magic")
     if version > FORMAT_VERSION:
         raise NewerFormat(f"entry format version {version} is newer than this kcache's {FORMAT_VERSION}")
     if version != FORMAT_VERSION:
-        raise CorruptEntry(f"unknown format version {version}")
+        raise CorruptEntry(f"unknown format version {version}", "version")
     if hlen > MAX_HEADER or blen > MAX_BODY:
-        raise CorruptEntry(f"absurd lengths: header {hlen}, body {blen}")
+        raise CorruptEntry(f"absurd lengths: header {hlen}, body {blen}", "lengths")
     expected = PREFIX_SIZE + hlen + blen + SUM_SIZE
     if file_size < expected:  # one wording per problem, whichever check meets it (docs/cli.md)
-        raise CorruptEntry(f"truncated: {file_size} of {expected} bytes")
+        raise CorruptEntry(f"truncated: {file_size} of {expected} bytes", "truncated")
     if file_size != expected:
-        raise CorruptEntry(f"size mismatch: lengths say {expected}, file has {file_size}")
+        raise CorruptEntry(f"size mismatch: lengths say {expected}, file has {file_size}",
+                           "size_mismatch")
     return hlen, blen, hsum
 
 
+def check_head(head: bytes, file_size: int) -> None:
+    """What can be judged from an entry file's first PREFIX_SIZE bytes and its size, before
+    reading the rest (a 4 GiB file with a bad magic is never read): CorruptEntry for a bad
+    magic, a short file or lengths that disagree with the size. A version other than this
+    one is left for :func:`decode`, which checks the checksum first (a flipped bit in the
+    version field is corruption, not a newer format)."""
+    if len(head) >= len(MAGIC) + 2 and head[:len(MAGIC)] == MAGIC:
+        version = int.from_bytes(head[len(MAGIC):len(MAGIC) + 2], "big")
+        if version != FORMAT_VERSION:
+            return
+    parse_prefix(head, file_size)
+
+
+def _check_text(h: dict, field: str, limit: int) -> None:
+    val = h.get(field)
+    if val is not None and (not isinstance(val, str) or len(val) > limit):
+        raise CorruptEntry(f"header field {field!r} has wrong type", "header")
+
+
+def _check_number(h: dict, field: str, high: float) -> None:
+    val = h.get(field)
+    if val is None:
+        return
+    if not isinstance(val, (int, float)) or isinstance(val, bool) or not 0 <= val <= high:
+        raise CorruptEntry(f"header field {field!r} is out of range (0 .. {high:g})", "header")
+
+
 def check_header(h: Any, key: str) -> dict:
-    """Validate a decoded header's types; CorruptEntry naming the first bad field."""
+    """Validate a decoded header against the schema: types and ranges of every field, map
+    keys text, floats finite, nesting bounded. CorruptEntry naming the first bad field."""
     if not isinstance(h, dict):
-        raise CorruptEntry("header is not a map")
+        raise CorruptEntry("header is not a map", "header")
     if h.get("key") != key:
-        raise CorruptEntry(f"header key {h.get('key')!r:.80} does not match file name")
-    for field, typ in (("components", dict), ("meta", dict), ("sizes", dict), ("created", (int, float))):
-        if not isinstance(h.get(field), typ) or isinstance(h.get(field), bool):
-            raise CorruptEntry(f"header field {field!r} has wrong type")
-    for field, typ in _META_FIELDS.items():
-        val = h.get(field)
-        if val is not None and (not isinstance(val, typ) or isinstance(val, bool)):
-            raise CorruptEntry(f"header field {field!r} has wrong type")
+        raise CorruptEntry(f"header key {h.get('key')!r:.80} does not match file name", "header")
+    for field, typ in (("components", dict), ("meta", dict), ("sizes", dict)):
+        if not isinstance(h.get(field), typ):
+            raise CorruptEntry(f"header field {field!r} has wrong type", "header")
+    if h.get("created") is None:
+        raise CorruptEntry("header field 'created' has wrong type", "header")
+    _check_number(h, "created", MAX_CREATED)
+    for where in (h, h["meta"]):  # meta holds the same fields (they are copied from it)
+        _check_text(where, "kernel", MAX_NAME)
+        _check_text(where, "arch", MAX_NAME)
+        _check_text(where, "signature", MAX_SIGNATURE)
+        _check_number(where, "compile_seconds", MAX_SECONDS)
     for name, size in h["sizes"].items():
-        if not isinstance(name, str) or not isinstance(size, int) or isinstance(size, bool) or size < 0:
-            raise CorruptEntry("header field 'sizes' has wrong type")
+        if (not isinstance(name, str) or len(name) > MAX_NAME or not isinstance(size, int)
+                or isinstance(size, bool) or not 0 <= size <= MAX_BODY):
+            raise CorruptEntry("header field 'sizes' has wrong type", "header")
+    if len(h["sizes"]) > MAX_ARTIFACTS:
+        raise CorruptEntry(f"more than {MAX_ARTIFACTS} artifacts", "limits")
+    for field in ("components", "meta"):
+        check_plain(h[field], field)
     return h
 
 
-def decode_header(data: bytes, key: str, file_size: int) -> dict:
+def decode_header(data, key: str, file_size: int) -> dict:
     """Decode and check the header from the first bytes of an entry file (at least
     PREFIX_SIZE + header_len of them)."""
-    hlen, _blen, hsum = parse_prefix(data[:PREFIX_SIZE], file_size)
-    hbytes = data[PREFIX_SIZE:PREFIX_SIZE + hlen]
+    hlen, _blen, hsum = parse_prefix(bytes(data[:PREFIX_SIZE]), file_size)
+    hbytes = memoryview(data)[PREFIX_SIZE:PREFIX_SIZE + hlen]
     if len(hbytes) != hlen or hashlib.blake2b(hbytes, digest_size=16).digest() != hsum:
-        raise CorruptEntry("header checksum mismatch")
+        raise CorruptEntry("header checksum mismatch", "header_checksum")
     try:
         h = _unpack(hbytes)
     except Exception as exc:  # msgpack raises several types for bad input
-        raise CorruptEntry(f"header undecodable: {type(exc).__name__}") from None
+        raise _decode_error("header", exc) from None
     return check_header(h, key)
 
 
 def decode(data: bytes, key: str) -> tuple[dict, Entry]:
-    """Fully check an entry file's bytes; return (header, Entry).
+    """Fully check an entry file's bytes; return (header, Entry). Peak memory: the artifacts
+    (at most ``len(data)``) plus a constant; nothing is sliced off ``data`` by copy.
 
-    Raises NewerFormat or CorruptEntry (with the reason)."""
+    Raises NewerFormat or CorruptEntry (with the reason and its ``code``)."""
     size = len(data)
     if size > MAX_FILE:
-        raise CorruptEntry(f"file too large: {size} bytes")
-    if size < PREFIX_SIZE + SUM_SIZE or data[:len(MAGIC)] != MAGIC:
-        raise CorruptEntry(f"truncated: {size} bytes" if size < PREFIX_SIZE + SUM_SIZE else "bad magic")
+        raise CorruptEntry(f"file too large: {size} bytes", "too_large")
+    view = memoryview(data)
+    check_head(bytes(view[:PREFIX_SIZE]), size)
     # The envelope (magic, version, ..., trailing BLAKE2b-256 of all before it) is the same in
     # every format version, so the checksum is checked before the version: a flipped bit in
     # the version field is corruption, not a "newer format".
-    if hashlib.blake2b(memoryview(data)[:-SUM_SIZE], digest_size=SUM_SIZE).digest() != data[-SUM_SIZE:]:
-        raise CorruptEntry("checksum mismatch")
-    hlen, blen, _ = parse_prefix(data[:PREFIX_SIZE], size)
-    h = decode_header(data, key, size)
+    if hashlib.blake2b(view[:-SUM_SIZE], digest_size=SUM_SIZE).digest() != view[-SUM_SIZE:]:
+        raise CorruptEntry("checksum mismatch", "checksum")
+    hlen, blen, _ = parse_prefix(bytes(view[:PREFIX_SIZE]), size)
+    h = decode_header(view, key, size)
     try:
-        arts = _unpack(data[PREFIX_SIZE + hlen:PREFIX_SIZE + hlen + blen])
+        arts = _unpack(view[PREFIX_SIZE + hlen:PREFIX_SIZE + hlen + blen], max_len=MAX_ARTIFACTS)
     except Exception as exc:
-        raise CorruptEntry(f"artifacts undecodable: {type(exc).__name__}") from None
+        raise _decode_error("artifacts", exc) from None
     if not isinstance(arts, dict) or not all(isinstance(k, str) and isinstance(v, bytes) for k, v in arts.items()):
-        raise CorruptEntry("artifacts are not a map of name -> bytes")
+        raise CorruptEntry("artifacts are not a map of name -> bytes", "artifacts")
     if {k: len(v) for k, v in arts.items()} != h["sizes"]:
-        raise CorruptEntry("artifact sizes disagree with the header")
+        raise CorruptEntry("artifact sizes disagree with the header", "artifacts")
     return h, Entry(arts, h["meta"])

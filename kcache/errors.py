@@ -20,7 +20,25 @@ class LockTimeout(KcacheError, TimeoutError):
 
 
 class CorruptEntry(KcacheError):
-    """An entry file failed a check (magic, lengths, checksum, structure)."""
+    """An entry's bytes (or the file holding them) failed a check.
+
+    ``code`` names the check, one of :data:`CORRUPT_CODES` (e.g. ``"truncated"``,
+    ``"checksum"``, ``"not_regular"``); ``str()`` is the one wording of the problem, e.g.
+    "truncated: 40 of 15015 bytes" (docs/cli.md, "Problems")."""
+
+    def __init__(self, message: str, code: str = "invalid"):
+        super().__init__(message)
+        self.code = code
+
+
+#: ``CorruptEntry.code`` values: the file (too_large, not_regular, symlink, owner,
+#: unreadable), the envelope (truncated, bad_magic, checksum, version, lengths,
+#: size_mismatch), the header (header_checksum, header_undecodable, header, limits), the
+#: body (artifacts), a signed value (signature), anything else (invalid).
+CORRUPT_CODES = ("too_large", "not_regular", "symlink", "owner", "unreadable", "truncated",
+                 "bad_magic", "checksum", "version", "lengths", "size_mismatch",
+                 "header_checksum", "header_undecodable", "header", "limits", "artifacts",
+                 "signature", "invalid")
 
 
 class NewerFormat(KcacheError):

@@ -1,5 +1,9 @@
 """Per-key locks (``<root>/v1/locks/ab/<key>.lock``) built on :mod:`filelock`.
 
+Lock folders are checked before a lock file is made in them: a symlinked (or otherwise
+unusable) lock folder turns locking off for the keys of that shard, with one warning, and
+never creates a file outside the root.
+
 Readers never lock. Writers of one key (put, remove, evict, quarantine) and single-flight
 compiles hold that key's lock, so the store's totals stay exact under concurrency. FileLock
 instances are process-wide singletons per path and reentrant, so a put inside
@@ -9,6 +13,8 @@ killed compiler never leaves a stale lock behind.
 from __future__ import annotations
 
 import contextlib
+import errno
+import os
 import time
 from pathlib import Path
 from typing import Callable, Iterator
@@ -16,6 +22,7 @@ from typing import Callable, Iterator
 import filelock
 
 from .errors import LockTimeout
+from .layout import Layout
 
 
 def _filelock(path: Path, mode: int) -> filelock.FileLock:
@@ -23,21 +30,27 @@ def _filelock(path: Path, mode: int) -> filelock.FileLock:
 
 
 class KeyLocks:
-    """Per-key file locks under ``locks_dir``.
+    """Per-key file locks of the root of ``layout``.
 
     ``count(name, n)`` is called for ``lock_waits`` / ``lock_timeouts``; ``on_error(exc)`` for
-    a lock directory that cannot be written (then the lock degrades to a no-op)."""
+    a lock folder that cannot be used (then the lock degrades to a no-op);
+    ``ensure_folder(path)`` creates a folder of the root and raises OSError unless it is a
+    real folder (``LocalTier.ensure_folder``)."""
 
-    def __init__(self, locks_dir: Path, timeout: float, file_mode: int,
-                 count: Callable[..., None], on_error: Callable[[OSError], None]):
-        self.dir = locks_dir
+    def __init__(self, layout: Layout, timeout: float, file_mode: int,
+                 count: Callable[..., None], on_error: Callable[[OSError], None],
+                 ensure_folder: Callable[[Path], None]):
+        self.layout = layout
+        self.dir = layout.locks
         self.timeout = timeout
         self.file_mode = file_mode
         self._count = count
         self._on_error = on_error
+        self._ensure_folder = ensure_folder
+        self._ready: set[Path] = set()  # lock folders checked in this process
 
     def path(self, key: str) -> Path:
-        return self.dir / key[:2] / f"{key}.lock"
+        return self.layout.lock(key)
 
     @contextlib.contextmanager
     def hold(self, key: str, timeout: float | None = None, *, key_for_stats: str | None = None,
@@ -63,11 +76,22 @@ class KeyLocks:
 
     def _make(self, path: Path) -> filelock.FileLock | None:
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            self.ready_folder(path.parent)
+            if os.path.islink(path):  # never create or truncate a file through it
+                raise OSError(errno.ELOOP, "a symlink where a lock file belongs", str(path))
             return _filelock(path, self.file_mode)
         except OSError as exc:
             self._on_error(exc)
             return None
+
+    def ready_folder(self, folder: Path) -> None:
+        """Create and check ``folder`` (a lock folder) once per process. Raises OSError."""
+        if folder in self._ready:
+            return
+        self._ensure_folder(self.dir)
+        if folder != self.dir:
+            self._ensure_folder(folder)
+        self._ready.add(folder)
 
     def _acquire(self, lock, path: Path, timeout: float, blocking: bool, skey: str) -> bool:
         try:
@@ -96,14 +120,21 @@ class KeyLocks:
             return False
 
 
-def try_global(path: Path, mode: int) -> filelock.FileLock | None:
-    """Non-blocking try of a global lock (eviction): the held lock, or None if busy/unwritable."""
+BUSY = "busy"
+
+
+def try_global(path: Path, mode: int, ready: Callable[[Path], None]) -> filelock.FileLock | str | OSError:
+    """Non-blocking try of a global lock (eviction): the held lock, :data:`BUSY` when another
+    process holds it, or the OSError that makes it unusable (a folder named like the lock,
+    a symlinked lock folder, ...): the caller then goes on without it, warned."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        ready(path.parent)
         lock = _filelock(path, mode)
         lock.acquire(timeout=0)
         return lock
-    except (filelock.Timeout, OSError):
-        return None
+    except filelock.Timeout:
+        return BUSY
+    except OSError as exc:
+        return exc
 
 

@@ -13,13 +13,22 @@ accumulated in memory and flushed at most once a second, at ``flush()`` and at e
 (atexit, and multiprocessing's exit finalizers in its child processes). Totals
 (entries, bytes) and puts/evictions/corrupt are written at once (``now=True``), so the size
 used for eviction is exact for files the store itself wrote; totals are clamped at 0 when
-written and read (see ``_clamp_totals``). If a shard cannot be written (read-only, full disk) writing stops
+written and read (see ``_clamp_totals``). If the root cannot be written (read-only, full disk) writing stops
 for this process with one warning, and the in-memory counters go on (``read`` includes them).
+A fault of one shard (its file, hits file or lock is a folder, a symlink, ...) keeps only that
+shard in memory; a stats folder that is not a real folder keeps all of them in memory; puts
+are never affected. Every number read is checked: anything but a finite int/float counts as 0,
+so a hostile shard can neither crash nor poison the counters (no NaN, no infinity). Shards are
+read through :func:`kcache.fsio.read_regular` (never a FIFO, symlink or oversized file).
+Batched counters also reach the disk without a later update: a daemon timer flushes them
+FLUSH_INTERVAL after the first one.
 """
 from __future__ import annotations
 
 import atexit
 import collections
+import errno
+import math
 import os
 import sys
 import threading
@@ -31,10 +40,14 @@ from typing import Callable
 import filelock
 import msgpack
 
-from . import atomic
+from . import atomic, fsio
+from .errors import CorruptEntry
+from .warn import warn_once
 
 COUNTERS = ("hits", "misses", "compiles", "puts", "evictions", "corrupt", "lock_waits",
-            "lock_timeouts", "bytes_written", "compile_seconds", "seconds_saved")
+            "lock_timeouts", "bytes_written", "compile_seconds", "seconds_saved",
+            "write_errors_no_space", "write_errors_permission", "write_errors_other",
+            "temp_swept")
 TOTALS = ("entries", "bytes")
 FLOAT_COUNTERS = {"compile_seconds", "seconds_saved"}
 FLUSH_INTERVAL = 1.0  # seconds
@@ -47,23 +60,40 @@ def shard_of(key: str) -> int:
     return int(key[0], 16)
 
 
+#: errno values meaning the whole root cannot be written (not one shard's fault).
+ROOT_ERRNOS = {errno.EROFS, errno.ENOSPC, errno.EDQUOT}
+
+
 def _load(path: Path) -> dict:
+    """A shard file's map ({} when missing, unreadable, not a regular file or not a flat map
+    of text to numbers: a broken shard restarts at zero; recount() rebuilds the totals).
+    Decoding refuses arrays, nested maps and ext types, so its memory is bounded by the file."""
     try:
-        with open(path, "rb") as f:
-            data = f.read(_MAX_SHARD_FILE + 1)
-    except OSError:
-        return {}  # missing or unreadable: counts as empty
-    if len(data) > _MAX_SHARD_FILE:
+        data, _st = fsio.read_regular(path, _MAX_SHARD_FILE)
+    except (OSError, CorruptEntry):
         return {}
+    maps = []
+
+    def one_map(m):
+        maps.append(1)
+        if len(maps) > 1:
+            raise ValueError("nested map")
+        return m
+
     try:
-        obj = msgpack.unpackb(data, raw=False, strict_map_key=True, max_ext_len=0)
+        obj = msgpack.unpackb(data, raw=False, strict_map_key=True, max_array_len=0,
+                              max_ext_len=0, max_str_len=len(data), max_bin_len=0,
+                              max_map_len=len(data), object_hook=one_map)
     except Exception:
-        return {}  # a broken shard restarts at zero; recount() rebuilds the totals
+        return {}
     return obj if isinstance(obj, dict) else {}
 
 
 def _num(v) -> float:
-    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else 0
+    """A counter value as read: finite ints and floats, else 0."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return 0
+    return v if isinstance(v, int) or math.isfinite(v) else 0
 
 
 def _clamp_totals(counters: dict) -> None:
@@ -78,16 +108,26 @@ def _clamp_totals(counters: dict) -> None:
 
 
 class StatsBook:
-    """The counters of one cache root. ``on_error(exc)`` is called once writes fail."""
+    """The counters of one cache root (``layout``, a kcache.layout.Layout).
 
-    def __init__(self, stats_dir: Path, file_mode: int, ensure: Callable[[], bool],
-                 on_error: Callable[[OSError], None], on_missing: Callable[[], None] = lambda: None):
-        self.dir = stats_dir
+    ``ensure()`` -> bool: the root exists and may be written; ``ready(folder)`` creates the
+    stats folder and raises OSError unless it is a real folder; ``on_error(exc)`` is called
+    once when the root itself cannot be written (:data:`ROOT_ERRNOS`)."""
+
+    def __init__(self, layout, file_mode: int, ensure: Callable[[], bool],
+                 on_error: Callable[[OSError], None], on_missing: Callable[[], None] = lambda: None,
+                 ready: Callable[[Path], None] = lambda folder: None):
+        self.layout = layout
+        self.dir = layout.stats
         self.file_mode = file_mode
         self._ensure = ensure
         self._on_error = on_error
         self._on_missing = on_missing
+        self._ready_folder = ready
+        self._folder_ok = False
         self.enabled = True
+        self._broken: set[int] = set()  # shards kept in memory (their files are unusable)
+        self._timer: threading.Timer | None = None
         self._mutex = threading.RLock()
         self._pending: dict[int, collections.Counter] = collections.defaultdict(collections.Counter)
         self._pending_hits: dict[int, collections.Counter] = collections.defaultdict(collections.Counter)
@@ -101,6 +141,9 @@ class StatsBook:
         also bumps that entry's hit count."""
         with self._mutex:
             _register_child_flush()
+            for name, value in counters.items():
+                if isinstance(value, float) and not math.isfinite(value):
+                    raise ValueError(f"counter {name}={value!r} is not a finite number")
             pend = self._pending[shard]
             for name, value in counters.items():
                 if value:
@@ -111,6 +154,24 @@ class StatsBook:
                 self._write(shard)
             elif time.monotonic() - self._last_flush > FLUSH_INTERVAL:
                 self.flush()
+            else:
+                self._flush_later()
+
+    def _flush_later(self) -> None:
+        """Make batched counters reach the disk within FLUSH_INTERVAL even if nothing else is
+        counted (a listing printed after a process's launches shows them)."""
+        if self._timer is None and self.enabled:
+            self._timer = threading.Timer(FLUSH_INTERVAL, self._timed_flush)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _timed_flush(self) -> None:
+        with self._mutex:
+            self._timer = None
+        try:
+            self.flush()
+        except Exception:  # a background flush must never raise into a thread
+            pass
 
     def forget(self, key: str) -> None:
         """Drop ``key``'s per-entry hit count at the next write (entry removed)."""
@@ -127,13 +188,31 @@ class StatsBook:
                 self._write(shard)
 
     def _paths(self, shard: int) -> tuple[Path, Path, Path]:
-        x = format(shard, "x")
-        return self.dir / f"{x}.msgpack", self.dir / f"{x}.hits.msgpack", self.dir / f"{x}.lock"
+        return self.layout.stats_files(shard)
+
+    def _folder_ready(self) -> bool:
+        """The stats folder exists and is a real folder (checked once per process); if it
+        cannot be, every shard stays in memory, with one warning; puts go on."""
+        if self._folder_ok:
+            return True
+        try:
+            self._ready_folder(self.dir)
+        except OSError as exc:
+            if exc.errno in ROOT_ERRNOS:
+                self.enabled = False
+                self._on_error(exc)
+            elif not isinstance(exc, FileNotFoundError):
+                self.enabled = False
+                warn_once("stats", f"kcache: cannot keep statistics in {self.dir} "
+                          f"({exc.strerror or exc}); counting in memory only")
+            return False
+        self._folder_ok = True
+        return True
 
     def _write(self, shard: int, mutate: Callable[[dict, dict], bool] | None = None) -> bool:
         """Merge pending counts of ``shard`` into its files (under its lock). ``mutate(counters,
         hits)`` may change them further; returns True if written."""
-        if not self.enabled or not self._ensure():
+        if not self.enabled or shard in self._broken or not self._ensure() or not self._folder_ready():
             return False
         cpath, hpath, lpath = self._paths(shard)
         pend = self._pending.pop(shard, None) or collections.Counter()
@@ -164,10 +243,15 @@ class StatsBook:
             self._pending_hits[shard].update(phits)
             self._forget[shard] |= forget
             if isinstance(exc, FileNotFoundError):
+                self._folder_ok = False
                 self._on_missing()  # directory deleted under us: recreated on the next write
-            else:
+            elif exc.errno in ROOT_ERRNOS:
                 self.enabled = False
                 self._on_error(exc)
+            else:  # this shard's files or lock are unusable: only this shard stays in memory
+                self._broken.add(shard)
+                warn_once(f"stats-shard:{shard}", f"kcache: cannot write statistics shard "
+                          f"{cpath} ({exc.strerror or exc}); its counts stay in memory")
             return False
 
     def _replace(self, path: Path, obj: dict) -> None:
@@ -232,8 +316,9 @@ class StatsBook:
         return out
 
     def _after_fork(self) -> None:
-        # the parent's unwritten counts belong to the parent
+        # the parent's unwritten counts belong to the parent; its timer thread is not ours
         self._mutex = threading.RLock()
+        self._timer = None
         self._pending.clear()
         self._pending_hits.clear()
         self._forget.clear()

@@ -14,7 +14,7 @@ from typing import Callable
 
 import msgpack
 
-from . import atomic
+from . import atomic, fsio
 from .entry import FORMAT_VERSION
 
 # distribution name -> key in the result; the NVVM / nvJitLink wheels per CUDA major version
@@ -106,11 +106,20 @@ def memoized(memo_path: Path | None, compute: Callable[[], dict]) -> dict:
     return value
 
 
+_MAX_MEMO = 1 << 20  # bytes: a memo of 8 environments is a few KiB
+
+
 def _read_memo(path: Path) -> list:
+    # Read like every file of a cache root: never a FIFO, a symlink or an oversized file,
+    # decoding bounded by the file (kcache.fsio, kcache.entry._unpack).
+    from .entry import _unpack
+    from .errors import CorruptEntry
     try:
-        data = msgpack.unpackb(path.read_bytes(), raw=False, strict_map_key=True,
-                               max_bin_len=0, max_ext_len=0)
-    except (OSError, ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError):
+        raw, _st = fsio.read_regular(path, _MAX_MEMO)
+        data = _unpack(raw)
+    except (OSError, CorruptEntry):
+        return []
+    except Exception:  # msgpack's errors for a bad file: recompute
         return []
     return [m for m in data if isinstance(m, dict)] if isinstance(data, list) else []
 

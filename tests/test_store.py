@@ -256,10 +256,13 @@ def test_prune_age_predicate_dry_run_and_temp_sweep(store):
         store.put(key(i), Entry({"cubin": b"x" * 100}, {"kernel": f"m:k{i}", "arch": "sm_80" if i % 2 else "sm_90"}))
         os.utime(store.header(key(i)).path, (now - i * 86400 - 3600,) * 2)  # i days and an hour ago
     shard = store.header(key(0)).path.parent
-    old_tmp, new_tmp = shard / ".dead.1.tmp", shard / ".live.2.tmp"
-    old_tmp.write_bytes(b"partial")
-    new_tmp.write_bytes(b"partial")
+    from kcache.fsio import temp_name
+    old_tmp, new_tmp = shard / temp_name(f"{key(0)}.kce"), shard / temp_name(f"{key(0)}.kce")
+    foreign = shard / ".dead.1.tmp"  # not kcache's temp-name pattern: never swept
+    for p in (old_tmp, new_tmp, foreign):
+        p.write_bytes(b"partial")
     os.utime(old_tmp, (now - 7200, now - 7200))
+    os.utime(foreign, (now - 7200, now - 7200))
 
     rep = store.prune(older_than="3d", dry_run=True)
     assert {e.key for e in rep.removed} == {key(3), key(4), key(5)} and rep.dry_run and rep.temp_files == 1
@@ -267,7 +270,7 @@ def test_prune_age_predicate_dry_run_and_temp_sweep(store):
 
     rep = store.prune(older_than=3 * 86400)
     assert {e.key for e in rep.removed} == {key(3), key(4), key(5)} and rep.entries_left == 3
-    assert not old_tmp.exists() and new_tmp.exists() and rep.temp_files == 1
+    assert not old_tmp.exists() and new_tmp.exists() and rep.temp_files == 1 and foreign.exists()
 
     rep = store.prune(where=lambda e: e.arch == "sm_80")
     assert {e.key for e in rep.removed} == {key(1)}

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from kcache import Entry, LockTimeout, Store, make_key
-from kcache.layout import Layout, temp_files
+from kcache.layout import Layout
 
 CTX = mp.get_context("fork")
 
@@ -106,7 +106,7 @@ def test_eight_processes_mixed_operations_exact_counters(root):
     for w, _t, present in out:
         own = {key("own", w, i) for i in range(OWN)}
         assert on_disk & own == set(present)  # no lost entry, no resurrected one
-    assert s.verify().corrupt == [] and list(temp_files(Layout(root))) == []
+    assert s.verify().corrupt == [] and list(Store(root).local.temp_files()) == []
     assert s.recount().entries == st.entries
 
 
@@ -163,12 +163,12 @@ def test_sigkill_writer_never_serves_a_broken_entry(root):
     # a lock held by a killed child was released by the kernel
     assert s.put(KILL_KEYS[0], checked_entry(KILL_KEYS[0], rng, 10))
     # leftovers of killed writers: swept by prune once older than an hour
-    leftovers = [p for p, _st in temp_files(Layout(root))]
+    leftovers = [folder / name for folder, name, _st in Store(root).local.temp_files()]
     old = time.time() - 7200
     for p in leftovers:
         os.utime(p, (old, old))
     assert s.prune(max_size=1 << 40).temp_files == len(leftovers)
-    assert list(temp_files(Layout(root))) == []
+    assert list(Store(root).local.temp_files()) == []
     files = list(Layout(root).entries.rglob("*.kce"))
     st = s.recount()
     assert (st.entries, st.bytes) == (len(files), sum(f.stat().st_size for f in files))

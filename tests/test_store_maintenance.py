@@ -258,16 +258,19 @@ def test_verify_fix_says_truthfully_what_was_not_quarantined(root, monkeypatch):
     data = path.read_bytes()
     path.write_bytes(data[:-1] + bytes([data[-1] ^ 0xFF]))  # checksum mismatch, whatever the byte
 
-    real_replace = os.replace
+    real_rename = os.rename
 
     def deny(src, dst, *a, **kw):
-        # Only the move into quarantine fails: a stats flush due meanwhile (they are timed)
-        # must still work, or the store would turn read-only and fail differently.
-        if "quarantine" in str(dst):
+        # Only the move into quarantine fails (it renames into the quarantine folder's
+        # descriptor): a stats flush due meanwhile must still work, or the store would turn
+        # read-only and fail differently.
+        fd = kw.get("dst_dir_fd")
+        where = os.readlink(f"/proc/self/fd/{fd}") if fd is not None else str(dst)
+        if "quarantine" in where:
             raise OSError(errno.EROFS, os.strerror(errno.EROFS))
-        return real_replace(src, dst, *a, **kw)
+        return real_rename(src, dst, *a, **kw)
 
-    monkeypatch.setattr(os, "replace", deny)
+    monkeypatch.setattr(os, "rename", deny)
     with warnings.catch_warnings(record=True) as rec:
         warnings.simplefilter("always")
         report = s.verify(fix=True)

@@ -111,10 +111,10 @@ def test_verify_fix_does_not_recount(root, warmed):
 KILLED = textwrap.dedent("""
     import os, sys
     from kcache import Store
-    from kcache.store import Store as S
+    from kcache.localtier import LocalTier as S
 
     root, what, stop = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    real, done = S._remove, [0]
+    real, done = S.unlink, [0]
 
     def remove(self, *a, **k):
         if done[0] == stop:
@@ -122,7 +122,7 @@ KILLED = textwrap.dedent("""
         done[0] += 1
         return real(self, *a, **k)
 
-    S._remove = remove
+    S.unlink = remove
     s = Store(root)
     if what == "prune":
         s.prune(max_size=0)

@@ -1,0 +1,286 @@
+"""Maintenance of the writable local tier: clear, prune, verify, recount and eviction.
+
+Every operation works on the writable root only (read-only layers and remote tiers are never
+changed), removes each entry under its key lock, goes on past an entry it cannot remove and
+reports why (kcache.prune reports), and updates the totals for exactly the files removed.
+
+Policy (prune and eviction share one selection, :func:`lru_order`): first every entry
+matching ``older_than`` (last use = mtime, recorded at every hit) or ``where(EntryInfo)``;
+then, over what is left, least recently used first (ties: oldest creation first) until the
+rest fits in the size cap. Temp files of killed writers older than an hour are swept by both,
+and counted; prune also removes quarantined files older than ``quarantine_age``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import stat
+import time
+from typing import TYPE_CHECKING, Callable
+
+from .entry import EntryInfo
+from .errors import CorruptEntry, LockTimeout, NewerFormat
+from .keys import KEY_RE
+from .localtier import GONE, NEWER, NOT_REGULAR, os_reason
+from .prune import (BUSY, TEMP_MAX_AGE, NotRemoved, PruneReport, RemoveReport, VerifyReport)
+from .stats import SHARDS, shard_of
+
+if TYPE_CHECKING:
+    from .store import Store
+
+EVICT_TARGET = 0.9  # a put crossing max_size evicts down to this fraction of it
+DELTA_BATCH = 64  # removals of clear/prune/evict/remove_many between writes of the totals
+
+
+def lru_order(files: list) -> list:
+    """``(key, path, lstat)`` items least recently used first: by mtime (the last use, to the
+    nanosecond), ties by ctime (when the file was published)."""
+    return sorted(files, key=lambda t: (t[2].st_mtime_ns, t[2].st_ctime_ns))
+
+
+def select_lru(files: list, max_size: int | None) -> tuple[list, list]:
+    """Split ``files`` (in :func:`lru_order`) into (removed, kept): least recently used
+    first, until what is kept holds at most ``max_size`` bytes (None: keep all)."""
+    total = sum(st.st_size for _k, _p, st in files)
+    i = 0
+    if max_size is not None:
+        while total > max_size and i < len(files):
+            total -= files[i][2].st_size
+            i += 1
+    return files[:i], files[i:]
+
+
+class Removals:
+    """Removes entries under their key locks and writes the totals every DELTA_BATCH
+    removals, so a process killed mid-clear/prune leaves them off by at most one batch."""
+
+    def __init__(self, store: "Store", counter: str | None = None):
+        self.store = store
+        self.counter = counter  # e.g. "evictions", added per removal
+        self.deltas: dict[int, list[int]] = {}
+
+    def remove(self, key: str, *, blocking: bool = True) -> int | str | None:
+        """Freed bytes, None when already gone, or why the entry was left."""
+        store = self.store
+        try:
+            with store._locks.hold(key, blocking=blocking) as held:
+                if not held and not blocking:
+                    return BUSY
+                result = store.local.unlink(key)
+        except LockTimeout:
+            return f"{BUSY}; gave up after KCACHE_LOCK_TIMEOUT={store.lock_timeout:g} s"
+        if isinstance(result, int):
+            store._stats.forget(key)
+            d = self.deltas.setdefault(shard_of(key), [0, 0, 0])
+            d[0] -= 1
+            d[1] -= result
+            d[2] += 1
+            if sum(c for _n, _b, c in self.deltas.values()) >= DELTA_BATCH:
+                self.write()
+        return result
+
+    def write(self) -> None:
+        """Write the gathered totals (and the counter) and start a new batch."""
+        while self.deltas:
+            shard, (n, b, c) = self.deltas.popitem()
+            extra = {self.counter: c} if self.counter else {}
+            self.store._stats.add(shard, now=True, entries=n, bytes=b, **extra)
+
+
+def clear(store: "Store") -> RemoveReport:
+    """Every entry of the writable root (see ``Store.clear``)."""
+    removed, freed, failed = [], 0, []
+    batch = Removals(store)
+    try:
+        for key, path, _st in list(store.local.scan(regular_only=False)):
+            result = batch.remove(key)
+            if isinstance(result, int):
+                removed.append(key)
+                freed += result
+            elif result is not None:
+                failed.append(NotRemoved(key, path, result))
+    finally:
+        batch.write()
+    sweep_temp(store)  # only old ones: a fresh temp file belongs to a running put
+    return RemoveReport(removed, freed, failed)
+
+
+def remove_many(store: "Store", keys: list[str]) -> RemoveReport:
+    """Remove ``keys`` (checked keys) from the writable root (see ``Store.remove_many``)."""
+    removed, freed, failed = [], 0, []
+    batch = Removals(store)
+    try:
+        for key in dict.fromkeys(keys):
+            path = store.local.layout.entry(key)
+            result = batch.remove(key) if store.local.entry_stat(key) is not None else None
+            if isinstance(result, int):
+                removed.append(key)
+                freed += result
+            else:
+                failed.append(NotRemoved(key, path, result or "no such entry"))
+    finally:
+        batch.write()
+    return RemoveReport(removed, freed, failed)
+
+
+def sweep_temp(store: "Store", *, dry_run: bool = False) -> int:
+    """Remove kcache's own temp files older than an hour (this user's only); count them."""
+    n, _size = store.local.sweep_temp(TEMP_MAX_AGE, dry_run=dry_run)
+    if n and not dry_run:
+        store._count(None, now=True, temp_swept=n)
+    return n
+
+
+def evict(store: "Store", target: int) -> None:
+    """Remove least-recently-used entries until the root holds <= ``target`` bytes (kcache's
+    old temp files are swept first: they take room too). Keys being written are skipped."""
+    sweep_temp(store)
+    chosen, _kept = select_lru(lru_order(list(store.local.scan())), target)
+    batch = Removals(store, "evictions")
+    try:
+        for key, _path, _st in chosen:
+            batch.remove(key, blocking=False)
+    finally:
+        batch.write()
+
+
+@dataclasses.dataclass
+class _Plan:
+    remove: list  # (key, path, lstat)
+    infos: dict  # key -> EntryInfo, when headers were read
+    kept: int
+    kept_bytes: int
+
+
+def _plan(store: "Store", max_size, older_than, where, hits) -> _Plan:
+    now = time.time()
+    remove, keep, infos = [], [], {}
+    for key, path, st in lru_order(list(store.local.scan())):
+        doomed = older_than is not None and st.st_mtime < now - older_than
+        if not doomed and where is not None:
+            try:
+                info = store._info(key, path, store.local, hits)
+            except (OSError, CorruptEntry, NewerFormat):
+                keep.append((key, path, st))  # verify handles broken files
+                continue
+            infos[key] = info
+            doomed = bool(where(info))
+        (remove if doomed else keep).append((key, path, st))
+    extra, keep = select_lru(keep, max_size)
+    return _Plan(remove + extra, infos, len(keep), sum(st.st_size for _k, _p, st in keep))
+
+
+def prune(store: "Store", cap: int, age: float | None, where, dry_run: bool) -> PruneReport:
+    """See ``Store.prune`` (arguments already parsed: bytes, seconds)."""
+    hits = store._stats.hits() if where is not None else {}
+    plan = _plan(store, cap, age, where, hits)
+    report = PruneReport(dry_run=dry_run, entries_left=plan.kept, bytes_left=plan.kept_bytes)
+    report.temp_files = sweep_temp(store, dry_run=dry_run or not store.writable)
+    if not dry_run and store.writable:
+        report.lock_files = sweep_locks(store)
+        report.quarantine_files = store.local.sweep_quarantine(store.settings.quarantine_age)[0]
+    batch = Removals(store, "evictions")
+    try:
+        for key, path, st in plan.remove:
+            info = plan.infos.get(key) or store._info_or_broken(key, path, store.local, st, hits)
+            if dry_run:
+                result = NEWER if store.local.is_newer(key) else st.st_size
+            else:
+                result = batch.remove(key)
+            if isinstance(result, int):
+                if info is not None:
+                    report.removed.append(dataclasses.replace(info, file_size=result))
+                report.bytes_freed += result
+            elif result is not None:  # None: removed meanwhile by someone else
+                report.failed.append(NotRemoved(key, path, result))
+                report.entries_left += 1
+                report.bytes_left += st.st_size
+    finally:
+        if not dry_run:
+            batch.write()
+    return report
+
+
+def sweep_locks(store: "Store", max_age: float = TEMP_MAX_AGE) -> int:
+    """Remove lock files of keys that have no entry, unused for ``max_age`` seconds.
+
+    Each is unlinked while its lock is held (non-blocking), so no current holder loses it. (A
+    process that opened the file in the microseconds before the unlink could still lock the
+    orphan inode: at worst one duplicate compile.) Lock files are never modified, so their
+    mtime is their creation time. Symlinked lock folders are never entered."""
+    from .fsio import lstat_at, open_dir
+    from .layout import LOCK_SUFFIX, listing
+    cutoff = time.time() - max_age
+    n = 0
+    for name, st in listing(store.local.layout.locks):
+        if len(name) != 2 or not stat.S_ISDIR(st.st_mode):
+            continue
+        for lock_name, lst in listing(store.local.layout.locks / name):
+            key = lock_name[: -len(LOCK_SUFFIX)]
+            if (not lock_name.endswith(LOCK_SUFFIX) or not KEY_RE.fullmatch(key)
+                    or not key.startswith(name) or not stat.S_ISREG(lst.st_mode)):
+                continue  # not a lock file kcache made: leave it
+            if lst.st_mtime > cutoff or store.local.entry_stat(key) is not None:
+                continue
+            with store._locks.hold(key, blocking=False) as held:
+                if not held or store.local.entry_stat(key) is not None:
+                    continue
+                try:
+                    fd = open_dir(store.local.layout.locks / name)
+                except OSError:
+                    continue
+                try:
+                    if lstat_at(lock_name, fd).st_ino == lst.st_ino:
+                        os.unlink(lock_name, dir_fd=fd)
+                        n += 1
+                except OSError:
+                    pass
+                finally:
+                    os.close(fd)
+    return n
+
+
+def verify(store: "Store", fix: bool, progress: Callable[[int, int], None] | None) -> VerifyReport:
+    """See ``Store.verify``. Every file crosses the same checks as a ``get``."""
+    files = [(tier, key, path, st) for tier in store._local_tiers()
+             for key, path, st in tier.scan(regular_only=False)]
+    report = VerifyReport()
+    for i, (tier, key, path, st) in enumerate(files, 1):
+        try:
+            if not stat.S_ISREG(st.st_mode):
+                exc = CorruptEntry(NOT_REGULAR, "not_regular")
+                exc.stat = st
+                raise exc
+            blob = tier.read(key, store.settings.max_entry_size)
+            if blob is not None:
+                store.verify_bytes(key, blob.data)
+                report.ok += 1
+        except NewerFormat:
+            report.newer.append(path)
+        except (CorruptEntry, OSError) as exc:
+            reason = str(exc) if isinstance(exc, CorruptEntry) else f"unreadable: {os_reason(exc)}"
+            report.corrupt.append((path, reason))
+            if fix and tier is store.local and isinstance(exc, CorruptEntry):
+                why = store._quarantine(key, reason, getattr(exc, "stat", None) or st)
+                if why is None:
+                    report.quarantined += 1
+                elif why != GONE:
+                    report.not_quarantined.append((path, why))
+        report.checked += 1
+        if progress is not None:
+            progress(i, len(files))
+    # No recount here: quarantining already adjusted the totals, and a recount races with
+    # live writers (a put between the scan and the write of the totals would be lost).
+    return report
+
+
+def recount(store: "Store") -> None:
+    """Rebuild the totals from a scan of the writable root (see ``Store.recount``)."""
+    per: dict[int, list[int]] = {s: [0, 0] for s in range(SHARDS)}
+    for key, _path, st in store.local.scan():
+        t = per[shard_of(key)]
+        t[0] += 1
+        t[1] += st.st_size
+    if store._ensure_root():
+        for s, (n, b) in per.items():
+            store._stats.set_totals(s, n, b)
