@@ -172,7 +172,7 @@ def _plan(store: "Store", max_size, older_than, where, hits) -> _Plan:
 
 def prune(store: "Store", cap: int, age: float | None, where, dry_run: bool) -> PruneReport:
     """See ``Store.prune`` (arguments already parsed: bytes, seconds)."""
-    hits = store._stats.hits() if where is not None else {}
+    hits = store._stats.hits()  # each removed entry is reported with its real hit count
     plan = _plan(store, cap, age, where, hits)
     report = PruneReport(dry_run=dry_run, entries_left=plan.kept, bytes_left=plan.kept_bytes)
     report.temp_files = sweep_temp(store, dry_run=dry_run or not store.writable)
