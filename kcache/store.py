@@ -89,6 +89,16 @@ class Stats:
         return getattr(self, name)
 
 
+@dataclasses.dataclass
+class CopyReport:
+    """Outcome of :meth:`Store.copy_in`: ``copied`` and ``present`` (already there, same
+    bytes) are keys; ``failed`` is [(key, reason)]."""
+
+    copied: list = dataclasses.field(default_factory=list)
+    present: list = dataclasses.field(default_factory=list)
+    failed: list = dataclasses.field(default_factory=list)
+
+
 class Store:
     """A kernel cache rooted at ``root`` (see kcache.config.resolve for defaults).
 
@@ -586,6 +596,61 @@ class Store:
             ent = create()
             self.put(key, ent, components=components)
             return ent, False
+
+    def entry_bytes(self, key: str) -> bytes | None:
+        """The verified bytes of ``key``'s entry from the first local tier holding a valid
+        one (None if none does): for export and push. No counters, no touch."""
+        check_key(key)
+        for tier in self._local_tiers():
+            try:
+                blob = tier.read(key, self.settings.max_entry_size)
+                if blob is not None:
+                    self.verify_bytes(key, blob.data)
+                    return blob.data
+            except (CorruptEntry, NewerFormat, OSError, TierError):
+                continue
+        return None
+
+    def copy_in(self, tier, keys=None, progress: Callable[[int, int], None] | None = None) -> "CopyReport":
+        """Copy entries of ``tier`` (a bundle, a remote tier) into the writable root, each
+        through the verification path (:meth:`verify_bytes`) before it is published.
+
+        ``keys``: the keys to copy (default: all the tier holds). An entry already in the
+        root with the same bytes is left as it is (copying twice changes nothing). Returns a
+        CopyReport: ``copied`` and ``present`` (keys), ``failed`` ([(key, reason)]: absent,
+        corrupt, not verified, not written). Never raises for a bad entry."""
+        report = CopyReport()
+        try:
+            wanted = list(tier.keys()) if keys is None else [check_key(k) for k in keys]
+        except TierError as exc:
+            report.failed.append(("*", f"cannot list {tier.name}: {exc}"))
+            return report
+        for i, key in enumerate(dict.fromkeys(wanted), 1):
+            why = self._copy_one(tier, key, report)
+            if why is not None:
+                report.failed.append((key, why))
+            if progress is not None:
+                progress(i, len(wanted))
+        return report
+
+    def _copy_one(self, tier, key: str, report: "CopyReport") -> str | None:
+        try:
+            blob = tier.read(key, self.settings.max_entry_size)
+            if blob is None:
+                return f"not in {tier.name}"
+            self.verify_bytes(key, blob.data)
+        except (CorruptEntry, NewerFormat) as exc:
+            self._count(key, now=True, corrupt=1)
+            return f"refused: {exc}"
+        except (TierError, OSError) as exc:
+            return f"cannot read it: {exc}"
+        if self.entry_bytes(key) == blob.data:
+            report.present.append(key)
+            return None
+        if not self._publish(key, blob.data):
+            return f"not written: {self.write_problem or 'see the warning above'}"
+        report.copied.append(key)
+        return None
 
     def record(self, **counters: float) -> None:
         """Add to persistent counters, e.g. ``record(compiles=1, compile_seconds=0.8)``.

@@ -1,0 +1,83 @@
+"""``kcache export OUT``: write entries into one bundle file (tar, zstd when available)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from kcache.cli.common import (
+    Problem, UsageError, arch_matches, cc_arg, entries_text, human_size, is_stale,
+    kernel_matches, message, nonblank_arg, open_store, print_json, want_json,
+)
+from kcache.cli.secret import add_secret_option, secret_of
+
+
+def register(sub):
+    """Add the ``export`` subparser to ``sub`` and return it."""
+    p = sub.add_parser("export", help="write entries into one bundle file",
+                       description="Write the cache's entries (writable root and read-only "
+                                   "layers) into one bundle file for another machine or image: "
+                                   "a tar with a manifest, zstd-compressed when the zstandard "
+                                   "package is installed, signed with a secret when one is set.")
+    p.add_argument("out", metavar="OUT", type=nonblank_arg("OUT"), help="the bundle file to write")
+    p.add_argument("--kernel", metavar="GLOB", help="only kernels matching GLOB")
+    p.add_argument("--cc", type=cc_arg, action="append", metavar="CC",
+                   help="only this compute capability (repeatable; 9.0 matches sm_90 and sm_90a)")
+    p.add_argument("--current", action="store_true",
+                   help="only entries built by the current toolchain (no stale ones)")
+    p.add_argument("--compress", choices=("auto", "zstd", "none"), default="auto",
+                   help="zstd, none, or auto: zstd when the zstandard package is installed")
+    add_secret_option(p)
+    return p
+
+
+def select(store, args) -> list:
+    """The entries to export (EntryInfo), one per key (the writable root's first)."""
+    from kcache.toolchain import package_versions
+    current = package_versions()
+    chosen: dict = {}
+    for info in store.entries():
+        if args.kernel and not kernel_matches(info, args.kernel):
+            continue
+        if args.cc and not any(arch_matches(info.arch, cc) for cc in args.cc):
+            continue
+        if args.current and is_stale(info, current):
+            continue
+        chosen.setdefault(info.key, info)
+    return list(chosen.values())
+
+
+def run(args) -> int:
+    """Export. JSON: ``{"path", "entries", "entry_bytes", "bundle_bytes", "compressed",
+    "signed", "keys"}``. Exit 1 (nothing written) when no entry matches."""
+    from kcache.bundle import BundleError, write_bundle
+    if args.kernel is not None and not args.kernel.strip():
+        raise UsageError("export: --kernel needs a glob pattern, got ''")
+    out = Path(args.out).expanduser().absolute()
+    if out.is_dir():
+        raise UsageError(f"export: {out} is a folder (accepted: a file path for the bundle)")
+    secret = secret_of(args)
+    store = open_store(args)
+    items = []
+    for info in select(store, args):
+        data = store.entry_bytes(info.key)
+        if data is None:
+            continue  # removed meanwhile, or fails the checks: never exported
+        items.append(({"key": info.key, "kernel": info.kernel, "signature": info.signature,
+                       "arch": info.arch, "toolchain": (info.components or {}).get("toolchain"),
+                       "created": info.created}, data))
+    if not items:
+        raise Problem("no entries match: nothing written")
+    compress = {"auto": None, "zstd": True, "none": False}[args.compress]
+    try:
+        rep = write_bundle(out, items, secret=secret, compress=compress)
+    except BundleError as exc:
+        raise UsageError(str(exc)) from None
+    if want_json(args):
+        print_json({"path": str(rep.path), "entries": rep.entries, "entry_bytes": rep.entry_bytes,
+                    "bundle_bytes": rep.bundle_bytes, "compressed": rep.compressed,
+                    "signed": rep.signed, "keys": [rec["key"] for rec, _d in items]})
+    else:
+        how = ", ".join(w for w in ("zstd" if rep.compressed else "tar",
+                                    "signed" if rep.signed else "unsigned"))
+        message(f"kcache: exported {entries_text(rep.entries)} ({human_size(rep.entry_bytes)}) "
+                f"to {rep.path} ({human_size(rep.bundle_bytes)}, {how})")
+    return 0
