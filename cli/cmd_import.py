@@ -44,9 +44,13 @@ def run(args) -> int:
         if store.check_writable() is not None:
             raise Problem(f"cannot write to {store.root} ({store.write_problem}): nothing imported")
         report = store.copy_in(tier)
-        ignored = [{"member": k, "reason": why} for k, why in tier.problems.items()]
+        listed = {rec["key"] for rec in tier.records()}
+        # a listed entry the bundle cannot give (missing, twice, a link) is a failure;
+        # other members are only noted (never read)
+        failed = [{"key": k, "reason": why} for k, why in report.failed]
+        failed += [{"key": k, "reason": why} for k, why in tier.problems.items() if k in listed]
+        ignored = [{"member": k, "reason": why} for k, why in tier.problems.items() if k not in listed]
         signed = tier.signed
-    failed = [{"key": k, "reason": why} for k, why in report.failed]
     if want_json(args):
         print_json({"bundle": str(path), "root": str(store.root), "imported": report.copied,
                     "present": report.present, "failed": failed, "ignored": ignored,
