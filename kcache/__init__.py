@@ -1,30 +1,44 @@
 """kcache: a content-addressed on-disk cache for GPU kernels compiled by numba-cuda.
 
-Importing ``kcache`` never imports numba; ``kcache.jit``, ``kcache.install``,
-``kcache.uninstall``, ``kcache.compile_for``, ``kcache.explain`` and ``kcache.CompileForError``
-are loaded lazily from ``kcache.dispatcher``, and so is ``kcache.dispatcher`` itself (an
-attribute after a plain ``import kcache``). See docs/design.md.
+Every public name is loaded on first use (module ``__getattr__``), so ``import kcache`` (and
+the ``kcache`` command's start-up) costs almost nothing: ``kcache.Store`` imports the store,
+and ``kcache.jit``, ``kcache.install``, ``kcache.uninstall``, ``kcache.compile_for``,
+``kcache.explain``, ``kcache.CompileForError`` and ``kcache.dispatcher`` import numba-cuda
+(see docs/design.md). Importing ``kcache`` never imports numba.
 """
-from .entry import Entry, EntryInfo
-from .errors import ConfigError, CorruptEntry, KcacheError, LockTimeout, NewerFormat
-from .keys import make_key
-from .prune import NotRemoved, PruneReport, RemoveReport, VerifyReport
-from .store import Stats, Store
+import importlib
 
 __version__ = "0.1.0"
 
+#: public name -> the module that defines it
+_WHERE = {
+    "Entry": ".entry", "EntryInfo": ".entry",
+    "ConfigError": ".errors", "CorruptEntry": ".errors", "KcacheError": ".errors",
+    "LockTimeout": ".errors", "NewerFormat": ".errors",
+    "make_key": ".keys",
+    "NotRemoved": ".prune", "PruneReport": ".prune", "RemoveReport": ".prune",
+    "VerifyReport": ".prune",
+    "Stats": ".store", "Store": ".store", "CopyReport": ".store",
+}
 _LAZY = ("jit", "install", "uninstall", "compile_for", "explain", "CompileForError")
 
 __all__ = ["make_key", "Entry", "EntryInfo", "Store", "Stats", "PruneReport", "VerifyReport",
-           "RemoveReport", "NotRemoved",
+           "RemoveReport", "NotRemoved", "CopyReport",
            "KcacheError", "ConfigError", "LockTimeout", "CorruptEntry", "NewerFormat", *_LAZY]
 
 
 def __getattr__(name: str):
+    where = _WHERE.get(name)
+    if where is not None:
+        value = getattr(importlib.import_module(where, __name__), name)
+        globals()[name] = value  # later look-ups are plain attribute reads
+        return value
     # numba is heavy: the dispatcher is imported only when one of its functions is asked for
     if name in _LAZY or name == "dispatcher":
-        import importlib
-
         dispatcher = importlib.import_module(".dispatcher", __name__)  # also sets kcache.dispatcher
         return dispatcher if name == "dispatcher" else getattr(dispatcher, name)
     raise AttributeError(f"module 'kcache' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
