@@ -149,10 +149,18 @@ def _no_ext(code: int, data: bytes):
     raise ValueError(f"ext type {code} is not allowed")
 
 
+_SMALL = 64 << 10  # bytes: data this short holds too few containers to need counting
+
+
 def _unpack(data, *, items: int = MAX_ITEMS, max_len: int | None = None) -> Any:
     """msgpack decode of untrusted bytes: str map keys, no ext types, every length bounded
-    by the input (and ``max_len``), at most ``items`` container elements in all."""
+    by the input (and ``max_len``), at most ``items`` container elements in all (counted only
+    for data above 64 KiB: each element takes a byte, so shorter data cannot exceed it)."""
     lim = len(data) if max_len is None else min(len(data), max_len)
+    if len(data) <= min(_SMALL, items):
+        return msgpack.unpackb(data, raw=False, strict_map_key=True, use_list=True,
+                               max_str_len=len(data), max_bin_len=len(data), max_array_len=lim,
+                               max_map_len=lim, max_ext_len=0, ext_hook=_no_ext)
     budget = _Budget(items)
     return msgpack.unpackb(
         data,
@@ -318,18 +326,23 @@ def check_header(h: Any, key: str) -> dict:
     return h
 
 
-def decode_header(data, key: str, file_size: int) -> dict:
-    """Decode and check the header from the first bytes of an entry file (at least
-    PREFIX_SIZE + header_len of them)."""
-    hlen, _blen, hsum = parse_prefix(bytes(data[:PREFIX_SIZE]), file_size)
-    hbytes = memoryview(data)[PREFIX_SIZE:PREFIX_SIZE + hlen]
-    if len(hbytes) != hlen or hashlib.blake2b(hbytes, digest_size=16).digest() != hsum:
-        raise CorruptEntry("header checksum mismatch", "header_checksum")
+def _header(hbytes, key: str) -> dict:
+    """Unpack and check header bytes (their integrity already established)."""
     try:
         h = _unpack(hbytes)
     except Exception as exc:  # msgpack raises several types for bad input
         raise _decode_error("header", exc) from None
     return check_header(h, key)
+
+
+def decode_header(data, key: str, file_size: int) -> dict:
+    """Decode and check the header from the first bytes of an entry file (at least
+    PREFIX_SIZE + header_len of them), without the body: its own BLAKE2b-128 is checked."""
+    hlen, _blen, hsum = parse_prefix(bytes(data[:PREFIX_SIZE]), file_size)
+    hbytes = memoryview(data)[PREFIX_SIZE:PREFIX_SIZE + hlen]
+    if len(hbytes) != hlen or hashlib.blake2b(hbytes, digest_size=16).digest() != hsum:
+        raise CorruptEntry("header checksum mismatch", "header_checksum")
+    return _header(hbytes, key)
 
 
 def decode(data: bytes, key: str) -> tuple[dict, Entry]:
@@ -341,14 +354,18 @@ def decode(data: bytes, key: str) -> tuple[dict, Entry]:
     if size > MAX_FILE:
         raise CorruptEntry(f"file too large: {size} bytes", "too_large")
     view = memoryview(data)
-    check_head(bytes(view[:PREFIX_SIZE]), size)
+    head = bytes(view[:PREFIX_SIZE])
+    if size < PREFIX_SIZE + SUM_SIZE or head[:len(MAGIC)] != MAGIC:
+        check_head(head, size)  # raises: truncated, bad magic
+        raise CorruptEntry(f"truncated: {size} bytes", "truncated")
     # The envelope (magic, version, ..., trailing BLAKE2b-256 of all before it) is the same in
     # every format version, so the checksum is checked before the version: a flipped bit in
     # the version field is corruption, not a "newer format".
     if hashlib.blake2b(view[:-SUM_SIZE], digest_size=SUM_SIZE).digest() != view[-SUM_SIZE:]:
+        check_head(head, size)  # a short file is "truncated", whatever its checksum says
         raise CorruptEntry("checksum mismatch", "checksum")
-    hlen, blen, _ = parse_prefix(bytes(view[:PREFIX_SIZE]), size)
-    h = decode_header(view, key, size)
+    hlen, blen, _ = parse_prefix(head, size)
+    h = _header(view[PREFIX_SIZE:PREFIX_SIZE + hlen], key)  # covered by the checksum above
     try:
         arts = _unpack(view[PREFIX_SIZE + hlen:PREFIX_SIZE + hlen + blen], max_len=MAX_ARTIFACTS)
     except Exception as exc:

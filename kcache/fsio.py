@@ -96,19 +96,34 @@ def read_regular(name, limit: int, *, dir_fd: int | None = None, trust: "Trust |
     that shrinks while read is "truncated"; one that grows is cut at its ``fstat`` size."""
     fd, st = open_regular(name, limit, dir_fd=dir_fd, trust=trust, check_stat=check_stat)
     try:
-        first = read_upto(fd, min(head, st.st_size)) if head else b""
-        if check_head is not None:
-            check_head(first, st.st_size)
-        rest = read_upto(fd, st.st_size - len(first))
-        data = first + rest if first else rest
+        return read_checked(fd, st, head, check_head), st
+    finally:
+        os.close(fd)
+
+
+_WHOLE = 1 << 20  # bytes: a file this small is read in one call, then judged by its head
+
+
+def read_checked(fd: int, st: os.stat_result, head: int = 0, check_head=None) -> bytes:
+    """The ``st.st_size`` bytes of open regular file ``fd``; ``check_head(first_bytes,
+    size)`` judges the first ``head`` bytes before more than 1 MiB is read. Raises what
+    ``check_head`` raises, and CorruptEntry (``.stat`` set) for a file that shrank."""
+    try:
+        if st.st_size <= _WHOLE or not head:
+            data = read_upto(fd, st.st_size)
+            if check_head is not None:
+                check_head(data[:head], st.st_size)
+        else:
+            first = read_upto(fd, head)
+            if check_head is not None:
+                check_head(first, st.st_size)
+            data = first + read_upto(fd, st.st_size - len(first))
         if len(data) < st.st_size:
             raise CorruptEntry(f"truncated: {len(data)} of {st.st_size} bytes", "truncated")
-        return data, st
+        return data
     except CorruptEntry as exc:
         exc.stat = st
         raise
-    finally:
-        os.close(fd)
 
 
 def read_head(name, n: int, *, dir_fd: int | None = None) -> bytes | None:

@@ -26,6 +26,7 @@ from .errors import CorruptEntry
 from .layout import (CACHEDIR_TAG, QUARANTINE_RE, Layout, entry_name, listing, quarantine_name, scan,
                      warn_symlink)
 from .tier import Blob
+from .warn import warn_once
 
 from .prune import NEWER, NOT_REGULAR  # why removal left a file in place
 
@@ -56,6 +57,9 @@ class LocalTier:
         self.file_mode = file_mode
         self.dir_mode = dir_mode
         self._bad: set[tuple] = set()  # identities of files found bad (layers: never re-read)
+        self._entries = str(self.layout.entries)  # hot path: string paths, no pathlib
+        self._shards_ok: set[str] = set()
+        self._touch_ok = writable
 
     def __repr__(self) -> str:
         return f"LocalTier({self.name!r}, {self.kind})"
@@ -83,28 +87,51 @@ class LocalTier:
         return None
 
     # -- the tier protocol ---------------------------------------------------------------------
-    def read(self, key: str, limit: int) -> Blob | None:
-        """The entry file of ``key`` (None when absent). Raises CorruptEntry (``.stat`` set)
-        for a file that must not be used, KnownBad for one already found bad, OSError when
-        unreadable."""
+    def read(self, key: str, limit: int, *, touch: bool = False) -> Blob | None:
+        """The entry file of ``key`` (None when absent). ``touch``: record the use (the LRU
+        clock: mtime set to now through the open descriptor; a failure is warned once and
+        stops touching). Raises CorruptEntry (``.stat`` set) for a file that must not be
+        used, KnownBad for one already found bad, OSError when unreadable."""
+        shard = key[:2]
+        if shard not in self._shards_ok and not self._shard_ok(shard):
+            return None
         try:
-            shard_fd = fsio.open_dir(self.layout.entries / key[:2])
+            fd, st = fsio.open_regular(f"{self._entries}/{shard}/{key}.kce", limit, trust=self.trust,
+                                       check_stat=self._check_known)
         except (FileNotFoundError, NotADirectoryError):
             return None
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                warn_symlink(self.layout.entries / key[:2])
-                return None
-            raise
         try:
-            data, st = fsio.read_regular(entry_name(key), limit, dir_fd=shard_fd, trust=self.trust,
-                                         head=PREFIX_SIZE, check_head=check_head,
-                                         check_stat=self._check_known)
-        except FileNotFoundError:
-            return None
+            data = fsio.read_checked(fd, st, PREFIX_SIZE, check_head)
+            if touch and self._touch_ok:
+                self._touch_fd(fd)
         finally:
-            os.close(shard_fd)
+            os.close(fd)
         return Blob(data, identity(st), st.st_mtime)
+
+    def _shard_ok(self, shard: str) -> bool:
+        """True when shard folder ``shard`` is a real folder (remembered for the process: a
+        folder of a trusted root changes only by its owner's hand); a symlinked one is
+        warned about and never read through; an absent one is a miss."""
+        path = f"{self._entries}/{shard}"
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return False
+        if stat.S_ISLNK(st.st_mode):
+            warn_symlink(Path(path))
+            return False
+        if stat.S_ISDIR(st.st_mode):
+            self._shards_ok.add(shard)
+            return True
+        return False
+
+    def _touch_fd(self, fd: int) -> None:
+        try:
+            os.utime(fd)
+        except OSError as exc:
+            self._touch_ok = False
+            warn_once("touch", f"kcache: cannot record use of cache entries in {self.root} "
+                      f"({exc}); LRU eviction will be approximate")
 
     def read_header(self, key: str, limit: int) -> tuple[dict, os.stat_result]:
         """The checked header of ``key``'s entry and the file's fstat, reading the prefix and
@@ -264,15 +291,6 @@ class LocalTier:
             return False
         try:
             return _is_newer(entry_name(key), shard_fd)
-        finally:
-            os.close(shard_fd)
-
-    def touch(self, key: str) -> None:
-        """Record a use of ``key``'s entry (the LRU clock: its mtime, to the nanosecond).
-        Raises OSError."""
-        shard_fd = fsio.open_dir(self.layout.entries / key[:2])
-        try:
-            os.utime(entry_name(key), dir_fd=shard_fd, follow_symlinks=False)
         finally:
             os.close(shard_fd)
 

@@ -116,7 +116,6 @@ class Store:
         self.writable: bool = True  # False once a write failed or check_writable() found a problem
         self.write_problem: str | None = None  # why writable is False
         self._write_exc: OSError | None = None
-        self._touch_ok = True
         self._ready = False
         shared = self.settings.shared
         self._dir_mode = 0o2770 if shared else 0o700
@@ -288,13 +287,14 @@ class Store:
     def _read(self, key: str, touch: bool):
         """(header, Entry, tier) of the first tier holding a valid entry for ``key``, or None.
         Defects on the way are counted, quarantined (writable root) or remembered (layers),
-        and warned once; unusable tiers are a miss. ``touch`` records the use of a hit in the
-        writable root (the LRU clock)."""
+        and warned once; unusable tiers are a miss. ``touch`` records the use of what is read
+        in the writable root (the LRU clock; a corrupt file touched so is quarantined next)."""
         limit = self.settings.max_entry_size
         for tier in self._tiers:
             blob = None
             try:
-                blob = tier.read(key, limit)
+                blob = (tier.read(key, limit, touch=touch and self.writable) if tier is self.local
+                        else tier.read(key, limit))
                 if blob is None:
                     continue
                 header, ent = self.verify_bytes(key, blob.data)
@@ -314,8 +314,6 @@ class Store:
                 warn_once("unreadable", f"kcache: cannot read the entry of {key} in {tier.name} "
                           f"({os_reason(exc)}); treated as a miss")
                 continue
-            if touch and tier is self.local:
-                self._touch(key)
             return header, ent, tier
         return None
 
@@ -380,20 +378,6 @@ class Store:
             return True
         except OSError:
             return False
-
-    def _touch(self, key: str) -> None:
-        """Record a use (the LRU clock): the entry's mtime, set at every hit so eviction order
-        is exactly last use. A failure is warned once and stops touching."""
-        if not (self._touch_ok and self.writable):
-            return
-        try:
-            self.local.touch(key)
-        except FileNotFoundError:
-            pass  # removed meanwhile
-        except OSError as exc:
-            self._touch_ok = False
-            warn_once("touch", f"kcache: cannot record use of cache entries in {self.root} ({exc}); "
-                      "LRU eviction will be approximate")
 
     # -- reading -----------------------------------------------------------------------------------
     def get(self, key: str) -> Entry | None:
