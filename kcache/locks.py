@@ -54,7 +54,7 @@ class KeyLocks:
 
     @contextlib.contextmanager
     def hold(self, key: str, timeout: float | None = None, *, key_for_stats: str | None = None,
-             blocking: bool = True) -> Iterator[bool]:
+             blocking: bool = True) -> Iterator[bool | None]:
         """Hold ``key``'s lock. Yields True when held; False when, with ``blocking=False``,
         another process holds it; None when the lock file cannot be used (a lock folder that
         is not writable, a symlink, ...: a no-op lock, warned once; callers go on as if

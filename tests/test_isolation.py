@@ -11,7 +11,6 @@ small multiple of its size in memory.
 """
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import math
@@ -19,7 +18,6 @@ import multiprocessing as mp
 import os
 import shutil
 import signal
-import stat
 import subprocess
 import sys
 import warnings
@@ -172,10 +170,12 @@ print(json.dumps({"gets": [g is not None for g in gets], "puts": puts, "in_place
 """
 
 
-def _can_mount() -> bool:
+def _can_mount(where) -> bool:
+    """True when a tmpfs can be mounted on ``where`` in a private mount namespace."""
     if not IS_ROOT or not shutil.which("unshare"):
         return False
-    done = subprocess.run(["unshare", "-m", "--propagation", "private", "true"], capture_output=True)
+    done = subprocess.run(["unshare", "-m", "--propagation", "private", "mount", "-t", "tmpfs",
+                           "kcache-probe", str(where)], capture_output=True)
     return done.returncode == 0
 
 
@@ -190,7 +190,7 @@ def test_quarantine_on_another_file_system(root, how):
     bad.write_bytes(b"\0" * 4096)
     command = [sys.executable, "-c", EXDEV_CHILD, str(root), how]
     if how == "tmpfs mount":
-        if not _can_mount():
+        if not _can_mount(Layout(root).quarantine):
             pytest.skip("mounting a tmpfs in a private mount namespace needs root and unshare")
         command = ["unshare", "-m", "--propagation", "private", "sh", "-c",
                    'mount -t tmpfs -o size=1m kcache-test "$1" && shift && exec "$@"', "sh",

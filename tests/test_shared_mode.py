@@ -71,7 +71,11 @@ def base(users):
     """A folder every user can reach (tmp_path's parents are 0700), setgid with group
     ``team``: what an admin prepares for a team (``chgrp team D; chmod 2775 D``), so that
     a cache created inside belongs to the team."""
-    path = Path(tempfile.mkdtemp(prefix="kcache-shared-"))
+    # /tmp rather than $TMPDIR, which may be private to this user
+    path = Path(tempfile.mkdtemp(prefix="kcache-shared-", dir="/tmp" if os.path.isdir("/tmp") else None))
+    if not all(os.stat(d).st_mode & stat.S_IXOTH for d in path.parents):
+        shutil.rmtree(path)
+        pytest.skip(f"{path.parent} cannot be reached by other users")
     try:
         os.chmod(path, 0o711)
         shared = path / "team"
