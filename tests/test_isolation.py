@@ -261,7 +261,7 @@ def _quarantine_worker(root: str, k: str, first: int, n: int, barrier, results) 
     results.put(sizes)
 
 
-def test_fifty_corrupt_copies_leave_fifty_quarantined_files(root, monkeypatch):
+def test_fifty_corrupt_copies_leave_fifty_quarantined_files(root, monkeypatch, rec):
     k = key(0)
     s = Store(root)
     monkeypatch.setattr("time.time_ns", lambda: 1_700_000_000_000_000_000)  # one nanosecond
@@ -289,7 +289,7 @@ def test_fifty_corrupt_copies_leave_fifty_quarantined_files(root, monkeypatch):
     assert st.corrupt == 50
 
 
-def test_prune_removes_quarantined_files_older_than_quarantine_age(root):
+def test_prune_removes_quarantined_files_older_than_quarantine_age(root, rec):
     k = key(0)
     s = Store(root)
     assert s.put(key(1), entry(1))
