@@ -91,25 +91,25 @@ def parse_size(value: str | int, name: str = "size") -> int:
     not a number."""
     if isinstance(value, int) and not isinstance(value, bool):
         if value < 0:
-            raise ConfigError(f"{name}={value!r} is negative; accepted: {SIZE_ACCEPTED}")
+            raise ConfigError(f"{name}={_quote(value)} is negative; accepted: {SIZE_ACCEPTED}")
         number = value
     elif isinstance(value, str):
         if len(value) > _MAX_NUMBER_TEXT:  # refused before any conversion
-            raise ConfigError(f"{name}={_long(value)} is too large; accepted: {SIZE_ACCEPTED}")
+            raise ConfigError(f"{name}={_quote(value)} is too large; accepted: {SIZE_ACCEPTED}")
         m = _SIZE_RE.fullmatch(value)
         unit = m and _SIZE_UNITS.get(m.group(2))
         if not m or unit is None:
-            raise ConfigError(f"{name}={value!r} is not a size{_sign_note(value)}{_unit_note(m)}; "
+            raise ConfigError(f"{name}={_quote(value)} is not a size{_sign_note(value)}{_unit_note(m)}; "
                               f"accepted: {SIZE_ACCEPTED}")
         exact = Fraction(m.group(1)) * unit
         if exact.denominator != 1:
-            raise ConfigError(f"{name}={value!r} is not a whole number of bytes (sizes are whole "
+            raise ConfigError(f"{name}={_quote(value)} is not a whole number of bytes (sizes are whole "
                               f"bytes); accepted: {SIZE_ACCEPTED}")
         number = int(exact)
     else:
-        raise ConfigError(f"{name}={value!r} is not a size; accepted: {SIZE_ACCEPTED}")
+        raise ConfigError(f"{name}={_quote(value)} is not a size; accepted: {SIZE_ACCEPTED}")
     if number > MAX_SIZE_BYTES:
-        raise ConfigError(f"{name}={value!r} is too large; accepted: {SIZE_ACCEPTED}")
+        raise ConfigError(f"{name}={_quote(value)} is too large; accepted: {SIZE_ACCEPTED}")
     return number
 
 
@@ -120,30 +120,40 @@ def parse_duration(value: str | float | int, name: str = "duration") -> float:
     infinity. Raises ConfigError naming ``name`` and quoting ``value`` for a negative,
     non-finite, too large (> MAX_DURATION, 100 years) or unparsable value. ``-0.0`` gives 0.0."""
     if isinstance(value, bool):
-        raise ConfigError(f"{name}={value!r} is not a duration; accepted: {DURATION_ACCEPTED}")
+        raise ConfigError(f"{name}={_quote(value)} is not a duration; accepted: {DURATION_ACCEPTED}")
     if isinstance(value, (int, float)):
         if isinstance(value, float) and not math.isfinite(value):
-            raise ConfigError(f"{name}={value!r} is not a finite number of seconds; accepted: {DURATION_ACCEPTED}")
+            raise ConfigError(f"{name}={_quote(value)} is not a finite number of seconds; accepted: {DURATION_ACCEPTED}")
         if value < 0:
-            raise ConfigError(f"{name}={value!r} is negative; accepted: {DURATION_ACCEPTED}")
+            raise ConfigError(f"{name}={_quote(value)} is negative; accepted: {DURATION_ACCEPTED}")
         seconds = Fraction(value)
     elif isinstance(value, str):
         if len(value) > _MAX_NUMBER_TEXT:
-            raise ConfigError(f"{name}={_long(value)} is too large; accepted: {DURATION_ACCEPTED}")
+            raise ConfigError(f"{name}={_quote(value)} is too large; accepted: {DURATION_ACCEPTED}")
         m = _DUR_RE.fullmatch(value)
         if not m or m.group(2).lower() not in _DUR_UNITS:
-            raise ConfigError(f"{name}={value!r} is not a duration{_sign_note(value)}; accepted: {DURATION_ACCEPTED}")
+            raise ConfigError(f"{name}={_quote(value)} is not a duration{_sign_note(value)}; accepted: {DURATION_ACCEPTED}")
         seconds = Fraction(m.group(1)) * _DUR_UNITS[m.group(2).lower()]
     else:
-        raise ConfigError(f"{name}={value!r} is not a duration; accepted: {DURATION_ACCEPTED}")
+        raise ConfigError(f"{name}={_quote(value)} is not a duration; accepted: {DURATION_ACCEPTED}")
     if seconds > MAX_DURATION:
-        raise ConfigError(f"{name}={value!r} is too large; accepted: {DURATION_ACCEPTED}")
+        raise ConfigError(f"{name}={_quote(value)} is too large; accepted: {DURATION_ACCEPTED}")
     return float(seconds) + 0.0  # + 0.0 turns -0.0 into 0.0
 
 
 def _long(text: str) -> str:
     """A value too long to quote whole: its start and length."""
     return f"{text[:24]!r}... ({len(text)} characters)"
+
+
+def _quote(value: Any) -> str:
+    """``repr(value)`` for a message, shortened for a text longer than _MAX_NUMBER_TEXT and
+    for a huge int (whose repr Python refuses past 4,300 digits with a bare ValueError)."""
+    if isinstance(value, str) and len(value) > _MAX_NUMBER_TEXT:
+        return _long(value)
+    if isinstance(value, int) and value.bit_length() > 3 * _MAX_NUMBER_TEXT:
+        return f"an integer of about {int(value.bit_length() * 0.30103)} digits"
+    return repr(value)
 
 
 def _unit_note(m: re.Match | None) -> str:
@@ -168,7 +178,7 @@ def parse_bool(value: str | bool, name: str) -> bool:
         return True
     if text in _FALSE:
         return False
-    raise ConfigError(f"{name}={value!r} is not a boolean; accepted: 1/0, true/false, yes/no, on/off")
+    raise ConfigError(f"{name}={_quote(value)} is not a boolean; accepted: 1/0, true/false, yes/no, on/off")
 
 
 def format_size(n: int) -> str:
@@ -253,12 +263,19 @@ def read_config(root: Path) -> dict[str, Any]:
         warn_once(f"config-unreadable:{path}", f"kcache: cannot read config file {path} ({exc}); its settings are ignored")
         return {}
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_int=_json_int)
     except ValueError as exc:
         raise ConfigError(f"config file {path} is not valid JSON ({exc}); accepted: a JSON object with keys {', '.join(SETTINGS)}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a JSON object with keys {', '.join(SETTINGS)}")
     return data
+
+
+def _json_int(text: str) -> int | str:
+    """A JSON integer of config.json: an int, or its text when longer than _MAX_NUMBER_TEXT
+    (Python refuses to convert past 4,300 digits), which the setting's parser then refuses
+    as too large, naming the setting (rather than calling the whole file "not JSON")."""
+    return int(text) if len(text) <= _MAX_NUMBER_TEXT else text
 
 
 def _warn_unknown_keys(conf: dict, path: Path) -> None:
@@ -332,7 +349,7 @@ def _paths(value: Any, var: str) -> tuple[Path, ...]:
     elif isinstance(value, (list, tuple)) and all(isinstance(p, (str, os.PathLike)) for p in value):
         parts = [str(p) for p in value]
     else:
-        raise ConfigError(f"{var}={value!r} is not a list of directories; accepted: paths separated by {os.pathsep!r} or a list")
+        raise ConfigError(f"{var}={_quote(value)} is not a list of directories; accepted: paths separated by {os.pathsep!r} or a list")
     out: dict[Path, Path] = {}  # resolved -> as given (absolute), first one wins
     for part in parts:
         if part.strip():
@@ -344,7 +361,7 @@ def _paths(value: Any, var: str) -> tuple[Path, ...]:
 def _positive_size(value: Any, var: str) -> int:
     size = parse_size(value, var)
     if size <= 0:
-        raise ConfigError(f"{var}={value!r} must be greater than 0; accepted: {SIZE_ACCEPTED}")
+        raise ConfigError(f"{var}={_quote(value)} must be greater than 0; accepted: {SIZE_ACCEPTED}")
     return size
 
 
@@ -451,6 +468,16 @@ def _shared_mode(conf: dict) -> bool:
         return False
 
 
+def _make_root(root: Path, mode: int) -> None:
+    """Create the cache root as the store does (kcache.localtier): exactly ``mode``, 0700 or
+    in shared mode 02770 (so the group can use a root that ``config set`` created first)."""
+    try:
+        root.mkdir(parents=True, mode=mode)
+    except FileExistsError:
+        return
+    os.chmod(root, mode)  # mkdir's mode is narrowed by the umask
+
+
 def write_setting(root, name: str, value: Any) -> Path:
     """Set (or, with ``value=None``, remove) ``name`` in ``<root>/config.json``; returns its path.
 
@@ -475,9 +502,10 @@ def write_setting(root, name: str, value: Any) -> Path:
         conf.pop(name, None)
     else:
         conf[name] = _normalize(name, value)
-    mode = 0o660 if _shared_mode(conf) else 0o600  # a group sharing the cache reads it too
+    shared = _shared_mode(conf)
+    mode = 0o660 if shared else 0o600  # a group sharing the cache reads it too
     try:
-        root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _make_root(root, 0o2770 if shared else 0o700)
         if broken is not None:  # keep what was there, unread (it may be a FIFO or a symlink)
             backup = path.with_name(CONFIG_NAME + ".bad")
             os.replace(path, backup)

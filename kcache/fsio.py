@@ -45,9 +45,20 @@ def temp_name(target: str) -> str:
 
 def open_dir(name, dir_fd: int | None = None) -> int:
     """Descriptor of folder ``name`` (relative to ``dir_fd`` when given), never through a
-    symlink in its last component. Raises OSError: ELOOP or ENOTDIR for a symlink or a file,
+    symlink in its last component. Raises OSError: ELOOP for a symlink, ENOTDIR for a file,
     ENOENT when absent."""
-    return os.open(name, DIR_FLAGS, dir_fd=dir_fd)
+    try:
+        return os.open(name, DIR_FLAGS, dir_fd=dir_fd)
+    except NotADirectoryError:
+        # Linux answers ENOTDIR, not ELOOP, to O_DIRECTORY | O_NOFOLLOW on a symlink; say ELOOP
+        # so that callers tell a symlinked folder (skipped, warned) from a file.
+        try:
+            link = stat.S_ISLNK(lstat_at(name, dir_fd).st_mode)
+        except OSError:
+            link = False
+        if link:
+            raise OSError(errno.ELOOP, "a symlink, never followed", os.fspath(name)) from None
+        raise
 
 
 def open_regular(name, limit: int, *, dir_fd: int | None = None,

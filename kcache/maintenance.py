@@ -64,7 +64,7 @@ class Removals:
         store = self.store
         try:
             with store._locks.hold(key, blocking=blocking) as held:
-                if not held and not blocking:
+                if held is False:  # busy; None: no usable lock file (warned), go on alone
                     return BUSY
                 result = store.local.unlink(key)
         except LockTimeout:

@@ -67,11 +67,18 @@ ROOT_ERRNOS = {errno.EROFS, errno.ENOSPC, errno.EDQUOT}
 def _load(path: Path) -> dict:
     """A shard file's map ({} when missing, unreadable, not a regular file or not a flat map
     of text to numbers: a broken shard restarts at zero; recount() rebuilds the totals).
-    Decoding refuses arrays, nested maps and ext types, so its memory is bounded by the file."""
+    Decoding refuses arrays, nested maps and ext types, so its memory is bounded by the file.
+    Read through the stats folder's descriptor: never through a symlinked stats folder."""
     try:
-        data, _st = fsio.read_regular(path, _MAX_SHARD_FILE)
+        dir_fd = fsio.open_dir(path.parent)
+    except OSError:
+        return {}
+    try:
+        data, _st = fsio.read_regular(path.name, _MAX_SHARD_FILE, dir_fd=dir_fd)
     except (OSError, CorruptEntry):
         return {}
+    finally:
+        os.close(dir_fd)
     maps = []
 
     def one_map(m):
@@ -89,11 +96,17 @@ def _load(path: Path) -> dict:
     return obj if isinstance(obj, dict) else {}
 
 
+#: The largest counter value accepted from a shard file: no count, size or number of seconds
+#: kcache writes comes near it, and 16 shards of it still sum to a finite float.
+MAX_COUNT = 2**63 - 1
+
+
 def _num(v) -> float:
-    """A counter value as read: finite ints and floats, else 0."""
+    """A counter value as read: an int or float in 0 .. MAX_COUNT, else 0 (NaN, infinity,
+    1e308 or a negative number in a hostile shard neither crash nor poison the sums)."""
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return 0
-    return v if isinstance(v, int) or math.isfinite(v) else 0
+    return v if 0 <= v <= MAX_COUNT else 0  # NaN fails the comparison
 
 
 def _clamp_totals(counters: dict) -> None:
@@ -103,7 +116,8 @@ def _clamp_totals(counters: dict) -> None:
     counted it), so clamping keeps exact totals exact and makes removals of uncounted files
     land on the truth instead of below it."""
     for name in TOTALS:
-        if name in counters and _num(counters[name]) < 0:
+        value = counters.get(name)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
             counters[name] = 0
 
 
@@ -300,9 +314,15 @@ class StatsBook:
         return out
 
     def shard_totals(self, shard: int) -> tuple[int, int]:
-        """(entries, bytes) of ``shard`` as written, never below 0 (see :func:`_clamp_totals`)."""
+        """(entries, bytes) of ``shard`` as written plus this process's unwritten changes
+        (kept in memory while the shard cannot be written, so the size cap still holds for
+        what this process stored), never below 0 (see :func:`_clamp_totals`)."""
         c = _load(self._paths(shard)[0])
-        return max(0, int(_num(c.get("entries", 0)))), max(0, int(_num(c.get("bytes", 0))))
+        with self._mutex:
+            pend = self._pending.get(shard) or {}
+            n = _num(c.get("entries", 0)) + pend.get("entries", 0)
+            b = _num(c.get("bytes", 0)) + pend.get("bytes", 0)
+        return max(0, int(n)), max(0, int(b))
 
     def hits(self) -> dict[str, int]:
         """Per-entry hit counts (key -> hits), including unwritten ones."""

@@ -362,7 +362,7 @@ class Store:
         if not self.writable or not self._ensure_root():
             return f"cache root not writable: {self.write_problem}"
         with self._locks.hold(key, blocking=False) as held:
-            if not held and self.write_problem is None and self._locks_usable():
+            if held is False:
                 return maintenance.BUSY  # another process is writing this key; it will replace the file
             why = self.local.quarantine(key, st)
             if why is None:
@@ -372,12 +372,6 @@ class Store:
                 self._count(key, now=True, corrupt=1, entries=-1 if regular else 0, bytes=-size)
         return why
 
-    def _locks_usable(self) -> bool:
-        try:
-            self._locks.ready_folder(self.layout.locks)
-            return True
-        except OSError:
-            return False
 
     # -- reading -----------------------------------------------------------------------------------
     def get(self, key: str) -> Entry | None:
