@@ -248,8 +248,8 @@ def read_config(root: Path) -> dict[str, Any]:
     not a JSON object or not a regular file (e.g. a directory). An unreadable file (permissions,
     I/O error) is warned once and ignored: defaults apply."""
     path = Path(root) / CONFIG_NAME
-    try:  # never a FIFO, a symlink or a huge file (kcache.fsio)
-        data, _st = fsio.read_regular(path, MAX_CONFIG_FILE)
+    try:  # never a FIFO, a symlink, a huge file or one of an untrusted owner (kcache.fsio)
+        data, _st = fsio.read_regular(path, MAX_CONFIG_FILE, trust=fsio.Trust(_env_shared()))
         text = data.decode("utf-8")
     except (FileNotFoundError, NotADirectoryError):
         return {}
@@ -379,11 +379,35 @@ def _report(raw: Any, origin: str, parse, var: str) -> SettingReport:
         return SettingReport(None, origin, raw, exc)
 
 
+def _env_shared() -> bool:
+    """KCACHE_SHARED as set in the environment (False when unset or bad): the only source of
+    shared mode that counts before a root's own config.json may be read."""
+    try:
+        return parse_bool(os.environ.get(SOURCES["shared"].env, ""), SOURCES["shared"].env)
+    except ConfigError:
+        return False
+
+
+def config_trust_problem(root: Path) -> str | None:
+    """Why ``<root>/config.json`` must not be read, or None: the root folder must be trusted
+    (kcache.fsio.Trust) with shared mode taken from the environment only, so that a root
+    owned by someone else cannot switch shared mode on (or set any other setting) through
+    its own config.json. A missing root has no config.json to read."""
+    try:
+        st = os.stat(root)
+    except OSError:
+        return None
+    return fsio.Trust(_env_shared()).folder_problem(st, f"the cache folder {root}")
+
+
 def _read_config_report(root: Path | None, origin: str) -> SettingReport:
-    """The ``"config_file"`` report of :func:`resolve_each` (see there)."""
+    """The ``"config_file"`` report of :func:`resolve_each` (see there). The config.json of a
+    root that is not trusted is not read (its settings cannot reach this process)."""
     if root is None:
         return SettingReport(None, origin, {})
     path = root / CONFIG_NAME
+    if config_trust_problem(root) is not None:
+        return SettingReport(path, origin, {})
     try:
         conf = read_config(root)
     except ConfigError as exc:

@@ -87,7 +87,7 @@ def open_regular(name, limit: int, *, dir_fd: int | None = None,
         if not stat.S_ISREG(st.st_mode):
             raise CorruptEntry("not a regular file", "not_regular")
         if trust is not None and not trust.file_ok(st):
-            raise CorruptEntry(f"owned by another user (uid {st.st_uid})", "owner")
+            raise CorruptEntry(trust.file_problem(st), "owner")
         if st.st_size > limit:
             raise CorruptEntry(f"file too large: {st.st_size} bytes (limit {limit})", "too_large")
     except BaseException as exc:
@@ -261,10 +261,24 @@ class Trust:
         return None
 
     def file_ok(self, st: os.stat_result) -> bool:
-        """True when a file with ``fstat`` result ``st`` may be read as an entry."""
+        """True when a file with ``fstat`` result ``st`` may be read as an entry: a trusted
+        owner (as for folders), and not writable by others (nor by its group, outside shared
+        mode, unless that group is the user's private group): anyone could have changed it."""
+        if st.st_mode & stat.S_IWOTH:
+            return False
+        if (st.st_mode & stat.S_IWGRP and not self.shared
+                and not _private_group(st.st_gid, self.uid)):
+            return False
         if st.st_uid in (self.uid, 0):
             return True
         return self.shared and st.st_gid in self.groups
+
+    def file_problem(self, st: os.stat_result) -> str:
+        """Why :meth:`file_ok` refuses a file (for messages)."""
+        mode = stat.S_IMODE(st.st_mode)
+        if st.st_mode & (stat.S_IWOTH | stat.S_IWGRP):
+            return f"writable by other users (mode {mode:o})"
+        return f"owned by another user ({_user_name(st.st_uid)})"
 
 
 @lru_cache(maxsize=64)

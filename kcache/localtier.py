@@ -87,17 +87,18 @@ class LocalTier:
         return None
 
     # -- the tier protocol ---------------------------------------------------------------------
-    def read(self, key: str, limit: int, *, touch: bool = False) -> Blob | None:
+    def read(self, key: str, limit: int, *, touch: bool = False, fresh: bool = False) -> Blob | None:
         """The entry file of ``key`` (None when absent). ``touch``: record the use (the LRU
         clock: mtime set to now through the open descriptor; a failure is warned once and
         stops touching). Raises CorruptEntry (``.stat`` set) for a file that must not be
-        used, KnownBad for one already found bad, OSError when unreadable."""
+        used, KnownBad for one already found bad (unless ``fresh``: verify reads every file
+        again to say what is wrong with it), OSError when unreadable."""
         shard = key[:2]
         if shard not in self._shards_ok and not self._shard_ok(shard):
             return None
         try:
             fd, st = fsio.open_regular(f"{self._entries}/{shard}/{key}.kce", limit, trust=self.trust,
-                                       check_stat=self._check_known)
+                                       check_stat=None if fresh else self._check_known)
         except (FileNotFoundError, NotADirectoryError):
             return None
         try:

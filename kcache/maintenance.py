@@ -251,7 +251,7 @@ def verify(store: "Store", fix: bool, progress: Callable[[int, int], None] | Non
                 exc = CorruptEntry(NOT_REGULAR, "not_regular")
                 exc.stat = st
                 raise exc
-            blob = tier.read(key, store.settings.max_entry_size)
+            blob = tier.read(key, store.settings.max_entry_size, fresh=True)
             if blob is not None:
                 store.verify_bytes(key, blob.data)
                 report.ok += 1

@@ -140,6 +140,7 @@ class StatsBook:
         self._ready_folder = ready
         self._folder_ok = False
         self.enabled = True
+        self.disk = True  # False: the root's counter files are neither read nor written
         self._broken: set[int] = set()  # shards kept in memory (their files are unusable)
         self._timer: threading.Timer | None = None
         self._mutex = threading.RLock()
@@ -297,12 +298,17 @@ class StatsBook:
             self._write(shard, put)
 
     # -- reads -----------------------------------------------------------------
+    def _load(self, path: Path) -> dict:
+        """A shard file's map, or {} when this root's files are not to be read at all (an
+        untrusted or disabled root: ``disk`` is False; only this process's counts exist)."""
+        return _load(path) if self.disk else {}
+
     def read(self) -> dict:
         """Sum of every shard on disk plus this process's unwritten counts."""
         out = {name: 0 for name in COUNTERS + TOTALS}
         with self._mutex:
             for shard in range(SHARDS):
-                one = {name: _num(value) for name, value in _load(self._paths(shard)[0]).items()
+                one = {name: _num(value) for name, value in self._load(self._paths(shard)[0]).items()
                        if name in out}
                 for name, value in self._pending.get(shard, {}).items():
                     one[name] = one.get(name, 0) + value
@@ -317,7 +323,7 @@ class StatsBook:
         """(entries, bytes) of ``shard`` as written plus this process's unwritten changes
         (kept in memory while the shard cannot be written, so the size cap still holds for
         what this process stored), never below 0 (see :func:`_clamp_totals`)."""
-        c = _load(self._paths(shard)[0])
+        c = self._load(self._paths(shard)[0])
         with self._mutex:
             pend = self._pending.get(shard) or {}
             n = _num(c.get("entries", 0)) + pend.get("entries", 0)
@@ -329,7 +335,7 @@ class StatsBook:
         out: dict[str, int] = collections.Counter()
         with self._mutex:
             for shard in range(SHARDS):
-                for k, n in _load(self._paths(shard)[1]).items():
+                for k, n in self._load(self._paths(shard)[1]).items():
                     out[k] += int(_num(n))
                 for k, n in self._pending_hits.get(shard, {}).items():
                     out[k] += n

@@ -156,6 +156,8 @@ class Store:
     def disabled(self, value: bool) -> None:
         self._disabled = bool(value)
         self._tiers = () if self._disabled else self._trusted_tiers()
+        # counters of a disabled or untrusted root are neither read nor written
+        self._stats.disk = self.local in self._tiers
 
     def _trusted_tiers(self) -> tuple:
         """The tiers that pass the trust check, in read order; each one that does not is

@@ -353,3 +353,64 @@ def test_roots_are_created_0700(tmp_path):
     for name, mode in seen.items():
         want = 0o700 if (root / name).is_dir() else 0o600
         assert mode == want, (name, oct(mode))
+
+
+# -- what an untrusted root cannot reach: its config.json, its counters; file modes ----------------
+
+@pytest.mark.skipif(not IS_ROOT, reason="a root of another user needs chown (root)")
+def test_foreign_root_cannot_switch_shared_mode_on_through_its_config(tmp_path, monkeypatch):
+    """A root owned by another user, group-shared with us, whose own config.json says
+    shared: true (and a tiny max_size): without KCACHE_SHARED in our environment it is not
+    trusted, its config.json is never read, and its planted entry is never served."""
+    root = tmp_path / "foreign"
+    _planted(root)
+    (root / "config.json").write_text(json.dumps({"shared": True, "max_size": 1}))
+    gid = os.getegid()
+    for path in [root, *root.rglob("*")]:
+        os.chown(path, OTHER_UID, gid, follow_symlinks=False)
+        os.chmod(path, 0o2770 if path.is_dir() else 0o660)
+    monkeypatch.delenv("KCACHE_SHARED", raising=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", KcacheWarning)
+        s = Store(root)
+        assert not s.trusted and s.get(key(7)) is None
+    assert s.settings.shared is False and s.settings.max_size != 1  # config.json not read
+    monkeypatch.setenv("KCACHE_SHARED", "1")  # the user's own choice: then it is shared
+    assert Store(root).trusted
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="a root of another user needs chown (root)")
+def test_untrusted_root_counters_are_not_read(tmp_path):
+    root = tmp_path / "foreign"
+    _planted(root)
+    assert Store(root).stats().puts == 1
+    os.chown(root, OTHER_UID, -1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", KcacheWarning)
+        st = Store(root).stats()
+    assert st.puts == 0 and st.entries == 0  # its files are not this process's to read
+
+
+@pytest.mark.parametrize("mode", [0o666, 0o646])
+def test_entry_file_writable_by_others_is_not_served(tmp_path, mode):
+    layer = tmp_path / "layer"
+    _planted(layer)
+    path = Store(layer).header(key(7)).path
+    os.chmod(path, mode)
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        s = Store(tmp_path / "root", readonly_roots=[layer])
+        assert s.get(key(7)) is None
+    assert any("writable by other users" in str(w.message) for w in rec)
+
+
+def test_verify_names_the_real_problem_of_a_file_already_found_bad(tmp_path):
+    layer = tmp_path / "layer"
+    Store(layer).put(key(2), entry(2))
+    Store(layer).header(key(2)).path.write_bytes(b"garbage" * 20)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", KcacheWarning)
+        s2 = Store(tmp_path / "other", readonly_roots=[layer])
+        assert s2.get(key(2)) is None  # found bad (and remembered) in this process
+        report = s2.verify()
+    assert [reason for _p, reason in report.corrupt] == ["bad magic"]
