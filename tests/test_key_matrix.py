@@ -444,7 +444,8 @@ def test_debug_zero_equals_debug_false():
 @pytest.mark.parametrize("field,a,b", [
     ("signature", SIG, "(array(float32, 1d, A), array(float32, 1d, C))"),
     ("cc", (8, 0), (9, 0)),
-    ("cc", (9, 0, ""), (9, 0)),
+    ("cc", (8, 0), (8, 6)),
+    ("cc", (9, 0), (10, 0)),
     ("output", "cubin", "ptx"),
     ("cache_key", None, "release-1"),
     ("cache_key", "a", "b"),
@@ -463,14 +464,28 @@ def test_each_toolchain_field_changes_key(field):
     assert key(kern) != key(kern, toolchain=changed)
 
 
+# numba-cuda's own spellings of cc 9.0; it compiles every one of them as sm_90a
+# (CUDACodeLibrary._ensure_cc adds "a" for cc >= 9.0), so they must share one key.
+CC_90_FORMS = [(9, 0), (9, 0, "a"), (9, 0, ""), [9, 0], "9.0", "9.0a", "sm_90", "sm_90a",
+               "compute_90", "90", 90]
+
+
+def test_every_form_of_cc_90_gives_one_key():
+    kern = _simple_kernel()
+    keys = {key(kern, cc=form) for form in CC_90_FORMS}
+    assert len(keys) == 1
+    assert components(kern, cc="sm_90")["target"]["cc"] == "sm_90a"
+    assert key(kern, cc="8.0") == key(kern, cc=(8, 0)) == key(kern, cc=80) != keys.pop()
+
+
 def test_arch_names():
     assert arch_name((8, 0)) == "sm_80"
     assert arch_name((8, 6)) == "sm_86"
     assert arch_name((9, 0)) == "sm_90a"
     assert arch_name((9, 0, "a")) == "sm_90a"
-    assert arch_name((9, 0, "")) == "sm_90"
+    assert arch_name((9, 0, "")) == "sm_90a"  # "" = no suffix given: numba-cuda adds "a"
     assert arch_name((10, 0)) == "sm_100a"
-    for bad in ((9,), "sm_90", (9, 0, "x"), (9.0, 0), None):
+    for bad in ((9,), (9, 0, "x"), (9.0, 0), None, (8, 0, "a")):
         with pytest.raises(ValueError, match="compute capability"):
             arch_name(bad)
 

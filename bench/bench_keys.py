@@ -1,0 +1,168 @@
+"""Benchmark: the key phase of a cache hit, on the CPU (no GPU needed).
+
+A generated project of 20 kernels (module ``bk_kernels``) calls device functions of two other
+modules (``bk_dev_a`` -> ``bk_dev_b``, across modules and transitively) and reads constants of
+a fourth (``bk_consts``). In each of ``--repeat`` fresh processes, every kernel's key is
+computed once with ``KCacheDispatcher.kcache_key`` -- what a kernel's first call does before
+reading the store -- and timed with ``time.perf_counter``.
+
+Reported (milliseconds): the first kernel of the process (includes the toolchain versions,
+read from the memo in the cache root after the first process), and the further kernels
+(min / median over all further kernels of all processes), plus the same split for the source
+fingerprint alone (``fingerprint(py_func)``, in separate processes).
+
+Usage: python bench/bench_keys.py [--repeat 7] [--json OUT.json]
+"""
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+N_KERNELS = 20
+
+CONSTS = """
+    import numpy as np
+    SCALE = 2.0
+    OFFSET = 0.5
+    LIMIT = 1024
+    TABLE = (1.0, 2.0, 3.0, 4.0)
+    DTYPE = np.float32
+"""
+
+DEV_B = """
+    import math
+    from numba import cuda
+    import bk_consts
+
+    @cuda.jit(device=True)
+    def clamp(x):
+        return min(max(x, 0.0), 1.0)
+
+    @cuda.jit(device=True)
+    def smooth(x):
+        y = clamp(x)
+        return y * y * (3.0 - 2.0 * y)
+
+    @cuda.jit(device=True)
+    def wave(x):
+        return math.sin(x * bk_consts.SCALE) + bk_consts.OFFSET
+"""
+
+DEV_A = """
+    from numba import cuda
+    import bk_consts
+    import bk_dev_b
+    from bk_dev_b import clamp
+
+    @cuda.jit(device=True)
+    def axpy(a, x, y):
+        return a * x + y
+
+    @cuda.jit(device=True)
+    def mix(x, y):
+        return bk_dev_b.smooth(x) * y + clamp(y)
+
+    @cuda.jit(device=True)
+    def shaped(x):
+        return bk_dev_b.wave(x) * bk_consts.TABLE[1]
+
+    @cuda.jit(device=True)
+    def both(x, y):
+        return mix(x, y) + shaped(y) + axpy(bk_consts.SCALE, x, y)
+"""
+
+KERNEL = """
+    @kcache.jit
+    def kern{i}(out, a, b):
+        i = cuda.grid(1)
+        if i < out.size and i < bk_consts.LIMIT:
+            out[i] = {body} + {i}.0
+"""
+
+BODIES = [
+    "bk_dev_a.axpy(bk_consts.SCALE, a[i], b[i])",
+    "bk_dev_a.mix(a[i], b[i])",
+    "bk_dev_a.shaped(a[i]) * b[i]",
+    "bk_dev_a.both(a[i], b[i])",
+    "bk_dev_b.wave(a[i]) + bk_dev_a.axpy(2.0, a[i], b[i])",
+]
+
+CHILD = textwrap.dedent("""
+    import json, sys, time
+    sys.path.insert(0, sys.argv[1])
+    what, root = sys.argv[2], sys.argv[3]
+    import kcache
+    from kcache.dispatcher import KCacheDispatcher, _compat
+    from kcache.dispatcher.fingerprint import fingerprint
+    import bk_kernels
+    store = kcache.Store(root)
+    kernels = [getattr(bk_kernels, "kern%d" % i) for i in range(N)]
+    argtypes = _compat.normalize_signature("void(float32[::1], float32[::1], float32[::1])")
+    times = []
+    for k in kernels:
+        start = time.perf_counter()
+        if what == "key":
+            k.kcache_key(argtypes, (9, 0), store=store)
+        else:
+            fingerprint(k.py_func)
+        times.append((time.perf_counter() - start) * 1e3)
+    print(json.dumps(times))
+""").replace("N)", f"{N_KERNELS})")
+
+
+def write_project(directory: Path) -> None:
+    files = {"bk_consts": CONSTS, "bk_dev_b": DEV_B, "bk_dev_a": DEV_A}
+    kernels = ["import kcache", "from numba import cuda", "import bk_consts", "import bk_dev_a",
+               "import bk_dev_b", ""]
+    for i in range(N_KERNELS):
+        kernels.append(textwrap.dedent(KERNEL.format(i=i, body=BODIES[i % len(BODIES)])))
+    files["bk_kernels"] = "\n".join(kernels)
+    for name, source in files.items():
+        (directory / f"{name}.py").write_text(textwrap.dedent(source))
+
+
+def run(directory: Path, what: str, root: Path) -> list:
+    proc = subprocess.run([sys.executable, "-B", "-c", CHILD, str(directory), what, str(root)],
+                          capture_output=True, text=True, timeout=300)
+    if proc.returncode:
+        raise SystemExit(f"child failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def summary(runs: list) -> dict:
+    first = [r[0] for r in runs]
+    further = [t for r in runs for t in r[1:]]
+    return {"first_min": min(first), "first_median": statistics.median(first),
+            "further_min": min(further), "further_median": statistics.median(further),
+            "further_max": max(further), "processes": len(runs)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        directory, root = Path(tmp) / "proj", Path(tmp) / "cache"
+        directory.mkdir()
+        write_project(directory)
+        (root / "v1").mkdir(parents=True, mode=0o700)  # a used cache root holds the memo
+        run(directory, "key", root)  # fills the toolchain memo, as any earlier process would
+        results = {what: summary([run(directory, what, root) for _ in range(args.repeat)])
+                   for what in ("key", "fingerprint")}
+    for what, s in results.items():
+        print(f"{what:12s} first kernel: min {s['first_min']:.3f} ms, median "
+              f"{s['first_median']:.3f} ms; further kernels: min {s['further_min']:.3f} ms, "
+              f"median {s['further_median']:.3f} ms, max {s['further_max']:.3f} ms "
+              f"({s['processes']} processes x {N_KERNELS} kernels)")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
