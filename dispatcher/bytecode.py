@@ -46,11 +46,10 @@ def references(code: types.CodeType) -> list:
     found = []
     current = None
     ext = 0
-    for i in range(0, len(raw), 2):
-        op = raw[i]
+    for op, arg in zip(raw[::2], raw[1::2]):
         if op == _CACHE:
             continue
-        arg = raw[i + 1] | ext
+        arg |= ext
         if op == _EXTENDED_ARG:
             ext = arg << 8
             continue

@@ -251,7 +251,7 @@ def _scalar_payload(value):
     if isinstance(value, int):
         if -(2**63) <= value < 2**64:
             return ["int", int(value)]
-        return ["bigint", str(value)]
+        return ["bigint", hex(value)]  # hex: no 4,300-digit limit as with str()
     if isinstance(value, float):
         return ["float", float(value)]
     if isinstance(value, complex):
@@ -259,6 +259,21 @@ def _scalar_payload(value):
     if value is Ellipsis:
         return ["ellipsis"]
     return None
+
+
+def _exact_int(value):
+    return ["int", value] if -(2**63) <= value < 2**64 else ["bigint", hex(value)]
+
+
+# Exact plain types -> their payload, as _scalar_payload gives it (subclasses go the long way).
+_EXACT_SCALARS = {
+    float: lambda v: ["float", v],
+    int: _exact_int,
+    str: lambda v: ["str", v],
+    bool: lambda v: ["bool", v],
+    bytes: lambda v: ["bytes", v],
+    type(None): lambda v: ["NoneType", None],
+}
 
 
 def _sort_key(payload) -> bytes:
@@ -497,12 +512,19 @@ class _Walk:
             acc.opaque.append(f"{where}: nested deeper than {_MAX_DEPTH} levels")
             acc.cacheable = False
             return ["too-deep"]
+        exact = _EXACT_SCALARS.get(type(value))
+        if exact is not None:  # the common case, without the isinstance chain below
+            return exact(value)
         if isinstance(value, enum.Enum):
             return ["enum", _type_name(value), value.name,
                     self.encode(value.value, where, acc, depth + 1)]
         scalar = _scalar_payload(value)
         if scalar is not None:
             return scalar
+        if _is_dispatcher(value):  # before the device-array probe: a dependency, the usual case
+            if _is_library(_origin_module(value)):
+                return ["function", _qualified(value)]
+            return ["dep", self._dispatcher_digest(value, where, acc)]
         if _has_cai(value):
             raise Uncacheable(
                 f"{where} is a device array ({_type_name(value)}); kernels that capture device "
@@ -660,13 +682,16 @@ class _Walk:
         except Exception:  # an option value whose == raises: compute afresh
             pass
         opts_acc = _Acc()
-        items = sorted(
-            ([k, self.encode(v, f"{where} option {k}", opts_acc, 1)] for k, v in options.items()),
-            key=_sort_key,
-        )
+        # Option names are unique strings: sorting by name is canonical.
+        items = [[k, self.encode(options[k], f"{where} option {k}", opts_acc, 1)]
+                 for k in sorted(options, key=str)]
         digest = digest_of(items)
         acc.opaque.extend(opts_acc.opaque)
-        if not opts_acc.opaque:  # values known by content only: equality is a safe check
+        # An option holding a function (an ``inline`` cost model) is a dependency: its inputs
+        # must be re-checked like any other. The options' own lists are covered by the
+        # snapshot comparison, so they do not make the caller uncacheable.
+        acc.checks.extend(opts_acc.checks)
+        if not opts_acc.opaque and not opts_acc.checks:  # plain values: equality suffices
             try:
                 _options_memo[disp] = (snapshot, digest)
             except TypeError:  # not weak-referenceable: just not remembered

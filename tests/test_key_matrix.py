@@ -190,6 +190,7 @@ def test_closure_cell_rebound_is_seen():
 
 VALUE_CASES = {
     "int": ("3", "4"),
+    "huge int": ("10 ** 5000", "10 ** 5000 + 1"),  # beyond str()'s 4,300-digit limit
     "float vs int": ("3", "3.0"),
     "bool vs int": ("1", "True"),
     "string": ("'a'", "'b'"),
@@ -390,6 +391,36 @@ def test_opaque_global_is_reported():
     comps = components(kern)
     assert any("Knob" in reason for reason in comps["opaque"])
     assert comps == components(kern)
+
+
+COST_MODEL = dedent("""
+    from numba import cuda
+
+    LIMIT = 3
+
+    def cost(expr, caller, callee):
+        return LIMIT > 2
+
+    @cuda.jit(device=True, inline=cost)
+    def helper(x):
+        return x + 1
+
+    @cuda.jit
+    def kern(out, a):
+        out[0] = helper(a[0])
+""")
+
+
+def test_function_held_by_a_device_function_option_is_followed(tmp_path):
+    # An inline= cost model is code that decides the kernel's code: a global it reads counts,
+    # also after the key was computed (and the fingerprint cached) once.
+    mod = load(tmp_path, "a", COST_MODEL)
+    before = key(mod.kern)
+    assert key(mod.kern) == before
+    mod.LIMIT = 1
+    assert key(mod.kern) != before
+    mod.LIMIT = 3
+    assert key(mod.kern) == before
 
 
 # --- non-source components --------------------------------------------------------------------
