@@ -100,7 +100,7 @@ BODIES = [
 
 CHILD = textwrap.dedent("""
     import json, sys, time
-    sys.path.insert(0, sys.argv[1])
+    sys.path.insert(1, sys.argv[1])  # after '' (skipped by the toolchain memo)
     what, root = sys.argv[2], sys.argv[3]
     import kcache
     from kcache.dispatcher import _compat, dispatcher as disp_mod
@@ -147,7 +147,7 @@ CHILD = textwrap.dedent("""
 
 WARM = textwrap.dedent("""
     import sys
-    sys.path.insert(0, sys.argv[1])
+    sys.path.insert(1, sys.argv[1])  # after '' (skipped by the toolchain memo)
     import kcache
     from kcache.dispatcher import compile_for
     import bk_kernels

@@ -4,8 +4,8 @@
 kernel and signature: source fingerprint (with line tables when line information is
 compiled in), signature, target (cc with its arch suffix and the output kind), toolchain
 versions, code-changing numba configuration, code-changing target options, ``link=``
-contents, launch config and the user's ``cache_key``.  ``kcache.make_key(components)`` turns it into the key;
-the named components let explain say which one changed.
+contents, launch config and the user's ``cache_key``.  ``kcache.make_key(components)`` turns
+it into the key; the named components let explain say which one changed.
 """
 
 from __future__ import annotations
@@ -52,8 +52,8 @@ def kernel_components(
     ``py_func``: the kernel's Python function (or its dispatcher); ``signature``: numba's
     spelling of the argument types, e.g. ``"(array(float32, 1d, C),)"``; ``cc``: compute
     capability in any ``kcache.arch`` form (``(9, 0)``, ``(9, 0, "a")``, ``"sm_90a"``, ``90``;
-    9.0 and 9.0a give the same key, as numba-cuda compiles both as ``sm_90a``); ``output``: ``"cubin"``,
-    ``"ptx"`` or ``"ltoir"``; ``targetoptions``: the dispatcher's target options (numba-cuda's
+    9.0 and 9.0a give the same key, as numba-cuda compiles both as ``sm_90a``); ``output``:
+    ``"cubin"``, ``"ptx"`` or ``"ltoir"``; ``targetoptions``: the dispatcher's target options (numba-cuda's
     ``CUDADispatcher.targetoptions``), every key is kept; ``launch_config``: None or
     ``(grid, block, sharedmem)`` for launch-config-sensitive kernels; ``cache_key``: the user's
     string; ``toolchain``: defaults to :func:`toolchain_components`; ``config``: defaults to

@@ -133,10 +133,11 @@ def kernel_name(dispatcher) -> str:
 
 def kernel_key(dispatcher, argtypes, cc, launch_config=None, cache_key=None, store=None):
     """(key, components) of ``dispatcher``'s kernel: ``argtypes`` (tuple of numba types),
-    ``cc`` (any ``kcache.arch`` form; 9.0 and 9.0a give one key), ``launch_config`` (numba-cuda's launch-config cache key, only for
-    launch-config-sensitive kernels), ``cache_key`` (str or None), ``store`` (its root keeps
-    the toolchain memo; None: no memo). The same function serves a GPU process and
-    ``compile_for``, so their keys agree. Raises ``Uncacheable``."""
+    ``cc`` (any ``kcache.arch`` form; 9.0 and 9.0a give one key), ``launch_config``
+    (numba-cuda's launch-config cache key, only for launch-config-sensitive kernels),
+    ``cache_key`` (str or None), ``store`` (its root keeps the toolchain memo; None: no memo).
+    The same function serves a GPU process and ``compile_for``, so their keys agree. Raises
+    ``Uncacheable``."""
     from kcache import make_key
     lc = launch_config
     if isinstance(lc, tuple):

@@ -12,8 +12,9 @@ pytest.importorskip("numba.cuda")
 
 import kcache  # noqa: E402
 from kcache import Entry  # noqa: E402
-from kcache.dispatcher.kernel_entry import (NotStorable, class_name, decode_exceptions,  # noqa: E402
-                                            encode_exceptions, entry_to_kernel, resolve_class)
+from kcache.dispatcher.kernel_entry import (  # noqa: E402
+    NotStorable, class_name, decode_exceptions, encode_exceptions, entry_to_kernel,
+    resolve_class)
 
 from test_dispatcher_fakegpu import fake_gpu  # noqa: E402
 
