@@ -20,7 +20,7 @@ import pytest
 pytest.importorskip("numba.cuda")
 
 import kcache  # noqa: E402
-from kcache import arch  # noqa: E402
+from kcache import arch as kc_arch  # noqa: E402
 from kcache.dispatcher import (CompileForError, _compat, compile_for,  # noqa: E402
                                compile_for_report, parse_cc)
 
@@ -53,7 +53,7 @@ def test_examples_round_trip_for_each_cc(store):
             # The cubin is what numba-cuda would load: rebuild a kernel, compare bytes.
             rebuilt = _rebuild(entry, sigs[0], cc)
             lib = rebuilt._codelibrary
-            assert lib._cubin_cache[arch.full_cc(cc)].code == entry.artifacts["cubin"]
+            assert lib._cubin_cache[kc_arch.full_cc(cc)].code == entry.artifacts["cubin"]
             assert rebuilt.entry_name == entry.meta["entry_name"]
         assert kernel.overloads == {}  # compile_for leaves the dispatcher untouched
     stats = store.stats()
@@ -62,7 +62,7 @@ def test_examples_round_trip_for_each_cc(store):
 
 def _rebuild(entry, sig, cc):
     from kcache.dispatcher.kernel_entry import entry_to_kernel
-    return entry_to_kernel(entry, _compat.normalize_signature(sig), arch.full_cc(cc),
+    return entry_to_kernel(entry, _compat.normalize_signature(sig), kc_arch.full_cc(cc),
                            extensions=[])
 
 
