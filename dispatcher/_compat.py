@@ -8,57 +8,36 @@ from __future__ import annotations
 import contextlib
 import sys
 import threading
-from importlib import metadata
 
 from numba.cuda import codegen as _codegen
 from numba.cuda import dispatcher as _dispatcher
 from numba.cuda import launchconfig as _launchconfig
 from numba.cuda import types
 from numba.cuda.api import get_current_device
+from numba.cuda.core import config as _config
 from numba.cuda.core import sigutils
 from numba.cuda.core.callconv import _MinimalCallHelper
 from numba.cuda.core.compiler_lock import global_compiler_lock
-from numba.cuda.cudadrv.linkable_code import LinkableCode
 from numba.cuda.memory_management.nrt import NRT_LIBRARY
 from numba.cuda.typing import signature as _make_signature
 
 from cuda.core import ObjectCode
 
+from kcache.arch import full_cc
+
 CUDADispatcher = _dispatcher.CUDADispatcher
 Kernel = _dispatcher._Kernel
 CUDACodeLibrary = _codegen.CUDACodeLibrary
 
-#: The numba-cuda versions this module was written and tested against (docs/compat.md).
-TESTED_RANGE = ((0, 30), (0, 31))
-#: numba-cuda's marker for "no launch configuration" in launch-config-sensitive cache keys.
-NO_LAUNCH_CONFIG = _dispatcher._NO_LAUNCH_CONFIG_CACHE_KEY
 
 __all__ = [
     "CUDADispatcher", "Kernel", "CUDACodeLibrary", "ObjectCode", "global_compiler_lock",
-    "numba_cuda_version", "in_tested_range", "normalize_signature", "signature_string",
-    "signature_display",
-    "full_cc", "current_cc", "current_launch_config", "compile_kernel", "library_of",
-    "uncacheable_reason", "kernel_state", "rebuild_kernel", "make_call_helper", "offline_target",
-    "patch_dispatcher", "unpatch_dispatcher", "is_patched", "supported_ccs", "overload_implementations",
+    "normalize_signature", "signature_string", "signature_display", "is_signature",
+    "current_cc", "current_launch_config", "compile_kernel", "uncacheable_reason",
+    "kernel_state", "rebuild_kernel", "make_call_helper", "offline_target", "patch_dispatcher",
+    "unpatch_dispatcher", "is_patched", "supported_ccs", "launch_config_key",
+    "overload_implementations", "numba_config",
 ]
-
-
-def numba_cuda_version() -> str:
-    """Installed numba-cuda version string (importlib.metadata), "" if unknown."""
-    try:
-        return metadata.version("numba-cuda")
-    except metadata.PackageNotFoundError:
-        return ""
-
-
-def in_tested_range(version: str | None = None) -> bool:
-    """True if ``version`` (default: the installed one) is in :data:`TESTED_RANGE`."""
-    version = numba_cuda_version() if version is None else version
-    try:
-        major_minor = tuple(int(p) for p in version.split(".")[:2])
-    except ValueError:
-        return False
-    return TESTED_RANGE[0] <= major_minor < TESTED_RANGE[1]
 
 
 def normalize_signature(sig) -> tuple:
@@ -74,8 +53,23 @@ def normalize_signature(sig) -> tuple:
 
 def signature_string(argtypes: tuple) -> str:
     """The ``signature`` key component: ``str`` of the tuple of numba types, which names layout,
-    readonly and alignment (``"(array(float32, 1d, C),)"``, ``"unaligned array(...)"``)."""
-    return str(tuple(argtypes))
+    readonly and alignment (``"(array(float32, 1d, C),)"``, ``"unaligned array(...)"``).
+    Remembered per tuple of types (numba types are interned and hashable; printing array
+    types costs several microseconds each)."""
+    argtypes = tuple(argtypes)
+    try:
+        return _signature_strings[argtypes]
+    except KeyError:
+        pass
+    except TypeError:  # an unhashable type: just print it
+        return str(argtypes)
+    text = str(argtypes)
+    if len(_signature_strings) < 4096:
+        _signature_strings[argtypes] = text
+    return text
+
+
+_signature_strings: dict = {}
 
 
 def signature_display(argtypes: tuple) -> str:
@@ -90,13 +84,6 @@ def is_signature(obj) -> bool:
     return sigutils.is_signature(obj)
 
 
-def full_cc(cc) -> tuple:
-    """(major, minor) -> (major, minor, suffix) as numba-cuda's
-    ``CUDACodeLibrary._ensure_cc`` keys its PTX/cubin caches ("a" for cc >= 9.0)."""
-    major, minor = int(cc[0]), int(cc[1])
-    return (major, minor, "a" if (major, minor) >= (9, 0) else "")
-
-
 def supported_ccs() -> list | None:
     """The compute capabilities ((major, minor), ascending) the installed CUDA toolkit can
     compile for, as numba-cuda asks them (``numba.cuda.cudadrv.nvrtc.get_supported_ccs``,
@@ -107,6 +94,15 @@ def supported_ccs() -> list | None:
         return sorted(tuple(cc) for cc in nvrtc.get_supported_ccs())
     except Exception:  # no NVRTC library: nothing to check against
         return None
+
+
+def numba_config():
+    """The configuration module numba-cuda reads while compiling (``numba.cuda.core.config``,
+    which is ``numba.core.config`` when numba is installed). Its NRT and debug-info
+    attributes (``CUDA_ENABLE_NRT``, ``CUDA_DEBUG_POLY``, ...) are set when
+    ``numba.cuda.memory_management.nrt`` and ``numba.cuda.debuginfo`` are imported, which
+    ``import numba.cuda`` does (and this module, through ``NRT_LIBRARY``)."""
+    return _config
 
 
 def current_cc() -> tuple:
@@ -126,11 +122,6 @@ def compile_kernel(py_func, argtypes: tuple, targetoptions: dict):
     return Kernel(py_func, argtypes, **targetoptions)
 
 
-def library_of(kernel):
-    """The kernel's ``CUDACodeLibrary`` (``_Kernel._codelibrary``)."""
-    return kernel._codelibrary
-
-
 def uncacheable_reason(kernel) -> str | None:
     """Why a compiled kernel cannot be rebuilt from cubin + metadata alone, or None.
 
@@ -147,7 +138,7 @@ def uncacheable_reason(kernel) -> str | None:
 
 
 def kernel_state(kernel, cc) -> dict:
-    """What an entry needs from a compiled kernel for full cc ``cc`` (see :func:`full_cc`):
+    """What an entry needs from a compiled kernel for full cc ``cc`` (``kcache.arch.full_cc``):
     ``cubin`` (bytes, produced by nvJitLink if not yet linked), ``ptx`` (str or None; present
     when the non-LTO path produced it), ``ltoir`` (bytes or None), and the fields of
     ``_Kernel._reduce_states`` / ``CUDACodeLibrary._reduce_states`` that are plain data."""
@@ -237,18 +228,18 @@ _offline_lock = threading.RLock()
 
 @contextlib.contextmanager
 def offline_target(cc):
-    """Compile for compute capability ``cc`` ((major, minor)) with no GPU or driver.
+    """Compile for compute capability ``cc`` (any ``kcache.arch`` form) with no GPU or driver.
 
     Inside the block, ``numba.cuda.dispatcher.get_current_device`` (read by ``_Kernel`` and
     ``compile_device``) reports ``cc`` and ``CUDACodeLibrary._ensure_cc(None)`` returns
-    :func:`full_cc` of it, so NVVM and nvJitLink target ``cc``. Device-function dispatchers
+    ``kcache.arch.full_cc`` of it, so NVVM and nvJitLink target ``cc``. Device-function dispatchers
     cache compile results per argument types whatever the cc, so each one compiled inside the
     block starts with empty ``overloads`` and gets its own back on exit: device functions in
     any module are compiled afresh for ``cc``. Holds numba's compiler lock for the block.
     Yields the full cc tuple.
     """
     target = full_cc(cc)
-    fake = _OfflineDevice(cc)
+    fake = _OfflineDevice(target[:2])
     saved: dict[int, tuple] = {}
     original_compile_device = CUDADispatcher.compile_device
     original_ensure_cc = CUDACodeLibrary._ensure_cc
@@ -321,13 +312,9 @@ def is_patched() -> bool:
 
 def launch_config_key(dispatcher, launch_config):
     """numba-cuda's launch-config cache key for ``dispatcher`` (``_cache_launch_config_key``):
-    ``(griddim, blockdim, sharedmem)`` or :data:`NO_LAUNCH_CONFIG`."""
+    ``(griddim, blockdim, sharedmem)`` or its "no launch configuration" marker
+    (``dispatcher._NO_LAUNCH_CONFIG_CACHE_KEY``)."""
     return dispatcher._cache_launch_config_key(launch_config)
-
-
-def is_linkable_code(obj) -> bool:
-    """True for numba-cuda ``LinkableCode`` objects (link= from memory)."""
-    return isinstance(obj, LinkableCode)
 
 
 # --- @overload implementations (for the source fingerprint) ---------------------------------

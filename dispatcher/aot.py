@@ -15,13 +15,13 @@ disabled, unwritable root, a kernel that cannot be cached, a lock timeout) is an
 from __future__ import annotations
 
 import dataclasses
-import re
 import time
 
+from kcache import arch as _arch
 from kcache.errors import KcacheError, LockTimeout
 
 from . import _compat
-from .components import Uncacheable, arch_name
+from .components import Uncacheable
 from .dispatcher import (KCacheDispatcher, explain_enabled, kernel_key, kernel_name,
                          log_explanations)
 from .kernel_entry import NotStorable, kernel_to_entry, marker_entry
@@ -30,7 +30,6 @@ __all__ = ["compile_for", "compile_for_report", "parse_cc", "check_cc", "Compile
            "NotStored", "CompileForError", "DEFAULT_CC"]
 
 DEFAULT_CC = ((8, 0), (9, 0))
-_CC_RE = re.compile(r"(?:sm_|compute_)?(\d+)\.?(\d)a?")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,18 +83,11 @@ class CompileForError(KcacheError):
 
 
 def parse_cc(cc) -> tuple:
-    """``(9, 0)``, ``"9.0"``, ``"90"`` or ``"sm_90"``/``"sm_90a"`` -> ``(9, 0)``.
-    Syntax only (see :func:`check_cc`). Raises ValueError quoting ``cc`` and naming the
-    accepted forms."""
-    if isinstance(cc, (tuple, list)) and len(cc) == 2 and all(
-            isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in cc):
-        return (int(cc[0]), int(cc[1]))
-    if isinstance(cc, str):
-        m = _CC_RE.fullmatch(cc.strip())
-        if m:
-            return (int(m.group(1)), int(m.group(2)))
-    raise ValueError(f"bad compute capability cc={cc!r}: use (major, minor) like (9, 0), "
-                     "or a string like '9.0' or 'sm_90'")
+    """``(major, minor)`` of a compute capability in any form ``kcache.arch.parse_cc`` accepts
+    (``(9, 0)``, ``(9, 0, "a")``, ``"9.0"``, ``"9.0a"``, ``"sm_90"``, ``"sm_90a"``, ``90``,
+    ``"90"``). Syntax only (see :func:`check_cc`). Raises ValueError quoting ``cc`` and naming
+    the accepted forms."""
+    return _arch.parse_cc(cc)[:2]
 
 
 def check_cc(cc) -> tuple:
@@ -107,7 +99,7 @@ def check_cc(cc) -> tuple:
     supported = _compat.supported_ccs()
     if supported is not None and parsed not in supported:
         plain = (parsed, list(parsed), f"{parsed[0]}.{parsed[1]}")
-        given = "" if cc in plain else f" (given as {cc!r})"
+        given = "" if cc in plain else f" (given as {cc!r:.40})"
         raise ValueError(
             f"cc {parsed[0]}.{parsed[1]}{given} is not supported by the installed CUDA toolkit "
             f"(supported: {', '.join(f'{a}.{b}' for a, b in supported)})")
@@ -115,9 +107,10 @@ def check_cc(cc) -> tuple:
 
 
 def _cc_list(cc) -> list:
-    # A tuple/list of ints is one cc ((9, 0), or a mistake like (9,) quoted as given).
-    if isinstance(cc, str) or (isinstance(cc, (tuple, list)) and cc
-                               and all(isinstance(v, int) for v in cc)):
+    # One cc: a str, an int (90), or a tuple/list of ints with an optional suffix string
+    # ((9, 0), (9, 0, "a"), or a mistake like (9,), quoted as given); but ints whose second
+    # is above 9 cannot be (major, minor): (80, 90) is two ccs.
+    if isinstance(cc, (str, int)) or _one_cc(cc):
         return [check_cc(cc)]
     try:
         items = list(cc)
@@ -127,6 +120,15 @@ def _cc_list(cc) -> list:
     if not items:
         raise ValueError("compile_for needs at least one compute capability, e.g. cc=[(9, 0)]")
     return [check_cc(c) for c in items]
+
+
+def _one_cc(cc) -> bool:
+    if not isinstance(cc, (tuple, list)) or not cc:
+        return False
+    head, tail = list(cc[:2]), list(cc[2:])
+    ints = all(isinstance(v, int) for v in head)
+    suffix = all(isinstance(v, str) for v in tail)
+    return ints and suffix and not (len(head) == 2 and head[1] > 9)
 
 
 def _signature_list(signatures) -> list:
@@ -233,8 +235,9 @@ def compile_for_report(kernel, signatures, cc=DEFAULT_CC, store=None, *,
             except _NotStored as exc:
                 if not blocked and not store.writable:
                     blocked = str(exc)  # the root proved unwritable: compile nothing more
-                failures.append(NotStored(kernel_name(kernel), _compat.signature_display(argtypes), target,
-                                          arch_name(target), str(exc)))
+                failures.append(NotStored(kernel_name(kernel),
+                                          _compat.signature_display(argtypes), target,
+                                          _arch.arch_name(target), str(exc)))
     if failures:
         raise CompileForError(failures, results)
     return results
@@ -245,7 +248,8 @@ class _NotStored(Exception):
 
 
 def _compile_one(kernel, argtypes, cc, store, cache_key) -> CompiledEntry:
-    name, shown, arch = kernel_name(kernel), _compat.signature_display(argtypes), arch_name(cc)
+    name, shown, arch = (kernel_name(kernel), _compat.signature_display(argtypes),
+                         _arch.arch_name(cc))
     compiled = {}
 
     def create():
@@ -271,7 +275,8 @@ def _compile_one(kernel, argtypes, cc, store, cache_key) -> CompiledEntry:
 
     try:
         key, components = kernel_key(kernel, argtypes, cc, None, cache_key, store)
-        _entry_, was_hit = store.get_or_create(key, create, components=components)
+        # Finding the entry is an existence check, not a use: no hit, miss or seconds saved.
+        _entry_, was_hit = store.get_or_create(key, create, components=components, count=False)
     except (Uncacheable, LockTimeout) as exc:
         reason = f"cannot be cached: {exc}" if isinstance(exc, Uncacheable) else str(exc)
         if explain_enabled():

@@ -1,30 +1,34 @@
 """The components of a kernel's key (docs/design.md "Kernel entries", docs/keys.md).
 
 ``kernel_components`` gathers everything that decides the cubin numba-cuda produces for one
-kernel and signature: source fingerprint, signature, target (cc with its arch suffix and the
-output kind), toolchain versions, code-changing target options, ``link=`` contents, launch
-config and the user's ``cache_key``.  ``kcache.make_key(components)`` turns it into the key;
-the named components let explain say which one changed.
+kernel and signature: source fingerprint (with line tables when line information is
+compiled in), signature, target (cc with its arch suffix and the output kind), toolchain
+versions, code-changing numba configuration, code-changing target options, ``link=``
+contents, launch config and the user's ``cache_key``.  ``kcache.make_key(components)`` turns
+it into the key; the named components let explain say which one changed.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import types
 from importlib import metadata
 
-from .fingerprint import Uncacheable, digest_of, fingerprint, value_digest
+from kcache.arch import arch_name
+
+from .fingerprint import Uncacheable, digest_of, fingerprint, line_digest, value_digest
+from .numba_config import config_component
 
 __all__ = [
     "COMPONENTS_FORMAT",
     "Uncacheable",
     "arch_name",
     "kernel_components",
+    "line_digest",
     "toolchain_components",
 ]
 
-COMPONENTS_FORMAT = 1
+COMPONENTS_FORMAT = 2  # 2: "config" component, line tables of device functions, kcache.arch
 
 # Target options that are not code: handled as their own component or not a compile input.
 _NOT_OPTIONS = frozenset({"link"})
@@ -41,16 +45,20 @@ def kernel_components(
     launch_config=None,
     cache_key: str | None = None,
     toolchain: dict | None = None,
+    config: dict | None = None,
 ) -> dict:
     """The components dict of one kernel overload (layout in docs/design.md).
 
     ``py_func``: the kernel's Python function (or its dispatcher); ``signature``: numba's
     spelling of the argument types, e.g. ``"(array(float32, 1d, C),)"``; ``cc``: compute
-    capability ``(major, minor)`` or ``(major, minor, "a")``; ``output``: ``"cubin"``,
-    ``"ptx"`` or ``"ltoir"``; ``targetoptions``: the dispatcher's target options (numba-cuda's
+    capability in any ``kcache.arch`` form (``(9, 0)``, ``(9, 0, "a")``, ``"sm_90a"``, ``90``;
+    9.0 and 9.0a give the same key, as numba-cuda compiles both as ``sm_90a``); ``output``:
+    ``"cubin"``, ``"ptx"`` or ``"ltoir"``; ``targetoptions``: the dispatcher's target options (numba-cuda's
     ``CUDADispatcher.targetoptions``), every key is kept; ``launch_config``: None or
     ``(grid, block, sharedmem)`` for launch-config-sensitive kernels; ``cache_key``: the user's
-    string; ``toolchain``: defaults to :func:`toolchain_components`.
+    string; ``toolchain``: defaults to :func:`toolchain_components`; ``config``: defaults to
+    ``numba_config.config_component()`` (the code-changing numba-cuda settings of this process,
+    NRT among them).
 
     Raises :class:`Uncacheable` (captured device array, unreadable ``link=`` file,
     ``LinkableCode`` with setup/teardown callbacks), ``ValueError`` for a bad ``cc`` or
@@ -65,8 +73,9 @@ def kernel_components(
     options = dict(targetoptions or {})
     source = dict(fp.parts)
     if options.get("debug") or options.get("lineinfo"):
-        # Debug info and line tables embed line numbers: shifting lines must miss here.
-        source["lines"] = line_digest(fn)
+        source.update(line_parts(fn, fp))
+    if config is None:
+        config = config_component()
     return {
         "format": COMPONENTS_FORMAT,
         "kernel": f"{fn.__module__}:{fn.__qualname__}",
@@ -75,34 +84,12 @@ def kernel_components(
         "signature": str(signature),
         "target": {"cc": arch_name(cc), "output": output},
         "toolchain": dict(toolchain) if toolchain is not None else toolchain_components(),
+        "config": dict(config),
         "options": encode_options(options),
         "link": link_digests(options.get("link") or ()),
         "launch_config": _plain(launch_config),
         "cache_key": cache_key,
     }
-
-
-def arch_name(cc) -> str:
-    """``(9, 0)`` -> ``"sm_90a"``, ``(8, 0)`` -> ``"sm_80"``, ``(9, 0, "")`` -> ``"sm_90"``.
-
-    Mirrors numba-cuda's ``codegen.CUDACodeLibrary._ensure_cc``: for a cc of 9.0 or newer it
-    compiles the arch-specific ``a`` variant.  A third element (``""``, ``"a"`` or ``"f"``)
-    overrides that.  Raises ``ValueError`` for anything else.
-    """
-    ok = (
-        isinstance(cc, (tuple, list))
-        and len(cc) in (2, 3)
-        and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in cc[:2])
-        and (len(cc) == 2 or cc[2] in ("", "a", "f"))
-    )
-    if not ok:
-        raise ValueError(
-            f"compute capability must be (major, minor) or (major, minor, suffix) with suffix "
-            f"'', 'a' or 'f', e.g. (8, 0) or (9, 0, 'a'); got {cc!r}"
-        )
-    major, minor = cc[0], cc[1]
-    suffix = cc[2] if len(cc) == 3 else ("a" if (major, minor) >= (9, 0) else "")
-    return f"sm_{major}{minor}{suffix}"
 
 
 # --- options --------------------------------------------------------------------------------
@@ -211,15 +198,17 @@ def _link_item(item):
 # --- source line numbers (debug / lineinfo kernels only) -----------------------------------
 
 
-def line_digest(fn) -> str:
-    """Digest of the first line and line table of ``fn`` and its nested code objects."""
-
-    def payload(code):
-        table = getattr(code, "co_linetable", None) or getattr(code, "co_lnotab", b"")
-        nested = [payload(c) for c in code.co_consts if isinstance(c, types.CodeType)]
-        return [code.co_firstlineno, table, nested]
-
-    return digest_of(payload(fn.__code__))
+def line_parts(fn, fp) -> dict:
+    """Source parts for a kernel compiled with ``debug`` or ``lineinfo``: ``lines`` (the
+    kernel's own line table, :func:`line_digest`) and ``lines:<module>.<qualname>`` for each
+    function reached that numba-cuda compiles with line information too (``fp.lines``): the
+    PTX ``.loc``/``.file`` lines of all of them are in the kernel's code. A function compiled
+    without line information adds none (numba-cuda emits none for it), and a kernel without
+    it has no ``.loc`` lines at all, so neither is here then."""
+    parts = {"lines": line_digest(fn)}
+    for name, digests in fp.lines.items():
+        parts[f"lines:{name}"] = digests[0] if len(digests) == 1 else digest_of(list(digests))
+    return parts
 
 
 # --- toolchain ------------------------------------------------------------------------------
@@ -242,15 +231,17 @@ def toolchain_components(memo_path=None) -> dict:
     NVVM / nvJitLink / NVRTC (a system CUDA toolkit) is the library itself asked through
     cuda-python's bindings, and ``"unavailable"`` recorded if that fails.
 
-    ``memo_path`` (a Path in the cache root, or None): where the answer is remembered across
-    processes for an unchanged environment (``kcache.toolchain.memoized``), because asking
-    costs 5-12 ms on the GPU machine, more than the rest of a cache hit.
+    ``memo_path`` (a Path in the cache root, a callable returning one or None, or None): where
+    the answer is remembered across processes for an unchanged environment
+    (``kcache.toolchain.memoized``), because asking costs 5-12 ms on the GPU machine, more than
+    the rest of a cache hit. A callable is called only when the versions are not known yet.
     """
     global _process_toolchain
     if _process_toolchain is None:
         from kcache.toolchain import memoized
 
-        _process_toolchain = memoized(memo_path, _toolchain)
+        path = memo_path() if callable(memo_path) else memo_path
+        _process_toolchain = memoized(path, _toolchain)
     return dict(_process_toolchain)
 
 

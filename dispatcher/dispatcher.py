@@ -15,10 +15,11 @@ import os
 import threading
 import time
 
+from kcache import arch as _arch
+from kcache import layout as _layout, toolchain as _toolchain  # imported now, not on a kernel call
 from kcache.warn import warn_once
 
 from . import _compat
-from kcache import layout as _layout, toolchain as _toolchain  # imported now, not on a kernel call
 
 from . import components as _components  # imported now, not on the first kernel call
 from .kernel_entry import NotStorable, entry_to_kernel, kernel_to_entry, marker_entry
@@ -132,17 +133,19 @@ def kernel_name(dispatcher) -> str:
 
 def kernel_key(dispatcher, argtypes, cc, launch_config=None, cache_key=None, store=None):
     """(key, components) of ``dispatcher``'s kernel: ``argtypes`` (tuple of numba types),
-    ``cc`` (major, minor), ``launch_config`` (numba-cuda's launch-config cache key, only for
-    launch-config-sensitive kernels), ``cache_key`` (str or None), ``store`` (its root keeps
-    the toolchain memo; None: no memo). The same function serves a GPU process and
-    ``compile_for``, so their keys agree. Raises ``Uncacheable``."""
+    ``cc`` (any ``kcache.arch`` form; 9.0 and 9.0a give one key), ``launch_config``
+    (numba-cuda's launch-config cache key, only for launch-config-sensitive kernels),
+    ``cache_key`` (str or None), ``store`` (its root keeps the toolchain memo; None: no memo).
+    The same function serves a GPU process and ``compile_for``, so their keys agree. Raises
+    ``Uncacheable``."""
     from kcache import make_key
     lc = launch_config
     if isinstance(lc, tuple):
         lc = [list(lc[0]), list(lc[1]), lc[2]]
-    toolchain = _components.toolchain_components(_toolchain_memo(store))
+    # The memo path is only worked out the first time (the versions are kept per process).
+    toolchain = _components.toolchain_components(lambda: _toolchain_memo(store))
     components = _components.kernel_components(
-        dispatcher.py_func, signature=_compat.signature_string(argtypes), cc=tuple(cc),
+        dispatcher.py_func, signature=_compat.signature_string(argtypes), cc=cc,
         output="cubin", targetoptions=dispatcher.targetoptions, launch_config=lc,
         cache_key=cache_key, toolchain=toolchain)
     return make_key(components), components
@@ -334,10 +337,9 @@ class KCacheDispatcher(_compat.CUDADispatcher):
             return None
 
     def _kcache_entry(self, kernel, argtypes, cc, seconds):
-        arch_name = _components.arch_name
-        return kernel_to_entry(kernel, _compat.full_cc(cc), kernel_name=self._kcache_name(),
-                               signature=_compat.signature_display(argtypes), arch=arch_name(cc),
-                               compile_seconds=seconds)
+        return kernel_to_entry(kernel, _arch.full_cc(cc), kernel_name=self._kcache_name(),
+                               signature=_compat.signature_display(argtypes),
+                               arch=_arch.arch_name(cc), compile_seconds=seconds)
 
     def _kcache_build(self, argtypes):
         """Compile as ``CUDADispatcher.compile`` does on a miss; returns (kernel, seconds)."""
@@ -366,7 +368,7 @@ class KCacheDispatcher(_compat.CUDADispatcher):
         """(kernel, None): the kernel from ``entry`` bound to the current context, from the
         cubin, else (the driver refused it; counted in ``fallbacks``, warned once) from the
         PTX. (None, reason) when neither loads; the caller then compiles."""
-        full = _compat.full_cc(cc)
+        full = _arch.full_cc(cc)
         extensions = self.targetoptions.get("extensions")
         try:
             kernel = entry_to_kernel(entry, argtypes, full, extensions=extensions)

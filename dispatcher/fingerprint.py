@@ -17,6 +17,11 @@ function:
   ``@overload`` for a function reached (looked up in the typing registry behind the public
   ``numba.cuda.extending.infer``).
 
+Line numbers are not in the fingerprint's digest. ``Fingerprint.lines`` lists, for the device
+functions (and ``@overload`` implementations) reached that are compiled with ``debug`` or
+``lineinfo``, the digest of their line tables (:func:`line_digest`): a kernel compiled with
+line info carries theirs too (docs/keys.md, "Line numbers").
+
 Functions of library modules (numba, numpy, llvmlite, cuda-python, the standard library)
 are identified by module and qualname only: their versions are in the toolchain component.
 Anything else that cannot be hashed by content gets a stable identity (type module+qualname,
@@ -30,7 +35,6 @@ equal in any process, on any path and under any ``PYTHONHASHSEED``.
 
 from __future__ import annotations
 
-import dis
 import enum
 import hashlib
 import sys
@@ -40,7 +44,10 @@ from dataclasses import dataclass, field
 
 import msgpack
 
-__all__ = ["Fingerprint", "Uncacheable", "fingerprint", "digest_of", "value_digest"]
+from .bytecode import references
+
+__all__ = ["Fingerprint", "Uncacheable", "fingerprint", "digest_of", "value_digest",
+           "line_digest"]
 
 # Top-level packages whose code is covered by the toolchain versions in the key: their
 # functions and classes are identified by name, never walked.
@@ -69,11 +76,16 @@ class Fingerprint:
     ``default:<name>``, ``dep:<module>.<qualname>``, ``global:<name>``,
     ``attr:<module>.<name>`` (explain reports changes by these names).
     ``opaque``: sorted reasons, one per part hashed by identity rather than content.
+    ``lines``: ``"module.qualname"`` -> tuple of :func:`line_digest` values (several when
+    functions share a name, e.g. closures) of every dependency, direct or transitive, that
+    numba-cuda compiles with ``debug`` or ``lineinfo`` (device functions by their own target
+    options, ``@overload`` implementations by their ``jit_options``); not the function itself.
     """
 
     digest: str
     parts: dict = field(default_factory=dict)
     opaque: list = field(default_factory=list)
+    lines: dict = field(default_factory=dict)
 
 
 def digest_of(payload, size: int = 16) -> str:
@@ -112,6 +124,15 @@ def value_digest(value, where: str = "value") -> str:
     return _Walk().value_digest(value, where, _Acc())
 
 
+def line_digest(py_func) -> str:
+    """32-hex digest of what numba-cuda's line information takes from a function: its file
+    name, first line and bytecode-to-line table (``co_lines()``, no columns), with those of its
+    nested code objects (inner functions and closures are compiled into it). ``py_func``: a
+    Python function or anything with ``py_func``."""
+    code = getattr(py_func, "py_func", py_func).__code__
+    return _code_info_of(code).line_digest(code)
+
+
 # ---------------------------------------------------------------------------------------
 # Result cache: a fingerprint is reused only while everything it read is still the very same
 # object (identity), so a rebound global or an edited closure cell is always seen.  Mutable
@@ -130,17 +151,18 @@ class _Cached:
 _results: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def _validated_cache_get(fn):
-    entry = _results.get(fn)
+def _validated_cache_get(fn, entry=None):
+    """The cached Fingerprint of ``fn`` if every input it read is unchanged, else None."""
+    entry = entry if entry is not None else _results.get(fn)
     if entry is None:
         return None
-    for read, expected, by_equality in entry.checks:
-        try:
+    try:
+        for read, expected, by_equality in entry.checks:
             current = read()
             if not (current == expected if by_equality else current is expected):
                 return None
-        except Exception:
-            return None
+    except Exception:  # an input that cannot be read (or compared) any more: recompute
+        return None
     return entry.fp
 
 
@@ -149,16 +171,33 @@ def _validated_cache_get(fn):
 
 
 class _CodeInfo:
-    __slots__ = ("digest", "chains")
+    __slots__ = ("digest", "chains", "_lines")
 
     def __init__(self, digest, chains):
         self.digest = digest
         self.chains = chains  # tuple of ("g"|"d", name, (attr, ...))
+        self._lines: dict = {}  # (file name, first line, line table) -> line digest
+
+    def line_digest(self, code: types.CodeType) -> str:
+        # On demand: only debug/lineinfo kernels and device functions need it. Remembered per
+        # file name and line table, because equal code objects (the key of _code_info) may
+        # come from other files, and on 3.10 may have other line tables.
+        memo = (code.co_filename, code.co_firstlineno, code.co_linetable)
+        digest = self._lines.get(memo)
+        if digest is None:
+            lines = []
+            for start, end, line in code.co_lines():
+                lines += (start, end, line)
+            nested = [_code_info_of(c).line_digest(c) for c in code.co_consts
+                      if isinstance(c, types.CodeType)]
+            digest = digest_of([code.co_filename, code.co_firstlineno, lines, nested])
+            self._lines[memo] = digest
+        return digest
 
 
+# Keyed by the code object itself. Code objects compare by content (bytecode, constants,
+# names, first line, line table; not the file name), so equal code shares one analysis.
 _code_info: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-_ATTR_OPS = frozenset({"LOAD_ATTR", "LOAD_METHOD"})
 
 
 def _code_info_of(code: types.CodeType) -> _CodeInfo:
@@ -212,7 +251,7 @@ def _scalar_payload(value):
     if isinstance(value, int):
         if -(2**63) <= value < 2**64:
             return ["int", int(value)]
-        return ["bigint", str(value)]
+        return ["bigint", hex(value)]  # hex: no 4,300-digit limit as with str()
     if isinstance(value, float):
         return ["float", float(value)]
     if isinstance(value, complex):
@@ -222,6 +261,21 @@ def _scalar_payload(value):
     return None
 
 
+def _exact_int(value):
+    return ["int", value] if -(2**63) <= value < 2**64 else ["bigint", hex(value)]
+
+
+# Exact plain types -> their payload, as _scalar_payload gives it (subclasses go the long way).
+_EXACT_SCALARS = {
+    float: lambda v: ["float", v],
+    int: _exact_int,
+    str: lambda v: ["str", v],
+    bool: lambda v: ["bool", v],
+    bytes: lambda v: ["bytes", v],
+    type(None): lambda v: ["NoneType", None],
+}
+
+
 def _sort_key(payload) -> bytes:
     return msgpack.packb(payload, use_bin_type=True)
 
@@ -229,20 +283,7 @@ def _sort_key(payload) -> bytes:
 def _chains(code: types.CodeType):
     """Global (and closure) references with the attribute chain that follows them,
     e.g. ``consts.SCALE`` -> ("g", "consts", ("SCALE",)); nested code objects included."""
-    found = []
-    current = None
-    for ins in dis.get_instructions(code):
-        if ins.opname == "LOAD_GLOBAL":
-            current = ["g", ins.argval, []]
-            found.append(current)
-        elif ins.opname == "LOAD_DEREF" and ins.argval in code.co_freevars:
-            current = ["d", ins.argval, []]
-            found.append(current)
-        elif ins.opname in _ATTR_OPS and current is not None:
-            current[2].append(ins.argval)
-        else:
-            current = None
-    out = {(kind, name, tuple(attrs)) for kind, name, attrs in found}
+    out = set(references(code))
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
             # Nested functions resolve globals in the same module; their closure
@@ -333,15 +374,25 @@ def _deterministic_repr(obj):
 class _Acc:
     """What one function's fingerprint gathered besides its parts."""
 
-    __slots__ = ("opaque", "checks", "cacheable")
+    __slots__ = ("opaque", "checks", "cacheable", "lines")
 
     def __init__(self):
         self.opaque: list = []
         self.checks: list = []
         self.cacheable = True
+        self.lines: dict = {}  # "module.qualname" -> set of line digests
 
     def check(self, read, expected, by_equality=False):
         self.checks.append((read, expected, by_equality))
+
+    def add_lines(self, name: str, digests) -> None:
+        self.lines.setdefault(name, set()).update(digests)
+
+
+def _with_line_info(options) -> bool:
+    """True when numba-cuda compiles a function with these options (target options or
+    ``@overload`` ``jit_options``) with line information (``debug`` or ``lineinfo``)."""
+    return isinstance(options, dict) and bool(options.get("debug") or options.get("lineinfo"))
 
 
 class _Walk:
@@ -364,11 +415,13 @@ class _Walk:
         finally:
             self.in_progress.discard(id(fn))
         digest = digest_of(sorted(parts.items()), size=32)
-        fp = Fingerprint(digest, parts, sorted(set(acc.opaque)))
+        lines = {name: tuple(sorted(d)) for name, d in sorted(acc.lines.items())}
+        fp = Fingerprint(digest, parts, sorted(set(acc.opaque)), lines)
         # Recursion below fn makes its digest depend on where the walk entered the cycle:
         # such results are neither cached (acc.cacheable is False) nor reused in this walk.
         if acc.cacheable:
-            _results[fn] = _Cached(fp, acc.checks)
+            # Dependencies reached along several paths bring the same check tuples: once each.
+            _results[fn] = _Cached(fp, list({id(c): c for c in acc.checks}.values()))
         if self.cycles == cycles_before:
             self.done[id(fn)] = (fp, acc)
         return fp, acc
@@ -459,12 +512,19 @@ class _Walk:
             acc.opaque.append(f"{where}: nested deeper than {_MAX_DEPTH} levels")
             acc.cacheable = False
             return ["too-deep"]
+        exact = _EXACT_SCALARS.get(type(value))
+        if exact is not None:  # the common case, without the isinstance chain below
+            return exact(value)
         if isinstance(value, enum.Enum):
             return ["enum", _type_name(value), value.name,
                     self.encode(value.value, where, acc, depth + 1)]
         scalar = _scalar_payload(value)
         if scalar is not None:
             return scalar
+        if _is_dispatcher(value):  # before the device-array probe: a dependency, the usual case
+            if _is_library(_origin_module(value)):
+                return ["function", _qualified(value)]
+            return ["dep", self._dispatcher_digest(value, where, acc)]
         if _has_cai(value):
             raise Uncacheable(
                 f"{where} is a device array ({_type_name(value)}); kernels that capture device "
@@ -559,7 +619,7 @@ class _Walk:
         done = self.done.get(key)
         if done is None:
             cached = _results.get(fn)
-            if cached is not None and _validated_cache_get(fn) is cached.fp:
+            if cached is not None and _validated_cache_get(fn, cached) is cached.fp:
                 dep_acc = _Acc()
                 dep_acc.checks = cached.checks
                 done = self.done[key] = (cached.fp, dep_acc)
@@ -570,14 +630,18 @@ class _Walk:
         acc.checks.extend(dep_acc.checks)
         acc.cacheable = acc.cacheable and dep_acc.cacheable
         acc.opaque.extend(f"{_qualified(fn)} {reason}" for reason in fp.opaque)
+        for name, digests in fp.lines.items():
+            acc.add_lines(name, digests)
         return fp.digest
 
     def _plain_function_digest(self, fn, acc) -> str:
         # A plain function may be the target of @overload(fn): its typing templates hold the
         # Python implementations numba-cuda compiles instead of fn's own body.
         own = self._function_digest(fn, acc)
-        impls = [self._overload_payload(impl, opts, acc)
-                 for impl, opts in _overload_implementations(fn)]
+        registered = _overload_implementations(fn)
+        # An @overload registered after this fingerprint was cached must be seen.
+        acc.check(lambda: _overload_implementations(fn), registered, by_equality=True)
+        impls = [self._overload_payload(impl, opts, acc) for impl, opts in registered]
         if not impls:
             return own
         return digest_of(["overloaded", own, sorted(impls, key=_sort_key)])
@@ -585,23 +649,66 @@ class _Walk:
     def _overload_payload(self, impl, jit_options, acc):
         options = self.encode(jit_options, "overload options", _Acc(), 0)
         if isinstance(impl, types.FunctionType) and not _is_library(impl.__module__):
-            return ["overload", self._function_digest(impl, acc), options]
+            digest = self._function_digest(impl, acc)
+            if _with_line_info(jit_options):
+                acc.add_lines(_qualified(impl), (line_digest(impl),))
+            return ["overload", digest, options]
         return ["overload", _qualified(impl), options]
 
     def _dispatcher_digest(self, disp, where, acc) -> str:
-        fn_digest = self._function_digest(disp.py_func, acc)
+        fn = disp.py_func
+        fn_digest = self._function_digest(fn, acc)
         options = getattr(disp, "targetoptions", None) or {}
-        # Options hold lists (link, extensions) but are not mutated in practice: compare a
-        # snapshot by equality instead of giving up caching.
-        acc.check(_getter(disp, "targetoptions"), dict(options), by_equality=True)
-        acc.check(_getter(disp, "py_func"), disp.py_func)
+        # Options hold lists (link, extensions): compare with a copy whose lists are copied
+        # too, which sees a list changed in place, instead of giving up caching.
+        snapshot = _copied(options)
+        acc.check(lambda: getattr(disp, "targetoptions", None) or {}, snapshot,
+                  by_equality=True)
+        acc.check(_getter(disp, "py_func"), fn)
+        if _with_line_info(options):
+            # A device function compiled with line info brings its line table into the kernel.
+            acc.add_lines(_qualified(fn), (line_digest(fn),))
+        return digest_of(["dispatcher", fn_digest,
+                          self._options_digest(disp, options, snapshot, where, acc)])
+
+    def _options_digest(self, disp, options, snapshot, where, acc) -> str:
+        """Digest of a dispatcher's target options, remembered per dispatcher while they
+        compare equal to the copy taken then (most kernels reach the same few device
+        functions)."""
+        memo = _options_memo.get(disp)
+        try:
+            if memo is not None and memo[0] == snapshot:
+                return memo[1]
+        except Exception:  # an option value whose == raises: compute afresh
+            pass
         opts_acc = _Acc()
-        items = sorted(
-            ([k, self.encode(v, f"{where} option {k}", opts_acc, 1)] for k, v in options.items()),
-            key=_sort_key,
-        )
+        # Option names are unique strings: sorting by name is canonical.
+        items = [[k, self.encode(options[k], f"{where} option {k}", opts_acc, 1)]
+                 for k in sorted(options, key=str)]
+        digest = digest_of(items)
         acc.opaque.extend(opts_acc.opaque)
-        return digest_of(["dispatcher", fn_digest, items])
+        # An option holding a function (an ``inline`` cost model) is a dependency: its inputs
+        # must be re-checked like any other. The options' own lists are covered by the
+        # snapshot comparison, so they do not make the caller uncacheable.
+        acc.checks.extend(opts_acc.checks)
+        if not opts_acc.opaque and not opts_acc.checks:  # plain values: equality suffices
+            try:
+                _options_memo[disp] = (snapshot, digest)
+            except TypeError:  # not weak-referenceable: just not remembered
+                pass
+        return digest
+
+
+_options_memo: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _copied(options: dict) -> dict:
+    """A copy of a target options dict with its list, set and dict values copied too, so that
+    comparing it with the live dict (``==``) sees a value changed in place."""
+    return {k: v.copy() if type(v) in _MUTABLE else v for k, v in options.items()}
+
+
+_MUTABLE = (list, set, dict)
 
 
 def _dtype_payload(dtype) -> list:
@@ -616,9 +723,6 @@ def _defaults(fn):
     out = list(zip(names[len(names) - len(defaults):], defaults))
     out.extend(sorted((fn.__kwdefaults__ or {}).items()))
     return out
-
-
-_MISSING = object()
 
 
 def _lookup_global(fn, name):

@@ -4,7 +4,8 @@ An entry (docs/design.md, "Kernel entries") holds the artifacts ``cubin`` (for `
 ``ptx`` (utf-8, when the non-LTO path produced it) and ``ltoir`` (LTO builds), and plain
 metadata. msgpack only: a debug kernel's exception table is stored as class names
 ("module:qualname") + constant arguments + location, and classes are resolved on load only from
-builtins or modules already in ``sys.modules`` (never imported). Anything else cannot be
+builtins or modules already in ``sys.modules`` (never imported, no module ``__getattr__`` run)
+and only if they subclass ``Exception``. Anything else cannot be
 encoded, and the kernel then runs uncached (:class:`NotStorable` says why).
 """
 from __future__ import annotations
@@ -29,24 +30,43 @@ class NotStorable(Exception):
 
 
 def class_name(cls: type) -> str:
-    """"module:qualname" of an exception class; NotStorable for local classes."""
+    """"module:qualname" of an exception class; NotStorable for local classes and for classes
+    :func:`resolve_class` would refuse (not an ``Exception`` subclass)."""
     qualname = getattr(cls, "__qualname__", "")
     if "<locals>" in qualname or not getattr(cls, "__module__", None):
         raise NotStorable(f"exception class {cls!r} is local to a function")
+    if not (isinstance(cls, type) and issubclass(cls, Exception)):
+        raise NotStorable(f"{cls!r} is not an Exception subclass")
     return f"{cls.__module__}:{qualname}"
 
 
 def resolve_class(name: str) -> type:
-    """The exception class named "module:qualname", looked up in builtins or an already
-    imported module only (nothing is imported). Raises NotStorable if absent or not an
-    exception class."""
+    """The exception class named "module:qualname" (as :func:`class_name` writes it), from
+    builtins or a module already in ``sys.modules``; nothing is imported and no module
+    ``__getattr__`` runs (each step is a ``vars()`` look-up: numpy's lazy ``__getattr__`` would
+    import ``numpy.f2py`` for "numpy:f2py.X"). The class must subclass ``Exception``:
+    ``SystemExit``, ``KeyboardInterrupt`` and ``BaseException`` itself are refused, like
+    anything else that is not an exception class. Raises NotStorable naming the entry's
+    value otherwise (the caller then compiles instead)."""
+    if not isinstance(name, str) or len(name) > 512:
+        raise NotStorable(f"exception class name {name!r:.80} is not a short string")
     module_name, _, qualname = name.partition(":")
     module = builtins if module_name == "builtins" else sys.modules.get(module_name)
     obj = module
-    for part in qualname.split(".") if module is not None else ():
-        obj = getattr(obj, part, None)
-    if module is None or not (isinstance(obj, type) and issubclass(obj, BaseException)):
-        raise NotStorable(f"exception class {name} is not loaded in this process")
+    for part in qualname.split(".") if module is not None and qualname else ():
+        try:
+            namespace = vars(obj)
+        except TypeError:  # no __dict__: nothing further can be looked up
+            obj = None
+            break
+        obj = namespace.get(part)
+        if obj is None:
+            break
+    if module is None or obj is None:
+        raise NotStorable(f"exception class {name!r:.80} is not loaded in this process")
+    if not (isinstance(obj, type) and issubclass(obj, Exception)):
+        raise NotStorable(f"{name!r:.80} is not an Exception subclass; debug entries may only "
+                          "name exception classes")
     return obj
 
 
@@ -86,7 +106,7 @@ def decode_exceptions(table: dict) -> dict:
 
 def kernel_to_entry(kernel, cc, *, kernel_name: str, signature: str, arch: str,
                     compile_seconds: float) -> Entry:
-    """Entry of a compiled, cacheable ``_Kernel`` for full cc ``cc`` (``_compat.full_cc``).
+    """Entry of a compiled, cacheable ``_Kernel`` for full cc ``cc`` (``kcache.arch.full_cc``).
 
     ``compile_seconds``: wall time of the compile (seconds). Raises NotStorable with the reason
     when the kernel needs live Python objects (``_compat.uncacheable_reason``) or its exception
@@ -115,11 +135,6 @@ def marker_entry(*, kernel_name: str, signature: str, arch: str) -> Entry:
     key that includes the launch configuration (mirrors numba-cuda's ``.lcs`` marker file)."""
     return Entry(artifacts={}, meta={"kernel": kernel_name, "signature": signature, "arch": arch,
                                      "launch_config_sensitive": True, "marker": True})
-
-
-def is_marker(entry: Entry) -> bool:
-    """True for a :func:`marker_entry`."""
-    return bool(entry.meta.get("marker")) and "cubin" not in entry.artifacts
 
 
 def entry_to_kernel(entry: Entry, argtypes: tuple, cc, *, extensions, use: str = "cubin"):

@@ -10,15 +10,15 @@ from __future__ import annotations
 __all__ = ["diff_components", "explain_miss"]
 
 # Component order in explain output: the most likely causes first.
-_ORDER = ("kernel", "source", "signature", "target", "options", "link", "launch_config",
-          "cache_key", "toolchain", "format")
+_ORDER = ("kernel", "source", "signature", "target", "options", "config", "link",
+          "launch_config", "cache_key", "toolchain", "format")
 
 
 def diff_components(old: dict, new: dict) -> list[str]:
     """Human-readable differences from ``old`` to ``new`` (two components dicts).
 
-    Returns one line per differing leaf, ordered source, signature, target, options, link,
-    launch config, cache_key, toolchain; an empty list when they are equal.  Unknown
+    Returns one line per differing leaf, ordered source, signature, target, options, numba
+    config, link, launch config, cache_key, toolchain; an empty list when they are equal.  Unknown
     top-level keys are compared too ("<name> changed").  Never raises on malformed input.
     """
     old = old if isinstance(old, dict) else {}
@@ -106,6 +106,8 @@ def _part_label(name: str) -> str:
         return "code"
     if name == "lines":
         return "line numbers (debug/lineinfo kernel)"
+    if prefix == "lines":
+        return f"line numbers of {rest} (compiled with line info)"
     return {
         "closure": f"closure variable {rest}",
         "default": f"default of argument {rest}",
@@ -142,6 +144,15 @@ def _options(a: dict, b: dict) -> list[str]:
     return lines
 
 
+def _config(a: dict, b: dict) -> list[str]:
+    lines = []
+    for name in sorted(set(a) | set(b)):
+        x, y = a.get(name, "(unset)"), b.get(name, "(unset)")
+        if x != y:
+            lines.append(f"numba config {name} {_short(x)} -> {_short(y)}")
+    return lines
+
+
 def _link(a: dict, b: dict) -> list[str]:
     lines = []
     for name in list(a) + [n for n in b if n not in a]:
@@ -155,7 +166,7 @@ def _link(a: dict, b: dict) -> list[str]:
 
 
 _DIFFERS = {"source": _source, "target": _target, "toolchain": _versions,
-            "options": _options, "link": _link}
+            "options": _options, "config": _config, "link": _link}
 
 
 def _short(value, limit: int = 60) -> str:

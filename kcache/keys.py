@@ -8,6 +8,7 @@ component, because a silent ``repr`` would make keys depend on object identity.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Mapping
@@ -18,28 +19,77 @@ import msgpack
 KEY_RE = re.compile(r"[0-9a-f]{8,128}")
 
 
-def _canonical(value: Any, where: str) -> Any:
-    # bool is an int subclass; both are plain. Exact types only for containers' children.
+def _canonical(value: Any, path: tuple) -> Any:
+    # Hot path (a kernel key has ~50 values): exact plain types first, and the component's
+    # name for error messages (``path``, see _where) is only spelled out when one is raised.
+    kind = type(value)
+    if kind is str or kind is float or kind is bool or kind is bytes or value is None:
+        return value
+    if kind is int:
+        if -(2**63) <= value < 2**64:
+            return value
+        raise TypeError(f"component {_where(path)} = {_int_text(value)}: integer out of "
+                        "msgpack range")
+    if kind is list or kind is tuple:
+        return [_canonical(v, (path, 1, i)) for i, v in enumerate(value)]
+    if kind is dict:
+        return _canonical_map(value, path)
+    return _canonical_other(value, path)
+
+
+def _canonical_other(value: Any, path: tuple) -> Any:
+    # Subclasses of the plain types (bool is an int subclass; numpy's float64 a float one),
+    # bytes-like objects and other mappings.
     if value is None or isinstance(value, (bool, int, float, str, bytes)):
         if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**64:
-            raise TypeError(f"component {where} = {value!r}: integer out of msgpack range")
+            raise TypeError(f"component {_where(path)} = {_int_text(value)}: integer out of "
+                            "msgpack range")
         return value
     if isinstance(value, (bytearray, memoryview)):
         return bytes(value)
     if isinstance(value, (list, tuple)):
-        return [_canonical(v, f"{where}[{i}]") for i, v in enumerate(value)]
+        return [_canonical(v, (path, 1, i)) for i, v in enumerate(value)]
     if isinstance(value, Mapping):
-        items = []
-        for k, v in value.items():
-            if not isinstance(k, (str, int, bytes)) or isinstance(k, bool):
-                raise TypeError(f"component {where}: map key {k!r} is not str, int or bytes")
-            items.append((msgpack.packb(k, use_bin_type=True), k, _canonical(v, f"{where}[{k!r}]")))
-        items.sort(key=lambda t: t[0])
-        return {k: v for _, k, v in items}
+        return _canonical_map(value, path)
     raise TypeError(
-        f"component {where} has unencodable type {type(value).__name__} ({value!r:.80}); "
+        f"component {_where(path)} has unencodable type {type(value).__name__} ({value!r:.80}); "
         "accepted: None, bool, int, float, str, bytes, list, tuple, dict"
     )
+
+
+def _canonical_map(value: Mapping, path: tuple) -> dict:
+    items = []
+    for k, v in value.items():
+        if type(k) is str:
+            packed = _packed_name(k)
+        elif isinstance(k, (str, int, bytes)) and not isinstance(k, bool):
+            packed = msgpack.packb(k, use_bin_type=True)
+        else:
+            raise TypeError(f"component {_where(path)}: map key {k!r:.80} is not str, int or bytes")
+        items.append((packed, k, _canonical(v, (path, 2, k))))
+    items.sort(key=lambda t: t[0])
+    return {k: v for _, k, v in items}
+
+
+@functools.lru_cache(maxsize=4096)
+def _packed_name(name: str) -> bytes:
+    """msgpack bytes of a str map key (the sort key of canonical maps); names repeat a lot."""
+    return msgpack.packb(name, use_bin_type=True)
+
+
+def _where(path: tuple) -> str:
+    """``'source'['code']``-style name of a value from its path: (None, 0, component name) at
+    the top, then (parent, 1, list index) or (parent, 2, map key)."""
+    parts = []
+    while path[0] is not None:
+        path, kind, item = path
+        parts.append(f"[{item}]" if kind == 1 else f"[{item!r:.80}]")
+    parts.append(repr(path[2]))
+    return "".join(reversed(parts))
+
+
+def _int_text(value: int) -> str:
+    return repr(value) if abs(value) < 10**30 else f"<integer of {value.bit_length()} bits>"
 
 
 def canonical_bytes(components: Mapping[str, Any]) -> bytes:
@@ -49,7 +99,7 @@ def canonical_bytes(components: Mapping[str, Any]) -> bytes:
     for name in components:
         if not isinstance(name, str):
             raise TypeError(f"component name {name!r} is not a str")
-    canon = {name: _canonical(components[name], repr(name)) for name in sorted(components)}
+    canon = {name: _canonical(components[name], (None, 0, name)) for name in sorted(components)}
     return msgpack.packb(canon, use_bin_type=True, use_single_float=False)
 
 

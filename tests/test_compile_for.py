@@ -20,6 +20,7 @@ import pytest
 pytest.importorskip("numba.cuda")
 
 import kcache  # noqa: E402
+from kcache import arch as kc_arch  # noqa: E402
 from kcache.dispatcher import (CompileForError, _compat, compile_for,  # noqa: E402
                                compile_for_report, parse_cc)
 
@@ -52,7 +53,7 @@ def test_examples_round_trip_for_each_cc(store):
             # The cubin is what numba-cuda would load: rebuild a kernel, compare bytes.
             rebuilt = _rebuild(entry, sigs[0], cc)
             lib = rebuilt._codelibrary
-            assert lib._cubin_cache[_compat.full_cc(cc)].code == entry.artifacts["cubin"]
+            assert lib._cubin_cache[kc_arch.full_cc(cc)].code == entry.artifacts["cubin"]
             assert rebuilt.entry_name == entry.meta["entry_name"]
         assert kernel.overloads == {}  # compile_for leaves the dispatcher untouched
     stats = store.stats()
@@ -61,7 +62,7 @@ def test_examples_round_trip_for_each_cc(store):
 
 def _rebuild(entry, sig, cc):
     from kcache.dispatcher.kernel_entry import entry_to_kernel
-    return entry_to_kernel(entry, _compat.normalize_signature(sig), _compat.full_cc(cc),
+    return entry_to_kernel(entry, _compat.normalize_signature(sig), kc_arch.full_cc(cc),
                            extensions=[])
 
 
@@ -151,6 +152,7 @@ def test_bad_arguments_get_one_clear_message(store):
     with pytest.raises(TypeError, match="kernel made by"):
         compile_for(len, "void()", store=store)
     assert parse_cc("sm_90a") == (9, 0) and parse_cc("8.6") == (8, 6) and parse_cc((7, 5)) == (7, 5)
+    assert parse_cc((9, 0, "a")) == (9, 0) and parse_cc(90) == (9, 0) and parse_cc("9.0a") == (9, 0)
 
 
 _CHILD = textwrap.dedent("""
@@ -312,6 +314,32 @@ def test_report_says_compiled_or_already_cached(store):
     (again,) = compile_for_report(kernel, sig, cc=(9, 0), store=store)
     assert not first.cached and first.compile_seconds > 0 and first.arch == "sm_90a"
     assert again.cached and again.compile_seconds == 0.0 and again.key == first.key
+
+
+def test_finding_an_entry_is_not_a_hit(store):
+    """compile_for's "already cached" is an existence check: no hit, no miss, no seconds
+    saved (only the one compile is counted), whatever form the cc is given in."""
+    kernel, sig = _scaled_add()
+    (first,) = compile_for_report(kernel, sig, cc=(9, 0), store=store)
+    for cc in ((9, 0), "9.0a", (9, 0, "a"), "sm_90", 90):
+        (again,) = compile_for_report(kernel, sig, cc=cc, store=store)
+        assert again.cached and again.key == first.key and again.arch == "sm_90a"
+    stats = store.stats()
+    assert (stats["hits"], stats["misses"], stats["compiles"]) == (0, 0, 1)
+    assert stats["seconds_saved"] == 0.0
+    info = store.header(first.key)
+    assert getattr(info, "hits", 0) == 0
+
+
+def test_cc_forms_and_lists(store):
+    from kcache.dispatcher.aot import _cc_list
+    assert _cc_list((9, 0, "a")) == [(9, 0)] and _cc_list("sm_90a") == [(9, 0)]
+    assert _cc_list(90) == [(9, 0)] and _cc_list([80, 90]) == [(8, 0), (9, 0)]
+    assert _cc_list([(8, 0), "9.0a"]) == [(8, 0), (9, 0)]
+    with pytest.raises(ValueError, match=r"cc=\(9,\)"):
+        _cc_list((9,))
+    with pytest.raises(ValueError, match="compute capability"):
+        _cc_list("9" * 5000)
 
 
 # --- explain covers compile_for ------------------------------------------------------------

@@ -190,6 +190,7 @@ def test_closure_cell_rebound_is_seen():
 
 VALUE_CASES = {
     "int": ("3", "4"),
+    "huge int": ("10 ** 5000", "10 ** 5000 + 1"),  # beyond str()'s 4,300-digit limit
     "float vs int": ("3", "3.0"),
     "bool vs int": ("1", "True"),
     "string": ("'a'", "'b'"),
@@ -392,6 +393,36 @@ def test_opaque_global_is_reported():
     assert comps == components(kern)
 
 
+COST_MODEL = dedent("""
+    from numba import cuda
+
+    LIMIT = 3
+
+    def cost(expr, caller, callee):
+        return LIMIT > 2
+
+    @cuda.jit(device=True, inline=cost)
+    def helper(x):
+        return x + 1
+
+    @cuda.jit
+    def kern(out, a):
+        out[0] = helper(a[0])
+""")
+
+
+def test_function_held_by_a_device_function_option_is_followed(tmp_path):
+    # An inline= cost model is code that decides the kernel's code: a global it reads counts,
+    # also after the key was computed (and the fingerprint cached) once.
+    mod = load(tmp_path, "a", COST_MODEL)
+    before = key(mod.kern)
+    assert key(mod.kern) == before
+    mod.LIMIT = 1
+    assert key(mod.kern) != before
+    mod.LIMIT = 3
+    assert key(mod.kern) == before
+
+
 # --- non-source components --------------------------------------------------------------------
 
 
@@ -444,7 +475,8 @@ def test_debug_zero_equals_debug_false():
 @pytest.mark.parametrize("field,a,b", [
     ("signature", SIG, "(array(float32, 1d, A), array(float32, 1d, C))"),
     ("cc", (8, 0), (9, 0)),
-    ("cc", (9, 0, ""), (9, 0)),
+    ("cc", (8, 0), (8, 6)),
+    ("cc", (9, 0), (10, 0)),
     ("output", "cubin", "ptx"),
     ("cache_key", None, "release-1"),
     ("cache_key", "a", "b"),
@@ -463,14 +495,28 @@ def test_each_toolchain_field_changes_key(field):
     assert key(kern) != key(kern, toolchain=changed)
 
 
+# numba-cuda's own spellings of cc 9.0; it compiles every one of them as sm_90a
+# (CUDACodeLibrary._ensure_cc adds "a" for cc >= 9.0), so they must share one key.
+CC_90_FORMS = [(9, 0), (9, 0, "a"), (9, 0, ""), [9, 0], "9.0", "9.0a", "sm_90", "sm_90a",
+               "compute_90", "90", 90]
+
+
+def test_every_form_of_cc_90_gives_one_key():
+    kern = _simple_kernel()
+    keys = {key(kern, cc=form) for form in CC_90_FORMS}
+    assert len(keys) == 1
+    assert components(kern, cc="sm_90")["target"]["cc"] == "sm_90a"
+    assert key(kern, cc="8.0") == key(kern, cc=(8, 0)) == key(kern, cc=80) != keys.pop()
+
+
 def test_arch_names():
     assert arch_name((8, 0)) == "sm_80"
     assert arch_name((8, 6)) == "sm_86"
     assert arch_name((9, 0)) == "sm_90a"
     assert arch_name((9, 0, "a")) == "sm_90a"
-    assert arch_name((9, 0, "")) == "sm_90"
+    assert arch_name((9, 0, "")) == "sm_90a"  # "" = no suffix given: numba-cuda adds "a"
     assert arch_name((10, 0)) == "sm_100a"
-    for bad in ((9,), "sm_90", (9, 0, "x"), (9.0, 0), None):
+    for bad in ((9,), (9, 0, "x"), (9.0, 0), None, (8, 0, "a")):
         with pytest.raises(ValueError, match="compute capability"):
             arch_name(bad)
 

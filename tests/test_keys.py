@@ -88,3 +88,19 @@ def test_key_stable_across_processes_and_hash_seeds():
         out = subprocess.run([sys.executable, "-c", _CHILD], input=json.dumps(COMPONENTS),
                              capture_output=True, text=True, env=env, check=True)
         assert out.stdout.strip() == expected, seed
+
+
+def test_known_components_keep_their_key():
+    """make_key's output is a file format: pinned, so a faster encoder cannot change it."""
+    assert make_key(COMPONENTS) == (
+        "1c53e3c1de21740dd91be4d6b788f26cbffd27e3abbd492a0d4571cb8c02def0")
+    mixed = dict(COMPONENTS, extra={
+        "big": 2**63 + 5, "neg": -2**63, "b": b"x", "ba": bytearray(b"y"),
+        "nested": [{"z": 1, "a": [1.5, None, True]}], 7: "int key", b"k": "bytes key"})
+    assert make_key(mixed) == (
+        "08bd5df0aa2541e9a470d5d5280dcae71109d0f92fdf7015cafbf473e5bd94f3")
+
+
+def test_huge_integer_is_named_not_printed():
+    with pytest.raises(TypeError, match=r"'source'\['n'\]\[1\] = <integer of \d+ bits>"):
+        make_key({"source": {"n": [1, 10**5000]}})

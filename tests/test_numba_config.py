@@ -1,0 +1,196 @@
+"""numba / numba-cuda configuration in the key: every variable classified, the code-changing
+ones (NRT first) change the key, in-process and across processes."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import types
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("numba.cuda")
+
+import kcache  # noqa: E402
+from kcache.dispatcher import _compat, numba_config  # noqa: E402
+from kcache.dispatcher.components import kernel_components  # noqa: E402
+from kcache.dispatcher.misses import diff_components  # noqa: E402
+
+from fixtures_keys import SIG, key_in_subprocess, write_modules  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+TOOLCHAIN = {"numba-cuda": "0.30.4", "kcache-format": "1"}
+
+
+def _config_modules():
+    """Every module numba-cuda reads settings from (one object when numba is installed)."""
+    import numba.cuda.core.config as cuda_config
+
+    modules = {id(cuda_config): cuda_config, id(_compat.numba_config()): _compat.numba_config()}
+    try:
+        import numba.core.config as core_config
+    except ImportError:
+        core_config = None
+    if core_config is not None:
+        modules[id(core_config)] = core_config
+    return list(modules.values())
+
+
+def test_every_config_variable_of_the_installed_numba_is_classified():
+    # numba-cuda adds variables when these modules are imported; _compat imports them.
+    import numba.cuda.cudadrv.nvrtc  # noqa: F401
+    import numba.cuda.debuginfo  # noqa: F401
+    import numba.cuda.memory_management.nrt  # noqa: F401
+
+    for module in _config_modules():
+        names = numba_config.config_variables(module)
+        assert len(names) > 50, names  # the listing itself works
+        missing = numba_config.unclassified(module)
+        assert missing == [], (
+            f"{module.__name__} has configuration variables kcache has not classified: "
+            f"{missing}. Decide for each whether it changes generated code or linking, and add "
+            "it to IN_KEY or NOT_IN_KEY in dispatcher/numba_config.py and to the table in "
+            "docs/keys.md")
+
+
+def test_a_new_variable_is_reported():
+    fake = types.ModuleType("fakeconfig")
+    fake.CUDA_ENABLE_NRT = False
+    fake.CUDA_SOMETHING_NEW = 1
+    fake._private = 2
+    fake.lower = 3
+    assert numba_config.unclassified(fake) == ["CUDA_SOMETHING_NEW"]
+
+
+def test_tables_are_disjoint_and_in_the_docs():
+    assert not set(numba_config.IN_KEY) & set(numba_config.NOT_IN_KEY)
+    assert all(numba_config.IN_KEY.values()) and all(numba_config.NOT_IN_KEY.values())
+    doc = (REPO / "docs" / "keys.md").read_text()
+    for name in list(numba_config.IN_KEY) + list(numba_config.NOT_IN_KEY):
+        assert f"`{name}`" in doc, name
+
+
+def _kernel():
+    from numba import cuda
+
+    @cuda.jit(device=True)
+    def twice(x):
+        return 2 * x
+
+    @cuda.jit
+    def kern(out, a):
+        out[0] = twice(a[0])
+
+    return kern
+
+
+def _components(kern):
+    return kernel_components(kern, signature=SIG, cc=(9, 0),
+                             targetoptions=kern.targetoptions, toolchain=TOOLCHAIN)
+
+
+CHANGED = {
+    "CUDA_ENABLE_NRT": True, "DEBUG_NRT": 1, "FORCE_CUDA_CC": (8, 0), "OPT": 0,
+    "CUDA_DEBUG_POLY": False, "CUDA_DEBUG_POLY_USE_TYPED_CONST": False,
+    "CUDA_NVRTC_EXTRA_SEARCH_PATHS": "/opt/inc", "CUDA_INCLUDE_PATH": "/opt/cuda/include",
+}
+
+
+def test_each_code_changing_variable_changes_the_key(monkeypatch):
+    assert set(CHANGED) == set(numba_config.IN_KEY)
+    kern = _kernel()
+    config = _compat.numba_config()
+    base = _components(kern)
+    for name, value in CHANGED.items():
+        with monkeypatch.context() as m:
+            m.setattr(config, name, value)
+            changed = _components(kern)
+        assert kcache.make_key(changed) != kcache.make_key(base), name
+        assert diff_components(base, changed) == [
+            f"numba config {name} {base['config'][name]!r} -> {changed['config'][name]!r}"]
+    assert kcache.make_key(_components(kern)) == kcache.make_key(base)  # restored
+
+
+def test_variables_outside_the_key_keep_it(monkeypatch):
+    kern = _kernel()
+    config = _compat.numba_config()
+    base = kcache.make_key(_components(kern))
+    for name in ("DUMP_ASSEMBLY", "CUDA_LOW_OCCUPANCY_WARNINGS", "CUDA_NRT_STATS",
+                 "CUDA_DEFAULT_PTX_CC", "CUDA_LOG_LEVEL"):
+        monkeypatch.setattr(config, name, 7)
+    assert kcache.make_key(_components(kern)) == base
+
+
+def test_nrt_flag_values_are_normalised(monkeypatch):
+    config = _compat.numba_config()
+    monkeypatch.setattr(config, "CUDA_ENABLE_NRT", 1)
+    assert numba_config.config_component()["CUDA_ENABLE_NRT"] is True
+    monkeypatch.setattr(config, "CUDA_ENABLE_NRT", 0)
+    assert numba_config.config_component()["CUDA_ENABLE_NRT"] is False
+
+
+KERNELS = """
+    from numba import cuda
+    import devmod
+
+    @cuda.jit
+    def kern(out, a):
+        out[0] = devmod.twice(a[0])
+"""
+DEVMOD = """
+    from numba import cuda
+
+    @cuda.jit(device=True)
+    def twice(x):
+        return 2 * x
+"""
+
+
+def test_nrt_from_the_environment_changes_the_key_across_processes(tmp_path):
+    """NUMBA_CUDA_ENABLE_NRT=1 in one process, unset in another: different keys (the kernel
+    and the device function it calls are compiled with NRT in the first only)."""
+    directory = write_modules(tmp_path / "p", {"kernels": KERNELS, "devmod": DEVMOD})
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_")}
+    off = key_in_subprocess(directory, "kernels", "kern", env=env)
+    on = key_in_subprocess(directory, "kernels", "kern",
+                           env=dict(env, NUMBA_CUDA_ENABLE_NRT="1"))
+    assert off["components"]["config"]["CUDA_ENABLE_NRT"] is False
+    assert on["components"]["config"]["CUDA_ENABLE_NRT"] is True
+    assert on["key"] != off["key"]
+    again = key_in_subprocess(directory, "kernels", "kern",
+                              env=dict(env, NUMBA_CUDA_ENABLE_NRT="1", PYTHONHASHSEED="7"))
+    assert again["key"] == on["key"]
+
+
+_WARM = textwrap.dedent("""
+    import json, sys
+    sys.path.insert(0, sys.argv[1])
+    import kcache
+    from kcache.dispatcher import compile_for_report
+    import kernels
+    (r,) = compile_for_report(kernels.kern, "void(float32[::1], float32[::1])", cc=(9, 0),
+                              store=kcache.Store(sys.argv[2]))
+    print(json.dumps({"key": r.key, "cached": r.cached}))
+""")
+
+
+def test_an_nrt_entry_is_not_served_to_a_process_without_nrt(tmp_path):
+    directory = write_modules(tmp_path / "p", {"kernels": KERNELS, "devmod": DEVMOD})
+    root = tmp_path / "cache"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NUMBA_", "KCACHE_"))}
+    results = []
+    for nrt in ("1", None, "1"):
+        run_env = dict(env, NUMBA_CUDA_ENABLE_NRT=nrt) if nrt else env
+        proc = subprocess.run([sys.executable, "-c", _WARM, str(directory), str(root)],
+                              env=run_env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    with_nrt, without, with_nrt_again = results
+    assert not with_nrt["cached"] and not without["cached"]  # compiled for each setting
+    assert with_nrt["key"] != without["key"]
+    assert with_nrt_again == {"key": with_nrt["key"], "cached": True}
+    store = kcache.Store(root)
+    metas = {k: store.load(k).meta for k in (with_nrt["key"], without["key"])}
+    assert len(metas) == 2
+    assert store.stats()["compiles"] == 2
