@@ -16,7 +16,7 @@ import threading
 import time
 
 from kcache import arch as _arch
-from kcache import layout as _layout, toolchain as _toolchain  # imported now, not on a kernel call
+from kcache import toolchain as _toolchain  # noqa: F401 (imported now, not on a kernel call)
 from kcache.warn import warn_once
 
 from . import _compat
@@ -152,10 +152,12 @@ def kernel_key(dispatcher, argtypes, cc, launch_config=None, cache_key=None, sto
 
 
 def _toolchain_memo(store):
-    """Where the toolchain memo lives in ``store``'s root (kcache.toolchain.memoized)."""
-    if store is None or getattr(store, "root", None) is None:
+    """Where the toolchain memo lives in ``store``'s root (kcache.toolchain.memoized); None
+    when the store has no trusted root (nothing is read from or written to an untrusted one)."""
+    layout = getattr(store, "layout", None)
+    if layout is None or not getattr(store, "trusted", False) or getattr(store, "disabled", False):
         return None
-    return _layout.Layout(store.root).bucket / _toolchain.MEMO_NAME
+    return layout.toolchain_memo
 
 
 class KCacheDispatcher(_compat.CUDADispatcher):
