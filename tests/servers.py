@@ -62,7 +62,7 @@ class RedisServer:
     """A redis-server process of our own (no persistence) on a loopback port; ``stop(kill)``
     ends it, ``start()`` starts it again on the same port."""
 
-    def __init__(self, password: str | None = None, unix: bool = False):
+    def __init__(self, password: str | None = None, unix: bool = False, tls: bool = False):
         exe = shutil.which("redis-server")
         if exe is None:
             unavailable("redis-server is not installed (Debian package redis-server; .ci/run installs it)")
@@ -71,7 +71,24 @@ class RedisServer:
         self.dir = tempfile.mkdtemp(prefix="kcache-redis-")
         self.socket = os.path.join(self.dir, "redis.sock") if unix else None
         self.port = 0 if unix else free_port()  # port 0: no TCP at all
+        self.tls_port = free_port() if tls else None
+        self.cert = self._self_signed_cert() if tls else None
         self.proc: subprocess.Popen | None = None
+
+    def _self_signed_cert(self) -> str:
+        """A self-signed certificate for 127.0.0.1 (also its own CA), made by openssl."""
+        if shutil.which("openssl") is None:
+            unavailable("openssl is not installed (needed to make a TLS certificate)")
+        cert, key = os.path.join(self.dir, "cert.pem"), os.path.join(self.dir, "key.pem")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key,
+                        "-out", cert, "-days", "1", "-subj", "/CN=127.0.0.1",
+                        "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True, timeout=60)
+        return cert
+
+    @property
+    def tls_url(self) -> str:
+        """rediss:// URL of the TLS port, trusting the test certificate."""
+        return f"rediss://{LOOPBACK}:{self.tls_port}/0?ssl_ca_certs={self.cert}&ssl_cert_reqs=required"
 
     @property
     def url(self) -> str:
@@ -85,6 +102,10 @@ class RedisServer:
                 "--appendonly", "no", "--dir", self.dir, "--logfile", "", "--loglevel", "warning"]
         if self.socket:
             args += ["--unixsocket", self.socket]
+        if self.cert:
+            key = os.path.join(self.dir, "key.pem")
+            args += ["--tls-port", str(self.tls_port), "--tls-cert-file", self.cert, "--tls-key-file", key,
+                     "--tls-ca-cert-file", self.cert, "--tls-auth-clients", "no"]
         if self.password:
             args += ["--requirepass", self.password]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

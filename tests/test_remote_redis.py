@@ -172,6 +172,21 @@ def test_unix_socket_url(make_redis, ns):
     assert tier.name == f"unix://{server.socket}?db=1"
 
 
+def test_tls(make_redis, ns):
+    server = make_redis(tls=True, password="tls-password-123")
+    k = key("tls")
+    url = server.tls_url.replace("rediss://", "rediss://:tls-password-123@")
+    tier = open_remote(url, namespace=ns, timeout=2.0)
+    tier.write(k, b"over TLS")
+    assert tier.read(k, LIMIT).data == b"over TLS"
+    assert tier.name == f"rediss://127.0.0.1:{server.tls_port}/0"  # no password, no TLS options
+    # a server whose certificate does not verify (not signed by the system's CAs) is refused
+    untrusted = open_remote(f"rediss://:tls-password-123@127.0.0.1:{server.tls_port}/0", namespace=ns,
+                            timeout=2.0)
+    err, took = timed(untrusted.read, k, LIMIT)
+    assert isinstance(err, TierError) and err.kind == "auth" and "certificate" in str(err).lower(), err
+
+
 # -- names never show secrets ----------------------------------------------------------------
 
 def test_name_and_errors_never_show_the_password(ns):
