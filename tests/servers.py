@@ -29,10 +29,15 @@ import pytest
 
 LOOPBACK = "127.0.0.1"
 START_TIMEOUT = 30.0  # seconds for a server to answer after it was started
+# Read at import (collection), before conftest's autouse clean_env removes every KCACHE_*
+# variable from each test's environment.
+REQUIRE_SERVERS = os.environ.get("KCACHE_TEST_REQUIRE_SERVERS", "") == "1"
+REDIS_URL = os.environ.get("KCACHE_TEST_REDIS_URL", "").strip()
+S3_ENDPOINT = os.environ.get("KCACHE_TEST_S3_ENDPOINT", "").strip()
 
 
 def servers_required() -> bool:
-    return os.environ.get("KCACHE_TEST_REQUIRE_SERVERS", "") == "1"
+    return REQUIRE_SERVERS
 
 
 def unavailable(reason: str):
@@ -238,9 +243,8 @@ def refusing_port() -> Iterator[int]:
 @pytest.fixture(scope="session")
 def redis_url() -> Iterator[str]:
     """URL of a Redis server shared by the session (.ci/run's, else one started here)."""
-    url = os.environ.get("KCACHE_TEST_REDIS_URL", "").strip()
-    if url:
-        yield url
+    if REDIS_URL:
+        yield REDIS_URL
         return
     server = RedisServer().start()
     try:
@@ -269,9 +273,8 @@ def make_redis() -> Iterator[Callable[..., RedisServer]]:
 @pytest.fixture(scope="session")
 def s3_endpoint() -> Iterator[str]:
     """Endpoint URL of an S3 server shared by the session (.ci/run's moto, else one started here)."""
-    url = os.environ.get("KCACHE_TEST_S3_ENDPOINT", "").strip()
-    if url:
-        yield url
+    if S3_ENDPOINT:
+        yield S3_ENDPOINT
         return
     server = MotoServer().start()
     try:
