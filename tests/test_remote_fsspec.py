@@ -17,6 +17,7 @@ pytest.importorskip("fsspec")
 
 LIMIT = 1 << 20  # bytes
 TIMEOUT = 0.3  # seconds
+T_OK = 10.0  # seconds: the timeout of tests that are not about timeouts (a loaded machine)
 BOUND = 2 * TIMEOUT + 0.7  # see test_remote_redis.BOUND
 V = f"v{fmt.FORMAT_VERSION}"
 
@@ -54,7 +55,7 @@ def listing(url: str) -> set[str]:
 # -- the protocol --------------------------------------------------------------------------
 
 def test_round_trip_namespaced_and_versioned(url):
-    tier = open_remote(url, namespace="team-a")
+    tier = open_remote(url, timeout=T_OK, namespace="team-a")
     assert isinstance(tier, Tier)
     assert (tier.kind, tier.writable, tier.backfill) == ("fsspec", True, True)
     k = key("round trip")
@@ -73,11 +74,11 @@ def test_round_trip_namespaced_and_versioned(url):
 def test_keys_lists_only_entry_names_of_this_namespace(url):
     import fsspec
 
-    tier = open_remote(url, namespace="ns")
+    tier = open_remote(url, timeout=T_OK, namespace="ns")
     mine = {key("mine", i) for i in range(30)}
     for k in mine:
         tier.write(k, b"v")
-    open_remote(url, namespace="other").write(key("other"), b"v")
+    open_remote(url, timeout=T_OK, namespace="other").write(key("other"), b"v")
     fs, root = fsspec.core.url_to_fs(url, skip_instance_cache=True, use_listings_cache=False)
     for junk in (f"ns/{V}/zz/{key('bad shard')}.kce", f"ns/{V}/{key('x')[:2]}/notakey.kce",
                  f"ns/{V}/{key('y')[:2]}/{key('y')}.tmp", f"ns/v{fmt.FORMAT_VERSION + 1}/ab/{'ab' * 32}.kce",
@@ -88,7 +89,7 @@ def test_keys_lists_only_entry_names_of_this_namespace(url):
 
 
 def test_value_larger_than_limit_is_refused_unread(url, monkeypatch):
-    tier = open_remote(url)
+    tier = open_remote(url, timeout=T_OK)
     k = key("large")
     tier.write(k, b"\x00" * (2 << 20))
     seen = []
@@ -107,7 +108,7 @@ def test_value_larger_than_limit_is_refused_unread(url, monkeypatch):
 
 
 def test_value_grown_after_the_size_check_is_read_within_the_bound(url, monkeypatch):
-    tier = open_remote(url)
+    tier = open_remote(url, timeout=T_OK)
     k = key("grown")
     tier.write(k, b"\x01" * (2 << 20))
     fs = tier._fs
@@ -144,8 +145,8 @@ def test_value_grown_after_the_size_check_is_read_within_the_bound(url, monkeypa
 
 def test_read_only_tier_refuses_writes(url):
     k = key("ro")
-    open_remote(url).write(k, b"published")
-    ro = open_remote(url, readonly=True)
+    open_remote(url, timeout=T_OK).write(k, b"published")
+    ro = open_remote(url, timeout=T_OK, readonly=True)
     assert ro.writable is False
     for call, args in ((ro.write, (k, b"changed")), (ro.write, (key("new"), b"v")), (ro.remove, (k,))):
         with pytest.raises(TierError) as exc:
@@ -157,12 +158,12 @@ def test_read_only_tier_refuses_writes(url):
 
 
 def test_check(url):
-    open_remote(url).check()  # writable: a probe written and removed
+    open_remote(url, timeout=T_OK).check()  # writable: a probe written and removed
     assert listing(url) <= {f"kcache/{V}"}  # no probe left (file:// keeps the folder)
 
 
 def test_no_lease_on_object_stores(url):
-    tier = open_remote(url)
+    tier = open_remote(url, timeout=T_OK)
     with tier.single_flight(key("flight"), LIMIT) as flight:
         assert (flight.held, flight.blob, flight.error) == (False, None, None)
 

@@ -21,6 +21,7 @@ redis = pytest.importorskip("redis")
 CTX = mp.get_context("fork")
 LIMIT = 1 << 20  # bytes
 TIMEOUT = 0.3  # seconds: short, so the timeout tests are quick
+T_OK = 10.0  # seconds: the timeout of tests that are not about timeouts (a loaded machine)
 # A bounded call costs at most connect + one read: each at most TIMEOUT. The slack covers a
 # loaded 2-core machine; a call that waited for a default (5 s) timeout or retried with
 # back-off would still exceed it.
@@ -92,8 +93,8 @@ def test_round_trip_namespaced_and_versioned(tier, raw, ns):
 
 
 def test_keys_lists_only_this_namespace_and_version(redis_url, raw, ns):
-    tier = open_remote(redis_url, namespace=ns)
-    other = open_remote(redis_url, namespace=ns + "-other")
+    tier = open_remote(redis_url, timeout=T_OK, namespace=ns)
+    other = open_remote(redis_url, timeout=T_OK, namespace=ns + "-other")
     mine = {key("mine", i) for i in range(2500)}  # several SCAN pages
     pipe = raw.pipeline(transaction=False)
     for k in mine:
@@ -133,9 +134,9 @@ def test_value_of_another_type_is_a_bad_value_and_the_tier_stays_on(tier, raw, n
 
 def test_read_only_tier_refuses_writes(redis_url, raw, ns):
     k = key("ro")
-    writer = open_remote(redis_url, namespace=ns)
+    writer = open_remote(redis_url, timeout=T_OK, namespace=ns)
     writer.write(k, b"published")
-    ro = open_remote(redis_url, namespace=ns, readonly=True, ttl=60)
+    ro = open_remote(redis_url, timeout=T_OK, namespace=ns, readonly=True, ttl=60)
     assert ro.writable is False
     for call, args in ((ro.write, (k, b"changed")), (ro.write, (key("new"), b"v")), (ro.remove, (k,))):
         with pytest.raises(TierError) as exc:
@@ -152,7 +153,7 @@ def test_read_only_tier_refuses_writes(redis_url, raw, ns):
 
 def test_ttl_is_set_and_a_hit_renews_it(redis_url, raw, ns):
     k = key("ttl")
-    tier = open_remote(redis_url, namespace=ns, ttl=100)
+    tier = open_remote(redis_url, timeout=T_OK, namespace=ns, ttl=100)
     tier.write(k, b"value")
     name = f"{ns}:v{fmt.FORMAT_VERSION}:{k}"
     assert 90_000 < raw.pttl(name) <= 100_000
@@ -160,7 +161,7 @@ def test_ttl_is_set_and_a_hit_renews_it(redis_url, raw, ns):
     raw.pexpire(name, 5_000)
     assert tier.read(k, LIMIT).data == b"value"
     assert raw.pttl(name) > 90_000
-    assert open_remote(redis_url, namespace=ns).ttl(key("absent")) is None
+    assert open_remote(redis_url, timeout=T_OK, namespace=ns).ttl(key("absent")) is None
 
 
 def test_unix_socket_url(make_redis, ns):
@@ -256,7 +257,7 @@ def test_a_success_resets_the_error_count(redis_url, ns):
 def test_wrong_password_is_auth(make_redis, ns):
     server = make_redis(password="right-password-123")
     k = key("auth")
-    good = open_remote(server.url, namespace=ns)
+    good = open_remote(server.url, timeout=T_OK, namespace=ns)
     good.write(k, b"v")
     for url, kw in ((f"redis://127.0.0.1:{server.port}/0", {}),
                     (f"redis://:wrong@127.0.0.1:{server.port}/0", {}),
@@ -266,7 +267,7 @@ def test_wrong_password_is_auth(make_redis, ns):
     # KCACHE_REMOTE_PASSWORD's way in; the URL's password wins over it (redis-py's rule)
     assert open_remote(f"redis://127.0.0.1:{server.port}/0", namespace=ns,
                        password="right-password-123").read(k, LIMIT).data == b"v"
-    assert open_remote(server.url, namespace=ns, password="wrong").read(k, LIMIT).data == b"v"
+    assert open_remote(server.url, timeout=T_OK, namespace=ns, password="wrong").read(k, LIMIT).data == b"v"
 
 
 def test_server_killed_mid_run_then_restarted(make_redis, ns):
@@ -336,7 +337,7 @@ def test_eight_processes_one_compile(redis_url, ns):
     assert kinds.count("compiled") == 1, kinds
     assert kinds.count("waited") >= 1, kinds  # they started together: some waited on the lease
     assert len({o[1] for o in outcomes}) == 1  # everyone ended with the one compiled value
-    tier = open_remote(redis_url, namespace=ns)
+    tier = open_remote(redis_url, timeout=T_OK, namespace=ns)
     assert redis.Redis.from_url(redis_url).exists(tier.lease_key(k)) == 0  # released
 
 
@@ -393,7 +394,7 @@ def test_live_holder_renews_its_lease_and_waiters_give_up_at_the_cap(redis_url, 
 
 
 def test_a_lease_lost_meanwhile_is_not_released(redis_url, raw, ns):
-    tier = open_remote(redis_url, namespace=ns)
+    tier = open_remote(redis_url, timeout=T_OK, namespace=ns)
     k = key("lost lease")
     with tier.single_flight(k, LIMIT, ttl=30) as flight:
         assert flight.held
@@ -402,7 +403,7 @@ def test_a_lease_lost_meanwhile_is_not_released(redis_url, raw, ns):
 
 
 def test_value_published_before_the_lease_is_taken_is_used(redis_url, ns):
-    tier = open_remote(redis_url, namespace=ns)
+    tier = open_remote(redis_url, timeout=T_OK, namespace=ns)
     k = key("published first")
     tier.write(k, b"already there")
     with tier.single_flight(k, LIMIT) as flight:

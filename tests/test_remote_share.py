@@ -15,6 +15,7 @@ from servers import aws_env, redis_url, s3_bucket, s3_endpoint, unique_namespace
 CTX = mp.get_context("fork")
 SECRET = b"fleet-secret-0123456789abcdef"
 LIMIT = fmt.MAX_FILE + signing.OVERHEAD  # bytes: the largest entry, signed
+T_OK = 10.0  # seconds: the timeout of tests that are not about timeouts (a loaded machine)
 
 
 @pytest.fixture(params=["redis", "s3"])
@@ -46,18 +47,21 @@ def fetch(store: Store, remote, key: str, secret: bytes | None) -> Entry | None:
     return entry
 
 
-def _machine_a(root: str, url: str, ns: str, key: str, secret, done) -> None:
-    store = Store(root)
-    store.put(key, Entry({"cubin": b"\x7fELF compiled on A"}, {"kernel": "m:k", "arch": "sm_90a"}),
-              components={"kernel": "m:k"})
-    publish(store, open_remote(url, namespace=ns), key, secret)
-    done.set()
+def _machine_a(root: str, url: str, ns: str, key: str, secret, results) -> None:
+    try:
+        store = Store(root)
+        store.put(key, Entry({"cubin": b"\x7fELF compiled on A"}, {"kernel": "m:k", "arch": "sm_90a"}),
+                  components={"kernel": "m:k"})
+        publish(store, open_remote(url, timeout=T_OK, namespace=ns), key, secret)
+        results.put("published")
+    except Exception as exc:  # reported to the test instead of a silent exit
+        results.put(repr(exc))
 
 
 def _machine_b(root: str, url: str, ns: str, key: str, secret, results) -> None:
     store = Store(root)
     assert store.get(key) is None  # a local miss
-    entry = fetch(store, open_remote(url, namespace=ns), key, secret)
+    entry = fetch(store, open_remote(url, timeout=T_OK, namespace=ns), key, secret)
     again = Store(root).get(key)  # backfilled: the next read is local
     results.put((entry.artifacts if entry else None, again.artifacts if again else None))
 
@@ -65,10 +69,10 @@ def _machine_b(root: str, url: str, ns: str, key: str, secret, results) -> None:
 @pytest.mark.parametrize("secret", [None, SECRET], ids=["unsigned", "signed"])
 def test_two_roots_share_an_entry(tmp_path, remote_url, secret):
     ns, key = unique_namespace(), make_key({"share": 1})
-    done, results = CTX.Event(), CTX.Queue()
-    a = CTX.Process(target=_machine_a, args=(str(tmp_path / "a"), remote_url, ns, key, secret, done))
+    results = CTX.Queue()
+    a = CTX.Process(target=_machine_a, args=(str(tmp_path / "a"), remote_url, ns, key, secret, results))
     a.start()
-    assert done.wait(120)
+    assert results.get(timeout=120) == "published"
     a.join(60)
     b = CTX.Process(target=_machine_b, args=(str(tmp_path / "b"), remote_url, ns, key, secret, results))
     b.start()
@@ -79,7 +83,7 @@ def test_two_roots_share_an_entry(tmp_path, remote_url, secret):
 
 def test_tampered_and_wrongly_signed_values_are_refused(tmp_path, remote_url):
     ns, key = unique_namespace(), make_key({"share": 2})
-    remote = open_remote(remote_url, namespace=ns)
+    remote = open_remote(remote_url, timeout=T_OK, namespace=ns)
     a, b = Store(tmp_path / "a"), Store(tmp_path / "b")
     a.put(key, Entry({"cubin": b"genuine"}, {}))
     data = Layout(a.root).entry(key).read_bytes()
