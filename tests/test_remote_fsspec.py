@@ -16,7 +16,7 @@ from servers import SilentServer, aws_env, refusing_port, s3_bucket, s3_endpoint
 pytest.importorskip("fsspec")
 
 LIMIT = 1 << 20  # bytes
-TIMEOUT = 0.3  # seconds
+TIMEOUT = 0.5  # seconds
 T_OK = 10.0  # seconds: the timeout of tests that are not about timeouts (a loaded machine)
 BOUND = 2 * TIMEOUT + 0.7  # see test_remote_redis.BOUND
 V = f"v{fmt.FORMAT_VERSION}"

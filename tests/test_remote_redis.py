@@ -20,7 +20,7 @@ redis = pytest.importorskip("redis")
 
 CTX = mp.get_context("fork")
 LIMIT = 1 << 20  # bytes
-TIMEOUT = 0.3  # seconds: short, so the timeout tests are quick
+TIMEOUT = 0.5  # seconds: short, so the timeout tests are quick
 T_OK = 10.0  # seconds: the timeout of tests that are not about timeouts (a loaded machine)
 # A bounded call costs at most connect + one read: each at most TIMEOUT. The slack covers a
 # loaded 2-core machine; a call that waited for a default (5 s) timeout or retried with
@@ -292,11 +292,12 @@ def test_server_killed_mid_run_then_restarted(make_redis, ns):
     assert fresh.read(k, LIMIT).data == b"after"
 
 
-def test_server_killed_during_a_large_read(make_redis, ns):
+def test_server_killed_before_a_large_read(make_redis, ns):
     server = make_redis()
-    tier = open_remote(server.url, namespace=ns, timeout=TIMEOUT)
     k = key("large read")
-    tier.write(k, os.urandom(64 << 20))
+    open_remote(server.url, namespace=ns, timeout=T_OK).write(k, os.urandom(16 << 20))
+    tier = open_remote(server.url, namespace=ns, timeout=TIMEOUT)
+    assert len(tier.read(k, 128 << 20).data) == 16 << 20  # connected, pooled
     server.stop(kill=True)
     err, took = timed(tier.read, k, 128 << 20)
     assert isinstance(err, TierError) and err.kind == "refused" and took < BOUND
