@@ -24,7 +24,7 @@ from ..warn import warn_once
 from .base import (DEFAULT_LEASE_TTL, DEFAULT_MAX_ERRORS, DEFAULT_MAX_WAIT, DEFAULT_NAMESPACE,
                    DEFAULT_TIMEOUT, NAMESPACE_ACCEPTED, NAMESPACE_RE, Flight, redact)
 
-__all__ = ["open_remote", "open_configured", "remote_settings", "RemoteSettings", "MissingClient",
+__all__ = ["open_remote", "open_settings", "open_configured", "remote_settings", "RemoteSettings", "MissingClient",
            "Flight", "redact", "DEFAULT_NAMESPACE", "DEFAULT_TIMEOUT", "DEFAULT_MAX_WAIT",
            "DEFAULT_LEASE_TTL", "DEFAULT_MAX_ERRORS", "REDIS_SCHEMES"]
 
