@@ -1,0 +1,269 @@
+"""The Redis tier (``redis://``, ``rediss://``, ``unix://``) through redis-py.
+
+Values are the entry bytes as the store gives them (signed when a secret is set), under
+``<namespace>:v<format>:<key>``; a cross-machine single-flight lease under
+``<namespace>:v<format>:lease:<key>`` is redis-py's :class:`redis.lock.Lock` (SET NX PX with a
+random token; released and renewed by redis-py's token-checking Lua scripts, so a process never
+releases another's lease). Imported only when a ``redis`` URL is opened.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import secrets
+import threading
+import time
+from typing import Iterator
+
+import redis
+import redis.exceptions as rx
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from ..errors import ConfigError
+from ..keys import KEY_RE
+from ..tier import Blob, TierError
+from .base import DEFAULT_LEASE_TTL, DEFAULT_MAX_WAIT, Flight, RemoteTier, describe, os_kind, redact, version_tag
+
+POLL_FIRST, POLL_GROWTH, POLL_CAP = 0.02, 1.5, 0.5  # seconds: waiters' back-off
+SCAN_COUNT = 1000  # keys per SCAN page
+
+# No CLIENT SETINFO round trip on each new connection: redis-py >= 7 spells it driver_info=None,
+# older versions lib_name=None, lib_version=None (deprecated since).
+_NO_SETINFO = ({"driver_info": None} if importlib.util.find_spec("redis.driver_info")
+               else {"lib_name": None, "lib_version": None})
+
+_AUTH = (rx.AuthenticationError, rx.AuthorizationError, rx.NoPermissionError,
+         rx.AuthenticationWrongNumberOfArgsError)
+
+
+class RedisTier(RemoteTier):
+    """A Redis server as a tier. ``url``: ``redis://[[user]:password@]host:port/db``,
+    ``rediss://...`` (TLS; redis-py's ``ssl_*`` query options apply), ``unix:///path?db=N``.
+    ``password`` is used when the URL has none (redis-py's from_url: the URL's wins);
+    ``timeout``: seconds for each connect and each read; ``ttl``: seconds a value lives
+    (None: forever), renewed by a hit unless read-only. Raises ConfigError for a URL redis-py
+    cannot parse. Connects lazily: nothing is sent before the first call."""
+
+    kind = "redis"
+
+    def __init__(self, url: str, *, namespace: str, readonly: bool, timeout: float,
+                 ttl: float | None = None, password: str | None = None,
+                 lease_ttl: float = DEFAULT_LEASE_TTL, max_wait: float = DEFAULT_MAX_WAIT):
+        super().__init__(redact(url), readonly=readonly)
+        options = dict(
+            socket_timeout=timeout, socket_connect_timeout=timeout,
+            # one attempt per call: a retry would multiply the time a dead server costs
+            retry=Retry(NoBackoff(), 0), retry_on_timeout=False,
+            health_check_interval=0, **_NO_SETINFO)
+        if password:
+            options["password"] = password
+        try:
+            self._redis = redis.Redis.from_url(url, **options)
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"KCACHE_REMOTE={self.name!r} is not a Redis URL redis-py accepts "
+                              f"({exc}); accepted: redis://host:port/db, rediss://host:port/db, "
+                              "unix:///path/to/socket?db=N") from None
+        self._prefix = f"{namespace}:{version_tag()}:"
+        self._ttl_ms = max(1, round(ttl * 1000)) if ttl else None
+        self.lease_ttl = lease_ttl
+        self.max_wait = max_wait
+
+    # -- names --------------------------------------------------------------------
+    def redis_key(self, key: str) -> str:
+        """The Redis key holding ``key``'s value: ``<namespace>:v<format>:<key>``."""
+        return self._prefix + self._key(key)
+
+    def lease_key(self, key: str) -> str:
+        """The Redis key of ``key``'s single-flight lease."""
+        return f"{self._prefix}lease:{self._key(key)}"
+
+    # -- the tier protocol ----------------------------------------------------------
+    def read(self, key: str, limit: int) -> Blob | None:
+        """``key``'s value or None. STRLEN first: a value above ``limit`` bytes is a
+        TierError("bad_value") without being transferred; then GETRANGE 0..limit, so a value
+        replaced meanwhile by a larger one still costs at most limit + 1 bytes. With a TTL and
+        a writable tier a hit renews the TTL (same MULTI)."""
+        name = self.redis_key(key)
+
+        def op() -> Blob | None:
+            size = self._redis.strlen(name)
+            if size == 0:
+                return None  # absent (an empty value is no entry either)
+            if size > limit:
+                raise self._too_large(key, size, limit)
+            pipe = self._redis.pipeline(transaction=True)
+            pipe.getrange(name, 0, limit)
+            if self._ttl_ms and self.writable:
+                pipe.pexpire(name, self._ttl_ms)
+            data = pipe.execute()[0]
+            if len(data) > limit:
+                raise self._too_large(key, f"more than {limit}", limit)
+            return Blob(bytes(data)) if data else None
+
+        return self._call("read", op)
+
+    def write(self, key: str, data: bytes) -> None:
+        """SET ``key``'s value (atomic in Redis), with PX = the TTL when one is set."""
+        name = self.redis_key(key)
+        self._check_writable("write")
+        self._call("write", lambda: self._redis.set(name, data, px=self._ttl_ms))
+
+    def remove(self, key: str) -> bool:
+        """DEL ``key``'s value; True if it existed."""
+        name = self.redis_key(key)
+        self._check_writable("remove")
+        return bool(self._call("remove", lambda: self._redis.delete(name)))
+
+    def keys(self) -> Iterator[str]:
+        """Every key under this namespace and format version (SCAN MATCH, page by page, each
+        page one bounded call); leases and foreign keys are skipped."""
+        cursor = 0
+        pattern = self._prefix + "*"  # the namespace has no glob characters (checked)
+        while True:
+            cursor, names = self._call("keys", lambda c=cursor: self._redis.scan(c, match=pattern, count=SCAN_COUNT))
+            for raw in names:
+                key = raw.decode("ascii", "replace")[len(self._prefix):]
+                if KEY_RE.fullmatch(key):
+                    yield key
+            if cursor == 0:
+                return
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        with contextlib.suppress(Exception):
+            self._redis.close()
+
+    def ttl(self, key: str) -> float | None:
+        """Seconds left before ``key``'s value expires; None without expiry or when absent."""
+        ms = self._call("ttl", lambda: self._redis.pttl(self.redis_key(key)))
+        return ms / 1000 if ms >= 0 else None
+
+    def check(self) -> None:
+        """PING, and when writable SET + DEL of a probe key (``<namespace>:v<format>:check:...``,
+        expiring in 10 s should the DEL not arrive). Raises TierError (auth: a wrong password or
+        an ACL that forbids these commands)."""
+        def op() -> None:
+            self._redis.ping()
+            if self.writable:
+                probe = f"{self._prefix}check:{secrets.token_hex(8)}"
+                self._redis.set(probe, b"kcache remote check", px=10_000)
+                self._redis.delete(probe)
+
+        self._call("check", op)
+
+    # -- single flight across machines ---------------------------------------------
+    @contextlib.contextmanager
+    def single_flight(self, key: str, limit: int, *, ttl: float | None = None,
+                      max_wait: float | None = None) -> Iterator[Flight]:
+        """Context manager for one compile of ``key`` across machines; yields a Flight.
+
+        Takes the lease (SET NX PX ``ttl`` s, default lease_ttl, renewed by a thread while
+        held); if another process holds it, polls for the value (back-off 20 ms x1.5 up to
+        0.5 s) until it appears, or the lease is free (the holder finished without a value or
+        crashed and its lease expired) and taken by us, or ``max_wait`` seconds passed.
+        ``flight.blob`` set: use it (verify it first); else compile and publish inside the
+        block. A read-only tier never takes the lease, only waits. Never raises TierError (it
+        is in ``flight.error``); the lease is released on exit, only if still ours. Mirrors
+        the store's local get_or_create, one level up."""
+        lock = self._redis.lock(self.lease_key(key), timeout=ttl or self.lease_ttl,
+                                thread_local=False, raise_on_release_error=False)
+        flight = self._take_or_wait(key, limit, lock, self.max_wait if max_wait is None else max_wait)
+        renewer = _Renewer(self, lock, ttl or self.lease_ttl) if flight.held else None
+        try:
+            yield flight
+        finally:
+            if renewer is not None:
+                renewer.stop()
+                self._release(lock)
+
+    def _take_or_wait(self, key: str, limit: int, lock, max_wait: float) -> Flight:
+        start = time.monotonic()
+        delay = POLL_FIRST
+        held = False
+        try:
+            while True:
+                if self.writable:
+                    held = self._call("lease", lambda: lock.acquire(blocking=False, token=secrets.token_hex(16)))
+                free = held or (not self.writable and not self._call("lease", lock.locked))
+                # after taking the lease, look once more: the holder before us may have
+                # published just before releasing
+                blob = self.read(key, limit)
+                if blob is not None:
+                    if held:
+                        self._release(lock)
+                    return Flight(False, blob, waited=time.monotonic() - start)
+                if free:
+                    return Flight(held, waited=time.monotonic() - start)
+                left = start + max_wait - time.monotonic()
+                if left <= 0:
+                    return Flight(False, waited=time.monotonic() - start)
+                time.sleep(min(delay, left))  # polling with a deadline (another machine's compile)
+                delay = min(delay * POLL_GROWTH, POLL_CAP)
+        except TierError as err:
+            if held:
+                self._release(lock)
+            return Flight(False, error=err, waited=time.monotonic() - start)
+
+    def _release(self, lock) -> None:
+        """Release the lease if it is still ours (redis-py compares the token in Lua); an
+        error is ignored: the lease expires by itself."""
+        with contextlib.suppress(TierError):
+            self._call("release lease", lambda: _quietly(lock.release))
+
+    def _classify(self, exc: BaseException) -> TierError:
+        return TierError(_kind(exc), describe(exc))
+
+
+def _quietly(fn) -> bool:
+    """``fn()``; False when the lease is no longer ours (expired, maybe taken by another)."""
+    try:
+        fn()
+    except rx.LockError:
+        return False
+    return True
+
+
+def _kind(exc: BaseException) -> str:
+    """The TierError kind of a redis-py exception."""
+    if isinstance(exc, _AUTH):
+        return "auth"
+    if isinstance(exc, rx.TimeoutError):
+        return "timeout"
+    if isinstance(exc, rx.ResponseError):
+        text = str(exc)
+        if text.startswith("WRONGTYPE"):
+            return "bad_value"  # the key holds a list, a hash...: not a value of ours
+        if text.startswith(("NOAUTH", "WRONGPASS", "NOPERM")):
+            return "auth"
+        return "io"
+    kind = os_kind(exc)
+    if kind is not None:
+        return kind
+    if isinstance(exc, rx.ConnectionError):
+        return "refused"  # closed by the server, unreachable
+    return "io"
+
+
+class _Renewer:
+    """Keeps a held lease alive: ``lock.reacquire()`` every third of its TTL, from a daemon
+    thread, until stopped or the lease is lost. A process killed while holding stops renewing,
+    so its lease expires within one TTL."""
+
+    def __init__(self, tier: RedisTier, lock, ttl: float):
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(tier, lock, ttl / 3),
+                                        name="kcache-remote-lease", daemon=True)
+        self._thread.start()
+
+    def _run(self, tier: RedisTier, lock, period: float) -> None:
+        while not self._stop.wait(period):
+            try:
+                if not tier._call("renew lease", lambda: _quietly(lock.reacquire)):
+                    return
+            except TierError:
+                return
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()

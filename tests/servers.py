@@ -1,0 +1,318 @@
+"""Real servers for the remote-tier tests, all on 127.0.0.1: redis-server, moto's S3 server,
+a server that accepts connections and never answers, and a port that refuses connections.
+
+Session fixtures use the servers .ci/run started (``KCACHE_TEST_REDIS_URL``,
+``KCACHE_TEST_S3_ENDPOINT``), else start their own on free loopback ports when the programs are
+installed, else skip with a reason. With ``KCACHE_TEST_REQUIRE_SERVERS=1`` (set by .ci/run) a
+server that cannot be had is a failure, not a skip: CI never skips these tests.
+
+Import the fixtures into a test module: ``from servers import redis_url, s3_endpoint, ...``.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+
+LOOPBACK = "127.0.0.1"
+START_TIMEOUT = 30.0  # seconds for a server to answer after it was started
+# Read at import (collection), before conftest's autouse clean_env removes every KCACHE_*
+# variable from each test's environment.
+REQUIRE_SERVERS = os.environ.get("KCACHE_TEST_REQUIRE_SERVERS", "") == "1"
+REDIS_URL = os.environ.get("KCACHE_TEST_REDIS_URL", "").strip()
+S3_ENDPOINT = os.environ.get("KCACHE_TEST_S3_ENDPOINT", "").strip()
+
+
+def servers_required() -> bool:
+    return REQUIRE_SERVERS
+
+
+def unavailable(reason: str):
+    """Skip with ``reason``, or fail when CI requires the servers."""
+    if servers_required():
+        pytest.fail(f"{reason} (KCACHE_TEST_REQUIRE_SERVERS=1: CI must provide it)")
+    pytest.skip(reason)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind((LOOPBACK, 0))
+        return s.getsockname()[1]
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, what: str, interval: float = 0.02) -> None:
+    """Poll ``predicate`` until it is true; AssertionError naming ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)
+
+
+class RedisServer:
+    """A redis-server process of our own (no persistence) on a loopback port; ``stop(kill)``
+    ends it, ``start()`` starts it again on the same port."""
+
+    def __init__(self, password: str | None = None, unix: bool = False, tls: bool = False):
+        exe = shutil.which("redis-server")
+        if exe is None:
+            unavailable("redis-server is not installed (Debian package redis-server; .ci/run installs it)")
+        self.exe = exe
+        self.password = password
+        self.dir = tempfile.mkdtemp(prefix="kcache-redis-")
+        self.socket = os.path.join(self.dir, "redis.sock") if unix else None
+        self.port = 0 if unix else free_port()  # port 0: no TCP at all
+        self.tls_port = free_port() if tls else None
+        self.cert = self._self_signed_cert() if tls else None
+        self.proc: subprocess.Popen | None = None
+
+    def _self_signed_cert(self) -> str:
+        """A self-signed certificate for 127.0.0.1 (also its own CA), made by openssl."""
+        if shutil.which("openssl") is None:
+            unavailable("openssl is not installed (needed to make a TLS certificate)")
+        cert, key = os.path.join(self.dir, "cert.pem"), os.path.join(self.dir, "key.pem")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key,
+                        "-out", cert, "-days", "1", "-subj", "/CN=127.0.0.1",
+                        "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True, timeout=60)
+        return cert
+
+    @property
+    def tls_url(self) -> str:
+        """rediss:// URL of the TLS port, trusting the test certificate."""
+        return f"rediss://{LOOPBACK}:{self.tls_port}/0?ssl_ca_certs={self.cert}&ssl_cert_reqs=required"
+
+    @property
+    def url(self) -> str:
+        auth = f":{self.password}@" if self.password else ""
+        if self.socket:
+            return f"unix://{auth}{self.socket}?db=0"
+        return f"redis://{auth}{LOOPBACK}:{self.port}/0"
+
+    def start(self) -> "RedisServer":
+        args = [self.exe, "--port", str(self.port), "--bind", LOOPBACK, "--save", "",
+                "--appendonly", "no", "--dir", self.dir, "--logfile", "", "--loglevel", "warning"]
+        if self.socket:
+            args += ["--unixsocket", self.socket]
+        if self.cert:
+            key = os.path.join(self.dir, "key.pem")
+            args += ["--tls-port", str(self.tls_port), "--tls-cert-file", self.cert, "--tls-key-file", key,
+                     "--tls-ca-cert-file", self.cert, "--tls-auth-clients", "no"]
+        if self.password:
+            args += ["--requirepass", self.password]
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        wait_until(self._answers, START_TIMEOUT, f"redis-server on port {self.port}")
+        return self
+
+    def _answers(self) -> bool:
+        if self.proc.poll() is not None:
+            err = self.proc.stderr.read().decode(errors="replace")[-500:]
+            raise AssertionError(f"redis-server exited with {self.proc.returncode}: {err}")
+        try:
+            if self.socket:
+                s = socket.socket(socket.AF_UNIX)
+                s.settimeout(1)
+                s.connect(self.socket)
+            else:
+                s = socket.create_connection((LOOPBACK, self.port), timeout=1)
+            with s:
+                s.sendall(b"PING\r\n")
+                reply = s.recv(64)
+            # +PONG, or -NOAUTH when a password is required: either way it is serving
+            return reply.startswith((b"+PONG", b"-NOAUTH"))
+        except OSError:
+            return False
+
+    def stop(self, kill: bool = False) -> None:
+        if self.proc is None:
+            return
+        (self.proc.kill if kill else self.proc.terminate)()
+        self.proc.wait(timeout=30)
+        self.proc.stderr.close()
+        self.proc = None
+
+    def close(self) -> None:
+        self.stop(kill=True)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class MotoServer:
+    """moto's S3 server (``python -m moto.server``) on a loopback port."""
+
+    def __init__(self):
+        try:
+            import moto.server  # noqa: F401
+        except ImportError as exc:
+            unavailable(f"moto[server] is not installed ({exc}); it is in kcache's test extra")
+        self.port = free_port()
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://{LOOPBACK}:{self.port}"
+
+    def start(self) -> "MotoServer":
+        self.proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", LOOPBACK, "-p", str(self.port)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_until(self._answers, START_TIMEOUT, f"moto S3 server on port {self.port}", interval=0.1)
+        return self
+
+    def _answers(self) -> bool:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"moto server exited with {self.proc.returncode}")
+        return http_answers(self.endpoint)
+
+    def close(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.proc = None
+
+
+def http_answers(url: str) -> bool:
+    try:
+        urllib.request.urlopen(url, timeout=1).close()
+    except urllib.error.HTTPError:
+        return True  # an HTTP answer, whatever its status
+    except OSError:
+        return False
+    return True
+
+
+class SilentServer:
+    """A TCP server on a loopback port that accepts every connection and never answers nor
+    closes (until closed itself): the hardest case for a client's timeouts."""
+
+    def __init__(self):
+        self.sock = socket.create_server((LOOPBACK, 0))
+        self.port = self.sock.getsockname()[1]
+        self.accepted: list[socket.socket] = []
+        self._stop = threading.Event()
+        self.sock.settimeout(0.1)
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue  # timeout: check the stop flag
+            self.accepted.append(conn)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        for conn in self.accepted:
+            conn.close()
+        self.sock.close()
+
+    def __enter__(self) -> "SilentServer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+@contextlib.contextmanager
+def refusing_port() -> Iterator[int]:
+    """A loopback port bound but not listening: a connection to it is refused (RST)."""
+    with socket.socket() as s:
+        s.bind((LOOPBACK, 0))
+        yield s.getsockname()[1]
+
+
+# -- fixtures ---------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """URL of a Redis server shared by the session (.ci/run's, else one started here)."""
+    if REDIS_URL:
+        yield REDIS_URL
+        return
+    server = RedisServer().start()
+    try:
+        yield server.url
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def make_redis() -> Iterator[Callable[..., RedisServer]]:
+    """Start private redis-servers for one test (to stop, restart, protect with a password,
+    or serve on a unix socket): ``make_redis(password=None, unix=False)``; all are ended
+    after the test."""
+    started: list[RedisServer] = []
+
+    def make(**kw) -> RedisServer:
+        server = RedisServer(**kw)
+        started.append(server)
+        return server.start()
+
+    yield make
+    for server in started:
+        server.close()
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    """Endpoint URL of an S3 server shared by the session (.ci/run's moto, else one started here)."""
+    if S3_ENDPOINT:
+        yield S3_ENDPOINT
+        return
+    server = MotoServer().start()
+    try:
+        yield server.endpoint
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def aws_env(monkeypatch, tmp_path) -> None:
+    """Test credentials for moto; no AWS profile, config file or instance metadata lookup
+    (nothing leaves the machine)."""
+    for name in list(os.environ):
+        if name.startswith("AWS_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+
+
+@pytest.fixture
+def s3_bucket(s3_endpoint, aws_env, monkeypatch) -> str:
+    """A new, empty bucket on the S3 server; its URL is ``s3://<bucket>``. The endpoint is
+    given the way users give it: ``AWS_ENDPOINT_URL_S3``."""
+    import boto3
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", s3_endpoint)
+    name = f"kcache-test-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1").create_bucket(Bucket=name)
+    return name
+
+
+def unique_namespace() -> str:
+    return f"t{uuid.uuid4().hex[:12]}"
+
+
+def repo_root() -> Path:
+    return Path(__file__).resolve().parent.parent
