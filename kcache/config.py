@@ -51,6 +51,10 @@ CONFIG_NAME = "config.json"
 MAX_CONFIG_FILE = 1 << 20  # bytes; a config.json larger than this is not read
 SETTINGS = ("max_size", "readonly_dirs", "lock_timeout", "shared", "max_entry_size",
             "quarantine_age")
+#: config.json keys of the remote tier (checked by kcache.remote.remote_settings when a store
+#: opens the remote; the password and the signing secret are never read from a file)
+REMOTE_SETTINGS = ("remote", "remote_namespace", "remote_readonly", "remote_timeout",
+                   "remote_ttl", "remote_wait")
 #: Characters of a number given as text: longer is refused before any conversion (Python's
 #: int conversion stops at 4,300 digits with a bare ValueError).
 _MAX_NUMBER_TEXT = 1000
@@ -205,6 +209,9 @@ class Settings:
     origins: dict[str, str]
     max_entry_size: int = DEFAULT_MAX_ENTRY_SIZE
     quarantine_age: float = DEFAULT_QUARANTINE_AGE
+    #: config.json's contents as read ({} when absent, broken or in an untrusted root): the
+    #: remote tier's settings are read from it (kcache.remote.remote_settings)
+    config: dict = dataclasses.field(default_factory=dict)
 
     @property
     def config_path(self) -> Path:
@@ -280,7 +287,7 @@ def _json_int(text: str) -> int | str:
 
 def _warn_unknown_keys(conf: dict, path: Path) -> None:
     for name in conf:
-        if name not in SETTINGS:
+        if name not in SETTINGS and name not in REMOTE_SETTINGS:
             warn_once(f"config-key:{path}:{name}", f"kcache: config file {path}: unknown setting {name!r} ignored; "
                       f"accepted: {', '.join(SETTINGS)}")
 
@@ -474,12 +481,20 @@ def resolve(root=None, max_size=None, readonly_roots=None, lock_timeout=None) ->
         raise report.error
     origins = {name: r.origin for name, r in reports.items() if name != CONFIG_FILE}
     values = {name: reports[name].value for name in SOURCES}
-    return Settings(root=reports["root"].value, origins=origins, **values)
+    conf = reports[CONFIG_FILE].raw if reports[CONFIG_FILE].error is None else {}
+    return Settings(root=reports["root"].value, origins=origins, config=dict(conf), **values)
 
 
 def _normalize(name: str, value: Any) -> Any:
     if name == "readonly_dirs":
         return [str(p) for p in _paths(value, name)]
+    if name in REMOTE_SETTINGS:
+        from . import remote  # its checks; imports no client library
+        checks = {"remote": remote.check_url, "remote_namespace": remote.check_namespace,
+                  "remote_readonly": parse_bool,
+                  "remote_timeout": lambda v, n: remote.check_timeout(parse_duration(v, n), n),
+                  "remote_ttl": parse_duration, "remote_wait": parse_duration}
+        return checks[name](value, name)
     return _PARSERS[name](value, name)
 
 
@@ -505,14 +520,14 @@ def _make_root(root: Path, mode: int) -> None:
 def write_setting(root, name: str, value: Any) -> Path:
     """Set (or, with ``value=None``, remove) ``name`` in ``<root>/config.json``; returns its path.
 
-    ``name`` is one of max_size, readonly_dirs, lock_timeout, shared; the value is validated and
-    stored normalized (max_size in bytes, lock_timeout in seconds). Written atomically
+    ``name`` is one of :data:`SETTINGS` or :data:`REMOTE_SETTINGS`; the value is validated and
+    stored normalized (sizes in bytes, durations in seconds). Written atomically
     (temp file + os.replace). A config.json that is not a JSON object (not JSON, a list) is
     replaced by one holding only ``name``, after copying it to ``config.json.bad`` and warning
     once (``KcacheWarning``). Raises ConfigError for an unknown name or bad value, or a
     config.json that is a directory; OSError naming config.json when it cannot be written."""
-    if name not in SETTINGS:
-        raise ConfigError(f"unknown setting {name!r}; accepted: {', '.join(SETTINGS)}")
+    if name not in SETTINGS and name not in REMOTE_SETTINGS:
+        raise ConfigError(f"unknown setting {name!r}; accepted: {', '.join(SETTINGS + REMOTE_SETTINGS)}")
     root = _check_root(Path(root), "argument")
     path = root / CONFIG_NAME
     broken = None

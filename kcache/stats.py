@@ -47,9 +47,12 @@ from .warn import warn_once
 COUNTERS = ("hits", "misses", "compiles", "puts", "evictions", "corrupt", "lock_waits",
             "lock_timeouts", "bytes_written", "compile_seconds", "seconds_saved",
             "write_errors_no_space", "write_errors_permission", "write_errors_other",
-            "temp_swept")
+            "temp_swept", "remote_hits", "remote_misses", "remote_bad", "remote_puts",
+            "remote_put_errors", "remote_errors_timeout", "remote_errors_refused",
+            "remote_errors_auth", "remote_errors_bad_value", "remote_errors_io",
+            "remote_errors_unavailable", "remote_wait_seconds")
 TOTALS = ("entries", "bytes")
-FLOAT_COUNTERS = {"compile_seconds", "seconds_saved"}
+FLOAT_COUNTERS = {"compile_seconds", "seconds_saved", "remote_wait_seconds"}
 FLUSH_INTERVAL = 1.0  # seconds
 SHARDS = 16
 _MAX_SHARD_FILE = 64 << 20  # bytes; a hits file of ~1M keys

@@ -59,7 +59,10 @@ class Stats:
 
     ``write_errors_*``: puts that failed, by cause (no space, permission incl. a read-only
     file system, other); ``temp_swept``: temp files of killed writers removed;
-    ``quarantine_files``/``quarantine_bytes``: what ``v1/quarantine/`` holds now."""
+    ``quarantine_files``/``quarantine_bytes``: what ``v1/quarantine/`` holds now;
+    ``remote_*``: the remote tier's hits, misses, values refused by the verification path
+    (``remote_bad``), publishes and failed publishes, errors by kind (kcache.tier.ERROR_KINDS;
+    counted apart from misses) and seconds waited for another machine's compile."""
 
     hits: int = 0
     misses: int = 0
@@ -81,6 +84,18 @@ class Stats:
     temp_swept: int = 0
     quarantine_files: int = 0
     quarantine_bytes: int = 0
+    remote_hits: int = 0
+    remote_misses: int = 0
+    remote_bad: int = 0
+    remote_puts: int = 0
+    remote_put_errors: int = 0
+    remote_errors_timeout: int = 0
+    remote_errors_refused: int = 0
+    remote_errors_auth: int = 0
+    remote_errors_bad_value: int = 0
+    remote_errors_io: int = 0
+    remote_errors_unavailable: int = 0
+    remote_wait_seconds: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -134,6 +149,9 @@ class Store:
         self._totals: dict[int, tuple[int, int]] = {}
         self._totals_at = 0.0
         self._corrupt_seen: set[tuple] = set()
+        self._remote = None  # the remote tier, opened on first use (kcache.remote)
+        self._remote_settings = None
+        self._remote_opened = False
         self._disabled = False
         self.disabled = self.settings.disabled  # builds the tiers read
 
@@ -279,6 +297,97 @@ class Store:
         shard = shard_of(key) if key else os.getpid() % SHARDS
         self._stats.add(shard, now=now, hit_key=hit_key, **counters)
 
+    # -- the remote tier -------------------------------------------------------------------------
+    @property
+    def remote(self):
+        """The remote tier (kcache.remote: Redis or an fsspec URL) when one is configured
+        (``KCACHE_REMOTE`` or config.json ``remote``) and could be opened, else None (a bad
+        setting or a missing client library is warned once). Opened on first use: a store
+        that never misses locally never connects."""
+        if not self._remote_opened:
+            self._remote_opened = True
+            if not self.disabled and (os.environ.get("KCACHE_REMOTE", "").strip()
+                                      or self.settings.config.get("remote")):
+                from .remote import open_configured  # imports no client library by itself
+                self._remote, self._remote_settings = open_configured(os.environ, self.settings.config)
+        return self._remote
+
+    @property
+    def remote_settings(self):
+        """The remote tier's settings (kcache.remote.RemoteSettings; no secret is shown) or
+        None."""
+        return self._remote_settings if self.remote is not None else None
+
+    def _remote_limit(self) -> int:
+        from .signing import OVERHEAD
+        return self.settings.max_entry_size + OVERHEAD
+
+    def _unwrap(self, tier, data: bytes) -> bytes:
+        """The entry bytes of a value read from ``tier``: a remote value is signed when a
+        secret is set (kcache.signing: a missing or wrong signature raises CorruptEntry)."""
+        if tier is not self._remote or tier is None:
+            return data
+        from .signing import unwrap
+        secret = self._remote_settings.secret
+        return unwrap(secret, data, require=secret is not None)
+
+    def _read_remote(self, key: str):
+        """(header, Entry, tier) from the remote tier, verified and copied into the writable
+        root; None on a miss, a refused value or a tier error (each counted, warned once)."""
+        remote = self.remote
+        if remote is None:
+            return None
+        try:
+            blob = remote.read(key, self._remote_limit())
+        except TierError as exc:
+            self._remote_error(exc)
+            return None
+        if blob is None:
+            self._count(key, remote_misses=1)
+            return None
+        return self._use_remote(key, blob)
+
+    def _use_remote(self, key: str, blob):
+        try:
+            data = self._unwrap(self._remote, blob.data)
+            header, ent = self.verify_bytes(key, data)
+        except (CorruptEntry, NewerFormat) as exc:
+            self._count(key, now=True, remote_bad=1)
+            warn_once("remote-bad", f"kcache: a value of {self._remote.name} was refused ({exc}); "
+                      "treated as a miss, never used")
+            return None
+        self._count(key, remote_hits=1)
+        self._publish(key, data, remote=False)  # backfill: the next read is local
+        return header, ent, self._remote
+
+    def _remote_error(self, exc: TierError) -> None:
+        self._count(None, **{f"remote_errors_{exc.kind}": 1})
+        remote = self._remote
+        warn_once("remote", f"kcache: remote tier error ({exc}); treated as a miss, kernels "
+                  "still compile and run")
+        if remote is not None and getattr(remote, "disabled_reason", None):
+            warn_once("remote-off", f"kcache: {remote.name}: {remote.disabled_reason}; "
+                      "this process goes on without it")
+
+    def _publish_remote(self, key: str, data: bytes) -> bool:
+        """Publish verified entry bytes to the writable remote tier (signed when a secret is
+        set); True if published. A failure is counted and warned once, never raised."""
+        remote = self.remote
+        if remote is None or not remote.writable:
+            return False
+        secret = self._remote_settings.secret
+        if secret is not None:
+            from .signing import wrap
+            data = wrap(secret, data)
+        try:
+            remote.write(key, data)
+        except TierError as exc:
+            self._count(key, now=True, remote_put_errors=1)
+            self._remote_error(exc)
+            return False
+        self._count(key, remote_puts=1)
+        return True
+
     # -- the verification path -----------------------------------------------------------------
     def verify_bytes(self, key: str, data: bytes) -> tuple[dict, Entry]:
         """The one check every value from any tier crosses before it is used: the entry
@@ -286,7 +395,7 @@ class Store:
         Returns (header, Entry); raises CorruptEntry (with ``code``) or NewerFormat."""
         return fmt.decode(data, key)
 
-    def _read(self, key: str, touch: bool):
+    def _read(self, key: str, touch: bool, remote: bool = True):
         """(header, Entry, tier) of the first tier holding a valid entry for ``key``, or None.
         Defects on the way are counted, quarantined (writable root) or remembered (layers),
         and warned once; unusable tiers are a miss. ``touch`` records the use of what is read
@@ -317,7 +426,7 @@ class Store:
                           f"({os_reason(exc)}); treated as a miss")
                 continue
             return header, ent, tier
-        return None
+        return self._read_remote(key) if remote else None
 
     def _bad(self, tier, key: str, exc: CorruptEntry, st, blob) -> None:
         """A defective value: quarantine it (writable root) or remember it (a layer: not
@@ -533,8 +642,11 @@ class Store:
         data = fmt.encode(key, entry, components)
         return self._publish(key, data)
 
-    def _publish(self, key: str, data: bytes) -> bool:
-        """Publish verified entry bytes under ``key`` in the writable root (see put)."""
+    def _publish(self, key: str, data: bytes, *, remote: bool = True) -> bool:
+        """Publish verified entry bytes under ``key`` in the writable root (see put), then
+        (``remote``) to the writable remote tier, whether or not the root took them."""
+        if remote:
+            self._publish_remote(key, data)
         if not self.writable or not self._ensure_root():
             if not self.disabled:
                 self._count(key, write_errors_permission=1)
@@ -568,14 +680,31 @@ class Store:
         if found is not None:
             return (self._hit(key, found) if count else found[1]), True
         with self.lock(key):
-            found = self._read(key, touch=count)
+            found = self._read(key, touch=count, remote=False)  # the remote was asked just now
             if found is not None:
                 return (self._hit(key, found) if count else found[1]), True
-            if count:
-                self._count(key, misses=1)
-            ent = create()
-            self.put(key, ent, components=components)
-            return ent, False
+            if self.remote is None:
+                return self._create(key, create, components, count), False
+            # Across machines: the remote tier's lease (Redis) makes one machine compile while
+            # the others wait for its value (bounded by KCACHE_REMOTE_WAIT).
+            with self._remote.single_flight(key, self._remote_limit(),
+                                            max_wait=self._remote_settings.max_wait) as flight:
+                if flight.waited:
+                    self._count(key, remote_wait_seconds=flight.waited)
+                if flight.error is not None:
+                    self._remote_error(flight.error)
+                found = self._use_remote(key, flight.blob) if flight.blob is not None else None
+                if found is not None:
+                    return (self._hit(key, found) if count else found[1]), True
+                return self._create(key, create, components, count), False
+
+    def _create(self, key: str, create, components, count: bool) -> Entry:
+        """A miss: ``create()`` and put (which publishes to the remote tier too)."""
+        if count:
+            self._count(key, misses=1)
+        ent = create()
+        self.put(key, ent, components=components)
+        return ent
 
     def entry_bytes(self, key: str) -> bytes | None:
         """The verified bytes of ``key``'s entry from the first local tier holding a valid
@@ -614,23 +743,57 @@ class Store:
         return report
 
     def _copy_one(self, tier, key: str, report: "CopyReport") -> str | None:
+        limit = self._remote_limit() if tier is self._remote else self.settings.max_entry_size
         try:
-            blob = tier.read(key, self.settings.max_entry_size)
+            blob = tier.read(key, limit)
             if blob is None:
                 return f"not in {tier.name}"
-            self.verify_bytes(key, blob.data)
+            data = self._unwrap(tier, blob.data)
+            self.verify_bytes(key, data)
         except (CorruptEntry, NewerFormat) as exc:
-            self._count(key, now=True, corrupt=1)
+            self._count(key, now=True, **({"remote_bad": 1} if tier is self._remote else {"corrupt": 1}))
             return f"refused: {exc}"
         except (TierError, OSError) as exc:
             return f"cannot read it: {exc}"
-        if self.entry_bytes(key) == blob.data:
+        if self.entry_bytes(key) == data:
             report.present.append(key)
             return None
-        if not self._publish(key, blob.data):
+        if not self._publish(key, data, remote=False):
             return f"not written: {self.write_problem or 'see the warning above'}"
         report.copied.append(key)
         return None
+
+    def push(self, keys=None, progress: Callable[[int, int], None] | None = None) -> "CopyReport":
+        """Publish local entries (default: every entry of the local tiers) to the writable
+        remote tier, each verified first and signed when a secret is set; keys the remote
+        already holds are ``present``. Raises KcacheError when no writable remote is
+        configured. Never raises for one entry (it is in ``failed``)."""
+        remote = self.remote
+        if remote is None or not remote.writable:
+            raise KcacheError("no writable remote tier is configured (KCACHE_REMOTE, and "
+                              "KCACHE_REMOTE_READONLY unset)")
+        report = CopyReport()
+        try:
+            there = set(remote.keys())
+        except TierError as exc:
+            report.failed.append(("*", f"cannot list {remote.name}: {exc}"))
+            return report
+        wanted = (list(dict.fromkeys(i.key for i in self.entries())) if keys is None
+                  else [check_key(k) for k in keys])
+        for i, key in enumerate(wanted, 1):
+            if key in there:
+                report.present.append(key)
+            else:
+                data = self.entry_bytes(key)
+                if data is None:
+                    report.failed.append((key, "no valid local entry"))
+                elif self._publish_remote(key, data):
+                    report.copied.append(key)
+                else:
+                    report.failed.append((key, "not written (see the warning above)"))
+            if progress is not None:
+                progress(i, len(wanted))
+        return report
 
     def record(self, **counters: float) -> None:
         """Add to persistent counters, e.g. ``record(compiles=1, compile_seconds=0.8)``.
@@ -741,7 +904,7 @@ class Store:
         values = {k: v for k, v in self._stats.read().items() if k in Stats.__dataclass_fields__}
         s = Stats(**values)
         for name in Stats.__dataclass_fields__:
-            if name not in ("compile_seconds", "seconds_saved"):
+            if name not in ("compile_seconds", "seconds_saved", "remote_wait_seconds"):
                 setattr(s, name, int(getattr(s, name)))
         s.max_size = self.max_size
         if self.local in self._tiers:
