@@ -14,7 +14,9 @@ import logging
 import os
 import sys
 
-from kcache.cli.common import UsageError, Problem, add_common
+from kcache.cli.args import add_common
+from kcache.cli.errors import Problem, UsageError
+from kcache.cli.text import line
 
 #: Subcommands in the order ``kcache --help`` lists them; module ``kcache.cli.cmd_<name>``.
 COMMANDS = ("dir", "ls", "stats", "show", "prune", "rm", "clear", "verify", "config")
@@ -30,7 +32,9 @@ class Parser(argparse.ArgumentParser):
     """
 
     def error(self, message: str):  # noqa: D401 - argparse hook
-        sys.stderr.write(f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+        # argparse quotes the bad value itself (e.g. "invalid choice: '...'"): escaped, and
+        # clipped, so that no value can send control characters or 5,000 digits to stderr
+        sys.stderr.write(f"{self.prog}: error: {line(message)} (see '{self.prog} --help')\n")
         raise SystemExit(EXIT_USAGE)
 
 
@@ -66,8 +70,8 @@ def main(argv: list[str] | None = None) -> int:
 
     User errors (:class:`UsageError`, ``kcache.errors.KcacheError`` and its ``ConfigError``,
     ``NewerFormat``) become one line on stderr and status 2; problems found by the operation
-    (:class:`Problem`, ``CorruptEntry``, ``LockTimeout``, an OS error on the cache files)
-    become one line and status 1. Anything else is a bug and keeps its traceback.
+    (:class:`Problem` and its :class:`NotFound`, ``CorruptEntry``, ``LockTimeout``, an OS
+    error on the cache files) become one line and status 1. Anything else is a bug and keeps its traceback.
     """
     import warnings
 
@@ -125,10 +129,18 @@ def quiet_library_warnings() -> None:
     if any(isinstance(h, _StderrHandler) for h in log.handlers):
         return
     handler = _StderrHandler()
-    handler.setFormatter(logging.Formatter("%(message)s"))
+    handler.setFormatter(_EscapingFormatter("%(message)s"))
     handler.addFilter(_LibraryWarnings())
     log.addHandler(handler)
     log.propagate = False
+
+
+class _EscapingFormatter(logging.Formatter):
+    """Formats a record as its message on one escaped line (kcache.cli.text.line): a warning quoting
+    a path or a value from a cache file cannot send control characters to the terminal."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return line(super().format(record))
 
 
 class _StderrHandler(logging.StreamHandler):
@@ -174,5 +186,5 @@ def _fail(exc: BaseException, status: int) -> int:
         text = f"{exc.filename}: {exc.strerror}"
     else:
         text = " ".join(str(exc).split()) or type(exc).__name__
-    sys.stderr.write(f"kcache: {text}\n")
+    sys.stderr.write(f"kcache: {line(text)}\n")
     return status

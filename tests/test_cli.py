@@ -140,7 +140,8 @@ def test_dir_json_and_plain(cache, tmp_path):
     layer = tmp_path / "layer"
     layer.mkdir()
     doc = kc_json("dir", root=root, env={"KCACHE_READONLY_DIRS": str(layer)})
-    assert doc == {"root": str(root), "writable": True, "readonly_roots": [str(layer)],
+    assert doc == {"root": str(root), "writable": True, "readonly_dirs": [str(layer)],
+                   "readonly_roots": [str(layer)],  # the old name, kept for scripts
                    "config_file": str(root / "config.json")}
     done = kc("dir", root=root)
     assert done.stdout.splitlines()[0] == str(root)
@@ -354,7 +355,8 @@ def test_show_sass_uses_a_disassembler_on_path_or_says_none_is_there(cache, tmp_
     (["ls", "--limit", "0"], "1 or more"),
     (["show", "zz"], "hex"),
     (["show", "a1"], "ambiguous"),
-    (["show", "a2"], "no entry"),
+    (["ls", "--kernel", ""], "glob pattern"),
+    (["ls", "--kernel", " "], "glob pattern"),
     (["rm"], "--kernel"),
     (["config", "get", "colour"], "max_size"),
     (["config", "set", "colour", "red"], "max_size"),
@@ -371,9 +373,15 @@ def test_bad_input_is_one_line_and_exit_2(cache, args, needle):
 
 
 def test_unknown_and_ambiguous_prefixes_name_the_candidates(cache):
-    root, _ = cache
-    line = one_line_error(kc("show", "a2", root=root))
+    root, paths = cache
+    # A well-formed prefix that no key has is "not found" (1), not a usage error (2).
+    line = one_line_error(kc("show", "a2", root=root), 1)
+    assert "no entry" in line
     assert K_AXPY_90[:12] in line or K_AXPY_90A[:12] in line  # nearest keys
+    before = {p: p.read_bytes() for p in paths.values()}
+    line = one_line_error(kc("rm", "b2", "a2", root=root), 1)  # nothing removed
+    assert "no entry with key prefix 'a2'" in line
+    assert {p: p.read_bytes() for p in paths.values()} == before
     line = one_line_error(kc("rm", "a1", root=root))
     assert K_AXPY_90[:12] in line and K_AXPY_90A[:12] in line
 
@@ -562,8 +570,9 @@ def test_config_show_get_set(cache):
     doc = kc_json("config", root=root, env={"KCACHE_LOCK_TIMEOUT": "90s"})
     assert doc["root"] == str(root) and doc["config_file"] == str(root / "config.json")
     settings = doc["settings"]
-    assert set(settings) == {"root", "max_size", "readonly_roots", "lock_timeout",
-                             "disabled", "shared"}
+    assert set(settings) == {"root", "max_size", "readonly_dirs", "readonly_roots",
+                             "lock_timeout", "disabled", "shared"}
+    assert settings["readonly_roots"] == settings["readonly_dirs"]  # old name, same content
     assert settings["root"] == {"value": str(root), "origin": "argument"}
     assert settings["lock_timeout"] == {"value": 90.0, "origin": "env KCACHE_LOCK_TIMEOUT"}
     assert settings["max_size"]["origin"] == "default"
@@ -957,7 +966,7 @@ def test_one_wording_per_problem_in_ls_show_and_verify(cache):
 
 def test_show_sass_checks_the_prefix_before_the_disassembler(cache):
     root, _ = cache
-    line = one_line_error(kc("show", "48ad", "--sass", root=root, env={"PATH": ""}))
+    line = one_line_error(kc("show", "48ad", "--sass", root=root, env={"PATH": ""}), 1)
     assert "no entry with key prefix '48ad'" in line, line
 
 

@@ -1,0 +1,125 @@
+"""The three output forms of every command (docs/cli.md, "Conventions").
+
+Data goes to stdout, messages to stderr. ``--json``: one JSON document (exact bytes, ISO 8601
+UTC times, full-precision seconds). On a terminal: tables drawn with rich (kcache.cli.table,
+imported only then), human sizes, relative times. Piped: plain text for ``cut``/``awk``, a
+header of JSON field names, then one tab-separated row per item. Every value shown, on a
+terminal or piped, is escaped (kcache.cli.text.escape): one row is always one line.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, Sequence
+
+from kcache.cli.table import Column
+from kcache.cli.text import escape, line
+from kcache.cli.values import dumps, jsonable
+
+__all__ = ["Column", "is_terminal", "print_json", "message", "cell", "human_value",
+           "print_table", "print_fields", "confirm"]
+
+
+def is_terminal() -> bool:
+    """True when stdout is a terminal (then tables and relative times are for people)."""
+    try:
+        return sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def print_json(document: Any) -> None:
+    """Write ``document`` as indented JSON on stdout. Values from entry headers need no
+    care: :func:`kcache.cli.values.jsonable` turns bytes into hex, keys into strings and
+    non-finite floats into text, and bounds the nesting; non-ASCII text is \\u-escaped."""
+    sys.stdout.write(json.dumps(jsonable(document), indent=2, allow_nan=False) + "\n")
+
+
+def message(text: str) -> None:
+    """Write a one-line message for people on stderr (never mixed into the data on stdout),
+    escaped and bounded (:func:`kcache.cli.text.line`): a path or kernel name in it cannot
+    send control characters to the terminal."""
+    sys.stderr.write(line(text) + "\n")
+
+
+def cell(value: Any) -> str:
+    """A value for plain (piped) output: JSON spellings (``true``, ``false``, empty for
+    null), lists of scalars joined with ``", "``, maps as JSON; escaped, so one line and no
+    tabs."""
+    if isinstance(value, str):
+        return escape(value)
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, (list, tuple)) and not any(isinstance(v, (dict, list, tuple))
+                                                    for v in value):
+        return ", ".join(cell(v) for v in value)
+    if isinstance(value, float):
+        return str(jsonable(value))  # NaN, Infinity as JSON writers spell them
+    if isinstance(value, (dict, list, tuple)):
+        return escape(dumps(value, sort_keys=True))
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).hex()
+    return escape(dumps(value))
+
+
+def human_value(value: Any) -> str:
+    """A value for people: ``yes``/``no`` for booleans, ``-`` for none, otherwise as
+    :func:`cell` writes it (escaped)."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return cell(value)
+
+
+def print_table(columns: Sequence[Column], human_rows: Sequence[Sequence[Any]],
+                plain_rows: Sequence[Sequence[Any]], *, names: Sequence[str],
+                wide: bool = False, title: str | None = None) -> None:
+    """Print a table: on a terminal ``human_rows`` fitted to its width (kcache.cli.table;
+    ``wide``: in full), else a header line of ``names`` (the JSON field names) and one
+    tab-separated line per row of ``plain_rows``."""
+    if is_terminal():
+        if not human_rows:
+            return  # an empty table says nothing; the command's message says why
+        from kcache.cli.table import draw
+        draw(columns, [[human_value(v) for v in row] for row in human_rows], wide=wide,
+             title=title)
+        return
+    write = sys.stdout.write
+    write("\t".join(names) + "\n")
+    for row in plain_rows:
+        write("\t".join([cell(v) for v in row]) + "\n")
+
+
+#: The name column of :func:`print_fields`, and its value column (shortened in the middle
+#: down to 16 cells when the terminal is narrow).
+_FIELD_COLUMNS = (Column("field"), Column("value", shrink=16))
+
+
+def print_fields(pairs: Sequence[tuple[str, Any, Any]], *, wide: bool = False,
+                 title: str | None = None) -> None:
+    """Print ``(name, human, plain)`` pairs: a two-column grid on a terminal, else
+    ``name<TAB>plain`` lines (spaces in names become ``_``)."""
+    if is_terminal():
+        from kcache.cli.table import draw
+        draw(_FIELD_COLUMNS, [[escape(name), human_value(human)] for name, human, _ in pairs],
+             wide=wide, title=title, show_header=False, bold_first=True)
+        return
+    write = sys.stdout.write
+    for name, _, plain in pairs:
+        write(f"{escape(name).replace(' ', '_')}\t{cell(plain)}\n")
+
+
+def confirm(question: str) -> bool:
+    """Ask a yes/no ``question`` on the terminal; True only for an explicit yes."""
+    sys.stderr.write(f"{escape(question)} [y/N] ")
+    sys.stderr.flush()
+    try:
+        answer = sys.stdin.readline()
+    except (OSError, KeyboardInterrupt):
+        return False
+    return answer.strip().lower() in ("y", "yes")
