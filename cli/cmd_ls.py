@@ -21,11 +21,12 @@ SORTS = {
     "created": (lambda v: v.created or 0.0, True),
 }
 
-#: Terminal columns. Kernel names and signatures lose their middle when the terminal is
-#: narrow; then Compile time, Hits, Signature, Last used, Size go, in that order.
+#: Terminal columns. When the terminal is narrow, kernel names and signatures lose their
+#: middle, and Compile time, Hits, Signature, Last used, Size go, in that order, before a
+#: kernel name is cut below 24 cells (then down to 16).
 COLUMNS = (
     Column("Key"),
-    Column("Kernel", shrink=16),
+    Column("Kernel", shrink=16, keep=24),
     Column("Signature", shrink=12, drop=4),
     Column("Arch"),
     Column("Size", right=True, drop=2),

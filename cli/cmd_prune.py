@@ -10,7 +10,7 @@ from kcache.cli.output import Column, message, print_json, print_table
 from kcache.cli.problems import left_text, not_removed, refuse_newer_format
 
 #: Terminal columns (see cmd_ls.COLUMNS): the kernel shrinks, then Last used and Size go.
-COLUMNS = (Column("Key"), Column("Kernel", shrink=16), Column("Arch"),
+COLUMNS = (Column("Key"), Column("Kernel", shrink=16, keep=24), Column("Arch"),
            Column("Size", right=True, drop=1), Column("Last used", drop=2))
 
 

@@ -95,9 +95,9 @@ def print_table(columns: Sequence[Column], human_rows: Sequence[Sequence[Any]],
         write("\t".join([cell(v) for v in row]) + "\n")
 
 
-#: The name column of :func:`print_fields`, and its value column (shortened in the middle
-#: down to 16 cells when the terminal is narrow).
-_FIELD_COLUMNS = (Column("field"), Column("value", shrink=16))
+#: The name and value columns of :func:`print_fields`: both lose their middle when the
+#: terminal is narrow (a name from a header's meta may be long too), down to 16 cells.
+_FIELD_COLUMNS = (Column("field", shrink=16, keep=24), Column("value", shrink=16))
 
 
 def print_fields(pairs: Sequence[tuple[str, Any, Any]], *, wide: bool = False,

@@ -23,12 +23,15 @@ class Column:
     """One table column.
 
     ``shrink``: None when cells are never shortened, else the narrowest width (cells) the
-    column may be given, cells then losing their middle; ``drop``: 0 for a column that is
-    always shown, else its rank in hiding order (the highest is hidden first)."""
+    column may be given, cells then losing their middle; ``keep``: the width it keeps while
+    other columns can still be hidden instead (a kernel name stays readable rather than
+    every column shrinking to a stub); ``drop``: 0 for a column that is always shown, else
+    its rank in hiding order (the highest is hidden first)."""
 
     header: str
     right: bool = False
     shrink: int | None = None
+    keep: int = 0
     drop: int = 0
 
 
@@ -65,39 +68,42 @@ def layout(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int,
            wide: bool = False) -> tuple[list[int], dict[int, int]]:
     """``(shown column indexes, width of each)`` for a table of ``rows`` (escaped text) in
     ``width`` cells. Natural widths when they fit (or ``wide``); else shortenable columns
-    are narrowed evenly from the widest down (never below their minimum or their header);
-    else columns are hidden by ``drop`` rank and the fit is tried again. When even the
-    minimum does not fit, the minimum is used (the terminal wraps whole lines)."""
+    are narrowed evenly from the widest down, first not below their ``keep`` width (hiding
+    columns by ``drop`` rank as needed), then, when hiding every droppable column is not
+    enough, down to their minimum (never below their header). When even that does not fit,
+    the minimum is used (the terminal wraps whole lines)."""
     natural = [max([cell_len(c.header)] + [cell_len(r[i]) for r in rows])
                for i, c in enumerate(columns)]
-    shown = list(range(len(columns)))
     if wide:
-        return shown, dict(enumerate(natural))
+        return list(range(len(columns))), dict(enumerate(natural))
     hide_order = sorted((i for i, c in enumerate(columns) if c.drop),
                         key=lambda i: -columns[i].drop)
-    while True:
-        widths = _fit(columns, natural, shown, width)
-        if widths is not None:
-            return shown, widths
-        if not hide_order:
-            return shown, {i: _minimum(columns[i], natural[i]) for i in shown}
-        shown.remove(hide_order.pop(0))
+    for comfortable in (True, False):
+        shown = list(range(len(columns)))
+        for hidden in range(len(hide_order) + 1):
+            shown = [i for i in range(len(columns)) if i not in hide_order[:hidden]]
+            widths = _fit(columns, natural, shown, width, comfortable)
+            if widths is not None:
+                return shown, widths
+    return shown, {i: _minimum(columns[i], natural[i], False) for i in shown}
 
 
-def _minimum(column: Column, natural: int) -> int:
+def _minimum(column: Column, natural: int, comfortable: bool) -> int:
     if column.shrink is None:
         return natural
-    return min(natural, max(column.shrink, cell_len(column.header)))
+    floor = max(column.shrink, column.keep) if comfortable else column.shrink
+    return min(natural, max(floor, cell_len(column.header)))
 
 
 def _fit(columns: Sequence[Column], natural: list[int], shown: list[int],
-         width: int) -> dict[int, int] | None:
+         width: int, comfortable: bool) -> dict[int, int] | None:
     """Widths of ``shown`` within ``width``, shortenable columns capped at one common level
-    (as high as fits), or None when even their minimums do not fit."""
+    (as high as fits), or None when even their minimums (``comfortable``: their ``keep``
+    widths) do not fit."""
     fixed = [i for i in shown if columns[i].shrink is None]
     flexible = [i for i in shown if columns[i].shrink is not None]
     room = width - sum(natural[i] for i in fixed) - GAP * (len(shown) - 1)
-    floor = {i: _minimum(columns[i], natural[i]) for i in flexible}
+    floor = {i: _minimum(columns[i], natural[i], comfortable) for i in flexible}
     if sum(floor.values()) > room:
         return None
 
