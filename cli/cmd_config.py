@@ -216,8 +216,8 @@ def run(args) -> int:
                     "settings": settings, "errors": resolved.errors,
                     "warnings": resolved.warnings})
     else:
-        print_table(COLUMNS, [(r.name, _human(r), r.origin) for r in rows],
-                    [(r.name, _plain(r.value), r.origin) for r in rows],
+        print_table(COLUMNS, rows, human=lambda r: (r.name, _human(r), r.origin),
+                    plain=lambda r: (r.name, _plain(r.value), r.origin),
                     names=("setting", "value", "origin"), wide=want_wide(args))
     for text in resolved.errors:
         message(f"kcache: {text}")

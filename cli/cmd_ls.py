@@ -103,14 +103,16 @@ def run(args) -> int:
     as_json = want_json(args)
     rows, broken = select(open_store(args), args, with_stale=as_json)
     if as_json:
-        print_json({"entries": [entry_record(view, stale) for view, stale in rows]})
+        print_json({"entries": [entry_record(view, stale) for view, stale in rows]},
+                   checked=True)
     else:
         print_table(
-            COLUMNS,
-            [(v.short_key, v.kernel_cell(), v.signature, v.arch, human_size(v.file_size),
-              v.hits, ago(v.last_used), human_seconds(v.compile_seconds)) for v, _ in rows],
-            [(v.short_key, v.kernel_cell(), v.signature, v.arch, v.file_size, v.hits,
-              iso(v.last_used), plain_seconds(v.compile_seconds)) for v, _ in rows],
+            COLUMNS, [view for view, _ in rows],
+            human=lambda v: (v.short_key, v.kernel_cell(), v.signature, v.arch,
+                             human_size(v.file_size), v.hits, ago(v.last_used),
+                             human_seconds(v.compile_seconds)),
+            plain=lambda v: (v.short_key, v.kernel_cell(), v.signature, v.arch, v.file_size,
+                             v.hits, iso(v.last_used), plain_seconds(v.compile_seconds)),
             names=PLAIN_NAMES, wide=want_wide(args))
         if not rows:
             message("kcache: no entries match" if (args.kernel or args.cc or args.stale)

@@ -70,13 +70,13 @@ def run(args) -> int:
                     "older_than": args.older_than, "stale": bool(args.stale),
                     "removed": [entry_record(v) for v in removed],
                     "entries_removed": len(removed), "bytes_freed": freed,
-                    "not_removed": left})
+                    "not_removed": left}, checked=True)
     else:
-        print_table(COLUMNS,
-                    [(v.short_key, v.kernel_cell(), v.arch, human_size(v.file_size),
-                      ago(v.last_used)) for v in removed],
-                    [(v.short_key, v.kernel_cell(), v.arch, v.file_size, iso(v.last_used))
-                     for v in removed],
+        print_table(COLUMNS, removed,
+                    human=lambda v: (v.short_key, v.kernel_cell(), v.arch,
+                                     human_size(v.file_size), ago(v.last_used)),
+                    plain=lambda v: (v.short_key, v.kernel_cell(), v.arch, v.file_size,
+                                     iso(v.last_used)),
                     names=("short_key", "kernel", "arch", "file_size", "last_used"),
                     wide=want_wide(args))
         if not removed:

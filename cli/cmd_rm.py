@@ -56,12 +56,13 @@ def run(args) -> int:
     freed = int(report.bytes_freed)
     if want_json(args):
         print_json({"removed": [entry_record(v) for v in removed], "bytes_freed": freed,
-                    "not_removed": [dict(entry_record(v), reason=why) for v, why in kept]})
+                    "not_removed": [dict(entry_record(v), reason=why) for v, why in kept]},
+                   checked=True)
     else:
-        print_table(COLUMNS,
-                    [(v.short_key, v.kernel_cell(), v.arch, human_size(v.file_size))
-                     for v in removed],
-                    [(v.short_key, v.kernel_cell(), v.arch, v.file_size) for v in removed],
+        print_table(COLUMNS, removed,
+                    human=lambda v: (v.short_key, v.kernel_cell(), v.arch,
+                                     human_size(v.file_size)),
+                    plain=lambda v: (v.short_key, v.kernel_cell(), v.arch, v.file_size),
                     names=("short_key", "kernel", "arch", "file_size"), wide=want_wide(args))
         if removed or not kept:  # else the one line below says it all
             message(f"kcache: removed {entries_text(len(removed))}, freed {human_size(freed)}")

@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 from kcache.cli.args import nonblank_arg, want_json, want_wide
@@ -179,6 +176,7 @@ def _text(artifacts: dict, name: str) -> str:
 
 def find_disassembler() -> list[str] | None:
     """The SASS command to run on a cubin file: ``nvdisasm`` else ``cuobjdump -sass``."""
+    import shutil
     if shutil.which("nvdisasm"):
         return ["nvdisasm"]
     if shutil.which("cuobjdump"):
@@ -191,6 +189,8 @@ def disassemble(tool: list[str], cubin: bytes) -> str:
 
     Raises :class:`Problem` when the tool fails or takes longer than 120 s.
     """
+    import subprocess
+    import tempfile
     with tempfile.TemporaryDirectory(prefix="kcache-sass-") as tmp:
         path = os.path.join(tmp, "kernel.cubin")
         with open(path, "wb") as f:

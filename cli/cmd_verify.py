@@ -76,16 +76,16 @@ def run(args) -> int:
                     "newer": newer})
         return 1 if remaining else 0
     if bad:
-        human = [[b["key"][:SHORT_KEY], b["problem"],
-                  "yes" if b["quarantined"] else (f"no: {b['reason']}" if b["reason"] else "no"),
-                  b["path"]] for b in bad]
-        plain = [[b["key"][:SHORT_KEY], b["problem"], b["quarantined"], b["path"]]
-                 for b in bad]
         names = ["key", "problem", "quarantined", "path"]  # key: its first 12 digits
         if args.fix:
-            plain = [row + [b["reason"]] for row, b in zip(plain, bad)]
             names.append("reason")
-        print_table(COLUMNS, human, plain, names=names, wide=want_wide(args))
+        print_table(
+            COLUMNS, bad, names=names, wide=want_wide(args),
+            human=lambda b: (b["key"][:SHORT_KEY], b["problem"],
+                             "yes" if b["quarantined"] else
+                             (f"no: {b['reason']}" if b["reason"] else "no"), b["path"]),
+            plain=lambda b: (b["key"][:SHORT_KEY], b["problem"], b["quarantined"], b["path"],
+                             *([b["reason"]] if args.fix else [])))
     summary = f"kcache: checked {entries_text(report.checked)}: {len(bad)} bad"
     if args.fix:
         summary += f", {len(bad) - len(remaining)} quarantined"

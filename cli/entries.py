@@ -158,7 +158,7 @@ def resolve_prefix(store, prefix: str) -> EntryView:
     if newer:
         raise UsageError(f"entry {newer[0]} was written by a newer kcache format; left "
                          "untouched (use the kcache version that wrote it)")
-    keys = [info.key for info in store.entries()]
+    keys = entry_keys(store)
     near = near_keys(cleaned, keys)
     if not keys:
         hint = " (the cache has no entries)"
@@ -167,6 +167,15 @@ def resolve_prefix(store, prefix: str) -> EntryView:
     else:
         hint = ""
     raise NotFound(f"no entry with key prefix {prefix!r}{hint}")
+
+
+def entry_keys(store) -> list[str]:
+    """The keys of every entry file in the writable root and the read-only dirs, from the
+    file names alone (``kcache.layout.scan``; no header is read: naming the nearest keys of
+    a mistyped prefix must not read 100,000 headers)."""
+    from kcache.layout import Layout, scan
+    return [key for root in (store.root, *store.readonly_roots)
+            for key, _path, _st in scan(Layout(root))]
 
 
 def _label(view: EntryView) -> str:

@@ -3,8 +3,8 @@
 Each subcommand is one module ``kcache.cli.cmd_<name>`` with a ``register(subparsers)`` that
 adds its subparser and a ``run(args) -> int``. Adding a command (``warm``, ``export``,
 ``import``, ``push``, ``pull``) is one module plus one name in :data:`COMMANDS`.
-Command modules are imported when the parser is built, so they must stay cheap to import
-(no rich, no numba at module level).
+Only the module of the command being run is imported (all of them for ``kcache --help``),
+and each must stay cheap to import (no rich, no numba at module level).
 """
 from __future__ import annotations
 
@@ -38,8 +38,10 @@ class Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_USAGE)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Return the ``kcache`` parser with every subcommand of :data:`COMMANDS` registered.
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """Return the ``kcache`` parser with every subcommand of :data:`COMMANDS` registered,
+    or with ``only`` that one (the command the arguments name, :func:`command_in`): a
+    command then does not pay, at each start, for importing and building the eight others.
 
     Each parsed namespace carries ``run`` (the command's run function).
     """
@@ -52,12 +54,27 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"kcache {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
-    for name in COMMANDS:
+    for name in COMMANDS if only is None else (only,):
         module = importlib.import_module(f"kcache.cli.cmd_{name}")
         command = module.register(sub)
         add_common(command)
         command.set_defaults(run=module.run)
     return parser
+
+
+def command_in(argv: list[str]) -> str | None:
+    """The command that ``argv`` names (its first word that is not an option or the value
+    of ``--dir``), or None when there is none or it is not one of :data:`COMMANDS` (then
+    the full parser answers: help, or the "invalid choice" error)."""
+    words = iter(argv)
+    for word in words:
+        if word == "--":
+            return None
+        if len(word) >= 3 and "--dir".startswith(word):  # --dir PATH (argparse allows --di)
+            next(words, None)
+        elif not word.startswith("-"):
+            return word if word in COMMANDS else None
+    return None
 
 
 def _version() -> str:
@@ -83,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     warnings.simplefilter("ignore", KcacheWarning)
     quiet_library_warnings()
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(join_negative_values(argv))
+    argv = join_negative_values(argv)
+    args = build_parser(command_in(argv)).parse_args(argv)
     try:
         return args.run(args)
     except UsageError as exc:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from kcache.cli.table import Column
 from kcache.cli.text import escape, line
@@ -28,11 +28,14 @@ def is_terminal() -> bool:
         return False
 
 
-def print_json(document: Any) -> None:
+def print_json(document: Any, *, checked: bool = False) -> None:
     """Write ``document`` as indented JSON on stdout. Values from entry headers need no
     care: :func:`kcache.cli.values.jsonable` turns bytes into hex, keys into strings and
-    non-finite floats into text, and bounds the nesting; non-ASCII text is \\u-escaped."""
-    sys.stdout.write(json.dumps(jsonable(document), indent=2, allow_nan=False) + "\n")
+    non-finite floats into text, and bounds the nesting; non-ASCII text is \\u-escaped.
+    ``checked``: the document holds only JSON types already (entry records of
+    kcache.cli.entries): the walk is skipped (0.2 s for 10,000 entries)."""
+    sys.stdout.write(json.dumps(document if checked else jsonable(document), indent=2,
+                                allow_nan=False) + "\n")
 
 
 def message(text: str) -> None:
@@ -76,23 +79,23 @@ def human_value(value: Any) -> str:
     return cell(value)
 
 
-def print_table(columns: Sequence[Column], human_rows: Sequence[Sequence[Any]],
-                plain_rows: Sequence[Sequence[Any]], *, names: Sequence[str],
-                wide: bool = False, title: str | None = None) -> None:
-    """Print a table: on a terminal ``human_rows`` fitted to its width (kcache.cli.table;
-    ``wide``: in full), else a header line of ``names`` (the JSON field names) and one
-    tab-separated line per row of ``plain_rows``."""
+def print_table(columns: Sequence[Column], items: Sequence[Any], *,
+                human: Callable[[Any], Sequence[Any]], plain: Callable[[Any], Sequence[Any]],
+                names: Sequence[str], wide: bool = False, title: str | None = None) -> None:
+    """Print a table of ``items``: on a terminal their ``human(item)`` rows fitted to its
+    width (kcache.cli.table; ``wide``: in full), else a header line of ``names`` (the JSON
+    field names) and one tab-separated line of ``plain(item)`` per item. Only the form
+    printed is computed (10,000 rows of relative times cost a quarter of a second)."""
     if is_terminal():
-        if not human_rows:
+        if not items:
             return  # an empty table says nothing; the command's message says why
         from kcache.cli.table import draw
-        draw(columns, [[human_value(v) for v in row] for row in human_rows], wide=wide,
+        draw(columns, [[human_value(v) for v in human(item)] for item in items], wide=wide,
              title=title)
         return
-    write = sys.stdout.write
-    write("\t".join(names) + "\n")
-    for row in plain_rows:
-        write("\t".join([cell(v) for v in row]) + "\n")
+    lines = ["\t".join(names)]
+    lines += ["\t".join([cell(v) for v in plain(item)]) for item in items]
+    sys.stdout.write("\n".join(lines) + "\n")
 
 
 #: The name and value columns of :func:`print_fields`: both lose their middle when the

@@ -5,6 +5,7 @@ nor deletes (issue 4): the CLI looks for them itself to say why a key or a comma
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
@@ -53,9 +54,8 @@ def _prefix_problem(path: Path) -> str | None:
     from kcache.entry import PREFIX_SIZE, parse_prefix
     from kcache.errors import KcacheError
     try:
-        with open_regular(path) as f:
-            size = os.fstat(f.fileno()).st_size
-            parse_prefix(f.read(PREFIX_SIZE), size)
+        with regular_file(path) as (fd, st):
+            parse_prefix(read_at_most(fd, PREFIX_SIZE), st.st_size)
     except KcacheError as exc:
         return " ".join(str(exc).split())
     except (OSError, ValueError):
@@ -63,18 +63,32 @@ def _prefix_problem(path: Path) -> str | None:
     return None
 
 
-def open_regular(path: Path):
-    """``path`` opened for binary reading when it is a regular file, not through a symlink
-    and without blocking (a FIFO named like an entry must not hang the command); OSError
-    otherwise (ELOOP for a symlink, EINVAL for anything but a regular file)."""
+@contextlib.contextmanager
+def regular_file(path: Path):
+    """``(fd, stat)`` of ``path`` opened for reading, when it is a regular file: never
+    through a symlink and without blocking (a FIFO named like an entry must not hang the
+    command); OSError otherwise (ELOOP for a symlink, EINVAL for anything but a regular
+    file). File descriptors, not file objects: this runs once per entry in prune and clear."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
             raise OSError(errno.EINVAL, "not a regular file", str(path))
-        return os.fdopen(fd, "rb")
-    except BaseException:
+        yield fd, st
+    finally:
         os.close(fd)
-        raise
+
+
+def read_at_most(fd: int, size: int) -> bytes:
+    """Up to ``size`` bytes from ``fd`` (fewer at the end of the file)."""
+    chunks = []
+    while size > 0:
+        chunk = os.read(fd, min(size, 1 << 20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size -= len(chunk)
+    return b"".join(chunks)
 
 
 def not_regular(problem: str | None) -> bool:
@@ -101,22 +115,22 @@ def newer_format_files(store, prefix: str = "", *, readonly: bool = True) -> lis
     roots = [store.root] + (list(store.readonly_roots) if readonly else [])
     return [path for root in roots
             for key, path, st in scan(Layout(root), prefix[:2] if len(prefix) >= 2 else None)
-            if key.startswith(prefix) and _is_newer(path, key, st.st_size)]
+            if key.startswith(prefix) and _is_newer(path, key)]
 
 
-def _is_newer(path: Path, key: str, size: int) -> bool:
+def _is_newer(path: Path, key: str) -> bool:
     from kcache.entry import MAX_FILE, PREFIX_SIZE, decode, parse_prefix
     from kcache.errors import KcacheError, NewerFormat
     try:
-        with open_regular(path) as f:
-            head = f.read(PREFIX_SIZE)
+        with regular_file(path) as (fd, st):
+            head = read_at_most(fd, PREFIX_SIZE)
             try:
-                parse_prefix(head, size)
+                parse_prefix(head, st.st_size)
                 return False  # this format (or corrupt: verify's business)
             except NewerFormat:
-                if size > MAX_FILE:
+                if st.st_size > MAX_FILE:
                     return False  # corrupt, not read whole (bounded by the file's size)
-                decode(head + f.read(size - len(head)), key)  # the checksum must hold too
+                decode(head + read_at_most(fd, st.st_size - len(head)), key)  # checksum too
     except NewerFormat:
         return True
     except (OSError, KcacheError):

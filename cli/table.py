@@ -11,14 +11,12 @@ rich is imported only here, and this module only when something is drawn on a te
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Sequence
 
 ELLIPSIS = "…"
 GAP = 2  # columns between two table columns (rich: padding 1 on each side, no outer edge)
 
 
-@dataclasses.dataclass(frozen=True)
 class Column:
     """One table column.
 
@@ -26,13 +24,15 @@ class Column:
     column may be given, cells then losing their middle; ``keep``: the width it keeps while
     other columns can still be hidden instead (a kernel name stays readable rather than
     every column shrinking to a stub); ``drop``: 0 for a column that is always shown, else
-    its rank in hiding order (the highest is hidden first)."""
+    its rank in hiding order (the highest is hidden first). (A plain class: a dataclass
+    costs a millisecond to create at import, on every command's start-up.)"""
 
-    header: str
-    right: bool = False
-    shrink: int | None = None
-    keep: int = 0
-    drop: int = 0
+    __slots__ = ("header", "right", "shrink", "keep", "drop")
+
+    def __init__(self, header: str, right: bool = False, shrink: int | None = None,
+                 keep: int = 0, drop: int = 0) -> None:
+        self.header, self.right, self.shrink, self.keep, self.drop = (
+            header, right, shrink, keep, drop)
 
 
 def cell_len(text: str) -> int:

@@ -21,6 +21,8 @@ _NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
 
 def number(value: Any) -> float | None:
     """``value`` as a finite float, or None (None, bool, NaN, infinity, text, containers)."""
+    if type(value) is float:  # the usual case, checked first: ls calls this 30,000 times
+        return value if math.isfinite(value) else None
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         try:
             result = float(value)
