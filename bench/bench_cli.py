@@ -9,7 +9,9 @@ Start-up: complete runs (process start to exit, stdout piped, so the plain-text 
 ``python -m kcache CMD --dir ROOT`` and of the ``kcache`` console script, on a cache of N
 small entries. The commands are timed round-robin (one run of each, R rounds), so that load
 from other processes on the machine spreads evenly over all of them; the table gives the
-median and best run and the median minus the median of ``python -c pass``. A separate
+median and best wall time, the median minus the median of ``python -c pass``, and the same
+for CPU time (user + system of the child, from ``wait4``: what the run costs on an idle
+core, the better figure on a machine shared with other work). A separate
 in-process run lists which of numba, ``kcache.dispatcher``, rich each command imported (must
 be none when piped).
 
@@ -118,18 +120,28 @@ def command_line(how: list[str], args: list[str], root: Path, empty: Path, key: 
     return how + args
 
 
-def run_once(cmd: list[str], env: dict, expected: int = 0) -> float:
+def run_once(cmd: list[str], env: dict, expected: int = 0) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) of one run of ``cmd``. The CPU time (user + system, from
+    ``wait4``) is what the run costs on an otherwise idle core: on a machine shared with
+    other work, wall time also counts the waits for a core."""
     start = time.perf_counter()
-    done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    # Run outside the source tree: ``python -m`` puts the working directory first on
+    # sys.path, and a checkout's ./kcache would shadow the installed package.
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
+                            cwd=tempfile.gettempdir())
+    stderr = proc.stderr.read()
+    _pid, status, usage = os.wait4(proc.pid, 0)
     elapsed = time.perf_counter() - start
-    if done.returncode != expected:
-        raise SystemExit(f"{' '.join(cmd)} exited {done.returncode}: {done.stderr.decode()}")
-    return elapsed
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    proc.stderr.close()
+    if proc.returncode != expected:
+        raise SystemExit(f"{' '.join(cmd)} exited {proc.returncode}: {stderr.decode()}")
+    return elapsed, usage.ru_utime + usage.ru_stime
 
 
 def round_robin(cases: dict[str, tuple[list[str], int]], env: dict, rounds: int) -> dict:
-    """{label: [seconds...]} with each case run once per round, in turn."""
-    times: dict[str, list[float]] = {label: [] for label in cases}
+    """{label: [(wall, cpu) seconds...]} with each case run once per round, in turn."""
+    times: dict[str, list[tuple[float, float]]] = {label: [] for label in cases}
     for label, (cmd, expected) in cases.items():  # warm-up: bytecode written, caches filled
         run_once(cmd, env, expected)
     for _ in range(rounds):
@@ -145,7 +157,8 @@ def leaked(args: list[str], env: dict) -> str:
              f"bad = [m for m in {MUST_NOT_LOAD!r} if m in sys.modules];"
              "sys.stderr.write('LEAKED=' + ','.join(bad) + '\\n'); sys.exit(rc)")
     done = subprocess.run([sys.executable, "-c", probe, *args], env=env, text=True,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                          cwd=tempfile.gettempdir())
     line = [l for l in done.stderr.splitlines() if l.startswith("LEAKED=")]
     return (line[0][len("LEAKED="):] or "none") if line else "?"
 
@@ -167,20 +180,24 @@ def startup(opts, tmp: Path) -> None:
             cases[f"{how_name} {label}"] = (command_line(how, args, root, empty, key),
                                             EXPECTED.get(label, 0))
     times = round_robin(cases, env, opts.rounds)
-    floor = statistics.median(times["python -c pass"])
+    wall_floor = statistics.median(w for w, _ in times["python -c pass"])
+    cpu_floor = statistics.median(c for _, c in times["python -c pass"])
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python "
           f"{platform.python_version()}, load average {os.getloadavg()[0]:.1f} at the end; "
           f"{opts.entries} entries; {opts.rounds} rounds; bytecode "
           f"{'not written (PYTHONDONTWRITEBYTECODE=1)' if opts.no_bytecode else 'cached'}")
-    print(f"{'command':<52} {'median ms':>9} {'best ms':>8} {'above bare':>10}  loaded")
+    print(f"{'command':<48} {'wall ms':>8} {'best':>6} {'above':>6}  {'CPU ms':>7} "
+          f"{'above':>6}  loaded")
     for label, samples in times.items():
-        median = statistics.median(samples)
+        wall = statistics.median(w for w, _ in samples)
+        cpu = statistics.median(c for _, c in samples)
         args = next((a for l, a in COMMANDS if label.endswith(" " + l)), None)
         loaded = "-"
         if args is not None and label.startswith("python -m"):
             loaded = leaked(command_line([], args, root, empty, key), env)
-        print(f"{label:<52} {median * 1e3:>9.0f} {min(samples) * 1e3:>8.0f} "
-              f"{(median - floor) * 1e3:>+10.0f}  {loaded}")
+        print(f"{label:<48} {wall * 1e3:>8.0f} {min(w for w, _ in samples) * 1e3:>6.0f} "
+              f"{(wall - wall_floor) * 1e3:>+6.0f}  {cpu * 1e3:>7.0f} "
+              f"{(cpu - cpu_floor) * 1e3:>+6.0f}  {loaded}")
 
 
 def scale(opts, tmp: Path) -> None:
@@ -200,8 +217,9 @@ def scale(opts, tmp: Path) -> None:
             args = [str(int(size * 0.9)) if a == "CAP" else a for a in args]
             runs = 1 if "--dry-run" not in args and args[0] == "prune" else opts.scale_runs
             samples = [run_once(kcache + args + ["--dir", str(root)], env) for _ in range(runs)]
-            print(f"  kcache {' '.join(args):<40} median {statistics.median(samples):6.2f} s "
-                  f"(best {min(samples):.2f} s, {runs} runs)")
+            print(f"  kcache {' '.join(args):<40} wall median {statistics.median(w for w, _ in samples):6.2f} s "
+                  f"(best {min(w for w, _ in samples):.2f} s), CPU median "
+                  f"{statistics.median(c for _, c in samples):.2f} s, {runs} runs")
         if opts.profile:
             for args in commands[:2]:
                 args = [str(int(size * 0.9)) if a == "CAP" else a for a in args]

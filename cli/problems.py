@@ -111,30 +111,61 @@ def newer_format_files(store, prefix: str = "", *, readonly: bool = True) -> lis
     only such files are then read whole and checked by ``kcache.entry.decode`` (checksum
     first, so a flipped bit in the version field counts as corruption, as in the store).
     """
-    from kcache.layout import Layout, scan
+    from kcache.layout import Layout, entry_key
     roots = [store.root] + (list(store.readonly_roots) if readonly else [])
-    return [path for root in roots
-            for key, path, st in scan(Layout(root), prefix[:2] if len(prefix) >= 2 else None)
-            if key.startswith(prefix) and _is_newer(path, key)]
+    found = []
+    for root in roots:
+        # File names only (no stat, no Path per file: prune and clear run this on every
+        # entry first); the folders and the names are the Layout's.
+        for shard in Layout(root).shard_dirs(prefix[:2] if len(prefix) >= 2 else None):
+            try:
+                with os.scandir(shard) as listing:
+                    names = [de.name for de in listing]
+            except OSError:
+                continue
+            folder = str(shard)
+            for name in names:
+                key = entry_key(shard.name, name)
+                if key is not None and key.startswith(prefix) and _is_newer(
+                        os.path.join(folder, name), key):
+                    found.append(shard / name)
+    return found
 
 
-def _is_newer(path: Path, key: str) -> bool:
+def _is_newer(path: str, key: str) -> bool:
+    """True when ``path`` is a regular file of a newer entry format whose checksum holds.
+
+    The first bytes are read without a ``stat`` (a folder or FIFO named like an entry reads
+    as an error or as too short, both "not newer"); only a file whose version field says
+    newer is checked further, bounded by its size."""
     from kcache.entry import MAX_FILE, PREFIX_SIZE, decode, parse_prefix
     from kcache.errors import KcacheError, NewerFormat
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     try:
-        with regular_file(path) as (fd, st):
-            head = read_at_most(fd, PREFIX_SIZE)
-            try:
-                parse_prefix(head, st.st_size)
-                return False  # this format (or corrupt: verify's business)
-            except NewerFormat:
-                if st.st_size > MAX_FILE:
-                    return False  # corrupt, not read whole (bounded by the file's size)
-                decode(head + read_at_most(fd, st.st_size - len(head)), key)  # checksum too
+        fd = os.open(path, flags)
+    except OSError:
+        return False
+    try:
+        head = os.read(fd, PREFIX_SIZE)
+        try:
+            # The magic, then the version, are checked before any length: a newer file
+            # raises NewerFormat whatever size is given; its real size is checked below.
+            parse_prefix(head, len(head) + 2**40)
+            return False  # this format (or corrupt: verify's business)
+        except NewerFormat:
+            pass
+        except KcacheError:
+            return False
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_FILE:
+            return False  # not a file, or corrupt: never read whole
+        decode(head + read_at_most(fd, st.st_size - len(head)), key)  # the checksum too
     except NewerFormat:
         return True
     except (OSError, KcacheError):
         return False
+    finally:
+        os.close(fd)
     return False
 
 

@@ -329,7 +329,8 @@ def test_a_fifo_named_like_an_entry_does_not_hang_the_cli(tmp_path):
     write_entry(root, KEY, {})
     fifo = root / "v1" / "entries" / "e7" / ("e7" + "4" * 62 + ".kce")
     os.mkfifo(fifo)
-    for args in (["ls"], ["show", "e74"], ["rm", "e74"], ["ls", "--json"]):
+    for args in (["ls"], ["show", "e74"], ["rm", "e74"], ["ls", "--json"], ["show", "e75"],
+                 ["verify"], ["prune", "--dry-run"], ["prune"], ["clear", "--yes"]):
         done = subprocess.run([sys.executable, "-m", "kcache", *args, "--dir", str(root)],
                               capture_output=True, text=True, timeout=60)
         assert "Traceback" not in done.stderr and done.returncode in (0, 1), done.stderr

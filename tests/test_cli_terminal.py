@@ -107,3 +107,30 @@ def test_show_wide_prints_the_full_key_and_path(long_names):
     lines = screen("show", info.key[:8], "--wide", "--dir", str(long_names), columns=60)
     text = "\n".join(lines)
     assert info.key in text and str(info.path) in text
+
+
+# ------------------------------------------------------------------------------ in process
+
+def test_shorten_keeps_both_ends_and_counts_wide_characters():
+    from kcache.cli.table import cell_len, shorten
+    cut = shorten("examples.kernels:blockwise_lock_sum", 20)
+    assert cut.startswith("examples.") and cut.endswith("lock_sum") and "…" in cut
+    assert cell_len(cut) == 20
+    wide = "核函数" * 10  # 2 cells each
+    assert cell_len(shorten(wide, 11)) <= 11
+    assert shorten("short", 20) == "short"
+
+
+def test_layout_hides_by_rank_before_cutting_below_keep():
+    from kcache.cli.table import Column, layout
+    columns = [Column("Key"), Column("Kernel", shrink=8, keep=20), Column("Extra", drop=1),
+               Column("More", drop=2)]
+    rows = [["k" * 12, "x" * 40, "e" * 10, "m" * 10]]
+    shown, widths = layout(columns, rows, 200)
+    assert shown == [0, 1, 2, 3] and widths[1] == 40  # fits: natural widths
+    shown, widths = layout(columns, rows, 12 + 2 + 20 + 2 + 10)
+    assert shown == [0, 1, 2] and widths[1] == 20  # "More" (rank 2) hidden first
+    shown, widths = layout(columns, rows, 12 + 2 + 12)
+    assert shown == [0, 1] and widths[1] == 12  # all hidden, then cut below keep
+    shown, widths = layout(columns, rows, 10, wide=True)
+    assert shown == [0, 1, 2, 3] and widths[1] == 40  # --wide: everything
