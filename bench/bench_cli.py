@@ -217,7 +217,8 @@ def scale(opts, tmp: Path) -> None:
             args = [str(int(size * 0.9)) if a == "CAP" else a for a in args]
             runs = 1 if "--dry-run" not in args and args[0] == "prune" else opts.scale_runs
             samples = [run_once(kcache + args + ["--dir", str(root)], env) for _ in range(runs)]
-            print(f"  kcache {' '.join(args):<40} wall median {statistics.median(w for w, _ in samples):6.2f} s "
+            wall = statistics.median(w for w, _ in samples)
+            print(f"  kcache {' '.join(args):<40} wall median {wall:6.2f} s "
                   f"(best {min(w for w, _ in samples):.2f} s), CPU median "
                   f"{statistics.median(c for _, c in samples):.2f} s, {runs} runs")
         if opts.profile:

@@ -229,8 +229,8 @@ def test_hostile_headers_rm(hostile):
         key_of(case) for case in CASES)
 
 
-@pytest.mark.parametrize("args", [["ls"], ["ls", "--wide"], ["prune", "--dry-run", "--max-size", "1"],
-                                  ["verify"]], ids=" ".join)
+@pytest.mark.parametrize("args", [["ls"], ["ls", "--wide"], ["verify"],
+                                  ["prune", "--dry-run", "--max-size", "1"]], ids=" ".join)
 def test_hostile_headers_on_a_terminal(hostile, args):
     root, env = hostile
     status, text, err = on_terminal(*args, "--dir", str(root), env=env)
