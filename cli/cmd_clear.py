@@ -3,16 +3,18 @@ from __future__ import annotations
 
 import sys
 
-from kcache.cli.common import (
-    Problem, UsageError, confirm, entries_text, ensure_writable, human_size, left_text,
-    message, not_removed, open_store, print_json, refuse_newer_format, want_json,
-)
+from kcache.cli.args import want_json
+from kcache.cli.cache import ensure_writable, open_store
+from kcache.cli.errors import Problem, UsageError
+from kcache.cli.fmt import entries_text, human_size
+from kcache.cli.output import confirm, message, print_json
+from kcache.cli.problems import left_text, not_removed, refuse_newer_format
 
 
 def register(sub):
     """Add the ``clear`` subparser to ``sub`` and return it."""
     p = sub.add_parser("clear", help="remove every entry of the writable root",
-                       description="Remove every entry of the writable root (read-only layers "
+                       description="Remove every entry of the writable root (read-only dirs "
                                    "and settings are kept). Asks first on a terminal.")
     p.add_argument("--yes", "-y", action="store_true", help="do not ask")
     return p

@@ -6,18 +6,25 @@ import os
 from pathlib import Path
 from typing import Any
 
-from kcache.cli.common import (
-    Problem, UsageError, _one_line, add_common, human_seconds, human_size, human_value,
-    is_terminal, message, print_json, print_table, root_arg, want_json,
-)
+from kcache.errors import KcacheError
 
-#: Settings shown by ``config show`` and accepted by ``config get``
-#: (fields of kcache.config.Settings).
-SHOWN = ("root", "max_size", "readonly_roots", "lock_timeout", "disabled", "shared")
-#: Names accepted by ``config set`` -> the config.json key (kcache.config.SETTINGS).
-SETTABLE = {"max_size": "max_size", "readonly_dirs": "readonly_dirs",
-            "readonly_roots": "readonly_dirs", "lock_timeout": "lock_timeout",
-            "shared": "shared"}
+from kcache.cli.args import add_common, check_setting_text, one_line, root_arg, want_json, want_wide
+from kcache.cli.errors import Problem, UsageError
+from kcache.cli.fmt import human_seconds, human_size
+from kcache.cli.output import Column, human_value, is_terminal, message, print_json, print_table
+from kcache.cli.text import clip, escape
+
+#: Settings shown by ``config show`` and accepted by ``config get``, under their CLI names.
+SHOWN = ("root", "max_size", "readonly_dirs", "lock_timeout", "disabled", "shared")
+#: CLI name -> name of the setting in ``kcache.config`` (``SOURCES``, ``resolve_each``).
+CONFIG_NAMES = {"readonly_dirs": "readonly_roots"}
+#: Old names still accepted as input (with a note) -> the name they mean now. JSON documents
+#: keep the old name as a second field (``settings.readonly_roots``), never dropped.
+OLD_NAMES = {"readonly_roots": "readonly_dirs"}
+#: Names ``config set``/``unset`` write (the config.json keys, kcache.config.SETTINGS).
+SETTABLE = ("max_size", "readonly_dirs", "lock_timeout", "shared")
+#: Terminal columns of ``config show``: the value shrinks in its middle, the origin goes last.
+COLUMNS = (Column("Setting"), Column("Value", shrink=16), Column("Origin", shrink=12))
 
 
 def register(sub):
@@ -32,7 +39,7 @@ def register(sub):
     get = actions.add_parser("get", help="one setting's value")
     get.add_argument("key", metavar="KEY", help=f"one of: {', '.join(SHOWN)}")
     add_common(get)
-    keys = ", ".join(sorted(set(SETTABLE.values())))
+    keys = ", ".join(SETTABLE)
     put = actions.add_parser("set", help="write a setting to <root>/config.json")
     put.add_argument("key", metavar="KEY", help=f"one of: {keys}")
     put.add_argument("value", metavar="VALUE", help="e.g. 10G for max_size, 5m for lock_timeout")
@@ -71,7 +78,7 @@ class Resolved:
 
 
 def resolve(args) -> Resolved:
-    """The settings for ``--dir`` (else KCACHE_DIR, else the default root).
+    """The settings for ``--dir`` (else KCACHE_DIR, else the default root), by CLI name.
 
     Every setting is resolved on its own by ``kcache.config.resolve_each`` (the precedence
     argument > environment > ``<root>/config.json`` > default and the parsers of
@@ -79,10 +86,16 @@ def resolve(args) -> Resolved:
     origin and the error while the others are still resolved: ``config show`` and ``dir``
     still work and ``config set`` can fix it. A bad config.json is reported and its settings
     ignored. A bad root itself is raised (``ConfigError``, exit 2): nothing else can be found
-    without it.
+    without it. A plain ValueError from a setting (kcache.config reads a number too long
+    for ``int()``) is that setting's error too, never a traceback.
     """
     from kcache.config import CONFIG_FILE, SETTINGS, resolve_each
-    reports = resolve_each(root=root_arg(args))
+    try:
+        reports = resolve_each(root=root_arg(args))
+    except ValueError as exc:
+        if isinstance(exc, KcacheError):
+            raise
+        raise UsageError(f"a setting cannot be read: {one_line(exc)[:200]}") from None
     if reports["root"].error is not None:
         raise reports["root"].error
     errors: list[str] = []
@@ -95,11 +108,11 @@ def resolve(args) -> Resolved:
                 for k in (conf.raw if isinstance(conf.raw, dict) else {}) if k not in SETTINGS]
     rows = {}
     for name in SHOWN:
-        report = reports[name]
+        report = reports[CONFIG_NAMES.get(name, name)]
         if report.error is None:
             rows[name] = Row(name, _value(report.value, name), report.origin)
             continue
-        text = _one_line(report.error)
+        text = one_line(report.error)
         rows[name] = Row(name, report.raw, report.origin, text)
         fix = _fix_hint(name, report.origin)
         errors.append(f"{text} ({fix})" if fix else text)
@@ -111,13 +124,13 @@ def _config_file_problem(error: Exception, path) -> str:
     other command gives (``kcache.config.resolve``): its error, what to do about it
     (``broken_config_hint``), and that its settings are ignored."""
     from kcache.config import broken_config_hint
-    return f"{_one_line(error)}{broken_config_hint(error)}; its settings are ignored"
+    return f"{one_line(error)}{broken_config_hint(error)}; its settings are ignored"
 
 
 def _fix_hint(name: str, origin: str) -> str:
     """How to fix a bad setting, by where it came from (empty for a default)."""
     from kcache.config import SOURCES
-    source = SOURCES[name]
+    source = SOURCES[CONFIG_NAMES.get(name, name)]
     if origin.startswith("env "):
         return f"fix or unset {source.env}"
     if origin.startswith("config "):
@@ -129,7 +142,7 @@ def _fix_hint(name: str, origin: str) -> str:
 def _value(value, name: str):
     if name == "root":
         return str(value)
-    if name == "readonly_roots":
+    if name == "readonly_dirs":
         return [str(p) for p in value]
     return value
 
@@ -137,23 +150,36 @@ def _value(value, name: str):
 def _human(row: Row) -> str:
     name, value = row.name, row.value
     if row.error:
-        return f"{value!s} (bad: see below)"
+        return f"{human_value(value)} (bad: see below)"
     if name == "max_size":
         return f"{human_size(value)} ({value} bytes)"
     if name == "lock_timeout":
         return human_seconds(value)
-    if name == "readonly_roots":
+    if name == "readonly_dirs":
         return os.pathsep.join(value) or "(none)"
     return human_value(value)
 
 
 def _plain(value) -> str:
-    """A value for plain output: lists joined with os.pathsep, booleans true/false."""
+    """A value for plain output: lists joined with os.pathsep, booleans true/false;
+    escaped (a path may hold any character)."""
     if isinstance(value, (list, tuple)):
-        return os.pathsep.join(str(v) for v in value)
+        return escape(os.pathsep.join(str(v) for v in value))
     if isinstance(value, bool):
         return "true" if value else "false"
-    return str(value)
+    return escape(str(value))
+
+
+def _name(text: str, accepted) -> str:
+    """The current name for setting ``text`` (an old name gets a note on stderr);
+    UsageError naming the ``accepted`` ones for anything else."""
+    name = OLD_NAMES.get(text)
+    if name is not None:
+        message(f"kcache: note: {text!r} is the old name of {name!r}; use {name!r}")
+        return name
+    if text not in accepted:
+        raise UsageError(f"unknown setting {clip(text)}; accepted: {', '.join(accepted)}")
+    return text
 
 
 def run(args) -> int:
@@ -163,21 +189,20 @@ def run(args) -> int:
     action = args.action or "show"
     if action in ("set", "unset"):
         return run_set(args)
-    resolved = resolve(args)
     if action == "get":
-        name = "readonly_roots" if args.key == "readonly_dirs" else args.key
-        if name not in SHOWN:
-            raise UsageError(f"unknown setting {args.key!r}; accepted: {', '.join(SHOWN)}")
-        row = resolved.rows[name]
+        name = _name(args.key, SHOWN)
+        row = resolve(args).rows[name]
         if row.error:
             raise Problem(row.error)
-        if want_json(args):
-            print_json({"key": name, "value": row.value, "origin": row.origin})
+        if want_json(args):  # an old name asked for is echoed as asked (scripts compare it)
+            print_json({"key": args.key if args.key in OLD_NAMES else name,
+                        "value": row.value, "origin": row.origin})
         elif is_terminal():
             print(_human(row))
         else:
             print(_plain(row.value))
         return 0
+    resolved = resolve(args)
     rows = [resolved.rows[n] for n in SHOWN]
     if want_json(args):
         settings = {}
@@ -185,13 +210,15 @@ def run(args) -> int:
             settings[r.name] = {"value": r.value, "origin": r.origin}
             if r.error:
                 settings[r.name]["error"] = r.error
+        for old, new in OLD_NAMES.items():  # the old field stays, with the same content
+            settings[old] = dict(settings[new])
         print_json({"root": str(resolved.root), "config_file": str(resolved.config_path),
                     "settings": settings, "errors": resolved.errors,
                     "warnings": resolved.warnings})
     else:
-        print_table(("Setting", "Value", "Origin"),
-                    [(r.name, _human(r), r.origin) for r in rows],
-                    [(r.name, _plain(r.value), r.origin) for r in rows])
+        print_table(COLUMNS, rows, human=lambda r: (r.name, _human(r), r.origin),
+                    plain=lambda r: (r.name, _plain(r.value), r.origin),
+                    names=("setting", "value", "origin"), wide=want_wide(args))
     for text in resolved.errors:
         message(f"kcache: {text}")
     return 1 if resolved.errors else 0
@@ -200,14 +227,13 @@ def run(args) -> int:
 def run_set(args) -> int:
     """Write ``KEY VALUE`` into ``<root>/config.json`` (validated by kcache.config), or with
     ``unset`` remove ``KEY``. Works while other settings are bad, so they can be fixed.
+    ``readonly_dirs`` naming a folder that does not exist is set, with a warning.
 
-    JSON: ``{"key", "value" (as stored: bytes, seconds, ...; null when unset), "file"}``.
+    JSON: ``{"key", "value" (as stored: bytes, seconds, ...; null when unset), "file",
+    "changed"}``.
     """
-    from kcache.config import read_config, write_setting
-    name = SETTABLE.get(args.key)
-    if name is None:
-        raise UsageError(f"unknown setting {args.key!r}; accepted: "
-                         f"{', '.join(sorted(set(SETTABLE.values())))}")
+    from kcache.config import SOURCES, read_config, write_setting
+    name = _name(args.key, SETTABLE)
     root = resolve(args).root
     path = root / "config.json"
     if path.is_dir():
@@ -226,6 +252,7 @@ def run_set(args) -> int:
         if not str(value).strip():
             raise UsageError(f"config set {name}: the value is empty; use 'kcache config unset "
                              f"{name}' to remove the setting")
+        check_setting_text(name, value)
         path = write_setting(root, name, value)
     stored = read_config(root).get(name)
     if want_json(args):
@@ -234,11 +261,22 @@ def run_set(args) -> int:
         message(f"kcache: unset {name} in {path}")
     else:
         message(f"kcache: set {name} = {_plain(stored)} in {path}")
-    from kcache.config import SOURCES
-    env = SOURCES["readonly_roots" if name == "readonly_dirs" else name].env
+    if name == "readonly_dirs" and args.action == "set":
+        _warn_missing(stored)
+    env = SOURCES[CONFIG_NAMES.get(name, name)].env
     if os.environ.get(env):
         message(f"kcache: note: {env} is set in this environment and overrides the config file")
     return 0
+
+
+def _warn_missing(paths) -> None:
+    """One warning line naming the read-only dirs just set that are not existing folders:
+    they are kept (a folder mounted later is read then), but a typo should not go unseen."""
+    missing = [p for p in (paths or ()) if not os.path.isdir(p)]
+    if missing:
+        message(f"kcache: warning: readonly_dirs: {', '.join(missing)} "
+                f"{'does' if len(missing) == 1 else 'do'} not exist (set anyway; "
+                "read once it exists)")
 
 
 def _current(root: Path) -> dict | None:

@@ -3,22 +3,37 @@ from __future__ import annotations
 
 import argparse
 
-from kcache.cli.common import (
-    SHORT_KEY, ago, arch_matches, cc_arg, entries_and_broken, entries_text, entry_record,
-    human_seconds, human_size, is_stale, iso, kernel_matches, message, open_store,
-    not_regular, plain_seconds, positive_int_arg, print_json, print_table, problem_of,
-    want_json,
+from kcache.cli.args import (
+    arch_matches, cc_arg, glob_arg, positive_int_arg, want_json, want_wide,
 )
+from kcache.cli.cache import open_store
+from kcache.cli.entries import entries_and_broken, entry_record, is_stale, kernel_matches
+from kcache.cli.fmt import ago, entries_text, human_seconds, human_size, iso, plain_seconds
+from kcache.cli.output import Column, message, print_json, print_table
+from kcache.cli.problems import not_regular
 
-#: --sort keys -> (sort key, newest/largest first?)
+#: --sort keys -> (sort key of an EntryView, newest/largest first?)
 SORTS = {
-    "last-used": (lambda i: i.last_used or 0, True),
-    "size": (lambda i: i.file_size or 0, True),
-    "hits": (lambda i: i.hits or 0, True),
-    "name": (lambda i: (i.kernel or "", i.signature or "", i.arch or ""), False),
-    "created": (lambda i: i.created or 0, True),
+    "last-used": (lambda v: v.last_used or 0.0, True),
+    "size": (lambda v: v.file_size, True),
+    "hits": (lambda v: v.hits, True),
+    "name": (lambda v: (v.kernel or "", v.signature or "", v.arch or ""), False),
+    "created": (lambda v: v.created or 0.0, True),
 }
 
+#: Terminal columns. When the terminal is narrow, kernel names and signatures lose their
+#: middle, and Compile time, Hits, Signature, Last used, Size go, in that order, before a
+#: kernel name is cut below 24 cells (then down to 16).
+COLUMNS = (
+    Column("Key"),
+    Column("Kernel", shrink=16, keep=24),
+    Column("Signature", shrink=12, drop=4),
+    Column("Arch"),
+    Column("Size", right=True, drop=2),
+    Column("Hits", right=True, drop=5),
+    Column("Last used", drop=3),
+    Column("Compile time", right=True, drop=6),
+)
 
 #: Header of the plain (piped) table: the entry object's JSON field names (docs/cli.md).
 PLAIN_NAMES = ("short_key", "kernel", "signature", "arch", "file_size", "hits", "last_used",
@@ -29,7 +44,7 @@ def register(sub):
     """Add the ``ls`` subparser to ``sub`` and return it."""
     p = sub.add_parser("ls", help="list cache entries",
                        description="List cache entries, most recently used first.")
-    p.add_argument("--kernel", metavar="GLOB",
+    p.add_argument("--kernel", metavar="GLOB", type=glob_arg,
                    help="only kernels matching GLOB (module:qualname or qualname)")
     p.add_argument("--cc", type=cc_arg, metavar="CC",
                    help="only this compute capability (9.0 matches sm_90 and sm_90a)")
@@ -43,34 +58,38 @@ def register(sub):
 
 def _sort_key(text: str) -> str:
     if text not in SORTS:
+        from kcache.cli.text import clip
         raise argparse.ArgumentTypeError(
-            f"unknown sort key {text!r} (accepted: {', '.join(SORTS)})")
+            f"unknown sort key {clip(text)} (accepted: {', '.join(SORTS)})")
     return text
 
 
-def select(store, args) -> tuple[list, list]:
+def select(store, args, *, with_stale: bool) -> tuple[list, list]:
     """Entries of ``store`` passing ``--kernel``/``--cc``/``--stale``, sorted, limited.
 
-    Returns ``(rows, broken)``: ``rows`` are ``(EntryInfo, stale: bool)`` pairs, including
-    entry files whose header cannot be read (``EntryInfo.problem`` set; listed only when no
-    filter is given, since nothing is known to match); ``broken`` lists every such file.
+    Returns ``(rows, broken)``: ``rows`` are ``(EntryView, stale)`` pairs, including entry
+    files whose header cannot be read (listed only when no filter is given, since nothing is
+    known to match); ``broken`` lists every such file. ``stale`` is a bool when
+    ``with_stale`` or ``--stale`` (the toolchain versions are then read once), else None.
     Reads headers only (``Store.entries(include_broken=True)``).
     """
-    from kcache.toolchain import package_versions
-    current = package_versions()
+    current = None
+    if with_stale or args.stale:
+        from kcache.toolchain import package_versions
+        current = package_versions()
     rows = []
     good, broken = entries_and_broken(store)
-    for info in good:
-        if args.kernel and not kernel_matches(info, args.kernel):
+    for view in good:
+        if args.kernel and not kernel_matches(view, args.kernel):
             continue
-        if args.cc and not arch_matches(info.arch, args.cc):
+        if args.cc and not arch_matches(view.arch, args.cc):
             continue
-        stale = is_stale(info, current)
+        stale = is_stale(view, current) if current is not None else None
         if args.stale and not stale:
             continue
-        rows.append((info, stale))
+        rows.append((view, stale))
     if not (args.kernel or args.cc or args.stale):
-        rows += [(b, False) for b in broken]
+        rows += [(b, False if current is not None else None) for b in broken]
     key, reverse = SORTS[args.sort]
     rows.sort(key=lambda r: key(r[0]), reverse=reverse)
     return (rows[: args.limit] if args.limit else rows), broken
@@ -80,19 +99,21 @@ def run(args) -> int:
     """Print the entries. JSON: ``{"entries": [entry object, ...]}`` (docs/cli.md).
 
     Entry files whose header cannot be read are listed with their ``problem`` (JSON) or
-    ``unreadable: ...`` in the kernel column, and counted in a note on stderr."""
-    rows, broken = select(open_store(args), args)
-    if want_json(args):
-        print_json({"entries": [entry_record(info, stale) for info, stale in rows]})
+    ``(unreadable: ...)`` in the kernel column, and counted in a note on stderr."""
+    as_json = want_json(args)
+    rows, broken = select(open_store(args), args, with_stale=as_json)
+    if as_json:
+        print_json({"entries": [entry_record(view, stale) for view, stale in rows]},
+                   checked=True)
     else:
-        columns = ("Key", "Kernel", "Signature", "Arch", "Size", "Hits", "Last used",
-                   "Compile time")
-        human = [(i.key[:SHORT_KEY], _kernel(i), i.signature, i.arch, human_size(i.file_size),
-                  i.hits, ago(i.last_used), human_seconds(i.compile_seconds)) for i, _ in rows]
-        plain = [(i.key[:SHORT_KEY], _kernel(i), i.signature, i.arch, i.file_size, i.hits,
-                  iso(i.last_used), plain_seconds(i.compile_seconds)) for i, _ in rows]
-        print_table(columns, human, plain, right=("Size", "Hits", "Compile time"),
-                    names=PLAIN_NAMES)
+        print_table(
+            COLUMNS, [view for view, _ in rows],
+            human=lambda v: (v.short_key, v.kernel_cell(), v.signature, v.arch,
+                             human_size(v.file_size), v.hits, ago(v.last_used),
+                             human_seconds(v.compile_seconds)),
+            plain=lambda v: (v.short_key, v.kernel_cell(), v.signature, v.arch, v.file_size,
+                             v.hits, iso(v.last_used), plain_seconds(v.compile_seconds)),
+            names=PLAIN_NAMES, wide=want_wide(args))
         if not rows:
             message("kcache: no entries match" if (args.kernel or args.cc or args.stale)
                     else "kcache: the cache has no entries")
@@ -100,14 +121,9 @@ def run(args) -> int:
         first = broken[0]
         # rm never deletes an entry path that is not a regular file (e.g. a directory):
         # only verify --fix (which quarantines it) is offered then.
-        rm_hint = ("" if any(not_regular(problem_of(b)) for b in broken)
+        rm_hint = ("" if any(not_regular(b.problem) for b in broken)
                    else ", or 'kcache rm KEY' to remove one")
         message(f"kcache: {entries_text(len(broken))} cannot be read (e.g. "
-                f"{first.key[:SHORT_KEY]}: {problem_of(first)}); run 'kcache verify --fix' to "
+                f"{first.short_key}: {first.problem}); run 'kcache verify --fix' to "
                 f"quarantine them{rm_hint}")
     return 0
-
-
-def _kernel(info) -> str | None:
-    problem = problem_of(info)
-    return f"(unreadable: {problem})" if problem else info.kernel

@@ -1,11 +1,17 @@
 """``kcache prune``: remove least recently used entries down to a size, old or stale entries."""
 from __future__ import annotations
 
-from kcache.cli.common import (
-    SHORT_KEY, Problem, ago, duration_arg, entries_text, ensure_writable, entry_record,
-    human_size, is_stale, iso, left_text, message, not_removed, open_store, print_json,
-    print_table, problem_of, refuse_newer_format, size_arg, want_json, write_problem,
-)
+from kcache.cli.args import duration_arg, size_arg, want_json, want_wide
+from kcache.cli.cache import ensure_writable, open_store, write_problem
+from kcache.cli.entries import EntryView, entry_record, is_stale
+from kcache.cli.errors import Problem
+from kcache.cli.fmt import ago, entries_text, human_size, iso
+from kcache.cli.output import Column, message, print_json, print_table
+from kcache.cli.problems import left_text, not_removed, refuse_newer_format
+
+#: Terminal columns (see cmd_ls.COLUMNS): the kernel shrinks, then Last used and Size go.
+COLUMNS = (Column("Key"), Column("Kernel", shrink=16, keep=24), Column("Arch"),
+           Column("Size", right=True, drop=1), Column("Last used", drop=2))
 
 
 def register(sub):
@@ -45,7 +51,7 @@ def run(args) -> int:
     if args.stale:
         from kcache.toolchain import package_versions
         current = package_versions()
-        where = lambda info: is_stale(info, current)  # noqa: E731
+        where = lambda info: is_stale(EntryView(info), current)  # noqa: E731
     refuse_newer_format(store, "prune")
     if args.dry_run:
         reason = write_problem(store.root, store)
@@ -56,24 +62,23 @@ def run(args) -> int:
         ensure_writable(store)
     report = store.prune(max_size=max_size, older_than=args.older_than, where=where,
                          dry_run=args.dry_run)
-    removed = list(report.removed)
-    freed = sum(int(i.file_size) for i in removed)
+    removed = [EntryView(i) for i in report.removed]
+    freed = sum(v.file_size for v in removed)
     left = not_removed(report.failed)
     if want_json(args):
         print_json({"dry_run": bool(args.dry_run), "max_size": max_size,
                     "older_than": args.older_than, "stale": bool(args.stale),
-                    "removed": [entry_record(i) for i in removed],
+                    "removed": [entry_record(v) for v in removed],
                     "entries_removed": len(removed), "bytes_freed": freed,
-                    "not_removed": left})
+                    "not_removed": left}, checked=True)
     else:
-        columns = ("Key", "Kernel", "Arch", "Size", "Last used")
-        print_table(columns,
-                    [(i.key[:SHORT_KEY], _kernel(i), i.arch, human_size(i.file_size),
-                      ago(i.last_used)) for i in removed],
-                    [(i.key[:SHORT_KEY], _kernel(i), i.arch, i.file_size, iso(i.last_used))
-                     for i in removed],
-                    right=("Size",),
-                    names=("short_key", "kernel", "arch", "file_size", "last_used"))
+        print_table(COLUMNS, removed,
+                    human=lambda v: (v.short_key, v.kernel_cell(), v.arch,
+                                     human_size(v.file_size), ago(v.last_used)),
+                    plain=lambda v: (v.short_key, v.kernel_cell(), v.arch, v.file_size,
+                                     iso(v.last_used)),
+                    names=("short_key", "kernel", "arch", "file_size", "last_used"),
+                    wide=want_wide(args))
         if not removed:
             message("kcache: nothing to remove" if args.dry_run or not left
                     else "kcache: nothing removed")
@@ -87,7 +92,3 @@ def run(args) -> int:
                                 else "could not be removed"))
     return 0
 
-
-def _kernel(info) -> str | None:
-    problem = problem_of(info)
-    return f"(unreadable: {problem})" if problem else info.kernel

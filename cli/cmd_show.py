@@ -8,17 +8,22 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-from kcache.cli.common import (
-    SHORT_KEY, Problem, UsageError, ago, entry_record, human_seconds, human_size,
-    nonblank_arg, not_regular, open_store, plain_seconds, print_fields, print_json, problem_of,
-    problem_text, resolve_prefix, want_json,
-)
+from kcache.cli.args import nonblank_arg, want_json, want_wide
+from kcache.cli.cache import open_store
+from kcache.cli.entries import EntryView, entry_record, resolve_prefix
+from kcache.cli.errors import Problem, UsageError
+from kcache.cli.fmt import ago, human_seconds, human_size, plain_seconds
+from kcache.cli.output import print_fields, print_json
+from kcache.cli.problems import not_regular, problem_text
+from kcache.cli.text import escape
+from kcache.cli.values import flatten, number
+
+#: Most ``components.*`` and ``meta.*`` fields printed without ``--json`` (each map); a
+#: header with more (hostile, or a bug) ends with a ``…`` line rather than flooding.
+MAX_FIELDS = 1000
 
 #: Artifact name -> file suffix written by --extract.
 EXTRACT = {"cubin": ".cubin", "ptx": ".ptx", "ltoir": ".ltoir"}
@@ -51,28 +56,28 @@ def run(args) -> int:
     extract_to = Path(os.path.abspath(args.extract)) if args.extract is not None else None
     if extract_to is not None and extract_to.exists() and not extract_to.is_dir():
         raise UsageError(f"--extract {extract_to}: not a directory")
-    info = resolve_prefix(store, args.prefix)  # a bad prefix is a usage error (2) first
+    view = resolve_prefix(store, args.prefix)  # a bad prefix is a usage error (2) first
     tool = find_disassembler() if args.sass else None
     if args.sass and tool is None:
         raise Problem("cannot show SASS: neither nvdisasm nor cuobjdump is on PATH "
                       "(install the CUDA toolkit, or use --extract and disassemble elsewhere)")
-    problem = problem_of(info)
+    problem = view.problem
     artifacts = None
     if problem is None:
         try:
-            artifacts = store.load(info.key).artifacts  # full check of lengths and checksum
+            artifacts = store.load(view.key).artifacts  # full check of lengths and checksum
         except KeyError:
-            raise Problem(f"entry {info.key[:SHORT_KEY]} was removed meanwhile") from None
+            raise Problem(f"entry {view.short_key} was removed meanwhile") from None
         except CorruptEntry as exc:
-            problem = _reason(exc, info.path)
+            problem = _reason(exc, view.info.path)
     wants_payload = args.ptx or args.sass or extract_to is not None
     if problem is not None:
         if wants_payload:
-            raise Problem(f"entry {info.key[:SHORT_KEY]} is corrupt ({problem}); nothing "
+            raise Problem(f"entry {view.short_key} is corrupt ({problem}); nothing "
                           "printed or written; run 'kcache verify --fix' to quarantine it")
-        _print(args, info, problem, {})
-        rm_hint = "" if not_regular(problem) else f", or 'kcache rm {info.key[:SHORT_KEY]}'"
-        raise Problem(f"entry {info.key[:SHORT_KEY]} is corrupt ({problem}); run 'kcache "
+        _print(args, view, problem, {})
+        rm_hint = "" if not_regular(problem) else f", or 'kcache rm {view.short_key}'"
+        raise Problem(f"entry {view.short_key} is corrupt ({problem}); run 'kcache "
                       f"verify --fix' to quarantine it{rm_hint}")
     extra = {}
     if args.ptx:
@@ -80,8 +85,8 @@ def run(args) -> int:
     if args.sass:
         extra["sass"] = disassemble(tool, _artifact(artifacts, "cubin"))
     if extract_to is not None:
-        extra["extracted"] = [str(p) for p in extract(info, artifacts, extract_to)]
-    _print(args, info, None, extra)
+        extra["extracted"] = [str(p) for p in extract(view, artifacts, extract_to)]
+    _print(args, view, None, extra)
     return 0
 
 
@@ -93,22 +98,24 @@ def _reason(exc: Exception, path: Path) -> str:
     return problem_text(text[len(prefix):] if text.startswith(prefix) else text, path)
 
 
-def _print(args, info, problem: str | None, extra: dict) -> None:
-    doc = entry_record(info)
+def _print(args, view: EntryView, problem: str | None, extra: dict) -> None:
+    doc = entry_record(view)
     doc["problem"] = problem
-    doc["components"] = info.components or {}
-    doc["meta"] = info.meta or {}
+    doc["components"] = view.info.components or {}
+    doc["meta"] = view.info.meta or {}
     doc.update(extra)
     if want_json(args):
         print_json(doc)
         return
-    print_fields(_fields(doc), title=f"entry {info.key}")
+    print_fields(_fields(doc, view), title=f"entry {view.short_key}", wide=want_wide(args))
     for label in ("ptx", "sass"):
         if label in doc:
             sys.stdout.write(f"\n# {label.upper()}\n")
-            sys.stdout.write(doc[label].rstrip("\n") + "\n")
+            # Text from a cache file (or a tool reading it): escape sequences stay inert;
+            # lines and tabs are kept. --extract writes the exact bytes.
+            sys.stdout.write(escape(doc[label].rstrip("\n"), keep="\n\t") + "\n")
     for path in doc.get("extracted", ()):
-        sys.stderr.write(f"kcache: wrote {path}\n")
+        sys.stderr.write(f"kcache: wrote {escape(path)}\n")
 
 
 #: Fields of the entry object shown by plain ``show``, in this order (the JSON names).
@@ -116,44 +123,44 @@ FIELDS = ("key", "kernel", "signature", "arch", "file_size", "sizes", "hits", "c
           "last_used", "compile_seconds", "root", "readonly", "path", "problem")
 
 
-def _fields(doc: dict) -> list:
+def _fields(doc: dict, view: EntryView) -> list:
     """``(name, human, plain)`` rows: the entry object's fields under their JSON names,
-    ``sizes.<artifact>``, then ``components.*`` and ``meta.*`` flattened."""
+    ``sizes.<artifact>``, then ``components.*`` and ``meta.*`` flattened (at most
+    :data:`MAX_FIELDS` each). Seconds are rounded in both forms (JSON keeps them exact)."""
     rows = []
     for name in FIELDS:
         value = doc.get(name)
         if name == "problem" and value is None:
             continue
         if name == "sizes":
-            rows += [(f"sizes.{k}", human_size(n), n) for k, n in (value or {}).items()]
+            rows += [(f"sizes.{k}", human_size(n), n) for k, n in value.items()]
         elif name == "file_size":
             rows.append((name, human_size(value), value))
         elif name == "compile_seconds":
             rows.append((name, human_seconds(value), plain_seconds(value)))
         elif name in ("created", "last_used"):
-            rows.append((name, f"{value} ({ago(_ts(value))})" if value else None, value))
+            when = getattr(view, name)
+            rows.append((name, f"{value} ({ago(when)})" if value else None, value))
         elif name == "problem":
             rows.append((name, f"CORRUPT: {value}", value))
         else:
             rows.append((name, value, value))
-    rows += [(f"components.{k}", v, v) for k, v in flatten(doc["components"])]
-    rows += [(f"meta.{k}", v, v) for k, v in flatten(doc["meta"])]
+    for group in ("components", "meta"):
+        for key, value in flatten(doc[group], MAX_FIELDS):
+            if key == "…":
+                rows.append((f"{group}.…", f"(more fields: see 'kcache show {view.short_key} "
+                             "--json')", None))
+            elif _is_seconds(key) and number(value) is not None:
+                rows.append((f"{group}.{key}", human_seconds(value), plain_seconds(value)))
+            else:
+                rows.append((f"{group}.{key}", value, value))
     return rows
 
 
-def _ts(text: str) -> float:
-    from datetime import datetime
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-
-
-def flatten(mapping: dict, prefix: str = ""):
-    """Yield ``(dotted.name, value)`` for the leaves of nested dicts (lists stay whole)."""
-    for key, value in mapping.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict) and value:
-            yield from flatten(value, name + ".")
-        else:
-            yield name, value
+def _is_seconds(name: str) -> bool:
+    """A field holding seconds, by its name (``compile_seconds``, ``seconds``)."""
+    last = name.rpartition(".")[2]
+    return last == "seconds" or last.endswith("_seconds")
 
 
 def _artifact(artifacts: dict, name: str) -> bytes:
@@ -169,6 +176,7 @@ def _text(artifacts: dict, name: str) -> str:
 
 def find_disassembler() -> list[str] | None:
     """The SASS command to run on a cubin file: ``nvdisasm`` else ``cuobjdump -sass``."""
+    import shutil
     if shutil.which("nvdisasm"):
         return ["nvdisasm"]
     if shutil.which("cuobjdump"):
@@ -181,6 +189,8 @@ def disassemble(tool: list[str], cubin: bytes) -> str:
 
     Raises :class:`Problem` when the tool fails or takes longer than 120 s.
     """
+    import subprocess
+    import tempfile
     with tempfile.TemporaryDirectory(prefix="kcache-sass-") as tmp:
         path = os.path.join(tmp, "kernel.cubin")
         with open(path, "wb") as f:
@@ -198,14 +208,19 @@ def disassemble(tool: list[str], cubin: bytes) -> str:
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
-def extract(info, artifacts: dict, directory: Path) -> list[Path]:
+#: Longest file name stem --extract makes from a kernel name (file systems allow 255 bytes).
+MAX_STEM = 120
+
+
+def extract(view: EntryView, artifacts: dict, directory: Path) -> list[Path]:
     """Write the entry's cubin/PTX/LTO-IR as ``<directory>/<kernel>.<arch><suffix>``.
 
     The kernel name (``module:qualname``) is made file-safe (``:`` and ``<locals>`` become
-    ``_``). Returns the paths written; raises :class:`Problem` when the entry has none.
+    ``_``, at most :data:`MAX_STEM` characters). Returns the paths written; raises
+    :class:`Problem` when the entry has none.
     """
-    stem = _UNSAFE.sub("_", info.kernel or info.key[:12]).strip("_") or info.key[:12]
-    arch = _UNSAFE.sub("_", info.arch or "unknown")
+    stem = _UNSAFE.sub("_", view.kernel or view.short_key).strip("_")[:MAX_STEM] or view.short_key
+    arch = _UNSAFE.sub("_", view.arch or "unknown")[:MAX_STEM]
     directory.mkdir(parents=True, exist_ok=True)
     written = []
     for name, suffix in EXTRACT.items():
@@ -214,5 +229,5 @@ def extract(info, artifacts: dict, directory: Path) -> list[Path]:
             path.write_bytes(bytes(artifacts[name]))
             written.append(path)
     if not written:
-        raise Problem(f"entry {info.key[:12]} has no cubin, PTX or LTO-IR to extract")
+        raise Problem(f"entry {view.short_key} has no cubin, PTX or LTO-IR to extract")
     return written

@@ -1,10 +1,11 @@
 """``kcache stats``: the persistent counters, like ``ccache -s``; never scans unless --recount."""
 from __future__ import annotations
 
-from kcache.cli.common import (
-    ensure_writable, human_seconds, human_size, is_terminal, message, open_store,
-    plain_value, print_fields, print_json, want_json,
-)
+from kcache.cli.args import want_json, want_wide
+from kcache.cli.cache import ensure_writable, open_store
+from kcache.cli.fmt import human_seconds, human_size, plain_seconds
+from kcache.cli.output import cell, is_terminal, message, print_fields, print_json
+from kcache.cli.values import number
 
 #: Counter names copied from ``kcache.Stats`` into the JSON document, in this order.
 COUNTERS = ("hits", "misses", "compiles", "puts", "evictions", "corrupt", "lock_waits",
@@ -32,18 +33,43 @@ def as_dict(stats) -> dict:
     return dict(vars(stats))
 
 
+#: Counters in seconds: exact in JSON, rounded in plain output.
+SECONDS = ("compile_seconds", "seconds_saved")
+
+
 def document(stats: dict, recounted: bool) -> dict:
-    """The stable JSON document of ``kcache stats --json`` (docs/cli.md)."""
-    doc = {name: stats.get(name, 0) for name in COUNTERS}
+    """The stable JSON document of ``kcache stats --json`` (docs/cli.md). A counter that is
+    not a sensible number (a damaged stats shard) reads as 0, never as NaN."""
+    doc = {}
     for name in COUNTERS:
-        if name not in ("compile_seconds", "seconds_saved"):
-            doc[name] = int(doc[name] or 0)
-        else:
-            doc[name] = float(doc[name] or 0.0)
+        doc[name] = _counter(name, stats.get(name, 0))
+    for name, value in stats.items():  # counters a newer store adds (e.g. failed writes)
+        if name not in doc and isinstance(name, str) and number(value) is not None:
+            doc[name] = _counter(name, value)
     lookups = doc["hits"] + doc["misses"]
-    doc["hit_rate"] = doc["hits"] / lookups if lookups else None
+    doc["hit_rate"] = doc["hits"] / lookups if lookups > 0 else None
     doc["recounted"] = recounted
     return doc
+
+
+def _counter(name: str, value):
+    """A counter as a float (seconds) or an int; 0 for what is not a finite number."""
+    seconds = number(value)
+    if name in SECONDS or name.endswith("_seconds"):
+        return seconds or 0.0
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    return int(seconds) if seconds is not None else 0
+
+
+def plain(name: str, value) -> str:
+    """A value of the document for plain output: seconds rounded (``0.84``), the hit rate
+    to 4 decimals, the rest as in JSON."""
+    if name in SECONDS or name.endswith("_seconds"):
+        return plain_seconds(value) or ""
+    if name == "hit_rate" and value is not None:
+        return f"{value:.4f}"
+    return cell(value)
 
 
 def run(args) -> int:
@@ -60,29 +86,30 @@ def run(args) -> int:
         print_json(doc)
         return 0
     if not is_terminal():
-        # Piped: "name<TAB>value" with the JSON names and exact values, for scripts.
+        # Piped: "name<TAB>value" with the JSON names, seconds rounded, for scripts.
         for name, value in doc.items():
-            print(f"{name}\t{plain_value(value)}")
+            print(f"{name}\t{plain(name, value)}")
         return 0
     rate = doc["hit_rate"]
     cap = doc["max_size"]
     used = (f"{human_size(doc['bytes'])} of {human_size(cap)} ({doc['bytes'] / cap:.0%})"
-            if cap else human_size(doc["bytes"]))
+            if cap > 0 else human_size(doc["bytes"]))
     print_fields([
-        ("hits", doc["hits"], doc["hits"]),
-        ("misses", doc["misses"], doc["misses"]),
-        ("hit rate", "-" if rate is None else f"{rate:.1%}",
-         "" if rate is None else f"{rate:.4f}"),
-        ("compiles", doc["compiles"], doc["compiles"]),
-        ("compile seconds", human_seconds(doc["compile_seconds"]), doc["compile_seconds"]),
-        ("compile time saved", human_seconds(doc["seconds_saved"]), doc["seconds_saved"]),
-        ("puts", doc["puts"], doc["puts"]),
-        ("evictions", doc["evictions"], doc["evictions"]),
-        ("corrupt", doc["corrupt"], doc["corrupt"]),
-        ("lock waits", doc["lock_waits"], doc["lock_waits"]),
-        ("lock timeouts", doc["lock_timeouts"], doc["lock_timeouts"]),
-        ("entries", doc["entries"], doc["entries"]),
-        ("size", used, doc["bytes"]),
-        ("max size", human_size(cap), cap),
-    ], title=f"kcache {store.root}")
+        ("hits", doc["hits"], None),
+        ("misses", doc["misses"], None),
+        ("hit rate", "-" if rate is None else f"{rate:.1%}", None),
+        ("compiles", doc["compiles"], None),
+        ("compile seconds", human_seconds(doc["compile_seconds"]), None),
+        ("compile time saved", human_seconds(doc["seconds_saved"]), None),
+        ("puts", doc["puts"], None),
+        ("evictions", doc["evictions"], None),
+        ("corrupt", doc["corrupt"], None),
+        ("lock waits", doc["lock_waits"], None),
+        ("lock timeouts", doc["lock_timeouts"], None),
+        ("entries", doc["entries"], None),
+        ("size", used, None),
+        ("max size", human_size(cap), None),
+        *[(name.replace("_", " "), doc[name], None) for name in doc
+          if name not in COUNTERS and name not in ("hit_rate", "recounted")],
+    ], title=f"kcache {store.root}", wide=want_wide(args))
     return 0

@@ -5,10 +5,16 @@ import contextlib
 import os
 from pathlib import Path
 
-from kcache.cli.common import (
-    SHORT_KEY, entries_text, is_terminal, message, open_store, print_json, print_table,
-    problem_text, want_json, write_problem,
-)
+from kcache.cli.args import want_json, want_wide
+from kcache.cli.cache import open_store, write_problem
+from kcache.cli.fmt import entries_text
+from kcache.cli.output import Column, is_terminal, message, print_json, print_table
+from kcache.cli.problems import SHORT_KEY, problem_text
+
+#: Terminal columns: problem, outcome and path lose their middle when narrow, then the path
+#: goes (the key names the entry).
+COLUMNS = (Column("Key"), Column("Problem", shrink=16), Column("Quarantined", shrink=11),
+           Column("Path", shrink=20, drop=1))
 
 
 def register(sub):
@@ -28,9 +34,10 @@ def progress_bar(enabled: bool):
     if not enabled:
         yield None
         return
+    from rich.console import Console
     from rich.progress import Progress
-    from kcache.cli.common import console
-    with Progress(console=console(stderr=True), transient=True) as bar:
+    with Progress(console=Console(stderr=True, highlight=False, markup=False, emoji=False),
+                  transient=True) as bar:
         task = bar.add_task("verifying", total=None)
 
         def progress(done: int, total: int) -> None:
@@ -69,16 +76,16 @@ def run(args) -> int:
                     "newer": newer})
         return 1 if remaining else 0
     if bad:
-        columns = ["Key", "Problem", "Quarantined", "Path"]
-        human = [[b["key"][:SHORT_KEY], b["problem"],
-                  "yes" if b["quarantined"] else (f"no: {b['reason']}" if b["reason"] else "no"),
-                  b["path"]] for b in bad]
-        plain = [[b["key"][:SHORT_KEY], b["problem"], b["quarantined"], b["path"]]
-                 for b in bad]
+        names = ["key", "problem", "quarantined", "path"]  # key: its first 12 digits
         if args.fix:
-            columns.append("Reason")
-            plain = [row + [b["reason"]] for row, b in zip(plain, bad)]
-        print_table(columns, human, plain)
+            names.append("reason")
+        print_table(
+            COLUMNS, bad, names=names, wide=want_wide(args),
+            human=lambda b: (b["key"][:SHORT_KEY], b["problem"],
+                             "yes" if b["quarantined"] else
+                             (f"no: {b['reason']}" if b["reason"] else "no"), b["path"]),
+            plain=lambda b: (b["key"][:SHORT_KEY], b["problem"], b["quarantined"], b["path"],
+                             *([b["reason"]] if args.fix else [])))
     summary = f"kcache: checked {entries_text(report.checked)}: {len(bad)} bad"
     if args.fix:
         summary += f", {len(bad) - len(remaining)} quarantined"
@@ -97,7 +104,7 @@ def _why_not_moved(store, path) -> str:
     """Why ``--fix`` left a bad entry in place, when the store did not say."""
     path = Path(path)
     if path.parents[3] != Path(store.root):
-        return f"in the read-only layer {path.parents[3]}"
+        return f"in the read-only dir {path.parents[3]}"
     reason = write_problem(store.root, store)
     return f"cannot write to {store.root} ({reason})" if reason else "not moved"
 

@@ -3,8 +3,8 @@
 Each subcommand is one module ``kcache.cli.cmd_<name>`` with a ``register(subparsers)`` that
 adds its subparser and a ``run(args) -> int``. Adding a command (``warm``, ``export``,
 ``import``, ``push``, ``pull``) is one module plus one name in :data:`COMMANDS`.
-Command modules are imported when the parser is built, so they must stay cheap to import
-(no rich, no numba at module level).
+Only the module of the command being run is imported (all of them for ``kcache --help``),
+and each must stay cheap to import (no rich, no numba at module level).
 """
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ import logging
 import os
 import sys
 
-from kcache.cli.common import UsageError, Problem, add_common
+from kcache.cli.args import add_common
+from kcache.cli.errors import Problem, UsageError
+from kcache.cli.text import line
 
 #: Subcommands in the order ``kcache --help`` lists them; module ``kcache.cli.cmd_<name>``.
 COMMANDS = ("dir", "ls", "stats", "show", "prune", "rm", "clear", "verify", "config", "export",
@@ -31,12 +33,16 @@ class Parser(argparse.ArgumentParser):
     """
 
     def error(self, message: str):  # noqa: D401 - argparse hook
-        sys.stderr.write(f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+        # argparse quotes the bad value itself (e.g. "invalid choice: '...'"): escaped, and
+        # clipped, so that no value can send control characters or 5,000 digits to stderr
+        sys.stderr.write(f"{self.prog}: error: {line(message)} (see '{self.prog} --help')\n")
         raise SystemExit(EXIT_USAGE)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Return the ``kcache`` parser with every subcommand of :data:`COMMANDS` registered.
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """Return the ``kcache`` parser with every subcommand of :data:`COMMANDS` registered,
+    or with ``only`` that one (the command the arguments name, :func:`command_in`): a
+    command then does not pay, at each start, for importing and building the eight others.
 
     Each parsed namespace carries ``run`` (the command's run function).
     """
@@ -49,12 +55,27 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"kcache {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
-    for name in COMMANDS:
+    for name in COMMANDS if only is None else (only,):
         module = importlib.import_module(f"kcache.cli.cmd_{name}")
         command = module.register(sub)
         add_common(command)
         command.set_defaults(run=module.run)
     return parser
+
+
+def command_in(argv: list[str]) -> str | None:
+    """The command that ``argv`` names (its first word that is not an option or the value
+    of ``--dir``), or None when there is none or it is not one of :data:`COMMANDS` (then
+    the full parser answers: help, or the "invalid choice" error)."""
+    words = iter(argv)
+    for word in words:
+        if word == "--":
+            return None
+        if len(word) >= 3 and "--dir".startswith(word):  # --dir PATH (argparse allows --di)
+            next(words, None)
+        elif not word.startswith("-"):
+            return word if word in COMMANDS else None
+    return None
 
 
 def _version() -> str:
@@ -67,8 +88,8 @@ def main(argv: list[str] | None = None) -> int:
 
     User errors (:class:`UsageError`, ``kcache.errors.KcacheError`` and its ``ConfigError``,
     ``NewerFormat``) become one line on stderr and status 2; problems found by the operation
-    (:class:`Problem`, ``CorruptEntry``, ``LockTimeout``, an OS error on the cache files)
-    become one line and status 1. Anything else is a bug and keeps its traceback.
+    (:class:`Problem` and its :class:`NotFound`, ``CorruptEntry``, ``LockTimeout``, an OS
+    error on the cache files) become one line and status 1. Anything else is a bug and keeps its traceback.
     """
     import warnings
 
@@ -80,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     warnings.simplefilter("ignore", KcacheWarning)
     quiet_library_warnings()
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(join_negative_values(argv))
+    argv = join_negative_values(argv)
+    args = build_parser(command_in(argv)).parse_args(argv)
     try:
         return args.run(args)
     except UsageError as exc:
@@ -126,10 +148,18 @@ def quiet_library_warnings() -> None:
     if any(isinstance(h, _StderrHandler) for h in log.handlers):
         return
     handler = _StderrHandler()
-    handler.setFormatter(logging.Formatter("%(message)s"))
+    handler.setFormatter(_EscapingFormatter("%(message)s"))
     handler.addFilter(_LibraryWarnings())
     log.addHandler(handler)
     log.propagate = False
+
+
+class _EscapingFormatter(logging.Formatter):
+    """Formats a record as its message on one escaped line (kcache.cli.text.line): a warning quoting
+    a path or a value from a cache file cannot send control characters to the terminal."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return line(super().format(record))
 
 
 class _StderrHandler(logging.StreamHandler):
@@ -175,5 +205,5 @@ def _fail(exc: BaseException, status: int) -> int:
         text = f"{exc.filename}: {exc.strerror}"
     else:
         text = " ".join(str(exc).split()) or type(exc).__name__
-    sys.stderr.write(f"kcache: {text}\n")
+    sys.stderr.write(f"kcache: {line(text)}\n")
     return status

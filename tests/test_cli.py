@@ -140,7 +140,8 @@ def test_dir_json_and_plain(cache, tmp_path):
     layer = tmp_path / "layer"
     layer.mkdir()
     doc = kc_json("dir", root=root, env={"KCACHE_READONLY_DIRS": str(layer)})
-    assert doc == {"root": str(root), "writable": True, "readonly_roots": [str(layer)],
+    assert doc == {"root": str(root), "writable": True, "readonly_dirs": [str(layer)],
+                   "readonly_roots": [str(layer)],  # the old name, kept for scripts
                    "config_file": str(root / "config.json")}
     done = kc("dir", root=root)
     assert done.stdout.splitlines()[0] == str(root)
@@ -196,8 +197,10 @@ def test_ls_piped_is_tab_separated_with_exact_bytes(cache):
     assert is_iso(first[6])
 
 
-def on_terminal(*args: str, answer: str | None = None) -> tuple[int, str, str]:
-    """Run ``python -m kcache ARGS`` with stdin and stdout on a pseudo-terminal (200 columns).
+def on_terminal(*args: str, answer: str | None = None, columns: int = 200,
+                env: dict | None = None) -> tuple[int, str, str]:
+    """Run ``python -m kcache ARGS`` with stdin and stdout on a pseudo-terminal of
+    ``columns`` columns (also in $COLUMNS, which rich reads first).
 
     ``answer`` is typed on the terminal. Returns (status, terminal output, stderr)."""
     import fcntl
@@ -205,11 +208,12 @@ def on_terminal(*args: str, answer: str | None = None) -> tuple[int, str, str]:
     import struct
     import termios
     master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 200, 0, 0))
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")
-           and not k.startswith("KCACHE_")}
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
+    full_env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")
+                and not k.startswith("KCACHE_")}
+    full_env.update(env or {}, COLUMNS=str(columns))
     proc = subprocess.Popen([sys.executable, "-m", "kcache", *args], stdin=slave,
-                            stdout=slave, stderr=subprocess.PIPE, env=env)
+                            stdout=slave, stderr=subprocess.PIPE, env=full_env)
     os.close(slave)
     if answer is not None:
         os.write(master, answer.encode())
@@ -298,6 +302,18 @@ def test_stats_json_zero_and_recount(cache):
     assert "hits\t0" in plain.stdout.splitlines()
 
 
+def test_plain_seconds_are_rounded_and_json_keeps_them_exact(cache):
+    root, _ = cache
+    store = Store(root)
+    store.record(compiles=1, compile_seconds=1 / 3)
+    store.flush()
+    plain = dict(line.split("\t") for line in kc("stats", root=root).stdout.splitlines())
+    assert plain["compile_seconds"] == "0.33" and plain["seconds_saved"] == "0.00"
+    assert kc_json("stats", root=root)["compile_seconds"] == pytest.approx(1 / 3, abs=1e-12)
+    fields = dict(line.split("\t", 1) for line in kc("show", "b2", root=root).stdout.splitlines())
+    assert fields["compile_seconds"] == "0.50" and fields["meta.compile_seconds"] == "0.50"
+
+
 # ------------------------------------------------------------------------------ show
 
 def test_show_json_ptx_extract(cache, tmp_path):
@@ -354,7 +370,8 @@ def test_show_sass_uses_a_disassembler_on_path_or_says_none_is_there(cache, tmp_
     (["ls", "--limit", "0"], "1 or more"),
     (["show", "zz"], "hex"),
     (["show", "a1"], "ambiguous"),
-    (["show", "a2"], "no entry"),
+    (["ls", "--kernel", ""], "glob pattern"),
+    (["ls", "--kernel", " "], "glob pattern"),
     (["rm"], "--kernel"),
     (["config", "get", "colour"], "max_size"),
     (["config", "set", "colour", "red"], "max_size"),
@@ -370,10 +387,75 @@ def test_bad_input_is_one_line_and_exit_2(cache, args, needle):
     assert {p: p.read_bytes() for p in paths.values()} == before  # nothing touched
 
 
-def test_unknown_and_ambiguous_prefixes_name_the_candidates(cache):
+HUGE = "9" * 5000  # past int()'s 4,300-digit limit: must be bounded before any conversion
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["ls", "--limit", HUGE], "too large"),
+    (["ls", "--limit", "9223372036854775808"], "too large"),
+    (["prune", "--max-size", HUGE], "too large"),
+    (["prune", "--max-size", HUGE + "G"], "too large"),
+    (["prune", "--older-than", HUGE], "too large"),
+    (["prune", "--older-than", "1." + HUGE + "d"], "too large"),
+    (["config", "set", "max_size", HUGE], "too large"),
+    (["config", "set", "lock_timeout", HUGE], "too large"),
+    (["ls", "--cc", HUGE + "."], "compute capability"),
+    (["show", HUGE], "key prefix"),
+    (["ls", "--sort", HUGE], "sort key"),
+])
+def test_huge_numbers_are_one_short_line_and_exit_2(cache, args, needle):
     root, _ = cache
-    line = one_line_error(kc("show", "a2", root=root))
+    line = one_line_error(kc(*args, root=root))
+    assert needle in line and len(line) < 1000, line
+    assert not (root / "config.json").exists()
+
+
+def test_limit_accepts_leading_zeros_without_converting_them_all(cache):
+    root, _ = cache
+    assert len(kc_json("ls", "--limit", "0" * 5000 + "2", root=root)["entries"]) == 2
+
+
+def test_readonly_dirs_is_the_one_name(cache, tmp_path):
+    root, _ = cache
+    layer = tmp_path / "layer"
+    layer.mkdir()
+    done = kc("config", "set", "readonly_dirs", str(layer), root=root)
+    assert done.returncode == 0 and done.stderr.count("\n") == 1, done.stderr  # no warning
+    assert kc_json("config", "get", "readonly_dirs", root=root) == {
+        "key": "readonly_dirs", "value": [str(layer)], "origin": f"config {root / 'config.json'}"}
+    plain = kc("config", root=root).stdout
+    assert "readonly_dirs\t" in plain and "readonly_roots" not in plain
+    # The old name still works as input, with a note; JSON keeps the old field.
+    done = kc("config", "get", "readonly_roots", "--json", root=root)
+    assert done.returncode == 0 and "old name" in done.stderr
+    assert json.loads(done.stdout)["value"] == [str(layer)]
+    done = kc("config", "set", "readonly_roots", str(layer), root=root)
+    assert done.returncode == 0 and "old name" in done.stderr
+    assert json.loads((root / "config.json").read_text()) == {"readonly_dirs": [str(layer)]}
+    status, text, _ = on_terminal("dir", "--dir", str(root))
+    assert status == 0 and "read-only dir" in text and "layer " not in text
+
+
+def test_config_set_readonly_dirs_to_a_missing_folder_warns_and_sets(cache, tmp_path):
+    root, _ = cache
+    missing = tmp_path / "nonexistent"
+    done = kc("config", "set", "readonly_dirs", str(missing), root=root)
+    assert done.returncode == 0, done.stderr
+    [warning] = [line for line in done.stderr.splitlines() if "warning" in line]
+    assert str(missing) in warning and "does not exist" in warning
+    assert json.loads((root / "config.json").read_text()) == {"readonly_dirs": [str(missing)]}
+
+
+def test_unknown_and_ambiguous_prefixes_name_the_candidates(cache):
+    root, paths = cache
+    # A well-formed prefix that no key has is "not found" (1), not a usage error (2).
+    line = one_line_error(kc("show", "a2", root=root), 1)
+    assert "no entry" in line
     assert K_AXPY_90[:12] in line or K_AXPY_90A[:12] in line  # nearest keys
+    before = {p: p.read_bytes() for p in paths.values()}
+    line = one_line_error(kc("rm", "b2", "a2", root=root), 1)  # nothing removed
+    assert "no entry with key prefix 'a2'" in line
+    assert {p: p.read_bytes() for p in paths.values()} == before
     line = one_line_error(kc("rm", "a1", root=root))
     assert K_AXPY_90[:12] in line and K_AXPY_90A[:12] in line
 
@@ -562,8 +644,9 @@ def test_config_show_get_set(cache):
     doc = kc_json("config", root=root, env={"KCACHE_LOCK_TIMEOUT": "90s"})
     assert doc["root"] == str(root) and doc["config_file"] == str(root / "config.json")
     settings = doc["settings"]
-    assert set(settings) == {"root", "max_size", "readonly_roots", "lock_timeout",
-                             "disabled", "shared"}
+    assert set(settings) == {"root", "max_size", "readonly_dirs", "readonly_roots",
+                             "lock_timeout", "disabled", "shared"}
+    assert settings["readonly_roots"] == settings["readonly_dirs"]  # old name, same content
     assert settings["root"] == {"value": str(root), "origin": "argument"}
     assert settings["lock_timeout"] == {"value": 90.0, "origin": "env KCACHE_LOCK_TIMEOUT"}
     assert settings["max_size"]["origin"] == "default"
@@ -957,7 +1040,7 @@ def test_one_wording_per_problem_in_ls_show_and_verify(cache):
 
 def test_show_sass_checks_the_prefix_before_the_disassembler(cache):
     root, _ = cache
-    line = one_line_error(kc("show", "48ad", "--sass", root=root, env={"PATH": ""}))
+    line = one_line_error(kc("show", "48ad", "--sass", root=root, env={"PATH": ""}), 1)
     assert "no entry with key prefix '48ad'" in line, line
 
 

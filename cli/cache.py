@@ -1,0 +1,52 @@
+"""Opening the cache a command works on, and checking that it can be written."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from kcache.cli.args import one_line, root_arg
+from kcache.cli.errors import Problem, UsageError
+
+
+def open_store(args: argparse.Namespace):
+    """Return a ``kcache.Store`` for ``--dir`` (else KCACHE_DIR, the config, the default).
+
+    Raises :class:`UsageError` for a bad ``--dir`` (:func:`kcache.cli.args.root_arg`);
+    errors of the configuration itself (``ConfigError``) propagate to the top-level handler
+    (exit 2). A plain ValueError from reading a setting (e.g. a number too long for int())
+    is a bad setting too, and said in one line rather than as a traceback.
+    """
+    from kcache import Store
+    from kcache.errors import KcacheError
+    try:
+        store = Store(root_arg(args))
+    except KcacheError:
+        raise
+    except ValueError as exc:
+        raise UsageError(f"a setting cannot be read: {one_line(exc)[:200]} (see 'kcache "
+                         "config show')") from None
+    # KCACHE_DISABLE keeps programs off the cache; maintenance asked for explicitly (e.g.
+    # `verify --fix`, which the store skips quarantining when disabled) still applies.
+    store.disabled = False
+    return store
+
+
+def ensure_writable(store, nothing: str = "nothing was removed") -> None:
+    """Raise :class:`Problem` (exit 1) when ``store.root`` cannot be written; ``nothing``
+    ends the message (what did not happen)."""
+    reason = write_problem(store.root, store)
+    if reason:
+        raise Problem(f"cannot write to {store.root} ({reason}): {nothing}")
+
+
+def write_problem(root: Path, store=None) -> str | None:
+    """Why ``root`` cannot be written (e.g. "Read-only file system (EROFS)"), or None.
+
+    ``Store.check_writable()`` decides when a store is given (it also remembers an earlier
+    write failure); without one (``kcache dir`` while a setting is bad, so no Store can be
+    made) the store's own probe ``kcache.store.probe_writable`` does. Raises nothing.
+    """
+    if store is not None:
+        return store.check_writable()
+    from kcache.store import probe_writable
+    return probe_writable(root)

@@ -1,0 +1,197 @@
+"""Entries as the commands see them: sanitised header fields, key prefixes, JSON records.
+
+``Store.entries``/``find`` give ``EntryInfo`` objects whose fields are what the file's header
+decoded to. :class:`EntryView` reads each field once into a type the commands can rely on
+(str or None, int >= 0, finite float or None), so that no header value can crash a listing,
+a sort, a filter or a JSON document.
+"""
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+from typing import Any, Iterable
+
+from kcache.cli.errors import NotFound, UsageError
+from kcache.cli.fmt import iso
+from kcache.cli.problems import SHORT_KEY, is_newer, newer_format_files, problem_of
+from kcache.cli.text import clip
+from kcache.cli.values import count, number, text
+
+_HEX = re.compile(r"^[0-9a-f]+$")
+
+
+class EntryView:
+    """The fields of one ``EntryInfo`` (``info``) in sane types: ``kernel``, ``signature``,
+    ``arch`` str or None; ``file_size``, ``hits`` int >= 0; ``created``, ``last_used``,
+    ``compile_seconds`` finite float or None (unix seconds / seconds); ``problem`` the CLI's
+    wording of why its header cannot be read, or None."""
+
+    __slots__ = ("info", "key", "kernel", "signature", "arch", "file_size", "hits", "created",
+                 "last_used", "compile_seconds", "problem")
+
+    def __init__(self, info) -> None:
+        self.info = info
+        self.key = str(info.key)
+        self.kernel = text(info.kernel)
+        self.signature = text(info.signature)
+        self.arch = text(info.arch)
+        self.file_size = count(info.file_size)
+        self.hits = count(info.hits)
+        self.created = number(info.created)
+        self.last_used = number(info.last_used)
+        self.compile_seconds = number(info.compile_seconds)
+        self.problem = problem_of(info)
+
+    @property
+    def short_key(self) -> str:
+        return self.key[:SHORT_KEY]
+
+    @property
+    def readonly(self) -> bool:
+        return bool(self.info.readonly)
+
+    def kernel_cell(self) -> str | None:
+        """The kernel for tables: ``(unreadable: <problem>)`` for a broken entry."""
+        return f"(unreadable: {self.problem})" if self.problem else self.kernel
+
+
+def entry_record(view: EntryView, stale: bool | None = None) -> dict[str, Any]:
+    """The stable JSON object for one entry header (docs/cli.md, "entry object"). ``created``
+    and ``last_used`` are null when the header's time is not a representable time."""
+    info = view.info
+    record = {
+        "key": view.key,
+        "short_key": view.short_key,
+        "kernel": view.kernel,
+        "signature": view.signature,
+        "arch": view.arch,
+        "file_size": view.file_size,
+        "sizes": sizes(info.sizes),
+        "hits": view.hits,
+        "created": iso(view.created),
+        "last_used": iso(view.last_used),
+        "compile_seconds": view.compile_seconds,
+        "root": str(info.root),
+        "readonly": view.readonly,
+        "path": str(info.path),
+        "problem": view.problem,
+    }
+    if stale is not None:
+        record["stale"] = stale
+    return record
+
+
+def sizes(value: Any) -> dict[str, int]:
+    """The header's ``sizes`` map as {artifact name: bytes}; odd names and values are
+    written as text and 0 rather than dropped."""
+    if not isinstance(value, dict):
+        return {}
+    return {name if isinstance(name, str) else str(text(name)): count(size)
+            for name, size in value.items()}
+
+
+def entries_and_broken(store, *, readonly: bool = True) -> tuple[list[EntryView], list[EntryView]]:
+    """``(readable, broken)`` entries of ``store`` (``Store.entries(include_broken=True)``).
+
+    ``broken`` are entry files whose header cannot be read (truncated, zero-length, garbage,
+    not a regular file), with ``problem`` set; newer-format entries are in neither list
+    (they are not ours to judge; ``verify`` lists them).
+    """
+    good, broken = [], []
+    for info in store.entries(readonly=readonly, include_broken=True):
+        if not info.problem:
+            good.append(EntryView(info))
+        elif not is_newer(info):
+            broken.append(EntryView(info))
+    return good, broken
+
+
+def kernel_matches(view: EntryView, pattern: str) -> bool:
+    """True when the entry's kernel (``module:qualname``) matches the glob ``pattern``, as a
+    whole or by its qualname alone (``--kernel 'axpy*'`` finds ``pkg.linalg:axpy``)."""
+    kernel = view.kernel or ""
+    qualname = kernel.rpartition(":")[2]
+    return fnmatch.fnmatchcase(kernel, pattern) or fnmatch.fnmatchcase(qualname, pattern)
+
+
+def is_stale(view: EntryView, current: dict[str, str]) -> bool:
+    """True when the entry's ``components['toolchain']`` disagrees with ``current`` (from
+    ``package_versions()``, read once) on a shared key (``kcache.toolchain.is_stale``). Only
+    scalar versions are compared: a nested value in a header cannot make it recurse."""
+    from kcache.toolchain import is_stale as toolchain_is_stale
+    components = view.info.components
+    toolchain = components.get("toolchain") if isinstance(components, dict) else None
+    if not isinstance(toolchain, dict):
+        return False
+    scalars = {k: v for k, v in toolchain.items()
+               if isinstance(k, str) and isinstance(v, (str, int, float, bool))}
+    return toolchain_is_stale({"toolchain": scalars}, current)
+
+
+def resolve_prefix(store, prefix: str) -> EntryView:
+    """The one entry whose key starts with ``prefix`` (also one whose header cannot be read).
+
+    Raises :class:`UsageError` (exit 2) when ``prefix`` is not hex, when several keys start
+    with it (listing them) or when the entry is of a newer format; :class:`NotFound` (exit 1)
+    when no key does (naming the nearest keys).
+    """
+    cleaned = prefix.strip().lower()
+    if not _HEX.match(cleaned) or len(cleaned) > 64:
+        raise UsageError(f"not a key prefix: {clip(prefix)} (1 to 64 hex digits, as shown by "
+                         "'kcache ls')")
+    # One key may sit in the writable root and a read-only dir: keep the first (writable).
+    unique: dict = {}
+    for info in store.find(cleaned, include_broken=True):
+        if not is_newer(info):  # said below, with the newer-format check
+            unique.setdefault(info.key, info)
+    matches = [EntryView(info) for info in unique.values()]
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        shown = ", ".join(f"{m.short_key} ({_label(m)})"
+                          for m in sorted(matches, key=lambda m: m.key)[:8])
+        more = f" and {len(matches) - 8} more" if len(matches) > 8 else ""
+        raise UsageError(f"key prefix {prefix!r} is ambiguous: {len(matches)} entries match: "
+                         f"{shown}{more}")
+    newer = newer_format_files(store, cleaned)
+    if newer:
+        raise UsageError(f"entry {newer[0]} was written by a newer kcache format; left "
+                         "untouched (use the kcache version that wrote it)")
+    keys = entry_keys(store)
+    near = near_keys(cleaned, keys)
+    if not keys:
+        hint = " (the cache has no entries)"
+    elif near:
+        hint = f"; nearest keys: {', '.join(near)}"
+    else:
+        hint = ""
+    raise NotFound(f"no entry with key prefix {prefix!r}{hint}")
+
+
+def entry_keys(store) -> list[str]:
+    """The keys of every entry file in the writable root and the read-only dirs, from the
+    file names alone (``kcache.layout.scan``; no header is read: naming the nearest keys of
+    a mistyped prefix must not read 100,000 headers)."""
+    from kcache.layout import Layout, scan
+    return [key for root in (store.root, *store.readonly_roots)
+            for key, _path, _st in scan(Layout(root))]
+
+
+def _label(view: EntryView) -> str:
+    if view.problem:
+        return f"unreadable: {view.problem}"
+    return f"{view.kernel or '?'} {view.arch or ''}".rstrip()
+
+
+def near_keys(prefix: str, keys: Iterable[str], n: int = 3) -> list[str]:
+    """The ``n`` keys nearest to ``prefix`` (short forms): the most leading digits in common
+    first, then the smallest numeric distance between the first ``len(prefix)`` digits."""
+    target = int(prefix, 16)
+    keys = [k for k in keys if _HEX.match(k)]  # a stray file name is not a key
+
+    def nearness(key: str) -> tuple[int, int]:
+        shared = len(os.path.commonprefix([key, prefix]))
+        return -shared, abs(int(key[: len(prefix)], 16) - target)
+
+    return [k[:SHORT_KEY] for k in sorted(set(keys), key=nearness)[:n]]

@@ -1,0 +1,150 @@
+"""Terminal tables that fit the terminal without breaking a word.
+
+rich wraps a cell that does not fit, which breaks names mid-word (``Signatur``/``e``,
+``examples.``/``kernels:b``). Instead each table is laid out here before rich draws it:
+columns that may be shortened (long kernel names, signatures, paths) lose characters in the
+middle (``pkg.mod…:kernel``), never their header, and when that is not enough the least
+important columns are hidden, named in a caption. ``--wide`` skips all of this: every column,
+every character, lines as long as they need to be.
+
+rich is imported only here, and this module only when something is drawn on a terminal.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+ELLIPSIS = "…"
+GAP = 2  # columns between two table columns (rich: padding 1 on each side, no outer edge)
+
+
+class Column:
+    """One table column.
+
+    ``shrink``: None when cells are never shortened, else the narrowest width (cells) the
+    column may be given, cells then losing their middle; ``keep``: the width it keeps while
+    other columns can still be hidden instead (a kernel name stays readable rather than
+    every column shrinking to a stub); ``drop``: 0 for a column that is always shown, else
+    its rank in hiding order (the highest is hidden first). (A plain class: a dataclass
+    costs a millisecond to create at import, on every command's start-up.)"""
+
+    __slots__ = ("header", "right", "shrink", "keep", "drop")
+
+    def __init__(self, header: str, right: bool = False, shrink: int | None = None,
+                 keep: int = 0, drop: int = 0) -> None:
+        self.header, self.right, self.shrink, self.keep, self.drop = (
+            header, right, shrink, keep, drop)
+
+
+def cell_len(text: str) -> int:
+    """Terminal cells taken by ``text`` (wide characters count 2)."""
+    from rich.cells import cell_len as rich_cell_len
+    return len(text) if text.isascii() else rich_cell_len(text)
+
+
+def shorten(text: str, width: int) -> str:
+    """``text`` cut to ``width`` cells by dropping its middle: ``pkg.linalg…:axpy``."""
+    if cell_len(text) <= width:
+        return text
+    if width <= 1:
+        return ELLIPSIS[:width]
+    from rich.cells import get_character_cell_size as size
+    head_room, tail_room = width // 2, width - width // 2 - 1
+    head, used = [], 0
+    for char in text:
+        if used + size(char) > head_room:
+            break
+        head.append(char)
+        used += size(char)
+    tail, used = [], 0
+    for char in reversed(text):
+        if used + size(char) > tail_room:
+            break
+        tail.append(char)
+        used += size(char)
+    return "".join(head) + ELLIPSIS + "".join(reversed(tail))
+
+
+def layout(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int,
+           wide: bool = False) -> tuple[list[int], dict[int, int]]:
+    """``(shown column indexes, width of each)`` for a table of ``rows`` (escaped text) in
+    ``width`` cells. Natural widths when they fit (or ``wide``); else shortenable columns
+    are narrowed evenly from the widest down, first not below their ``keep`` width (hiding
+    columns by ``drop`` rank as needed), then, when hiding every droppable column is not
+    enough, down to their minimum (never below their header). When even that does not fit,
+    the minimum is used (the terminal wraps whole lines)."""
+    natural = [max([cell_len(c.header)] + [cell_len(r[i]) for r in rows])
+               for i, c in enumerate(columns)]
+    if wide:
+        return list(range(len(columns))), dict(enumerate(natural))
+    hide_order = sorted((i for i, c in enumerate(columns) if c.drop),
+                        key=lambda i: -columns[i].drop)
+    for comfortable in (True, False):
+        shown = list(range(len(columns)))
+        for hidden in range(len(hide_order) + 1):
+            shown = [i for i in range(len(columns)) if i not in hide_order[:hidden]]
+            widths = _fit(columns, natural, shown, width, comfortable)
+            if widths is not None:
+                return shown, widths
+    return shown, {i: _minimum(columns[i], natural[i], False) for i in shown}
+
+
+def _minimum(column: Column, natural: int, comfortable: bool) -> int:
+    if column.shrink is None:
+        return natural
+    floor = max(column.shrink, column.keep) if comfortable else column.shrink
+    return min(natural, max(floor, cell_len(column.header)))
+
+
+def _fit(columns: Sequence[Column], natural: list[int], shown: list[int],
+         width: int, comfortable: bool) -> dict[int, int] | None:
+    """Widths of ``shown`` within ``width``, shortenable columns capped at one common level
+    (as high as fits), or None when even their minimums (``comfortable``: their ``keep``
+    widths) do not fit."""
+    fixed = [i for i in shown if columns[i].shrink is None]
+    flexible = [i for i in shown if columns[i].shrink is not None]
+    room = width - sum(natural[i] for i in fixed) - GAP * (len(shown) - 1)
+    floor = {i: _minimum(columns[i], natural[i], comfortable) for i in flexible}
+    if sum(floor.values()) > room:
+        return None
+
+    def used(level: int) -> int:
+        return sum(max(floor[i], min(natural[i], level)) for i in flexible)
+
+    low, high = 0, max([natural[i] for i in flexible], default=0)
+    while low < high:  # the highest level whose widths fit in room
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if used(mid) <= room else (low, mid - 1)
+    widths = {i: natural[i] for i in fixed}
+    widths.update({i: max(floor[i], min(natural[i], low)) for i in flexible})
+    return widths
+
+
+def draw(columns: Sequence[Column], rows: Sequence[Sequence[str]], *, wide: bool = False,
+         title: str | None = None, show_header: bool = True, bold_first: bool = False) -> None:
+    """Draw ``rows`` (escaped text, one per column) on stdout with rich, laid out by
+    :func:`layout` for the terminal's width; hidden columns are named in a caption."""
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    console = Console(highlight=False, markup=False, emoji=False)
+    shown, widths = layout(columns, rows, console.width, wide)
+    if wide:  # as wide as the table: the terminal wraps lines, nothing is cut
+        total = sum(widths.values()) + GAP * (len(shown) - 1)
+        console = Console(highlight=False, markup=False, emoji=False,
+                          width=max(console.width, total, cell_len(title or "")))
+    hidden = [columns[i].header for i in range(len(columns)) if i not in shown]
+    caption = (Text(f"(not shown for lack of width: {', '.join(hidden)}; --wide shows all)",
+                    style="dim") if hidden else None)
+    table = Table(box=None, pad_edge=False, padding=(0, 1), show_header=show_header,
+                  header_style="bold", show_edge=False, expand=False,
+                  title=Text(shorten(title, console.width)) if title else None,
+                  title_justify="left", caption=caption, caption_justify="left")
+    for n, i in enumerate(shown):
+        col = columns[i]
+        table.add_column(Text(col.header), justify="right" if col.right else "left",
+                         width=widths[i], no_wrap=True, overflow="ellipsis",
+                         style="bold" if bold_first and n == 0 else None)
+    for row in rows:
+        table.add_row(*(Text(shorten(row[i], widths[i])) for i in shown))
+    console.print(table)

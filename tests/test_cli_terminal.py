@@ -1,0 +1,136 @@
+"""Terminal tables fit the terminal without breaking a word (issue 8, "Output a person can
+read"), run as real ``kcache`` subprocesses on a pseudo-terminal of 80 and 60 columns."""
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+
+from kcache import Entry, Store, make_key
+from test_cli import on_terminal
+
+LONG = "pkg.very.deep.module.path.for.kernels:a_really_long_kernel_function_name"
+KERNELS = {
+    "examples.kernels:blockwise_lock_sum": "(array(float32, 1d, C), array(float32, 1d, C), int64)",
+    "examples.kernels:saxpy": "(float32[::1],)",
+    LONG: "(array(float64, 2d, A), array(float64, 2d, A), array(float64, 2d, A), float64)",
+}
+HEADERS = {"Key", "Kernel", "Signature", "Arch", "Size", "Hits", "Last used", "Compile time"}
+SGR = re.compile(r"\x1b\[[0-9;]*m")  # rich's styles
+
+
+@pytest.fixture(scope="module")
+def long_names(tmp_path_factory):
+    root = tmp_path_factory.mktemp("long") / "cache"
+    store = Store(root)
+    for kernel, signature in KERNELS.items():
+        comps = {"kernel": kernel}
+        store.put(make_key(comps), Entry({"cubin": os.urandom(2000)},
+                                         {"kernel": kernel, "signature": signature,
+                                          "arch": "sm_90a", "compile_seconds": 0.83}),
+                  components=comps)
+    store.flush()
+    return root
+
+
+def screen(*args: str, columns: int) -> list[str]:
+    """The lines the command printed on a terminal of ``columns`` columns, styles removed."""
+    status, text, err = on_terminal(*args, columns=columns)
+    assert status == 0 and "Traceback" not in err, err
+    return SGR.sub("", text).replace("\r\n", "\n").splitlines()
+
+
+def cells(line: str) -> list[str]:
+    """A table line split into its cells (columns are at least two spaces apart)."""
+    return [c for c in re.split(r" {2,}", line.strip()) if c]
+
+
+@pytest.mark.parametrize("columns", [80, 60])
+def test_ls_fits_and_never_breaks_a_word(long_names, columns):
+    lines = screen("ls", "--dir", str(long_names), columns=columns)
+    assert all(len(line.rstrip()) <= columns for line in lines), lines
+    header = cells(lines[0])
+    assert header[:2] == ["Key", "Kernel"] and set(header) <= HEADERS, header  # whole words
+    rows = lines[1:1 + len(KERNELS)]
+    assert all(len(cells(row)) == len(header) for row in rows), rows  # one line per entry
+    assert all(re.fullmatch(r"[0-9a-f]{12}", cells(row)[0]) for row in rows), rows
+    kernels = {cells(row)[1] for row in rows}
+    assert "examples.kernels:saxpy" in kernels  # short names whole
+    cut = [k for k in kernels if "…" in k]  # long ones shortened in their middle
+    assert cut and all(k in KERNELS for k in kernels - set(cut))
+    for text in cut:
+        head, tail = text.split("…")
+        assert any(k.startswith(head) and k.endswith(tail) for k in KERNELS), text
+        assert len(head) >= 8 and len(tail) >= 8, text
+    hidden = [h for h in HEADERS if h not in header]
+    caption = " ".join(lines[1 + len(KERNELS):])
+    assert hidden and all(h in caption for h in hidden) and "--wide" in caption
+
+
+def test_ls_wide_shows_everything(long_names):
+    lines = screen("ls", "--wide", "--dir", str(long_names), columns=60)
+    assert set(cells(lines[0])) == HEADERS
+    text = "\n".join(lines)
+    assert all(k in text and s in text for k, s in KERNELS.items())
+    assert len(lines) == 1 + len(KERNELS) and "…" not in text
+
+
+@pytest.mark.parametrize("columns", [80, 60])
+@pytest.mark.parametrize("args", [["show", "KEY"], ["stats"], ["config"], ["dir"],
+                                  ["prune", "--dry-run", "--max-size", "1"], ["verify"]],
+                         ids=" ".join)
+def test_every_table_fits(long_names, columns, args):
+    if args == ["show", "KEY"]:
+        key = Store(long_names).find("")[0].key
+        args = ["show", key[:8]]
+    if args == ["verify"]:  # a bad entry, so that verify draws its table (path, problem)
+        bad = long_names.parent / "bad"
+        path = bad / "v1" / "entries" / "ab" / ("ab" * 32 + ".kce")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"garbage")
+        status, text, err = on_terminal("verify", "--dir", str(bad), columns=columns)
+        assert status == 1 and "Traceback" not in err
+        lines = SGR.sub("", text).replace("\r\n", "\n").splitlines()
+        assert cells(lines[0])[:3] == ["Key", "Problem", "Quarantined"], lines
+    else:
+        lines = screen(*args, "--dir", str(long_names), columns=columns)
+    assert lines and all(len(line.rstrip()) <= columns for line in lines), lines
+    if args[0] == "show":
+        fields = dict(cells(line) for line in lines[1:])
+        assert fields["kernel"] in KERNELS or "…" in fields["kernel"]
+        assert fields["key"].startswith(args[1])
+
+
+def test_show_wide_prints_the_full_key_and_path(long_names):
+    info = Store(long_names).find("")[0]
+    lines = screen("show", info.key[:8], "--wide", "--dir", str(long_names), columns=60)
+    text = "\n".join(lines)
+    assert info.key in text and str(info.path) in text
+
+
+# ------------------------------------------------------------------------------ in process
+
+def test_shorten_keeps_both_ends_and_counts_wide_characters():
+    from kcache.cli.table import cell_len, shorten
+    cut = shorten("examples.kernels:blockwise_lock_sum", 20)
+    assert cut.startswith("examples.") and cut.endswith("lock_sum") and "…" in cut
+    assert cell_len(cut) == 20
+    wide = "核函数" * 10  # 2 cells each
+    assert cell_len(shorten(wide, 11)) <= 11
+    assert shorten("short", 20) == "short"
+
+
+def test_layout_hides_by_rank_before_cutting_below_keep():
+    from kcache.cli.table import Column, layout
+    columns = [Column("Key"), Column("Kernel", shrink=8, keep=20), Column("Extra", drop=1),
+               Column("More", drop=2)]
+    rows = [["k" * 12, "x" * 40, "e" * 10, "m" * 10]]
+    shown, widths = layout(columns, rows, 200)
+    assert shown == [0, 1, 2, 3] and widths[1] == 40  # fits: natural widths
+    shown, widths = layout(columns, rows, 12 + 2 + 20 + 2 + 10)
+    assert shown == [0, 1, 2] and widths[1] == 20  # "More" (rank 2) hidden first
+    shown, widths = layout(columns, rows, 12 + 2 + 12)
+    assert shown == [0, 1] and widths[1] == 12  # all hidden, then cut below keep
+    shown, widths = layout(columns, rows, 10, wide=True)
+    assert shown == [0, 1, 2, 3] and widths[1] == 40  # --wide: everything
