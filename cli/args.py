@@ -8,7 +8,6 @@ with 5,000 digits.
 from __future__ import annotations
 
 import argparse
-import re
 from pathlib import Path
 
 from kcache.cli.errors import UsageError
@@ -136,34 +135,23 @@ def one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())
 
 
-_CC = re.compile(r"^(?:sm_|compute_)?(\d+)(?:\.(\d+))?([a-z]?)$")
+def cc_arg(text: str) -> tuple:
+    """argparse type for a compute capability in any of numba-cuda's forms (``9.0``, ``9.0a``,
+    ``90``, ``sm_90``, ``sm_90a``, ``compute_90``): ``kcache.arch.parse_cc``'s
+    ``(major, minor, "a" | None)``. ``9.0`` then matches sm_90 and sm_90a entries, ``sm_90a``
+    only sm_90a ones (:func:`arch_matches`)."""
+    from kcache import arch
+    try:
+        return arch.parse_cc(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(one_line(exc)) from None
 
 
-def cc_arg(text: str) -> tuple[str, str]:
-    """argparse type for a compute capability: ``9.0``, ``90``, ``sm_90`` or ``sm_90a``.
-
-    Returns ``(digits, suffix)``, e.g. ``("90", "")`` for ``9.0`` (which then matches both
-    sm_90 and sm_90a) or ``("90", "a")`` for ``sm_90a`` (matches only sm_90a).
-    """
-    match = _CC.match(text.strip().lower())
-    if not match:
-        raise argparse.ArgumentTypeError(
-            f"not a compute capability: {text!r} (accepted: 9.0, 90, sm_90, sm_90a)")
-    major, minor, suffix = match.groups()
-    digits = major + minor if minor is not None else major
-    if minor is None and len(major) == 1:
-        digits = major + "0"  # "9" means 9.0
-    return digits, suffix
-
-
-def arch_matches(arch: str | None, cc: tuple[str, str]) -> bool:
-    """True when an entry's ``arch`` (e.g. ``sm_90a``) is compute capability ``cc``."""
-    match = _CC.match((arch or "").lower())
-    if not match:
-        return False
-    major, minor, suffix = match.groups()
-    digits = major + (minor or "")
-    return digits == cc[0] and (not cc[1] or suffix == cc[1])
+def arch_matches(arch_name, cc: tuple) -> bool:
+    """True when an entry's ``arch`` (e.g. ``sm_90a``) is compute capability ``cc`` (a
+    :func:`cc_arg` result); see ``kcache.arch.arch_matches``."""
+    from kcache import arch
+    return arch.arch_matches(arch_name, cc)
 
 
 def root_arg(args: argparse.Namespace) -> Path | None:

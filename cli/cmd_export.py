@@ -3,10 +3,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kcache.cli.common import (
-    Problem, UsageError, arch_matches, cc_arg, entries_text, human_size, is_stale,
-    kernel_matches, message, nonblank_arg, open_store, print_json, want_json,
-)
+from kcache.cli.args import arch_matches, cc_arg, glob_arg, nonblank_arg, want_json
+from kcache.cli.cache import open_store
+from kcache.cli.entries import EntryView, is_stale, kernel_matches
+from kcache.cli.errors import Problem, UsageError
+from kcache.cli.fmt import entries_text, human_size
+from kcache.cli.output import message, print_json
 from kcache.cli.secret import add_secret_option, secret_of
 
 
@@ -18,7 +20,7 @@ def register(sub):
                                    "a tar with a manifest, zstd-compressed when the zstandard "
                                    "package is installed, signed with a secret when one is set.")
     p.add_argument("out", metavar="OUT", type=nonblank_arg("OUT"), help="the bundle file to write")
-    p.add_argument("--kernel", metavar="GLOB", help="only kernels matching GLOB")
+    p.add_argument("--kernel", metavar="GLOB", type=glob_arg, help="only kernels matching GLOB")
     p.add_argument("--cc", type=cc_arg, action="append", metavar="CC",
                    help="only this compute capability (repeatable; 9.0 matches sm_90 and sm_90a)")
     p.add_argument("--current", action="store_true",
@@ -35,11 +37,12 @@ def select(store, args) -> list:
     current = package_versions()
     chosen: dict = {}
     for info in store.entries():
-        if args.kernel and not kernel_matches(info, args.kernel):
+        view = EntryView(info)
+        if args.kernel and not kernel_matches(view, args.kernel):
             continue
-        if args.cc and not any(arch_matches(info.arch, cc) for cc in args.cc):
+        if args.cc and not any(arch_matches(view.arch, cc) for cc in args.cc):
             continue
-        if args.current and is_stale(info, current):
+        if args.current and is_stale(view, current):
             continue
         chosen.setdefault(info.key, info)
     return list(chosen.values())
@@ -49,8 +52,6 @@ def run(args) -> int:
     """Export. JSON: ``{"path", "entries", "entry_bytes", "bundle_bytes", "compressed",
     "signed", "keys"}``. Exit 1 (nothing written) when no entry matches."""
     from kcache.bundle import BundleError, write_bundle
-    if args.kernel is not None and not args.kernel.strip():
-        raise UsageError("export: --kernel needs a glob pattern, got ''")
     out = Path(args.out).expanduser().absolute()
     if out.is_dir():
         raise UsageError(f"export: {out} is a folder (accepted: a file path for the bundle)")

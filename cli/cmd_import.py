@@ -3,9 +3,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kcache.cli.common import (
-    Problem, SHORT_KEY, entries_text, message, nonblank_arg, open_store, print_json, want_json,
-)
+from kcache.cli.args import nonblank_arg, want_json
+from kcache.cli.cache import open_store
+from kcache.cli.errors import Problem
+from kcache.cli.fmt import entries_text
+from kcache.cli.output import message, print_json
+from kcache.cli.problems import SHORT_KEY
 from kcache.cli.secret import add_secret_option, secret_of
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 
-from kcache.cli.common import UsageError
+from kcache.cli.errors import UsageError
 
 SECRET_ENV = "KCACHE_SECRET"
 MAX_SECRET_FILE = 4096  # bytes
