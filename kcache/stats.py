@@ -37,7 +37,6 @@ import weakref
 from pathlib import Path
 from typing import Callable
 
-import filelock
 import msgpack
 
 from . import atomic, fsio
@@ -237,6 +236,7 @@ class StatsBook:
         phits = self._pending_hits.pop(shard, None) or collections.Counter()
         forget = self._forget.pop(shard, None) or set()
         try:
+            import filelock  # imported on the first write: reading counters takes no lock
             with filelock.FileLock(str(lpath), mode=self.file_mode, is_singleton=True):
                 counters = _load(cpath)
                 for name, value in pend.items():
