@@ -18,7 +18,6 @@ import stat
 import time
 from typing import TYPE_CHECKING, Callable
 
-from .entry import EntryInfo
 from .errors import CorruptEntry, LockTimeout, NewerFormat
 from .keys import KEY_RE
 from .localtier import GONE, NEWER, NOT_REGULAR, os_reason

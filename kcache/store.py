@@ -37,7 +37,7 @@ from . import entry as fmt
 from . import fsio, maintenance
 from .config import Settings, resolve
 from .entry import Entry, EntryInfo
-from .errors import CorruptEntry, KcacheError, LockTimeout, NewerFormat
+from .errors import CorruptEntry, KcacheError, NewerFormat
 from .keys import check_key
 from .layout import Layout
 from .localtier import GONE, KnownBad, LocalTier, os_reason  # noqa: F401 (os_reason: API)
