@@ -189,24 +189,33 @@ def _decode_error(what: str, exc: Exception) -> CorruptEntry:
 
 def check_plain(value: Any, where: str) -> None:
     """Walk a decoded header value: nesting at most MAX_DEPTH, map keys str, floats finite.
-    Raises CorruptEntry naming ``where``. Iterative: a deep value never exhausts the stack."""
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, float):
-            if not math.isfinite(item):
-                raise CorruptEntry(f"header field {where!r} holds a non-finite number", "header")
-        elif isinstance(item, (dict, list)):
-            if depth > MAX_DEPTH:
-                raise CorruptEntry(f"header field {where!r} nested deeper than {MAX_DEPTH}",
-                                   "limits")
-            if isinstance(item, dict):
-                if not all(isinstance(k, str) for k in item):
-                    raise CorruptEntry(f"header field {where!r} has a map key that is not text",
-                                       "header")
-                stack.extend((v, depth + 1) for v in item.values())
-            else:
-                stack.extend((v, depth + 1) for v in item)
+    Raises CorruptEntry naming ``where``. The recursion stops at MAX_DEPTH: a deep value never
+    exhausts the stack (msgpack itself stops at 1024 levels)."""
+    _walk(value, where, 1)
+
+
+def _walk(item: Any, where: str, depth: int) -> None:
+    # Exact types (msgpack builds only these): the hot path of every listing and hit.
+    kind = type(item)
+    if kind is float:
+        if not math.isfinite(item):
+            raise CorruptEntry(f"header field {where!r} holds a non-finite number", "header")
+        return
+    if kind is not dict and kind is not list:
+        return
+    if depth > MAX_DEPTH:
+        raise CorruptEntry(f"header field {where!r} nested deeper than {MAX_DEPTH}", "limits")
+    if kind is dict:
+        for key in item:
+            if type(key) is not str:
+                raise CorruptEntry(f"header field {where!r} has a map key that is not text", "header")
+        values = item.values()
+    else:
+        values = item
+    for value in values:
+        vkind = type(value)
+        if vkind is dict or vkind is list or vkind is float:
+            _walk(value, where, depth + 1)
 
 
 def encode(key: str, entry: Entry, components: dict | None = None, created: float | None = None) -> bytes:

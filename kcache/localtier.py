@@ -30,7 +30,8 @@ from .warn import warn_once
 
 from .prune import NEWER, NOT_REGULAR  # why removal left a file in place
 
-GONE = "gone"  # quarantine: the file vanished or was replaced meanwhile (nothing to do)
+GONE = "gone"
+_HEADER_READ = 8192  # bytes read at once for a header: real headers are a few KiB  # quarantine: the file vanished or was replaced meanwhile (nothing to do)
 
 
 class KnownBad(CorruptEntry):
@@ -136,17 +137,18 @@ class LocalTier:
 
     def read_header(self, key: str, limit: int) -> tuple[dict, os.stat_result]:
         """The checked header of ``key``'s entry and the file's fstat, reading the prefix and
-        header only (never the body). Raises FileNotFoundError, CorruptEntry, NewerFormat,
-        OSError."""
-        shard_fd = fsio.open_dir(self.layout.entries / key[:2])
+        header only (never the body; one read for a header under 8 KiB). Raises
+        FileNotFoundError, CorruptEntry, NewerFormat, OSError."""
+        shard = key[:2]
+        if shard not in self._shards_ok and not self._shard_ok(shard):
+            raise FileNotFoundError(errno.ENOENT, "no such entry", str(self.layout.entry(key)))
+        fd, st = fsio.open_regular(f"{self._entries}/{shard}/{key}.kce", limit, trust=self.trust)
         try:
-            fd, st = fsio.open_regular(entry_name(key), limit, dir_fd=shard_fd, trust=self.trust)
-        finally:
-            os.close(shard_fd)
-        try:
-            prefix = fsio.read_upto(fd, PREFIX_SIZE)
-            hlen, _blen, _sum = parse_prefix(prefix, st.st_size)
-            return decode_header(prefix + fsio.read_upto(fd, hlen), key, st.st_size), st
+            head = fsio.read_upto(fd, min(st.st_size, _HEADER_READ))
+            hlen, _blen, _sum = parse_prefix(head[:PREFIX_SIZE], st.st_size)
+            if PREFIX_SIZE + hlen > len(head):
+                head += fsio.read_upto(fd, PREFIX_SIZE + hlen - len(head))
+            return decode_header(head, key, st.st_size), st
         finally:
             os.close(fd)
 
