@@ -17,7 +17,7 @@ import sys
 from kcache.cli.common import UsageError, Problem, add_common
 
 #: Subcommands in the order ``kcache --help`` lists them; module ``kcache.cli.cmd_<name>``.
-COMMANDS = ("dir", "ls", "stats", "show", "prune", "rm", "clear", "verify", "config")
+COMMANDS = ("dir", "ls", "stats", "show", "prune", "rm", "clear", "verify", "config", "warm")
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
 

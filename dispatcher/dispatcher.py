@@ -21,6 +21,7 @@ from . import _compat
 from kcache import layout as _layout, toolchain as _toolchain  # imported now, not on a kernel call
 
 from . import components as _components  # imported now, not on the first kernel call
+from . import record as _record
 from .kernel_entry import NotStorable, entry_to_kernel, kernel_to_entry, marker_entry
 
 log = logging.getLogger("kcache.dispatcher")
@@ -191,6 +192,7 @@ class KCacheDispatcher(_compat.CUDADispatcher):
             return kernel
         kernel = self._kcache_load_or_compile(argtypes, _compat.current_launch_config())
         self.add_overload(kernel, argtypes)
+        _record.note(self, argtypes)  # KCACHE_RECORD: a signature this program launches
         return kernel
 
     def enable_caching(self):
