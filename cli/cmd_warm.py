@@ -9,10 +9,11 @@ bad usage (a bad TARGET, ``--cc`` or signatures file line: one line on stderr).
 from __future__ import annotations
 
 import argparse
+import shutil
 import time
 
 from kcache.cli.common import (
-    SHORT_KEY, Problem, UsageError, ensure_writable, human_seconds, is_terminal, message,
+    Problem, UsageError, ensure_writable, human_seconds, is_terminal, message,
     open_store, plain_seconds, plural, print_json, print_table, want_json,
 )
 
@@ -120,13 +121,26 @@ def _document(args, store, ccs, jobs, rows, counts, plan, seconds, warm) -> dict
 
 
 def _print_report(rows, counts, plan, seconds, jobs, dry_run) -> None:
-    columns = ("Kernel", "Signature", "Arch", "Result", "Key", "Detail")
-    human = [(r.kernel, r.display, r.arch, _WORDS[r.status], (r.key or "")[:SHORT_KEY],
-              r.reason or (human_seconds(r.compile_seconds) if r.compile_seconds else ""))
-             for r in rows]
+    """The table (rich on a terminal, TSV under the JSON names when piped), then the reason of
+    each failure on a terminal (a reason does not fit a table cell), then the summary."""
+    shown = _shown()
+    columns = ("Kernel", "Signature", "Arch", "Result", "Time")
+    # Arch, Result and Time keep their width (about 40 cells with the gaps); kernel names
+    # and signatures share the rest, losing their middle, so no word breaks across lines.
+    room = max(24, shutil.get_terminal_size().columns - 40)
+    kernel_width = room * 3 // 5
+    human = [tuple(shown(v) for v in (
+        _clip(r.kernel, kernel_width), _clip(r.display or "", room - kernel_width), r.arch,
+        _WORDS[r.status],
+        human_seconds(r.compile_seconds) if r.compile_seconds else "")) for r in rows]
     plain = [(r.kernel, r.display, r.arch, r.status, r.key, plain_seconds(r.compile_seconds),
               r.reason) for r in rows]
-    print_table(columns, human, plain, right=(), names=PLAIN_NAMES)
+    print_table(columns, human, plain, right=("Time",), names=PLAIN_NAMES)
+    if is_terminal():
+        for r in rows:
+            if r.reason:
+                where = " ".join(x for x in (r.display, r.arch) if x)
+                print(shown(f"{_WORDS[r.status]}: {r.kernel} {where}: {r.reason}"))
     done = ", ".join(f"{counts[s]} {_WORDS[s]}" for s in ("compiled", "cached", "would_compile",
                                                           "failed", "skipped")
                      if counts[s] or s in ("compiled", "cached", "failed"))
@@ -140,6 +154,24 @@ def _print_report(rows, counts, plan, seconds, jobs, dry_run) -> None:
                 "file, or record a run with KCACHE_RECORD=FILE; docs/warm.md)")
     if not rows:
         message("kcache: warm: nothing to compile")
+
+
+def _clip(text: str, width: int) -> str:
+    """``text`` shortened in the middle to ``width`` characters (``pkg.mod…:kernel``) for a
+    terminal table; piped and JSON output keep it whole."""
+    if len(text) <= width:
+        return text
+    head = (width - 1) // 2
+    return text[:head] + "…" + text[len(text) - (width - 1 - head):]
+
+
+def _shown():
+    """A function making a value safe for a rich table: record types print as
+    ``Record(a[type=int8;offset=0],...)``, which rich would read as markup."""
+    if not is_terminal():
+        return lambda v: v
+    from rich.markup import escape
+    return lambda v: escape(v) if isinstance(v, str) else v
 
 
 class _Progress:

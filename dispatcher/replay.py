@@ -39,13 +39,12 @@ def plan_replay(plan: Plan, store, ccs=None) -> Plan:
             continue
         kernel = components.get("kernel") or info.kernel or "?"
         try:
-            task_args = _replayable(info, components, kernel)
+            cc = _cc(components)
+            if wanted is not None and tuple(cc[:2]) not in wanted:
+                continue
+            plan.add(**_replayable(info, components, kernel, cc))
         except _Skip as why:
             skipped.setdefault((kernel, info.signature, info.arch, str(why)), info.key)
-            continue
-        if wanted is not None and tuple(task_args["cc"]) not in wanted:
-            continue
-        plan.add(**task_args)
     for (kernel, display, arch, reason), key in skipped.items():
         plan.rows.append(Row(kernel=kernel, status="skipped", origin="replay", display=display,
                              arch=arch, key=key, reason=reason))
@@ -56,7 +55,16 @@ class _Skip(Exception):
     """This entry cannot be replayed; ``str()`` says why."""
 
 
-def _replayable(info, components: dict, kernel: str) -> dict:
+def _cc(components: dict) -> tuple:
+    """The entry's cc from its ``target`` component ("sm_90a" -> (9, 0)); _Skip if unknown."""
+    target = components.get("target") if isinstance(components.get("target"), dict) else {}
+    try:
+        return parse_cc(str(target.get("cc")))
+    except ValueError:
+        raise _Skip(f"unknown target {target.get('cc')!r}") from None
+
+
+def _replayable(info, components: dict, kernel: str, cc) -> dict:
     """The ``Plan.add`` arguments that replay ``info``; raises _Skip with the reason."""
     try:
         split_kernel(kernel)
@@ -66,11 +74,6 @@ def _replayable(info, components: dict, kernel: str) -> dict:
     if launch_config not in (None, _compat.NO_LAUNCH_CONFIG):
         raise _Skip("compiled for one launch configuration of a launch-config-sensitive "
                     "kernel; it is compiled again on its first launch")
-    target = components.get("target") if isinstance(components.get("target"), dict) else {}
-    try:
-        cc = parse_cc(str(target.get("cc")))
-    except ValueError:
-        raise _Skip(f"unknown target {target.get('cc')!r}") from None
     argtypes, text = _signature(info, components)
     cache_key = components.get("cache_key")
     return {"kernel": kernel, "path_entry": None, "argtypes": argtypes, "sigspec_text": text,
@@ -87,9 +90,10 @@ def _signature(info, components: dict) -> tuple:
     if isinstance(text, str):
         try:
             argtypes = sigspec.parse_signature(text)
-        except ValueError as exc:
-            raise _Skip(f"its signature {text[:80]!r} cannot be read ({exc})") from None
-        if _compat.signature_string(argtypes) == components.get("signature"):
+        except ValueError:
+            argtypes = None  # not a sigspec (damaged or hostile): the component may still do
+        if argtypes is not None and _compat.signature_string(argtypes) == components.get(
+                "signature"):
             return argtypes, text
     argtypes = sigspec.from_signature_component(components.get("signature"))
     if argtypes is None:

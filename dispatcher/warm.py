@@ -14,10 +14,12 @@ counted, nothing is compiled); ``dry_run`` stops there for every task.
 """
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import dataclasses
 import multiprocessing
 import os
+import queue
 import re
 import sys
 
@@ -198,12 +200,14 @@ def plan_targets(plan: Plan, targets, sig_lines, ccs, include_tests=False) -> Pl
 
 def run_tasks(tasks, *, root, jobs: int, dry_run: bool, path_entries=(), on_done=None) -> dict:
     """Run ``tasks``; returns ``{task id: outcome}`` (outcome: ``status``, ``key``, ``arch``,
-    ``compile_seconds``, ``reason``). ``root``: the cache root (path); ``jobs``: worker
-    processes (1: in this process); ``on_done(task, outcome)`` is called as each one ends.
+    ``compile_seconds``, ``reason``). ``root``: the cache root (path); ``jobs``: processes
+    that compile, this one included (``jobs - 1`` workers are started); ``on_done(task,
+    outcome)`` is called in this thread as each one ends.
 
     Every task is first checked here (kernel found, key computed, entry looked up: cheap, no
-    compile); only those that need a compile go to the workers. A task that fails is an
-    outcome, never an exception; a worker that dies fails the tasks it had not finished."""
+    compile); only those that need a compile are shared out. A task that fails is an
+    outcome, never an exception; a worker that dies fails the tasks it was running, and this
+    process compiles the rest."""
     settings = {"root": str(root), "dry_run": bool(dry_run), "path_entries": list(path_entries),
                 "cwd": os.getcwd()}
     outcomes = {}
@@ -221,31 +225,89 @@ def run_tasks(tasks, *, root, jobs: int, dry_run: bool, path_entries=(), on_done
             pending.append(task)
         else:
             done(task, outcome)
-    workers = min(jobs, len(pending))
-    if workers <= 1:
+    workers = min(jobs, len(pending)) - 1
+    if workers < 1:
         for task in pending:
             done(task, runner.run(task))
         return outcomes
-    context = multiprocessing.get_context("spawn")
-    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context,
-                                                initializer=_init_worker,
-                                                initargs=(settings,)) as pool:
-        futures = {pool.submit(_run_in_worker, dataclasses.asdict(t)): t for t in pending}
-        for future in concurrent.futures.as_completed(futures):
-            task = futures[future]
-            try:
-                outcome = future.result()
-            except Exception as exc:  # BrokenProcessPool: a worker died (e.g. a crash in NVVM)
-                outcome = {"status": "failed", "reason": f"worker process failed: "
-                           f"{failure_text(exc)}"}
-            done(task, outcome)
+    _Shared(runner, pending, workers, settings).run(done)
     return outcomes
+
+
+class _Shared:
+    """Compiles ``tasks`` in this process and ``workers`` spawned ones, from one queue.
+
+    Each worker has one task at a time; when it ends, a callback (in the pool's thread)
+    hands it the next one at once, so a worker never waits for this process, which takes
+    tasks from the same queue between reports. This process being one of the compilers
+    saves starting a worker (an interpreter plus numba: about 2 s of CPU) and lets the
+    compiling start while the workers are still starting."""
+
+    def __init__(self, runner, tasks, workers: int, settings: dict):
+        self.runner, self.workers, self.settings = runner, workers, settings
+        self.todo = collections.deque(tasks)
+        self.results: queue.SimpleQueue = queue.SimpleQueue()
+        self.total = len(tasks)
+        self.pool = None
+
+    def run(self, done) -> None:
+        context = multiprocessing.get_context("spawn")
+        with concurrent.futures.ProcessPoolExecutor(
+                self.workers, mp_context=context, initializer=_init_worker,
+                initargs=(self.settings,)) as self.pool:
+            for _ in range(self.workers):
+                self._feed()
+            finished = 0
+            while finished < self.total:
+                try:
+                    task, outcome = self.results.get_nowait()
+                except queue.Empty:
+                    task = self._take()
+                    if task is None:  # nothing left here: wait for the workers
+                        task, outcome = self.results.get()
+                    else:
+                        outcome = self.runner.run(task)
+                done(task, outcome)
+                finished += 1
+
+    def _take(self):
+        try:
+            return self.todo.popleft()
+        except IndexError:
+            return None
+
+    def _feed(self) -> None:
+        """Give a worker the next task (called again when that one ends)."""
+        task = self._take()
+        if task is None:
+            return
+        try:
+            future = self.pool.submit(_run_in_worker, dataclasses.asdict(task))
+        except Exception:  # the pool broke (a worker died): this process takes it back
+            self.todo.appendleft(task)
+            return
+        future.add_done_callback(lambda f, task=task: self._ended(task, f))
+
+    def _ended(self, task, future) -> None:
+        try:
+            outcome = future.result()
+        except Exception as exc:  # BrokenProcessPool: the worker died (e.g. a crash in NVVM)
+            outcome = {"status": "failed", "reason": f"worker process failed: "
+                       f"{failure_text(exc)}"}
+        self.results.put((task, outcome))
+        self._feed()
 
 
 _worker: dict = {}
 
 
 def _init_worker(settings: dict) -> None:
+    import warnings
+
+    from kcache.warn import KcacheWarning
+    # As the kcache command does: a store warning is one line (logger "kcache"), not also a
+    # `warnings` message with its source line, from every worker.
+    warnings.simplefilter("ignore", KcacheWarning)
     _worker["runner"] = _Runner(settings)
 
 

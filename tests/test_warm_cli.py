@@ -278,6 +278,37 @@ def test_a_module_that_fails_to_import_is_reported(tmp_path):
     assert doc["summary"]["would_compile"] == 4
 
 
+
+DIES_IN_WORKERS = '''
+import multiprocessing, os
+from numba import cuda
+
+if multiprocessing.parent_process() is not None:  # a warm worker, not the warm command
+    os._exit(3)  # as a crash in NVVM would end it
+
+@cuda.jit("void(float32[::1])")
+def k1(a):
+    a[0] = 1
+
+@cuda.jit("void(float32[::1])")
+def k2(a):
+    a[0] = 2
+
+@cuda.jit("void(float32[::1])")
+def k3(a):
+    a[0] = 3
+'''
+
+
+def test_a_worker_that_dies_fails_its_task_and_the_rest_compile(tmp_path):
+    pkg = make_package(tmp_path)
+    (pkg / "dies.py").write_text(DIES_IN_WORKERS)
+    doc = warm_json(pkg / "dies.py", "--cc", "8.0,9.0", "--jobs", "2", root=tmp_path / "cache",
+                    home=tmp_path / "home", cwd=tmp_path, expect_rc=1)
+    assert statuses(doc) == {"compiled": 5, "failed": 1}, doc["results"]
+    [failed] = [r for r in doc["results"] if r["status"] == "failed"]
+    assert failed["reason"].startswith("worker process failed: BrokenProcessPool")
+
 # --- usage errors: one line, exit 2 ----------------------------------------------------------
 
 @pytest.mark.parametrize("args, complaint", [
