@@ -30,14 +30,16 @@ def register(sub):
         "warm", help="compile kernels for chosen compute capabilities (no GPU needed)",
         description="Import TARGETs, find their kernels and compile each known signature "
                     "(eager signatures, --signatures files, --replay) for each --cc, in "
-                    "worker processes. Entries already cached are not compiled again.")
+                    "--jobs processes. Entries already cached are not compiled again. JSON "
+                    "schema and signatures file format: docs/warm.md.")
     p.add_argument("targets", nargs="*", metavar="TARGET",
                    help="a .py file, a folder (walked), or a module or package name")
     p.add_argument("--cc", action="append", metavar="CC[,CC...]", default=[],
                    help="compute capabilities, e.g. 8.0,9.0 (also 80, sm_90, sm_90a; "
                         "repeatable); with --replay: only these")
     p.add_argument("--jobs", type=_jobs_arg, metavar="N",
-                   help="worker processes (default: the cores this process may use)")
+                   help="processes that compile, this one included (default: the cores "
+                        "this process may use)")
     p.add_argument("--signatures", action="append", metavar="FILE", default=[],
                    help="signatures file: 'module:qualname signature' per line (repeatable)")
     p.add_argument("--replay", action="store_true",
