@@ -5,7 +5,9 @@ that a compile costs about what a small real kernel does) and a signatures file 
 then times complete ``python -m kcache warm PKG --signatures FILE --cc 8.0,9.0 --jobs J``
 runs into a fresh cache root each time (process start to exit: what a container build
 waits for), alternating ``--jobs 1`` and ``--jobs 2`` R times. Reports the median wall time
-of each, compiles per second and the speed-up. Run:
+of each, compiles per second, the CPU time of warm and its workers (from ``getrusage``), the
+1-minute load average when each run started (other work on a shared machine takes CPU from
+both; with a load above the core count the speed-up cannot show) and the speed-up. Run:
 
     .venv/bin/python bench/bench_warm.py [--kernels 48] [--runs 3] [--jobs 1 2]
 
@@ -69,6 +71,7 @@ def run_warm(base: Path, pkg: Path, sigs: Path, jobs: int, ccs: str) -> dict:
     env["HOME"] = env["XDG_CACHE_HOME"] = str(base / "home")
     cmd = [sys.executable, "-m", "kcache", "warm", str(pkg), "--signatures", str(sigs),
            "--cc", ccs, "--jobs", str(jobs), "--json", "--dir", str(root)]
+    load = os.getloadavg()[0]  # other work on the machine: the figures are only as good
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=base, env=env, capture_output=True, text=True)
@@ -79,7 +82,7 @@ def run_warm(base: Path, pkg: Path, sigs: Path, jobs: int, ccs: str) -> dict:
         sys.exit(f"warm failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
     doc = json.loads(proc.stdout)
     compiled = doc["summary"]["compiled"]
-    return {"wall": wall, "compiled": compiled, "cpu": cpu,
+    return {"wall": wall, "compiled": compiled, "cpu": cpu, "load": load,
             "compile_seconds": sum(r["compile_seconds"] or 0 for r in doc["results"])}
 
 
@@ -101,7 +104,7 @@ def main() -> None:
     print(f"kcache warm: {args.kernels} kernels x {n_cc} ccs = {args.kernels * n_cc} compiles; "
           f"{args.runs} runs each; {os.cpu_count()} cores; Python {platform.python_version()}")
     print(f"{'jobs':>4}  {'median wall s':>13}  {'min s':>7}  {'compiles/s':>10}  "
-          f"{'sum of compile s':>16}  {'CPU s':>6}")
+          f"{'sum of compile s':>16}  {'CPU s':>6}  {'load avg':>8}")
     medians = {}
     for jobs, runs in results.items():
         walls = [r["wall"] for r in runs]
@@ -110,7 +113,8 @@ def main() -> None:
         print(f"{jobs:>4}  {medians[jobs]:>13.2f}  {min(walls):>7.2f}  "
               f"{compiled / medians[jobs]:>10.2f}  "
               f"{statistics.median(r['compile_seconds'] for r in runs):>16.2f}  "
-              f"{statistics.median(r['cpu'] for r in runs):>6.1f}")
+              f"{statistics.median(r['cpu'] for r in runs):>6.1f}  "
+              f"{statistics.median(r['load'] for r in runs):>8.1f}")
     base_jobs = min(medians)
     for jobs in medians:
         if jobs != base_jobs:

@@ -1,13 +1,15 @@
-"""``kcache warm``: plan (kernel, signature, cc) compiles and run them in worker processes.
+"""``kcache warm``: plan (kernel, signature, cc) compiles and run them in several processes.
 
 The plan comes from the TARGETs' kernels (eager signatures, dispatcher/discover.py), from
 signatures files (dispatcher/sigfile.py) and, with ``--replay``, from stale entries
-(dispatcher/replay.py). Each :class:`Task` is plain data, so it crosses to a worker process
-as is; each worker imports the kernel's module itself and calls ``compile_for_report`` for one
-signature and one cc. numba's compiler is not thread-safe and ``compile_for`` patches numba
-globals (``_compat.offline_target``), hence processes, started with "spawn" (a fresh
-interpreter: nothing of the parent's numba state is inherited). ``jobs=1`` runs in this
-process.
+(dispatcher/replay.py). Each :class:`Task` is plain data (strings, numbers, tuples and dicts
+of them), handed to a worker through ``concurrent.futures`` (a pipe between this process and
+the workers it started; nothing is ever unpickled from a file or a cache); each worker
+imports the kernel's module itself and calls ``compile_for_report`` for one signature and one
+cc. numba's compiler is not thread-safe and ``compile_for`` patches numba globals
+(``_compat.offline_target``), hence processes, started with "spawn" (fresh interpreters:
+nothing of this process's numba state is inherited). This process compiles too, from the
+same queue; ``jobs=1`` starts no worker.
 
 An entry already in the cache is found with ``Store.header`` (an existence check: no hit is
 counted, nothing is compiled); ``dry_run`` stops there for every task.
