@@ -19,8 +19,8 @@ from kcache.cli.errors import Problem, UsageError
 from kcache.cli.text import line
 
 #: Subcommands in the order ``kcache --help`` lists them; module ``kcache.cli.cmd_<name>``.
-COMMANDS = ("dir", "ls", "stats", "show", "prune", "rm", "clear", "verify", "config", "export",
-            "import")
+COMMANDS = ("dir", "ls", "stats", "show", "prune", "rm", "clear", "verify", "config", "warm",
+            "export", "import")
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
 
@@ -177,7 +177,7 @@ class _StderrHandler(logging.StreamHandler):
 
 #: Options taking a value that may be written with a leading "-" (a bad value argparse would
 #: otherwise mistake for an option, answering only "expected one argument").
-VALUE_OPTIONS = ("--older-than", "--max-size", "--limit", "--cc")
+VALUE_OPTIONS = ("--older-than", "--max-size", "--limit", "--cc", "--jobs")
 
 
 def join_negative_values(argv: list[str]) -> list[str]:

@@ -323,6 +323,7 @@ def check_header(h: Any, key: str) -> dict:
         _check_text(where, "kernel", MAX_NAME)
         _check_text(where, "arch", MAX_NAME)
         _check_text(where, "signature", MAX_SIGNATURE)
+        _check_text(where, "sigspec", MAX_SIGNATURE)
         _check_number(where, "compile_seconds", MAX_SECONDS)
     for name, size in h["sizes"].items():
         if (not isinstance(name, str) or len(name) > MAX_NAME or not isinstance(size, int)
