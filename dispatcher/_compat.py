@@ -28,6 +28,9 @@ from kcache.arch import full_cc
 CUDADispatcher = _dispatcher.CUDADispatcher
 Kernel = _dispatcher._Kernel
 CUDACodeLibrary = _codegen.CUDACodeLibrary
+#: numba-cuda's marker for "no launch configuration" in launch-config-sensitive cache keys
+#: (kcache warm --replay skips entries keyed by another launch configuration).
+NO_LAUNCH_CONFIG = _dispatcher._NO_LAUNCH_CONFIG_CACHE_KEY
 
 
 __all__ = [
