@@ -563,7 +563,7 @@ def print_table(columns: Sequence[str], human_rows: Sequence[Sequence[Any]],
             table.add_column(name, justify="right" if name in right else "left",
                              overflow="fold", no_wrap=i == 0)
         for row in human_rows:
-            table.add_row(*("" if v is None else str(v) for v in row))
+            table.add_row(*(shown(v) for v in row))
         console().print(table)
         return
     out = sys.stdout
@@ -581,16 +581,42 @@ def print_fields(pairs: Sequence[tuple[str, Any, Any]], *, title: str | None = N
         table.add_column(style="bold")
         table.add_column(overflow="fold")
         for name, human, _ in pairs:
-            table.add_row(name, human_value(human))
+            table.add_row(shown(name), shown(human_value(human)))
         console().print(table)
         return
     for name, _, plain in pairs:
         sys.stdout.write(f"{name.replace(' ', '_')}\t{_cell(plain)}\n")
 
 
+#: Characters never written raw, to a terminal or a plain line: C0 and C1 control characters,
+#: DEL and the bidirectional overrides. A kernel name or signature read from a cache entry
+#: could otherwise set the window title, clear the screen or reorder what is shown.
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+#: Characters of one value shown in a terminal table (rich lays out every character; a
+#: 15 MiB string in an entry's meta would take minutes). Plain and JSON output stay exact.
+MAX_SHOWN = 1000
+
+
+def escape_control(text: str) -> str:
+    """``text`` with every control character written as an escape (``\\x1b``, ``\\u202e``)."""
+    return _UNPRINTABLE.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
+                            else f"\\u{ord(m.group()):04x}", text)
+
+
+def shown(value: Any):
+    """A value for a rich table cell: a ``rich.text.Text`` (so ``[/bold]`` in a kernel name
+    is text, not markup), control characters escaped, at most :data:`MAX_SHOWN` characters."""
+    from rich.text import Text
+    text = escape_control("" if value is None else str(value))
+    if len(text) > MAX_SHOWN:
+        text = f"{text[:MAX_SHOWN]}... ({len(text)} characters)"
+    return Text(text)
+
+
 def _cell(value: Any) -> str:
     """A value for plain (piped) output: JSON spellings (``true``, ``false``, empty for
-    null), lists joined with ``", "``, dicts as JSON; one line, no tabs."""
+    null), lists joined with ``", "``, dicts as JSON; one line, no tabs, control characters
+    escaped (:func:`escape_control`)."""
     if value is None:
         return ""
     if isinstance(value, bool):
@@ -599,7 +625,7 @@ def _cell(value: Any) -> str:
         value = ", ".join(_cell(v) for v in value)
     elif isinstance(value, (dict, list, tuple)):
         value = json.dumps(value, default=_json_default, sort_keys=True)
-    return " ".join(str(value).replace("\t", " ").splitlines())
+    return escape_control(" ".join(str(value).replace("\t", " ").splitlines()))
 
 
 def plain_value(value: Any) -> str:

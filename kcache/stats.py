@@ -53,6 +53,8 @@ FLOAT_COUNTERS = {"compile_seconds", "seconds_saved"}
 FLUSH_INTERVAL = 1.0  # seconds
 SHARDS = 16
 _MAX_SHARD_FILE = 64 << 20  # bytes; a hits file of ~1M keys
+_MAX_SHARD_ITEMS = 1 << 20  # items of one shard's map (per-entry hits: entries of the shard)
+_MAX_COUNT = 1 << 62  # a counter beyond this was not counted (and would overflow msgpack)
 
 
 def shard_of(key: str) -> int:
@@ -83,17 +85,19 @@ def _load(path: Path) -> dict:
     try:
         obj = msgpack.unpackb(data, raw=False, strict_map_key=True, max_array_len=0,
                               max_ext_len=0, max_str_len=len(data), max_bin_len=0,
-                              max_map_len=len(data), object_hook=one_map)
+                              max_map_len=min(len(data), _MAX_SHARD_ITEMS), object_hook=one_map)
     except Exception:
         return {}
     return obj if isinstance(obj, dict) else {}
 
 
 def _num(v) -> float:
-    """A counter value as read: finite ints and floats, else 0."""
+    """A counter value as read: finite ints and floats of at most 2**62 in size, else 0 (a
+    larger one was never counted, and adding to 2**64-1 would make every write of the shard
+    fail in msgpack)."""
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return 0
-    return v if isinstance(v, int) or math.isfinite(v) else 0
+    return v if -_MAX_COUNT <= v <= _MAX_COUNT else 0  # False for NaN too
 
 
 def _clamp_totals(counters: dict) -> None:

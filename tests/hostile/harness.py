@@ -1,0 +1,621 @@
+"""One case of the hostile-file corpus: build it, run one command on it, observe.
+
+A case is a folder ``base`` holding::
+
+    root/      a copy of a real cache (valid entries written by the store) + the hostile file
+    outside/   canaries: files a symlink in the root points to, a valid entry for the hostile
+               key (planted.kce), a FIFO, a secret config, a folder, a fake shard folder
+    home/      HOME, XDG_CACHE_HOME and the working directory of the command
+    tmp/       TMPDIR
+    extract/   where ``show --extract`` writes (the only place outside the root it may)
+    run/       the harness's own files (spec, stdout, stderr, result)
+
+The command runs in a subprocess (``_child.py``) in its own session, under a wall-clock limit
+and an address-space limit (``RLIMIT_AS`` = the interpreter's base + the kind's allowance), on
+a pseudo-terminal for the commands people read (rich tables) or on pipes. Everything under
+``base`` except ``root/``, ``extract/`` and ``run/`` is snapshotted before and after (type,
+size, mtime, mode, owner, content hash, link target): a difference is a write outside the
+root. The child's post-check then says whether the valid entries are still served and a new
+entry can still be stored.
+"""
+from __future__ import annotations
+
+import dataclasses
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import pty
+import re
+import resource
+import shutil
+import signal
+import stat
+import struct
+import subprocess
+import sys
+import termios
+import threading
+import time
+from pathlib import Path
+
+from kcache import Entry, Store
+from kcache.entry import encode
+from kcache.keys import make_key
+from kcache.layout import Layout
+
+from .corpus import Kind
+from .craft import ARTIFACTS, META
+
+HERE = Path(__file__).resolve().parent
+CHILD = HERE / "_child.py"
+TIME_LIMIT = 20.0  # seconds, the command and the post-check together
+BASE_AS = 320 << 20  # bytes of address space: interpreter, kcache, rich, msgpack, a thread
+COLUMNS = 400
+
+#: The commands run on every kind: name -> (argv template, on a terminal?). "{key}" is the
+#: target key (hostile, or a valid one for auxiliary kinds), "{extract}" the extract folder.
+COMMANDS: dict[str, tuple[list[str] | None, bool]] = {
+    "get": (None, False),
+    "ls": (["ls"], True),
+    "ls | cat": (["ls"], False),
+    "show": (["show", "{key}"], True),
+    "show --json": (["show", "{key}", "--json"], False),
+    "show --extract": (["show", "{key}", "--extract", "{extract}"], True),
+    "verify": (["verify"], True),
+    "verify --fix": (["verify", "--fix"], True),
+    "prune": (["prune"], True),
+    "clear --yes": (["clear", "--yes"], True),
+    "rm": (["rm", "{key}"], True),
+}
+#: Also run on the auxiliary kinds (stats shards, config.json, locks, ...).
+AUX_COMMANDS: dict[str, tuple[list[str], bool]] = {
+    "stats": (["stats"], True),
+    "stats --json": (["stats", "--json"], False),
+    "dir": (["dir"], True),
+    "config show": (["config", "show"], True),
+}
+JSON_COMMANDS = {"show --json", "stats --json"}
+#: Escape sequences planted by the escape-names kind: they must never reach the output raw.
+RAW_ESCAPES = (b"\x1b]0;pwned", b"\x1b[2J", b"\x1b[31m")
+
+
+def commands_for(kind: Kind) -> list[str]:
+    names = list(COMMANDS)
+    if kind.where == "aux":
+        names += list(AUX_COMMANDS)
+    return names
+
+
+# ---------------------------------------------------------------------------- the template
+
+@dataclasses.dataclass
+class Template:
+    """A real cache written by the store, copied into every case."""
+
+    root: Path
+    valid_keys: list[str]
+    hostile_key: str
+    fresh_key: str
+
+
+def _key(tag, used_shards: set[str]) -> str:
+    i = 0
+    while True:
+        key = make_key({"hostile-corpus": tag, "n": i})
+        if key[:2] not in used_shards:
+            used_shards.add(key[:2])
+            return key
+        i += 1
+
+
+def build_template(where: Path) -> Template:
+    """Three valid entries (each in its own shard), read once so stats and hits exist; the
+    hostile and the fresh key get shards of their own."""
+    where.mkdir(parents=True, exist_ok=True)
+    root = where / "template-root"
+    shards: set[str] = set()
+    valid = [_key(f"valid-{i}", shards) for i in range(3)]
+    hostile = _key("hostile", shards)
+    fresh = _key("fresh", shards)
+    store = Store(root)
+    for i, key in enumerate(valid):
+        meta = dict(META, kernel=f"pkg.mod:valid{i}")
+        assert store.put(key, Entry(dict(ARTIFACTS), meta), components={"n": i})
+        assert store.get(key) is not None
+    store.flush()
+    store.stats()  # toolchain memo etc. are made by the commands themselves
+    return Template(root, valid, hostile, fresh)
+
+
+# ---------------------------------------------------------------------------- a case
+
+@dataclasses.dataclass
+class Case:
+    """What a kind's builder sees (see kcache/tests/hostile/corpus.py)."""
+
+    base: Path
+    root: Path
+    outside: Path
+    layout: Layout
+    key: str  # the hostile key
+    valid_keys: list[str]
+    fresh_key: str
+
+    layer: Path | None = None  # a read-only layer (KCACHE_READONLY_DIRS), when the kind uses one
+
+    def in_layer(self) -> "Case":
+        """This case with the hostile key planted in the read-only layer instead of the root."""
+        return dataclasses.replace(self, root=self.layer, layout=Layout(self.layer))
+
+    @property
+    def entry_path(self) -> Path:
+        return self.layout.entry(self.key)
+
+    @property
+    def marker(self) -> Path:
+        """Created only if something unpickled the pickle payload."""
+        return self.base / "PWNED-marker"
+
+    def valid_bytes(self, key: str | None = None, *, meta: dict | None = None,
+                    artifacts: dict | None = None) -> bytes:
+        """A valid entry file for ``key`` (default: the hostile key), as the store writes it."""
+        return encode(key or self.key, Entry(dict(artifacts or ARTIFACTS), dict(meta or META)),
+                      {"kernel": "pkg.mod:hostile"})
+
+
+def make_case(template: Template, kind: Kind, base: Path) -> Case:
+    """Copy the template into ``base/root``, make the canaries, plant the hostile kind."""
+    if base.exists():
+        _force_rmtree(base)
+    for sub in ("outside", "home", "tmp", "run"):
+        (base / sub).mkdir(parents=True)
+    base.chmod(0o700)
+    root = base / "root"
+    shutil.copytree(template.root, root, symlinks=True)
+    case = Case(base, root, base / "outside", Layout(root), template.hostile_key,
+                list(template.valid_keys), template.fresh_key)
+    if kind.where == "layer":
+        case.layer = base / "layer"
+        (case.layer / "v1" / "entries").mkdir(parents=True, mode=0o700)
+        case.layer.chmod(0o700)
+    _canaries(case)
+    kind.build(case)
+    return case
+
+
+def _canaries(case: Case) -> None:
+    out = case.outside
+    (out / "canary.txt").write_bytes(b"canary: kcache must never change this file\n")
+    (out / "planted.kce").write_bytes(case.valid_bytes())  # served only through a symlink
+    os.mkfifo(out / "fifo", 0o600)
+    (out / "secret.json").write_bytes(b'{"max_size": "1K", "note": "TOPSECRET-canary"}')
+    (out / "dir").mkdir()
+    (out / "dir" / "canary.txt").write_bytes(b"canary in a folder\n")
+    (out / "dir" / case.entry_path.name).write_bytes(b"entry-named canary\n")
+    shard = out / "shard"
+    shard.mkdir()
+    (shard / case.entry_path.name).write_bytes(case.valid_bytes())
+    (shard / "canary.txt").write_bytes(b"canary in a fake shard\n")
+    for p in (out / "dir" / case.entry_path.name, out / "canary.txt"):
+        os.utime(p, (1e9, 1e9))  # old: a prune following a symlink would pick them
+
+
+def _force_rmtree(path: Path) -> None:
+    for dirpath, dirnames, _files in os.walk(path):
+        for d in dirnames:
+            p = os.path.join(dirpath, d)
+            if not os.path.islink(p):
+                os.chmod(p, 0o700)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------- snapshots
+
+def snapshot(base: Path, skip=("root", "extract", "run")) -> dict[str, tuple]:
+    """Every file under ``base`` (except ``skip``), never following a symlink and never opening
+    anything but a regular file: path -> (type, size, mtime_ns, mode, uid, sha256|target)."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(base):
+        rel_dir = os.path.relpath(dirpath, base)
+        if rel_dir == ".":
+            dirnames[:] = [d for d in dirnames if d not in skip]
+        for name in dirnames + filenames:
+            p = os.path.join(dirpath, name)
+            st = os.lstat(p)
+            kind = stat.S_IFMT(st.st_mode)
+            extra = None
+            if stat.S_ISREG(st.st_mode):
+                with open(p, "rb") as f:
+                    extra = hashlib.sha256(f.read(64 << 20)).hexdigest()
+            elif stat.S_ISLNK(st.st_mode):
+                extra = os.readlink(p)
+            mtime = None if stat.S_ISDIR(st.st_mode) else st.st_mtime_ns
+            out[os.path.relpath(p, base)] = (kind, st.st_size if not stat.S_ISDIR(st.st_mode) else None,
+                                             mtime, stat.S_IMODE(st.st_mode), st.st_uid, extra)
+    return out
+
+
+def diff(before: dict, after: dict, mtime_ok=()) -> list[str]:
+    """What changed between two snapshots; ``mtime_ok``: paths whose mtime alone may change."""
+    changes = []
+    for p in sorted(set(before) | set(after)):
+        if p not in after:
+            changes.append(f"removed {p}")
+        elif p not in before:
+            changes.append(f"created {p}")
+        elif before[p] != after[p]:
+            if p in mtime_ok and before[p][:2] + before[p][3:] == after[p][:2] + after[p][3:]:
+                continue
+            changes.append(f"changed {p}")
+    return changes
+
+
+def entry_state(path: Path) -> str:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return "absent"
+    except NotADirectoryError:
+        return "absent"
+    for test, name in ((stat.S_ISREG, "file"), (stat.S_ISDIR, "folder"), (stat.S_ISLNK, "symlink"),
+                       (stat.S_ISFIFO, "FIFO"), (stat.S_ISSOCK, "socket"), (stat.S_ISCHR, "device")):
+        if test(st.st_mode):
+            return name
+    return "other"
+
+
+def quarantined(layout: Layout) -> int:
+    try:
+        st = os.lstat(layout.quarantine)
+    except OSError:
+        return 0
+    if not stat.S_ISDIR(st.st_mode):
+        return 0
+    return len(os.listdir(layout.quarantine))
+
+
+# ---------------------------------------------------------------------------- running
+
+@dataclasses.dataclass
+class Observation:
+    kind: str
+    command: str
+    argv: list[str]
+    tty: bool
+    rc: int | None
+    timed_out: bool
+    signal: int | None
+    wall: float
+    peak_bytes: int | None  # the child's peak RSS (VmHWM)
+    peak_vm_bytes: int | None  # the child's peak address space (VmPeak; limited by as_limit)
+    as_limit: int
+    stdout: bytes
+    stderr: bytes
+    result: dict  # what _child.py wrote (rc, get results, post-check)
+    outside_changes: list[str]
+    entry_before: str
+    entry_after: str
+    quarantine_before: int
+    quarantine_after: int
+    marker: bool  # the pickle payload ran
+    key: str  # the key show/rm named
+    hostile_key: str
+    valid_keys: list[str]
+    base: str
+    root: str
+
+    @property
+    def text_out(self) -> str:
+        return self.stdout.decode("utf-8", "replace")
+
+    @property
+    def text_err(self) -> str:
+        return self.stderr.decode("utf-8", "replace")
+
+
+def _env(case: Case) -> dict[str, str]:
+    """A clean environment: nothing of the caller's KCACHE_*, HOME and TMPDIR in the case."""
+    home = case.base / "home"
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(home),
+        "XDG_CACHE_HOME": str(home / ".cache"),
+        "TMPDIR": str(case.base / "tmp"),
+        "KCACHE_DIR": str(case.root),
+        "LANG": "C.UTF-8",
+        "TERM": "xterm-256color",
+        "COLUMNS": str(COLUMNS),
+        "LINES": "50",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "MALLOC_ARENA_MAX": "2",  # thread arenas reserve 64 MiB of address space each
+    }
+    if case.layer is not None:
+        env["KCACHE_READONLY_DIRS"] = str(case.layer)
+    if "VIRTUAL_ENV" in os.environ:
+        env["VIRTUAL_ENV"] = os.environ["VIRTUAL_ENV"]
+    return env
+
+
+def _limits(as_bytes: int):
+    def apply():
+        resource.setrlimit(resource.RLIMIT_AS, (as_bytes, as_bytes))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    return apply
+
+
+def _reader(fd: int, sink: list) -> threading.Thread:
+    def read():
+        while True:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError as exc:  # EIO: the terminal's other side closed
+                if exc.errno in (errno.EIO, errno.EBADF):
+                    break
+                raise
+            if not chunk:
+                break
+            if sum(map(len, sink)) < (64 << 20):  # keep at most 64 MiB of what it prints
+                sink.append(chunk)
+    t = threading.Thread(target=read, daemon=True)
+    t.start()
+    return t
+
+
+def observe(template: Template, kind: Kind, command: str, work: Path) -> Observation:
+    """Build a fresh case of ``kind`` under ``work`` and run ``command`` on it."""
+    case = make_case(template, kind, work)
+    argv_t, tty = {**COMMANDS, **AUX_COMMANDS}[command]
+    key = case.key if kind.target == "hostile" else case.valid_keys[0]
+    run = case.base / "run"
+    extract = case.base / "extract"
+    survivors = list(case.valid_keys)
+    if command == "clear --yes":
+        survivors = []
+    elif command == "rm" and key in survivors:
+        survivors.remove(key)
+    spec = {"key": case.key, "valid_keys": case.valid_keys, "survivors": survivors,
+            "fresh_key": case.fresh_key, "artifacts": {k: v.hex() for k, v in ARTIFACTS.items()},
+            "result": str(run / "result.json"), "post_log": str(run / "post.log")}
+    (run / "spec.json").write_text(json.dumps(spec))
+    if argv_t is None:
+        argv = []
+        child = [sys.executable, str(CHILD), "get", str(run / "spec.json")]
+    else:
+        argv = [a.replace("{key}", key[:16]).replace("{extract}", str(extract)) for a in argv_t]
+        child = [sys.executable, str(CHILD), "cli", str(run / "spec.json"), "--", *argv]
+    hostile_at = case.in_layer() if case.layer is not None else case
+    before = snapshot(case.base)
+    entry_before = entry_state(hostile_at.entry_path)
+    q_before = quarantined(case.layout)
+    as_limit = BASE_AS + kind.mem
+    out_chunks: list[bytes] = []
+    stderr_path = run / "stderr"
+    start = time.monotonic()
+    with open(stderr_path, "wb") as err:
+        if tty:
+            master, slave = pty.openpty()
+            fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, COLUMNS, 0, 0))
+            out_target = slave
+        else:
+            master, slave = os.pipe()
+            out_target = slave
+        try:
+            proc = subprocess.Popen(child, stdin=subprocess.DEVNULL, stdout=out_target, stderr=err,
+                                    cwd=case.base / "home", env=_env(case),
+                                    preexec_fn=_limits(as_limit), start_new_session=True)
+        finally:
+            os.close(slave)
+        reader = _reader(master, out_chunks)
+        status: list = []
+        waiter = threading.Thread(target=lambda: status.append(os.wait4(proc.pid, 0)), daemon=True)
+        waiter.start()
+        waiter.join(TIME_LIMIT)
+        timed_out = waiter.is_alive()
+        if timed_out:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            waiter.join(10)
+        proc.returncode = 0  # reaped by wait4 above: keep Popen from waiting again
+        reader.join(10)
+        os.close(master)
+    wall = time.monotonic() - start
+    rc = sig = None
+    if status:
+        _pid, st, _ru = status[0]
+        if os.WIFSIGNALED(st):
+            sig = os.WTERMSIG(st)
+        else:
+            rc = os.WEXITSTATUS(st)
+    try:
+        result = json.loads((run / "result.json").read_text())
+    except (OSError, ValueError):
+        result = {}
+    post_log = run / "post.log"
+    if post_log.exists() and post_log.stat().st_size:
+        result["post_log"] = post_log.read_text(errors="replace")[:20000]
+    after = snapshot(case.base)
+    obs = Observation(
+        kind=kind.name, command=command, argv=argv, tty=tty, rc=rc, timed_out=timed_out,
+        signal=sig, wall=wall, peak_bytes=result.get("peak_bytes"),
+        peak_vm_bytes=result.get("peak_vm_bytes"), as_limit=as_limit,
+        stdout=b"".join(out_chunks), stderr=stderr_path.read_bytes()[: 64 << 20], result=result,
+        outside_changes=diff(before, after, kind.outside_mtime_ok), entry_before=entry_before,
+        entry_after=entry_state(hostile_at.entry_path), quarantine_before=q_before,
+        quarantine_after=quarantined(case.layout), marker=case.marker.exists(), key=key,
+        hostile_key=case.key, valid_keys=list(case.valid_keys), base=str(case.base),
+        root=str(case.root))
+    _force_rmtree(case.base)
+    return obs
+
+
+# ---------------------------------------------------------------------------- judging
+
+_ANSI = re.compile(r"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)|[@-Z\\-_])")
+
+
+def strip_ansi(text: str) -> str:
+    return _ANSI.sub("", text).replace("\r", "")
+
+
+def problems(obs: Observation, kind: Kind) -> list[str]:
+    """Every rule of issue 7 the observation breaks ([] when it passed)."""
+    bad = []
+    out, err = obs.text_out, obs.text_err
+    if obs.timed_out:
+        bad.append(f"hung: killed after {TIME_LIMIT:g} s")
+    if obs.signal is not None:
+        bad.append(f"killed by signal {obs.signal}")
+    for where, text in (("stdout", out), ("stderr", err),
+                        ("post-check", obs.result.get("post_log", "") + obs.result.get("post_error", ""))):
+        if "Traceback (most recent call last)" in text:
+            bad.append(f"traceback on {where}: {_last_line(text)}")
+        elif "MemoryError" in text:
+            bad.append(f"MemoryError on {where}")
+    if obs.command == "get":
+        if obs.rc not in (0, None):
+            bad.append(f"get raised (exit {obs.rc})")
+        if err.strip():
+            bad.append(f"unexpected stderr: {_last_line(err)}")
+        served = obs.result.get("hostile")
+        if kind.served is not None and served is not None and (served == "hit") != kind.served:
+            bad.append(f"hostile key: {served} (expected {'hit' if kind.served else 'miss'})")
+        for k, v in (obs.result.get("valid") or {}).items():
+            if v != "hit" and not kind.refused:
+                bad.append(f"valid entry {k[:12]}: {v} during the get")
+    else:
+        allowed = {0, 1}
+        if obs.command in ("show", "show --json", "show --extract", "rm") and "no entry with key prefix" in err:
+            allowed.add(2)  # the hostile file is not an entry at all: a usage error
+        if "written by a newer kcache format" in err:
+            allowed.add(2)  # documented: a newer-format entry is refused, nothing changed
+        if kind.bad_setting and len(err.strip().splitlines()) == 1 and "config.json" in err:
+            allowed.add(2)  # documented: a bad setting is a usage error, one line
+        if obs.rc is not None and obs.rc not in allowed:
+            bad.append(f"exit status {obs.rc}: {_last_line(err)}")
+        for line in strip_ansi(err).splitlines():
+            if line.strip() and not line.startswith("kcache"):
+                bad.append(f"stderr line not from kcache: {line[:200]!r}")
+                break
+    if obs.command in JSON_COMMANDS and obs.rc == 0:
+        try:
+            json.loads(out, parse_constant=_no_constant)
+        except ValueError as exc:
+            bad.append(f"invalid JSON on stdout: {exc}")
+    if obs.command not in JSON_COMMANDS:
+        raw = obs.stdout + obs.stderr
+        for seq in RAW_ESCAPES:
+            if seq in raw:
+                bad.append(f"raw escape sequence {seq!r} reached the output")
+    if obs.outside_changes:
+        bad.append(f"changed outside the root: {', '.join(obs.outside_changes[:5])}")
+    if obs.marker:
+        bad.append("the pickle payload was executed")
+    if "TOPSECRET" in out + err:
+        bad.append("the secret file behind a config.json symlink was printed")
+    for name in ("store_error", "post_store_error"):
+        if obs.result.get(name) and not kind.bad_setting:
+            bad.append(f"Store() raised {obs.result[name][:200]}")
+    if kind.refused:
+        said = " ".join(obs.result.get("warnings", [])) + err
+        if "not trusted" not in said and obs.command not in ("dir", "config show"):
+            bad.append("the refused root was not reported as not trusted")
+    if obs.result.get("post_error"):
+        bad.append(f"post-check raised: {_last_line(obs.result['post_error'])}")
+    elif (obs.rc is not None and not obs.timed_out and not kind.refused
+          and not obs.result.get("post_store_error")):
+        for k, v in (obs.result.get("post_get") or {}).items():
+            if v != "hit":
+                bad.append(f"afterwards valid entry {k[:12]}: {v}")
+        if obs.result.get("post_put") is not True:
+            bad.append("afterwards a put+get of a new key failed")
+    if not obs.result and not obs.timed_out and obs.signal is None:
+        bad.append("the child wrote no result")
+    return bad
+
+
+def _no_constant(name):
+    raise ValueError(f"{name} is not JSON")
+
+
+def _last_line(text: str) -> str:
+    lines = [l for l in text.strip().splitlines() if l.strip()]
+    return lines[-1][:300] if lines else ""
+
+
+# ---------------------------------------------------------------------------- describing
+
+def describe(obs: Observation) -> str:
+    """What the command did, in a few words, from the observation alone (for the table)."""
+    subst = _substitutions(obs)
+    parts = []
+    if obs.timed_out:
+        parts.append(f"HUNG (killed after {TIME_LIMIT:g} s)")
+    elif obs.signal is not None:
+        parts.append(f"KILLED (signal {obs.signal})")
+    if obs.command == "get":
+        if obs.result.get("store_error"):
+            parts.append(f"Store() raised {_clean(obs.result['store_error'], subst)}")
+        else:
+            parts.append(obs.result.get("hostile", "?"))
+        warns = obs.result.get("warnings") or []
+        if warns:
+            parts.append("warned: " + " / ".join(_clean(w, subst) for w in warns))
+        else:
+            parts.append("no warning")
+    else:
+        parts.append(f"exit {obs.rc}" if obs.rc is not None else "")
+        if obs.command == "show --json" and obs.rc in (0, 1):
+            try:
+                doc = json.loads(obs.text_out)
+                parts.append(f"problem: {_clean(str(doc.get('problem')), subst)}")
+            except ValueError:
+                pass
+        if obs.command in ("ls", "ls | cat", "verify", "verify --fix", "prune", "rm", "clear --yes"):
+            hostile_rows = [r for r in (strip_ansi(l) for l in obs.text_out.splitlines())
+                            if obs.hostile_key[:12] in r]
+            if obs.command.startswith("ls"):
+                parts.append("listed: " + _clean(hostile_rows[0], subst) if hostile_rows
+                             else "not listed")
+            elif hostile_rows:
+                parts.append("row: " + _clean(hostile_rows[0], subst))
+        errs = [_clean(l, subst) for l in strip_ansi(obs.text_err).splitlines() if l.strip()]
+        if errs:
+            parts.append("said: " + " / ".join(errs[:4]) + (" / ..." if len(errs) > 4 else ""))
+        if obs.command == "show --extract":
+            parts.append("wrote files" if "wrote" in obs.text_err else "wrote nothing")
+    if obs.entry_before != obs.entry_after:
+        fate = {"absent": "removed" if obs.quarantine_after <= obs.quarantine_before else "quarantined"}
+        parts.append(f"hostile path: {obs.entry_before} -> "
+                     f"{fate.get(obs.entry_after, obs.entry_after)}")
+    return "; ".join(p for p in parts if p)
+
+
+def _substitutions(obs: Observation) -> list[tuple[str, str]]:
+    subst = [(obs.root, "<root>"), (obs.base, "<case>"), (obs.hostile_key, "<key>"),
+             (obs.hostile_key[:16], "<key>"), (obs.hostile_key[:12], "<key>")]
+    for k in obs.valid_keys:
+        subst += [(k, "<valid>"), (k[:16], "<valid>"), (k[:12], "<valid>")]
+    return subst
+
+
+def _clean(text: str, subst) -> str:
+    for a, b in subst:
+        text = text.replace(a, b)
+    text = " ".join(text.split())
+    text = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
+    return text[:400] + ("..." if len(text) > 400 else "")
+
+
+def observe_many(template: Template, pairs, work: Path, jobs: int = 2):
+    """Observe every (kind, command) pair, ``jobs`` at a time; yields observations in order."""
+    from concurrent.futures import ThreadPoolExecutor
+    pairs = list(pairs)
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = [pool.submit(observe, template, kind, command, work / f"case{i}")
+                   for i, (kind, command) in enumerate(pairs)]
+        for fut in futures:
+            yield fut.result()
