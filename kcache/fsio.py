@@ -45,9 +45,20 @@ def temp_name(target: str) -> str:
 
 def open_dir(name, dir_fd: int | None = None) -> int:
     """Descriptor of folder ``name`` (relative to ``dir_fd`` when given), never through a
-    symlink in its last component. Raises OSError: ELOOP or ENOTDIR for a symlink or a file,
-    ENOENT when absent."""
-    return os.open(name, DIR_FLAGS, dir_fd=dir_fd)
+    symlink in its last component. Raises OSError: ELOOP for a symlink, ENOTDIR for a file
+    (or anything else that is not a folder), ENOENT when absent."""
+    try:
+        return os.open(name, DIR_FLAGS, dir_fd=dir_fd)
+    except NotADirectoryError:
+        # Linux answers ENOTDIR, not ELOOP, for a symlink opened O_DIRECTORY | O_NOFOLLOW:
+        # tell the two apart, so a symlinked folder is reported as one (and warned about).
+        try:
+            is_link = stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+        except OSError:
+            is_link = False
+        if is_link:
+            raise OSError(errno.ELOOP, "a symlink, never followed", str(name)) from None
+        raise
 
 
 def open_regular(name, limit: int, *, dir_fd: int | None = None,

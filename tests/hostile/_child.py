@@ -98,6 +98,9 @@ def main() -> int:
                 if ent is not None:
                     result["hostile_artifacts"] = sorted(ent.artifacts)
                 result["valid"] = _lookup(store, spec["valid_keys"], _artifacts(spec))
+                again = store.get(spec["key"])  # a bad file is judged (and counted) once
+                result["hostile_again"] = "miss" if again is None else "hit"
+                result["corrupt"] = store.stats().corrupt
                 store.flush()
             except SystemExit:
                 pass

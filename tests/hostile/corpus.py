@@ -17,6 +17,7 @@ kinds that plant no entry). ``root_only``: needs root (chown, mknod).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import stat
 from typing import Callable
@@ -42,6 +43,7 @@ class Kind:
     slow: bool = False
     refused: bool = False  # the whole root is not trusted, by design: uncached, one warning
     bad_setting: bool = False  # a bad value in config.json: a ConfigError, by design
+    warns: str | None = None  # text Store.get must warn
     outside_mtime_ok: tuple = ()  # files outside whose mtime alone may change (a hard link)
 
 
@@ -84,7 +86,7 @@ def _meta(**over) -> dict:
 
 # ---------------------------------------------------------------------------- not a regular file
 
-@kind("fifo", "FIFO named like an entry")
+@kind("fifo", "FIFO named like an entry", warns="not a regular file")
 def _(case):
     case.entry_path.parent.mkdir(mode=0o700, exist_ok=True)
     os.mkfifo(case.entry_path, 0o600)
@@ -108,7 +110,8 @@ def _(case):
     (case.entry_path / "inside.txt").write_bytes(b"a file inside a folder named like an entry\n")
 
 
-@kind("symlink-outside", "symlink to a valid entry for this key outside the root")
+@kind("symlink-outside", "symlink to a valid entry for this key outside the root",
+      warns="a symlink, never followed")
 def _(case):
     case.entry_path.parent.mkdir(mode=0o700, exist_ok=True)
     os.symlink(case.outside / "planted.kce", case.entry_path)
@@ -152,7 +155,8 @@ def _(case):
     os.link(case.outside / "planted.kce", case.entry_path)
 
 
-@kind("other-uid", "valid entry owned by another user (uid 12345)", root_only=True)
+@kind("other-uid", "valid entry owned by another user (uid 12345)", root_only=True,
+      warns="owned by another user")
 def _(case):
     plant(case, case.valid_bytes())
     os.chown(case.entry_path, 12345, 12345)
@@ -168,7 +172,7 @@ def _(case):
 # ---------------------------------------------------------------------------- shard folders
 
 @kind("shard-symlink", "the key's shard folder is a symlink to a folder outside the root "
-      "holding a valid entry for this key", where="shard")
+      "holding a valid entry for this key", where="shard", warns="is a symlink")
 def _(case):
     os.symlink(case.outside / "shard", case.entry_path.parent)
 
@@ -185,14 +189,14 @@ def _(case):
 
 # ---------------------------------------------------------------------------- size and envelope
 
-@kind("sparse-4g-bad-magic", "sparse 4 GiB file with a bad magic")
+@kind("sparse-4g-bad-magic", "sparse 4 GiB file with a bad magic", warns="file too large")
 def _(case):
     case.entry_path.parent.mkdir(mode=0o700, exist_ok=True)
     sparse(case.entry_path, b"NOTKCACHE" * 8, 4 * GiB)
 
 
 @kind("sparse-4g-valid-prefix", "sparse 4 GiB file whose prefix is valid and whose lengths "
-      "agree with its size")
+      "agree with its size", warns="file too large")
 def _(case):
     case.entry_path.parent.mkdir(mode=0o700, exist_ok=True)
     hlen, blen = 16 * MiB, 4 * GiB
@@ -213,6 +217,14 @@ def _(case):
     blen = size - PREFIX.size - hlen - 32
     prefix = PREFIX.pack(good[:8], 1, 0, hlen, blen, good[24:40])
     sparse(case.entry_path, prefix + good[PREFIX.size:PREFIX.size + hlen], size)
+
+
+@kind("sparse-200m-bad-magic", "sparse 200 MiB file (under the 256 MiB entry cap) with a bad "
+      "magic: judged by its first bytes, never read whole (no memory allowance)",
+      warns="bad magic")
+def _(case):
+    case.entry_path.parent.mkdir(mode=0o700, exist_ok=True)
+    sparse(case.entry_path, b"NOTKCACHE" * 8, 200 * MiB)
 
 
 @kind("zero-length", "zero-length file")
@@ -560,14 +572,18 @@ def _(case):
         _replace(p, lambda q: q.write_bytes(bomb))
 
 
+@functools.lru_cache(maxsize=1)
+def _hits_8m() -> bytes:
+    n = 8_000_000
+    return b"\xdf" + n.to_bytes(4, "big") + b"".join(
+        b"\xa6" + f"{i:06x}".encode() + b"\x01" for i in range(n))
+
+
 @_aux("stats-hits-8m-keys", "a per-entry hits shard of 60 MiB: a flat map of 8M short keys",
       mem=4 * 64 * MiB, slow=True)
 def _(case):
-    n = 8_000_000
-    body = b"".join(b"\xa6" + f"{i:06x}".encode() + b"\x01" for i in range(n))
-    data = b"\xdf" + n.to_bytes(4, "big") + body
     for p in _stats_files(case, "hits")[:1]:
-        _replace(p, lambda q: q.write_bytes(data))
+        _replace(p, lambda q: q.write_bytes(_hits_8m()))
 
 
 @_aux("stats-nan", "stats shards holding NaN, inf and -inf counters and hits")
@@ -788,7 +804,8 @@ def _in_layer(base: Kind) -> Kind:
     def build(case):
         base.build(case.in_layer())
     return Kind(f"layer-{base.name}", f"in a read-only layer: {base.title}", build,
-                where="layer", served=base.served, mem=base.mem, root_only=base.root_only)
+                where="layer", served=base.served, mem=base.mem, root_only=base.root_only,
+                warns=base.warns)
 
 
 for _name in ("fifo", "symlink-outside", "shard-symlink", "sparse-4g-bad-magic", "bad-magic",

@@ -52,6 +52,9 @@ HERE = Path(__file__).resolve().parent
 CHILD = HERE / "_child.py"
 TIME_LIMIT = 20.0  # seconds, the command and the post-check together
 BASE_AS = 320 << 20  # bytes of address space: interpreter, kcache, rich, msgpack, a thread
+#: Peak resident memory allowed beyond the kind's allowance: the interpreter with kcache and
+#: rich is about 25 MiB, so a file read whole (200 MiB) or a decode blow-up shows up.
+BASE_RSS = 48 << 20
 COLUMNS = 400
 
 #: The commands run on every kind: name -> (argv template, on a terminal?). "{key}" is the
@@ -338,6 +341,105 @@ def _env(case: Case) -> dict[str, str]:
     return env
 
 
+def _spawn(child_args: list[str], case: Case, as_limit: int, out_fd: int, err_fd: int,
+           extra_env: dict[str, str] | None = None):
+    """Start ``_child.py child_args`` in its own session; returns (pid, wait) where
+    ``wait(timeout)`` gives the waitpid status, or None while it still runs."""
+    env = {**_env(case), **(extra_env or {})}
+    cwd = str(case.base / "home")
+    zygote = None if os.environ.get("HOSTILE_EXEC") else Zygote.get()
+    if zygote is not None:
+        pid = zygote.spawn(child_args, cwd, env, as_limit, out_fd, err_fd)
+        return pid, lambda timeout: zygote.wait(pid, timeout)
+    proc = subprocess.Popen([sys.executable, str(CHILD), *child_args], stdin=subprocess.DEVNULL,
+                            stdout=out_fd, stderr=err_fd, cwd=cwd, env=env,
+                            preexec_fn=_limits(as_limit), start_new_session=True)
+    status: list = []
+    waiter = threading.Thread(target=lambda: status.append(os.waitpid(proc.pid, 0)[1]),
+                              daemon=True)
+    waiter.start()
+
+    def wait(timeout):
+        waiter.join(timeout)
+        if waiter.is_alive():
+            return None
+        proc.returncode = 0  # reaped above: keep Popen from waiting again
+        return status[0]
+    return proc.pid, wait
+
+
+class Zygote:
+    """The fork server (``_zygote.py``): one per harness process, started on first use."""
+
+    _instance: "Zygote | None" = None
+    _create = threading.Lock()
+
+    @classmethod
+    def get(cls) -> "Zygote":
+        with cls._create:
+            if cls._instance is None or cls._instance.proc.poll() is not None:
+                cls._instance = cls()
+            return cls._instance
+
+    def __init__(self):
+        import socket
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8",
+               "PYTHONDONTWRITEBYTECODE": "1", "MALLOC_ARENA_MAX": "2",
+               "HOME": os.environ.get("HOME", "/"), "TERM": "xterm-256color"}
+        self.proc = subprocess.Popen([sys.executable, str(HERE / "_zygote.py"), str(theirs.fileno())],
+                                     pass_fds=[theirs.fileno()], env=env, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL)
+        theirs.close()
+        self.sock = ours
+        self.cond = threading.Condition()
+        self.started: dict[int, int] = {}  # request id -> pid
+        self.exits: dict[int, int] = {}  # pid -> status
+        self.next_id = 0
+        self.send_lock = threading.Lock()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                data = self.sock.recv(65536)
+            except OSError:
+                data = b""
+            with self.cond:
+                if not data:
+                    self.dead = True
+                    self.cond.notify_all()
+                    return
+                msg = json.loads(data)
+                if "exit" in msg:
+                    self.exits[msg["exit"]] = msg["status"]
+                else:
+                    self.started[msg["id"]] = msg["pid"]
+                self.cond.notify_all()
+
+    dead = False
+
+    def spawn(self, args, cwd, env, as_limit, out_fd, err_fd) -> int:
+        import socket
+        with self.cond:
+            self.next_id += 1
+            rid = self.next_id
+        msg = json.dumps({"id": rid, "argv": args, "cwd": cwd, "env": env, "as_limit": as_limit})
+        with self.send_lock:
+            socket.send_fds(self.sock, [msg.encode()], [out_fd, err_fd])
+        with self.cond:
+            if not self.cond.wait_for(lambda: rid in self.started or self.dead, 60):
+                raise RuntimeError("the hostile-corpus fork server did not answer in 60 s")
+            if self.dead:
+                raise RuntimeError("the hostile-corpus fork server died")
+            return self.started.pop(rid)
+
+    def wait(self, pid: int, timeout: float) -> int | None:
+        with self.cond:
+            self.cond.wait_for(lambda: pid in self.exits or self.dead, timeout)
+            return self.exits.pop(pid, None)
+
+
 def _limits(as_bytes: int):
     def apply():
         resource.setrlimit(resource.RLIMIT_AS, (as_bytes, as_bytes))
@@ -363,8 +465,10 @@ def _reader(fd: int, sink: list) -> threading.Thread:
     return t
 
 
-def observe(template: Template, kind: Kind, command: str, work: Path) -> Observation:
-    """Build a fresh case of ``kind`` under ``work`` and run ``command`` on it."""
+def observe(template: Template, kind: Kind, command: str, work: Path, *,
+            env: dict[str, str] | None = None, time_limit: float = TIME_LIMIT) -> Observation:
+    """Build a fresh case of ``kind`` under ``work`` and run ``command`` on it (``env``: extra
+    environment variables; ``time_limit``: seconds before it is killed)."""
     case = make_case(template, kind, work)
     argv_t, tty = {**COMMANDS, **AUX_COMMANDS}[command]
     key = case.key if kind.target == "hostile" else case.valid_keys[0]
@@ -381,10 +485,10 @@ def observe(template: Template, kind: Kind, command: str, work: Path) -> Observa
     (run / "spec.json").write_text(json.dumps(spec))
     if argv_t is None:
         argv = []
-        child = [sys.executable, str(CHILD), "get", str(run / "spec.json")]
+        child = ["get", str(run / "spec.json")]
     else:
         argv = [a.replace("{key}", key[:16]).replace("{extract}", str(extract)) for a in argv_t]
-        child = [sys.executable, str(CHILD), "cli", str(run / "spec.json"), "--", *argv]
+        child = ["cli", str(run / "spec.json"), "--", *argv]
     hostile_at = case.in_layer() if case.layer is not None else case
     before = snapshot(case.base)
     entry_before = entry_state(hostile_at.entry_path)
@@ -397,35 +501,27 @@ def observe(template: Template, kind: Kind, command: str, work: Path) -> Observa
         if tty:
             master, slave = pty.openpty()
             fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, COLUMNS, 0, 0))
-            out_target = slave
         else:
             master, slave = os.pipe()
-            out_target = slave
         try:
-            proc = subprocess.Popen(child, stdin=subprocess.DEVNULL, stdout=out_target, stderr=err,
-                                    cwd=case.base / "home", env=_env(case),
-                                    preexec_fn=_limits(as_limit), start_new_session=True)
+            pid, wait = _spawn(child, case, as_limit, slave, err.fileno(), env)
         finally:
             os.close(slave)
         reader = _reader(master, out_chunks)
-        status: list = []
-        waiter = threading.Thread(target=lambda: status.append(os.wait4(proc.pid, 0)), daemon=True)
-        waiter.start()
-        waiter.join(TIME_LIMIT)
-        timed_out = waiter.is_alive()
+        status = wait(time_limit)
+        timed_out = status is None
         if timed_out:
             try:
-                os.killpg(proc.pid, signal.SIGKILL)
+                os.killpg(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-            waiter.join(10)
-        proc.returncode = 0  # reaped by wait4 above: keep Popen from waiting again
+            status = wait(10)
         reader.join(10)
         os.close(master)
     wall = time.monotonic() - start
     rc = sig = None
-    if status:
-        _pid, st, _ru = status[0]
+    if status is not None:
+        st = status
         if os.WIFSIGNALED(st):
             sig = os.WTERMSIG(st)
         else:
@@ -475,6 +571,9 @@ def problems(obs: Observation, kind: Kind) -> list[str]:
             bad.append(f"traceback on {where}: {_last_line(text)}")
         elif "MemoryError" in text:
             bad.append(f"MemoryError on {where}")
+    if obs.peak_bytes and obs.peak_bytes > BASE_RSS + kind.mem:
+        bad.append(f"peak memory {obs.peak_bytes >> 20} MiB, more than the "
+                   f"{(BASE_RSS + kind.mem) >> 20} MiB allowed")
     if obs.command == "get":
         if obs.rc not in (0, None):
             bad.append(f"get raised (exit {obs.rc})")
@@ -483,6 +582,11 @@ def problems(obs: Observation, kind: Kind) -> list[str]:
         served = obs.result.get("hostile")
         if kind.served is not None and served is not None and (served == "hit") != kind.served:
             bad.append(f"hostile key: {served} (expected {'hit' if kind.served else 'miss'})")
+        if (obs.result.get("corrupt") or 0) > 1:
+            bad.append(f"two gets of one bad file counted {obs.result['corrupt']} corrupt")
+        warned = " ".join(obs.result.get("warnings") or [])
+        if kind.warns and kind.warns not in warned:
+            bad.append(f"get did not warn {kind.warns!r}")
         for k, v in (obs.result.get("valid") or {}).items():
             if v != "hit" and not kind.refused:
                 bad.append(f"valid entry {k[:12]}: {v} during the get")
@@ -602,12 +706,43 @@ def _substitutions(obs: Observation) -> list[tuple[str, str]]:
     return subst
 
 
+_VARIABLE = ((re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"), "<time>"),
+             (re.compile(r"\b(?:just now|\d+ (?:s|min|h|d) ago)"), "<ago>"))
+
+
 def _clean(text: str, subst) -> str:
+    """One line of output for the table: paths and keys by name, times masked, control
+    characters escaped, at most 400 characters."""
     for a, b in subst:
         text = text.replace(a, b)
+    for pattern, name in _VARIABLE:
+        text = pattern.sub(name, text)
     text = " ".join(text.split())
     text = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
     return text[:400] + ("..." if len(text) > 400 else "")
+
+
+def work_dir(fallback: Path) -> Path:
+    """Where cases are built: ``$HOSTILE_DIR``, else a fresh folder in /dev/shm when it has
+    1 GiB free (a tmpfs: the store's fsyncs cost nothing there, a third of the run time on a
+    disk), else ``fallback``. Same file semantics either way (FIFOs, sockets, sparse files,
+    O_NOFOLLOW, rename)."""
+    import tempfile
+    if os.environ.get("HOSTILE_DIR"):
+        return Path(tempfile.mkdtemp(prefix="kcache-hostile-", dir=os.environ["HOSTILE_DIR"]))
+    try:
+        vfs = os.statvfs("/dev/shm")
+        if vfs.f_bavail * vfs.f_frsize >= 1 << 30 and os.access("/dev/shm", os.W_OK):
+            return Path(tempfile.mkdtemp(prefix="kcache-hostile-", dir="/dev/shm"))
+    except OSError:
+        pass
+    fallback.mkdir(parents=True, exist_ok=True)
+    return fallback
+
+
+def default_jobs() -> int:
+    """Cases run at once: ``$HOSTILE_JOBS``, else CPUs + 2 (they also wait on the disk)."""
+    return int(os.environ.get("HOSTILE_JOBS") or min(8, (os.cpu_count() or 2) + 2))
 
 
 def observe_many(template: Template, pairs, work: Path, jobs: int = 2):
