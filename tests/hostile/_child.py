@@ -101,6 +101,11 @@ def main() -> int:
                 again = store.get(spec["key"])  # a bad file is judged (and counted) once
                 result["hostile_again"] = "miss" if again is None else "hit"
                 result["corrupt"] = store.stats().corrupt
+                # what a program does next on that miss: compile and store the kernel
+                if ent is None:
+                    from kcache import Entry
+                    result["hostile_put"] = store.put(spec["key"], Entry(
+                        {"cubin": b"recompiled"}, {"kernel": "pkg.mod:hostile"}))
                 store.flush()
             except SystemExit:
                 pass

@@ -808,7 +808,7 @@ def _in_layer(base: Kind) -> Kind:
                 warns=base.warns)
 
 
-for _name in ("fifo", "symlink-outside", "shard-symlink", "sparse-4g-bad-magic", "bad-magic",
+for _name in ("fifo", "socket", "symlink-outside", "shard-symlink", "sparse-4g-bad-magic", "bad-magic",
               "other-uid", "meta-16m-empty-maps", "escape-names"):
     KINDS.append(_in_layer(next(k for k in KINDS if k.name == _name)))
 

@@ -665,6 +665,8 @@ def describe(obs: Observation) -> str:
             parts.append(f"Store() raised {_clean(obs.result['store_error'], subst)}")
         else:
             parts.append(obs.result.get("hostile", "?"))
+        if "hostile_put" in obs.result:
+            parts.append("then put: " + ("stored" if obs.result["hostile_put"] else "not stored"))
         warns = obs.result.get("warnings") or []
         if warns:
             parts.append("warned: " + " / ".join(_clean(w, subst) for w in warns))
