@@ -55,19 +55,20 @@ class KeyLocks:
     @contextlib.contextmanager
     def hold(self, key: str, timeout: float | None = None, *, key_for_stats: str | None = None,
              blocking: bool = True) -> Iterator[bool]:
-        """Hold ``key``'s lock. Yields True when held, False when the lock could not be taken
-        because the directory is not writable (no-op lock) or, with ``blocking=False``,
-        another process holds it. Raises LockTimeout after ``timeout`` seconds (default: the
-        store's lock_timeout)."""
+        """Hold ``key``'s lock. Yields True when held; False when, with ``blocking=False``,
+        another process holds it; None when no lock file can be used for it (folder not
+        writable, a folder or symlink where the lock file belongs: a no-op lock, warned once).
+        Both are falsy. Raises LockTimeout after ``timeout`` seconds (default: the store's
+        lock_timeout)."""
         path = self.path(key)
         lock = self._make(path)
         if lock is None:
-            yield False
+            yield None
             return
         timeout = self.timeout if timeout is None else timeout
         acquired = self._acquire(lock, path, timeout, blocking, key_for_stats or key)
         if not acquired:
-            yield False
+            yield acquired  # False: busy; None: the lock file cannot be used
             return
         try:
             yield True
@@ -93,7 +94,9 @@ class KeyLocks:
             self._ensure_folder(folder)
         self._ready.add(folder)
 
-    def _acquire(self, lock, path: Path, timeout: float, blocking: bool, skey: str) -> bool:
+    def _acquire(self, lock, path: Path, timeout: float, blocking: bool, skey: str) -> bool | None:
+        """True when acquired, False when busy (``blocking=False``), None when the lock file
+        cannot be used (OSError, warned through ``on_error``)."""
         try:
             lock.acquire(timeout=0)
             return True
@@ -102,7 +105,7 @@ class KeyLocks:
                 return False
         except OSError as exc:
             self._on_error(exc)
-            return False
+            return None
         self._count(skey, now=True, lock_waits=1)  # rare; written at once so waiters are visible
         start = time.monotonic()
         try:
@@ -117,7 +120,7 @@ class KeyLocks:
             ) from None
         except OSError as exc:
             self._on_error(exc)
-            return False
+            return None
 
 
 BUSY = "busy"

@@ -69,7 +69,7 @@ class Removals:
         store = self.store
         try:
             with store._locks.hold(key, blocking=blocking) as held:
-                if not held and not blocking:
+                if held is False:  # busy (only without blocking); None: no usable lock file
                     return BUSY
                 result = store.local.unlink(key)
         except LockTimeout:

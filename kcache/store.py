@@ -354,8 +354,10 @@ class Store:
         if not self.writable or not self._ensure_root():
             return f"cache root not writable: {self.write_problem}"
         with self._locks.hold(key, blocking=False) as held:
-            if not held and self.write_problem is None and self._locks_usable():
-                return maintenance.BUSY  # another process is writing this key; it will replace the file
+            if held is False:  # another process is writing this key; it will replace the file
+                return maintenance.BUSY
+            # None: no lock file can be used for this key (warned): move it without one, as
+            # clear and rm remove it without one, rather than leave it forever as "busy"
             why = self.local.quarantine(key, st)
             if why is None:
                 self._stats.forget(key)
@@ -363,13 +365,6 @@ class Store:
                 size = st.st_size if st is not None and regular else 0
                 self._count(key, now=True, corrupt=1, entries=-1 if regular else 0, bytes=-size)
         return why
-
-    def _locks_usable(self) -> bool:
-        try:
-            self._locks.ready_folder(self.layout.locks)
-            return True
-        except OSError:
-            return False
 
     def _touch(self, key: str) -> None:
         """Record a use (the LRU clock): the entry's mtime, set at every hit so eviction order

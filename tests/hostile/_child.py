@@ -42,6 +42,20 @@ def _lookup(store, keys, artifacts):
     return out
 
 
+def _state(path) -> str:
+    """What is at ``path`` (never followed): absent, file, folder, symlink, FIFO, ..."""
+    import stat
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return "absent"
+    for test, name in ((stat.S_ISREG, "file"), (stat.S_ISDIR, "folder"), (stat.S_ISLNK, "symlink"),
+                       (stat.S_ISFIFO, "FIFO"), (stat.S_ISSOCK, "socket"), (stat.S_ISCHR, "device")):
+        if test(mode):
+            return name
+    return "other"
+
+
 def _artifacts(spec):
     return {k: bytes.fromhex(v) for k, v in spec["artifacts"].items()}
 
@@ -101,6 +115,7 @@ def main() -> int:
                 again = store.get(spec["key"])  # a bad file is judged (and counted) once
                 result["hostile_again"] = "miss" if again is None else "hit"
                 result["corrupt"] = store.stats().corrupt
+                result["after_gets"] = _state(spec["hostile_path"])
                 # what a program does next on that miss: compile and store the kernel
                 if ent is None:
                     from kcache import Entry

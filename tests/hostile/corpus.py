@@ -44,6 +44,11 @@ class Kind:
     refused: bool = False  # the whole root is not trusted, by design: uncached, one warning
     bad_setting: bool = False  # a bad value in config.json: a ConfigError, by design
     warns: str | None = None  # text Store.get must warn
+    #: what ``verify --fix`` must do with the hostile entry file: "quarantined" (exit 0, moved),
+    #: "left" (exit 1, still there: it cannot be moved), "untouched" (not corrupt: a newer
+    #: format), None: not checked. Default: "quarantined" for a file at the entry path of the
+    #: writable root that must not be served.
+    fix: str | None = "default"
     outside_mtime_ok: tuple = ()  # files outside whose mtime alone may change (a hard link)
 
 
@@ -263,7 +268,7 @@ def _(case):
     plant(case, entry_file(case.key, version=0, checksum=False))
 
 
-@kind("newer-version-sum", "format version 2, checksum valid", served=False)
+@kind("newer-version-sum", "format version 2, checksum valid", fix="untouched")
 def _(case):
     plant(case, entry_file(case.key, version=2))
 
@@ -273,7 +278,7 @@ def _(case):
     plant(case, entry_file(case.key, version=2, checksum=False))
 
 
-@kind("version-65535", "format version 65535, checksum valid")
+@kind("version-65535", "format version 65535, checksum valid", fix="untouched")
 def _(case):
     plant(case, entry_file(case.key, version=0xFFFF))
 
@@ -700,7 +705,7 @@ def _(case):
 
 
 @_aux("key-locks-symlink", "every key lock file (valid and hostile keys) is a symlink to a "
-      "canary file outside", target="hostile")
+      "canary file outside", target="hostile", fix="quarantined")
 def _(case):
     plant(case, b"NOT AN ENTRY")
     for key in (*case.valid_keys, case.key):
@@ -708,7 +713,7 @@ def _(case):
 
 
 @_aux("key-locks-fifo", "every key lock file (valid and hostile keys) is a FIFO, with a corrupt "
-      "entry to quarantine", target="hostile")
+      "entry to quarantine", target="hostile", fix="quarantined")
 def _(case):
     plant(case, b"NOT AN ENTRY")
     for key in (*case.valid_keys, case.key, case.fresh_key):
@@ -716,7 +721,7 @@ def _(case):
 
 
 @_aux("key-locks-dir", "every key lock file (valid and hostile keys) is a folder, with a corrupt "
-      "entry to quarantine", target="hostile")
+      "entry to quarantine", target="hostile", fix="quarantined")
 def _(case):
     plant(case, b"NOT AN ENTRY")
     for key in (*case.valid_keys, case.key, case.fresh_key):
@@ -729,21 +734,21 @@ def _(case):
 
 
 @_aux("locks-folder-symlink", "v1/locks is a symlink to a folder outside the root (with a "
-      "corrupt entry to quarantine)", target="hostile")
+      "corrupt entry to quarantine)", target="hostile", fix="quarantined")
 def _(case):
     plant(case, b"NOT AN ENTRY")
     _replace(case.layout.locks, lambda q: os.symlink(case.outside / "dir", q))
 
 
 @_aux("quarantine-symlink", "v1/quarantine is a symlink to a folder outside the root (with a "
-      "corrupt entry to quarantine)", target="hostile")
+      "corrupt entry to quarantine)", target="hostile", fix="left")
 def _(case):
     plant(case, b"NOT AN ENTRY")
     _replace(case.layout.quarantine, lambda q: os.symlink(case.outside / "dir", q))
 
 
 @_aux("quarantine-file", "v1/quarantine is a regular file (with a corrupt entry to "
-      "quarantine)", target="hostile")
+      "quarantine)", target="hostile", fix="left")
 def _(case):
     plant(case, b"NOT AN ENTRY")
     _replace(case.layout.quarantine, lambda q: q.write_bytes(b"not a folder\n"))
@@ -805,7 +810,8 @@ def _in_layer(base: Kind) -> Kind:
         base.build(case.in_layer())
     return Kind(f"layer-{base.name}", f"in a read-only layer: {base.title}", build,
                 where="layer", served=base.served, mem=base.mem, root_only=base.root_only,
-                warns=base.warns)
+                warns=base.warns,
+                fix="left" if base.where == "entry" and base.served is False else None)
 
 
 for _name in ("fifo", "socket", "symlink-outside", "shard-symlink", "sparse-4g-bad-magic", "bad-magic",

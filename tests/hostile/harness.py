@@ -481,6 +481,7 @@ def observe(template: Template, kind: Kind, command: str, work: Path, *,
         survivors.remove(key)
     spec = {"key": case.key, "valid_keys": case.valid_keys, "survivors": survivors,
             "fresh_key": case.fresh_key, "artifacts": {k: v.hex() for k, v in ARTIFACTS.items()},
+            "hostile_path": str((case.in_layer() if case.layer is not None else case).entry_path),
             "result": str(run / "result.json"), "post_log": str(run / "post.log")}
     (run / "spec.json").write_text(json.dumps(spec))
     if argv_t is None:
@@ -582,6 +583,8 @@ def problems(obs: Observation, kind: Kind) -> list[str]:
         served = obs.result.get("hostile")
         if kind.served is not None and served is not None and (served == "hit") != kind.served:
             bad.append(f"hostile key: {served} (expected {'hit' if kind.served else 'miss'})")
+        if expected_fix(kind) == "quarantined" and obs.result.get("after_gets", "absent") != "absent":
+            bad.append(f"get left the bad file in place ({obs.result['after_gets']})")
         if (obs.result.get("corrupt") or 0) > 1:
             bad.append(f"two gets of one bad file counted {obs.result['corrupt']} corrupt")
         warned = " ".join(obs.result.get("warnings") or [])
@@ -614,6 +617,10 @@ def problems(obs: Observation, kind: Kind) -> list[str]:
         for seq in RAW_ESCAPES:
             if seq in raw:
                 bad.append(f"raw escape sequence {seq!r} reached the output")
+    if obs.command == "verify --fix":
+        bad += _check_fix(obs, kind)
+    if "locked by another process" in out + err + " ".join(obs.result.get("warnings") or []):
+        bad.append("says another process holds a lock (no other process runs)")
     if obs.outside_changes:
         bad.append(f"changed outside the root: {', '.join(obs.outside_changes[:5])}")
     if obs.marker:
@@ -639,6 +646,28 @@ def problems(obs: Observation, kind: Kind) -> list[str]:
     if not obs.result and not obs.timed_out and obs.signal is None:
         bad.append("the child wrote no result")
     return bad
+
+
+def expected_fix(kind: Kind) -> str | None:
+    """What ``verify --fix`` must do with the hostile file (see ``Kind.fix``)."""
+    if kind.fix != "default":
+        return kind.fix
+    if kind.served is not False:
+        return None
+    return "quarantined" if kind.where == "entry" else None
+
+
+def _check_fix(obs: Observation, kind: Kind) -> list[str]:
+    want = expected_fix(kind)
+    moved = obs.entry_after == "absent" and obs.quarantine_after > obs.quarantine_before
+    if want == "quarantined" and (obs.rc != 0 or not moved):
+        return [f"verify --fix did not quarantine it (exit {obs.rc}, path now {obs.entry_after})"]
+    if want == "left" and (obs.rc != 1 or obs.entry_after == "absent"):
+        return [f"verify --fix should report it left in place (exit {obs.rc}, path now "
+                f"{obs.entry_after})"]
+    if want == "untouched" and obs.entry_after != obs.entry_before:
+        return [f"verify --fix changed a newer-format file ({obs.entry_after})"]
+    return []
 
 
 def _no_constant(name):
@@ -693,10 +722,12 @@ def describe(obs: Observation) -> str:
             parts.append("said: " + " / ".join(errs[:4]) + (" / ..." if len(errs) > 4 else ""))
         if obs.command == "show --extract":
             parts.append("wrote files" if "wrote" in obs.text_err else "wrote nothing")
-    if obs.entry_before != obs.entry_after:
+    after = obs.entry_after
+    if obs.command == "get":  # its state after the gets, before the program's put
+        after = obs.result.get("after_gets", after)
+    if obs.entry_before != after:
         fate = {"absent": "removed" if obs.quarantine_after <= obs.quarantine_before else "quarantined"}
-        parts.append(f"hostile path: {obs.entry_before} -> "
-                     f"{fate.get(obs.entry_after, obs.entry_after)}")
+        parts.append(f"hostile path: {obs.entry_before} -> {fate.get(after, after)}")
     return "; ".join(p for p in parts if p)
 
 
