@@ -15,8 +15,8 @@ import tempfile
 from pathlib import Path
 
 from kcache.cli.common import (
-    SHORT_KEY, Problem, UsageError, ago, entry_record, human_seconds, human_size,
-    nonblank_arg, not_regular, open_store, plain_seconds, print_fields, print_json, problem_of,
+    SHORT_KEY, Problem, UsageError, ago, entry_record, escape_control, human_seconds,
+    human_size, is_terminal, nonblank_arg, not_regular, open_store, plain_seconds, print_fields, print_json, problem_of,
     problem_text, resolve_prefix, want_json,
 )
 
@@ -105,8 +105,10 @@ def _print(args, info, problem: str | None, extra: dict) -> None:
     print_fields(_fields(doc), title=f"entry {info.key}")
     for label in ("ptx", "sass"):
         if label in doc:
+            # On a terminal an escape sequence in the text must not reach it (piped: as is).
+            text = escape_control(doc[label], keep="\n\t") if is_terminal() else doc[label]
             sys.stdout.write(f"\n# {label.upper()}\n")
-            sys.stdout.write(doc[label].rstrip("\n") + "\n")
+            sys.stdout.write(text.rstrip("\n") + "\n")
     for path in doc.get("extracted", ()):
         sys.stderr.write(f"kcache: wrote {path}\n")
 

@@ -597,10 +597,15 @@ _UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 MAX_SHOWN = 1000
 
 
-def escape_control(text: str) -> str:
-    """``text`` with every control character written as an escape (``\\x1b``, ``\\u202e``)."""
-    return _UNPRINTABLE.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
-                            else f"\\u{ord(m.group()):04x}", text)
+def escape_control(text: str, keep: str = "") -> str:
+    """``text`` with every control character (but those in ``keep``, e.g. ``"\\n\\t"``)
+    written as an escape (``\\x1b``, ``\\u202e``)."""
+    def one(m: re.Match) -> str:
+        c = m.group()
+        if c in keep:
+            return c
+        return f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}"
+    return _UNPRINTABLE.sub(one, text)
 
 
 def shown(value: Any):

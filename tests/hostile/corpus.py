@@ -44,6 +44,7 @@ class Kind:
     refused: bool = False  # the whole root is not trusted, by design: uncached, one warning
     bad_setting: bool = False  # a bad value in config.json: a ConfigError, by design
     warns: str | None = None  # text Store.get must warn
+    commands: tuple = ()  # commands run on this kind beyond the usual ones (harness.EXTRA)
     #: what ``verify --fix`` must do with the hostile entry file: "quarantined" (exit 0, moved),
     #: "left" (exit 1, still there: it cannot be moved), "untouched" (not corrupt: a newer
     #: format), None: not checked. Default: "quarantined" for a file at the entry path of the
@@ -472,6 +473,13 @@ def _(case):
       "--extract)", served=True)
 def _(case):
     plant(case, case.valid_bytes(meta=_meta(kernel="pkg.mod:" + "k" * 3992)))
+
+
+@kind("ptx-escapes", "VALID entry whose PTX holds terminal escape sequences (for show --ptx)",
+      served=True, commands=("show --ptx", "show --ptx | cat"))
+def _(case):
+    ptx = b".version 8.5\n// \x1b]0;pwned\x07\x1b[2J\x1b[31m\n.target sm_90\n"
+    plant(case, case.valid_bytes(artifacts={"cubin": ARTIFACTS["cubin"], "ptx": ptx}))
 
 
 @kind("path-names", "VALID entry: kernel and arch names with '../' and '/' (for --extract)",

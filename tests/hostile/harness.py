@@ -79,7 +79,14 @@ AUX_COMMANDS: dict[str, tuple[list[str], bool]] = {
     "dir": (["dir"], True),
     "config show": (["config", "show"], True),
 }
+#: Run only on the kinds that name them (``Kind.commands``).
+EXTRA_COMMANDS: dict[str, tuple[list[str], bool]] = {
+    "show --ptx": (["show", "{key}", "--ptx"], True),
+    "show --ptx | cat": (["show", "{key}", "--ptx"], False),
+}
 JSON_COMMANDS = {"show --json", "stats --json"}
+#: Output that is data, written as it is when piped (the PTX text itself).
+RAW_DATA_COMMANDS = {"show --ptx | cat"}
 #: Escape sequences planted by the escape-names kind: they must never reach the output raw.
 RAW_ESCAPES = (b"\x1b]0;pwned", b"\x1b[2J", b"\x1b[31m")
 
@@ -88,7 +95,7 @@ def commands_for(kind: Kind) -> list[str]:
     names = list(COMMANDS)
     if kind.where == "aux":
         names += list(AUX_COMMANDS)
-    return names
+    return names + list(kind.commands)
 
 
 # ---------------------------------------------------------------------------- the template
@@ -470,7 +477,7 @@ def observe(template: Template, kind: Kind, command: str, work: Path, *,
     """Build a fresh case of ``kind`` under ``work`` and run ``command`` on it (``env``: extra
     environment variables; ``time_limit``: seconds before it is killed)."""
     case = make_case(template, kind, work)
-    argv_t, tty = {**COMMANDS, **AUX_COMMANDS}[command]
+    argv_t, tty = {**COMMANDS, **AUX_COMMANDS, **EXTRA_COMMANDS}[command]
     key = case.key if kind.target == "hostile" else case.valid_keys[0]
     run = case.base / "run"
     extract = case.base / "extract"
@@ -613,7 +620,7 @@ def problems(obs: Observation, kind: Kind) -> list[str]:
         except ValueError as exc:
             bad.append(f"invalid JSON on stdout: {exc}")
     if obs.command not in JSON_COMMANDS:
-        raw = obs.stdout + obs.stderr
+        raw = obs.stderr if obs.command in RAW_DATA_COMMANDS else obs.stdout + obs.stderr
         for seq in RAW_ESCAPES:
             if seq in raw:
                 bad.append(f"raw escape sequence {seq!r} reached the output")
