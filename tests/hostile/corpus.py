@@ -586,17 +586,17 @@ def _(case):
 
 
 @functools.lru_cache(maxsize=1)
-def _hits_8m() -> bytes:
-    n = 8_000_000
+def _hits_2m() -> bytes:
+    n = 2_000_000
     return b"\xdf" + n.to_bytes(4, "big") + b"".join(
         b"\xa6" + f"{i:06x}".encode() + b"\x01" for i in range(n))
 
 
-@_aux("stats-hits-8m-keys", "a per-entry hits shard of 60 MiB: a flat map of 8M short keys",
-      mem=4 * 64 * MiB, slow=True)
+@_aux("stats-hits-2m-keys", "a per-entry hits shard of 15 MiB: a flat map of 2M short keys "
+      "(a dict of 2M items would cost ~250 MiB)", mem=4 * 16 * MiB, slow=True)
 def _(case):
     for p in _stats_files(case, "hits")[:1]:
-        _replace(p, lambda q: q.write_bytes(_hits_8m()))
+        _replace(p, lambda q: q.write_bytes(_hits_2m()))
 
 
 @_aux("stats-nan", "stats shards holding NaN, inf and -inf counters and hits")

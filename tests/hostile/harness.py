@@ -129,7 +129,8 @@ def build_template(where: Path) -> Template:
     valid = [_key(f"valid-{i}", shards) for i in range(3)]
     hostile = _key("hostile", shards)
     fresh = _key("fresh", shards)
-    store = Store(root)
+    store = Store(root, max_size=1 << 30)  # whatever KCACHE_* the caller has set
+    store.disabled = False
     for i, key in enumerate(valid):
         meta = dict(META, kernel=f"pkg.mod:valid{i}")
         assert store.put(key, Entry(dict(ARTIFACTS), meta), components={"n": i})
