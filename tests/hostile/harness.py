@@ -480,8 +480,47 @@ def observe(template: Template, kind: Kind, command: str, work: Path, *,
     case = make_case(template, kind, work)
     argv_t, tty = {**COMMANDS, **AUX_COMMANDS, **EXTRA_COMMANDS}[command]
     key = case.key if kind.target == "hostile" else case.valid_keys[0]
+    hostile_at = case.in_layer() if case.layer is not None else case
     run = case.base / "run"
-    extract = case.base / "extract"
+    spec_path = _write_spec(case, command, key, hostile_at.entry_path)
+    if argv_t is None:
+        argv, child = [], ["get", str(spec_path)]
+    else:
+        argv = [a.replace("{key}", key[:16]).replace("{extract}", str(case.base / "extract"))
+                for a in argv_t]
+        child = ["cli", str(spec_path), "--", *argv]
+    before = snapshot(case.base)
+    entry_before = entry_state(hostile_at.entry_path)
+    q_before = quarantined(case.layout)
+    as_limit = BASE_AS + kind.mem
+    start = time.monotonic()
+    status, stdout, timed_out = _run(child, case, as_limit, tty, env, time_limit)
+    wall = time.monotonic() - start
+    rc = sig = None
+    if status is not None:
+        if os.WIFSIGNALED(status):
+            sig = os.WTERMSIG(status)
+        else:
+            rc = os.WEXITSTATUS(status)
+    result = _result(run)
+    obs = Observation(
+        kind=kind.name, command=command, argv=argv, tty=tty, rc=rc, timed_out=timed_out,
+        signal=sig, wall=wall, peak_bytes=result.get("peak_bytes"),
+        peak_vm_bytes=result.get("peak_vm_bytes"), as_limit=as_limit, stdout=stdout,
+        stderr=(run / "stderr").read_bytes()[: 64 << 20], result=result,
+        outside_changes=diff(before, snapshot(case.base), kind.outside_mtime_ok),
+        entry_before=entry_before, entry_after=entry_state(hostile_at.entry_path),
+        quarantine_before=q_before, quarantine_after=quarantined(case.layout),
+        marker=case.marker.exists(), key=key, hostile_key=case.key,
+        valid_keys=list(case.valid_keys), base=str(case.base), root=str(case.root))
+    _force_rmtree(case.base)
+    return obs
+
+
+def _write_spec(case: Case, command: str, key: str, hostile_path: Path) -> Path:
+    """The child's instructions: keys, which valid entries must survive ``command``, where to
+    write its result."""
+    run = case.base / "run"
     survivors = list(case.valid_keys)
     if command == "clear --yes":
         survivors = []
@@ -489,24 +528,18 @@ def observe(template: Template, kind: Kind, command: str, work: Path, *,
         survivors.remove(key)
     spec = {"key": case.key, "valid_keys": case.valid_keys, "survivors": survivors,
             "fresh_key": case.fresh_key, "artifacts": {k: v.hex() for k, v in ARTIFACTS.items()},
-            "hostile_path": str((case.in_layer() if case.layer is not None else case).entry_path),
+            "hostile_path": str(hostile_path),
             "result": str(run / "result.json"), "post_log": str(run / "post.log")}
-    (run / "spec.json").write_text(json.dumps(spec))
-    if argv_t is None:
-        argv = []
-        child = ["get", str(run / "spec.json")]
-    else:
-        argv = [a.replace("{key}", key[:16]).replace("{extract}", str(extract)) for a in argv_t]
-        child = ["cli", str(run / "spec.json"), "--", *argv]
-    hostile_at = case.in_layer() if case.layer is not None else case
-    before = snapshot(case.base)
-    entry_before = entry_state(hostile_at.entry_path)
-    q_before = quarantined(case.layout)
-    as_limit = BASE_AS + kind.mem
+    path = run / "spec.json"
+    path.write_text(json.dumps(spec))
+    return path
+
+
+def _run(child: list[str], case: Case, as_limit: int, tty: bool, env, time_limit: float):
+    """Run the child on a terminal (``tty``) or a pipe, stderr to ``run/stderr``; kill its
+    session after ``time_limit`` seconds. Returns (waitpid status or None, stdout, timed out)."""
     out_chunks: list[bytes] = []
-    stderr_path = run / "stderr"
-    start = time.monotonic()
-    with open(stderr_path, "wb") as err:
+    with open(case.base / "run" / "stderr", "wb") as err:
         if tty:
             master, slave = pty.openpty()
             fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, COLUMNS, 0, 0))
@@ -527,14 +560,11 @@ def observe(template: Template, kind: Kind, command: str, work: Path, *,
             status = wait(10)
         reader.join(10)
         os.close(master)
-    wall = time.monotonic() - start
-    rc = sig = None
-    if status is not None:
-        st = status
-        if os.WIFSIGNALED(st):
-            sig = os.WTERMSIG(st)
-        else:
-            rc = os.WEXITSTATUS(st)
+    return status, b"".join(out_chunks), timed_out
+
+
+def _result(run: Path) -> dict:
+    """What the child wrote (``{}`` if nothing), with its post-check's stray output."""
     try:
         result = json.loads((run / "result.json").read_text())
     except (OSError, ValueError):
@@ -542,19 +572,7 @@ def observe(template: Template, kind: Kind, command: str, work: Path, *,
     post_log = run / "post.log"
     if post_log.exists() and post_log.stat().st_size:
         result["post_log"] = post_log.read_text(errors="replace")[:20000]
-    after = snapshot(case.base)
-    obs = Observation(
-        kind=kind.name, command=command, argv=argv, tty=tty, rc=rc, timed_out=timed_out,
-        signal=sig, wall=wall, peak_bytes=result.get("peak_bytes"),
-        peak_vm_bytes=result.get("peak_vm_bytes"), as_limit=as_limit,
-        stdout=b"".join(out_chunks), stderr=stderr_path.read_bytes()[: 64 << 20], result=result,
-        outside_changes=diff(before, after, kind.outside_mtime_ok), entry_before=entry_before,
-        entry_after=entry_state(hostile_at.entry_path), quarantine_before=q_before,
-        quarantine_after=quarantined(case.layout), marker=case.marker.exists(), key=key,
-        hostile_key=case.key, valid_keys=list(case.valid_keys), base=str(case.base),
-        root=str(case.root))
-    _force_rmtree(case.base)
-    return obs
+    return result
 
 
 # ---------------------------------------------------------------------------- judging
