@@ -70,8 +70,10 @@ def main() -> int:
     w("- Canaries outside the root (the files symlinks point to, a valid entry for the hostile key, "
       "a FIFO, a secret config file, a fake shard folder) and everything else outside the root are "
       "compared before and after each case (type, size, mtime, mode, owner, content).")
-    w("- After each command, a fresh process checks that the valid entries are still served and "
-      "that a new entry can be stored and read back.")
+    w("- After each command, the same process opens a fresh `Store` (warnings reset, output set "
+      "aside) and checks that the valid entries are still served and that a new entry can be "
+      "stored and read back. `Store.get` also gets the hostile key twice (a bad file is judged "
+      "and counted once) and then, as a program would after a miss, stores that key.")
     w(f"- Run as {'root (uid 0)' if is_root else f'uid {os.geteuid()}: kinds needing root skipped'}"
       f", Python {platform.python_version()}, {platform.system()} {platform.release()}; "
       f"{len(observations)} cases in {wall:.0f} s with {harness.default_jobs()} at a time.\n")
