@@ -272,6 +272,9 @@ def read_config(root: Path) -> dict[str, Any]:
         return {}
     try:
         data = json.loads(text, parse_int=_json_int)
+    except RecursionError:  # "[[[[..." nested deeper than the interpreter's stack
+        raise ConfigError(f"config file {path} is not valid JSON (nested too deep); accepted: a "
+                          f"JSON object with keys {', '.join(SETTINGS)}") from None
     except ValueError as exc:
         raise ConfigError(f"config file {path} is not valid JSON ({exc}); accepted: a JSON object with keys {', '.join(SETTINGS)}") from None
     if not isinstance(data, dict):

@@ -75,10 +75,16 @@ def open_regular(name, limit: int, *, dir_fd: int | None = None,
         fd = os.open(name, READ_FLAGS, dir_fd=dir_fd)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise CorruptEntry("a symlink, never followed", "symlink") from None
-        if exc.errno in (errno.ENXIO, errno.EOPNOTSUPP):  # a socket
-            raise CorruptEntry("not a regular file", "not_regular") from None
-        raise
+            bad = CorruptEntry("a symlink, never followed", "symlink")
+        elif exc.errno in (errno.ENXIO, errno.EOPNOTSUPP):  # a socket
+            bad = CorruptEntry("not a regular file", "not_regular")
+        else:
+            raise
+        try:  # its identity (never opened): a layer counts and warns about it once, not per get
+            bad.stat = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except OSError:
+            bad.stat = None
+        raise bad from None
     st = None
     try:
         st = os.fstat(fd)

@@ -55,6 +55,7 @@ FLOAT_COUNTERS = {"compile_seconds", "seconds_saved", "remote_wait_seconds"}
 FLUSH_INTERVAL = 1.0  # seconds
 SHARDS = 16
 _MAX_SHARD_FILE = 64 << 20  # bytes; a hits file of ~1M keys
+_MAX_SHARD_ITEMS = 1 << 20  # items of one shard's map (per-entry hits: entries of the shard)
 
 
 def shard_of(key: str) -> int:
@@ -92,15 +93,16 @@ def _load(path: Path) -> dict:
     try:
         obj = msgpack.unpackb(data, raw=False, strict_map_key=True, max_array_len=0,
                               max_ext_len=0, max_str_len=len(data), max_bin_len=0,
-                              max_map_len=len(data), object_hook=one_map)
+                              max_map_len=min(len(data), _MAX_SHARD_ITEMS), object_hook=one_map)
     except Exception:
         return {}
     return obj if isinstance(obj, dict) else {}
 
 
 #: The largest counter value accepted from a shard file: no count, size or number of seconds
-#: kcache writes comes near it, and 16 shards of it still sum to a finite float.
-MAX_COUNT = 2**63 - 1
+#: kcache writes comes near it, 16 shards of it still sum to a finite float, and adding to it
+#: never overflows msgpack's 64-bit integers.
+MAX_COUNT = 1 << 62
 
 
 def _num(v) -> float:
