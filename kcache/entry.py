@@ -374,8 +374,13 @@ def decode(data: bytes, key: str) -> tuple[dict, Entry]:
     if hashlib.blake2b(view[:-SUM_SIZE], digest_size=SUM_SIZE).digest() != view[-SUM_SIZE:]:
         check_head(head, size)  # a short file is "truncated", whatever its checksum says
         raise CorruptEntry("checksum mismatch", "checksum")
-    hlen, blen, _ = parse_prefix(head, size)
-    h = _header(view[PREFIX_SIZE:PREFIX_SIZE + hlen], key)  # covered by the checksum above
+    hlen, blen, hsum = parse_prefix(head, size)
+    hbytes = view[PREFIX_SIZE:PREFIX_SIZE + hlen]
+    # The header's own sum must agree too (a listing trusts it alone): a file whose parts
+    # disagree is corrupt, whatever its trailing checksum says.
+    if hashlib.blake2b(hbytes, digest_size=16).digest() != hsum:
+        raise CorruptEntry("header checksum mismatch", "header_checksum")
+    h = _header(hbytes, key)
     try:
         arts = _unpack(view[PREFIX_SIZE + hlen:PREFIX_SIZE + hlen + blen], max_len=MAX_ARTIFACTS)
     except Exception as exc:
