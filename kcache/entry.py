@@ -261,13 +261,15 @@ def parse_prefix(prefix: bytes, file_size: int) -> tuple[int, int, bytes]:
     the rest is read."""
     if len(prefix) < PREFIX_SIZE or file_size < PREFIX_SIZE:
         raise CorruptEntry(f"truncated: {file_size} bytes", "truncated")
-    magic, version, _flags, hlen, blen, hsum = _PREFIX.unpack_from(prefix)
+    magic, version, flags, hlen, blen, hsum = _PREFIX.unpack_from(prefix)
     if magic != MAGIC:
         raise CorruptEntry("bad magic", "bad_magic")
     if version > FORMAT_VERSION:
         raise NewerFormat(f"entry format version {version} is newer than this kcache's {FORMAT_VERSION}")
     if version != FORMAT_VERSION:
         raise CorruptEntry(f"unknown format version {version}", "version")
+    if flags != 0:  # version 1 defines no flag: a set one is damage or a forgery
+        raise CorruptEntry(f"unknown flags {flags:#06x}", "version")
     if hlen > MAX_HEADER or blen > MAX_BODY:
         raise CorruptEntry(f"absurd lengths: header {hlen}, body {blen}", "lengths")
     expected = PREFIX_SIZE + hlen + blen + SUM_SIZE

@@ -270,7 +270,7 @@ class StatsBook:
                 self._on_error(exc)
             else:  # this shard's files or lock are unusable: only this shard stays in memory
                 self._broken.add(shard)
-                warn_once(f"stats-shard:{shard}", f"kcache: cannot write statistics shard "
+                warn_once("stats-shard", f"kcache: cannot write statistics shard "
                           f"{cpath} ({exc.strerror or exc}); its counts stay in memory")
             return False
 

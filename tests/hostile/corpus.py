@@ -284,7 +284,7 @@ def _(case):
     plant(case, entry_file(case.key, version=0xFFFF))
 
 
-@kind("flags-set", "flags field 0xffff (must be 0), checksums valid", served=None)
+@kind("flags-set", "flags field 0xffff (must be 0), checksums valid")
 def _(case):
     plant(case, entry_file(case.key, flags=0xFFFF))
 
