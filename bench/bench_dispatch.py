@@ -15,7 +15,11 @@ and the cold first calls summed over all kernels (median over the cold processes
 "cold overhead" is kcache's cold total over the no-cache total, minus 1 (goal <= 3 %).
 Goals (docs/design.md): first call <= 10 ms, further first calls <= 0.5 ms.
 
-Usage: python bench/bench_dispatch.py RESULTS.json [--repeat 5] [--cold-repeat 3]
+Usage: python bench/bench_dispatch.py RESULTS.json [--repeat 5] [--cold-repeat 3] [--baseline DIR]
+
+``--baseline DIR`` (an earlier revision installed by bench/baseline.py) adds the mode
+``kcache-base``: kcache's mode run with that revision, interleaved with the others, so a
+change's effect on the hit path is measured before and after in one run.
 """
 import argparse
 import json
@@ -129,10 +133,12 @@ CHILD = textwrap.dedent('''
 ''')
 
 MODES = ("kcache", "numba", "none")
+BASELINE = None  # --baseline DIR: the mode "kcache-base" imports kcache from there
 
 
 def run_child(workdir, mode, env, *extra):
-    proc = subprocess.run([sys.executable, str(workdir / "child.py"), mode, *extra], cwd=workdir,
+    child_mode = "kcache" if mode == "kcache-base" else mode
+    proc = subprocess.run([sys.executable, str(workdir / "child.py"), child_mode, *extra], cwd=workdir,
                           env=env, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
         raise RuntimeError(f"{mode} child failed:\n{proc.stderr[-3000:]}")
@@ -140,9 +146,10 @@ def run_child(workdir, mode, env, *extra):
 
 
 def child_env(workdir, mode, cache_dir):
+    first = [str(BASELINE)] if mode == "kcache-base" else []
     env = dict(os.environ, BENCH_CACHE="0" if mode == "none" else "1",
                KCACHE_DIR=str(cache_dir / "kcache"), NUMBA_CACHE_DIR=str(cache_dir / "numba"),
-               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+               PYTHONPATH=os.pathsep.join(filter(None, [*first, str(REPO), os.environ.get("PYTHONPATH")])))
     env.pop("KCACHE_ENABLE", None)
     return env
 
@@ -150,19 +157,21 @@ def child_env(workdir, mode, cache_dir):
 def bench(repeat, cold_repeat):
     """Cold runs (each on an empty cache) interleaved across modes so that machine noise hits
     them alike; then ``repeat`` warm runs per mode on the last cold run's cache."""
-    results = {mode: {"cold": [], "warm": [], "split": []} for mode in MODES}
+    modes = MODES + (("kcache-base",) if BASELINE is not None else ())
+    results = {mode: {"cold": [], "warm": [], "split": []} for mode in modes}
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         (workdir / "bench_kernels.py").write_text(KERNELS)
         (workdir / "child.py").write_text(CHILD)
         for i in range(cold_repeat):
-            for mode in MODES:
+            for mode in modes:
                 env = child_env(workdir, mode, workdir / f"{mode}-{i}")
                 results[mode]["cold"].append(run_child(workdir, mode, env))
-        for mode in MODES:
-            env = child_env(workdir, mode, workdir / f"{mode}-{cold_repeat - 1}")
-            results[mode]["warm"] = [run_child(workdir, mode, env) for _ in range(repeat)]
-            results[mode]["split"] = [run_child(workdir, mode, env, "split") for _ in range(repeat)]
+        for _round in range(repeat):  # interleaved, so machine noise hits every mode alike
+            for mode in modes:
+                env = child_env(workdir, mode, workdir / f"{mode}-{cold_repeat - 1}")
+                results[mode]["warm"].append(run_child(workdir, mode, env))
+                results[mode]["split"].append(run_child(workdir, mode, env, "split"))
     return results
 
 
@@ -183,7 +192,9 @@ def summarize(results):
     base = rows["none"]["cold_total_ms"]
     for mode in rows:
         rows[mode]["cold_overhead_pct"] = 100 * (rows[mode]["cold_total_ms"] / base - 1)
-    rows["kcache"].update(own_cold_overhead(results["kcache"]["cold"]))
+    for mode in ("kcache", "kcache-base"):
+        if mode in rows:
+            rows[mode].update(own_cold_overhead(results[mode]["cold"]))
     return rows
 
 
@@ -205,7 +216,11 @@ def main(argv=None):
     parser.add_argument("--repeat", type=int, default=5, help="warm fresh processes per mode")
     parser.add_argument("--cold-repeat", type=int, default=3,
                         help="cold processes (empty cache) per mode; the median is reported")
+    parser.add_argument("--baseline", type=Path, help="an earlier revision installed by "
+                        "bench/baseline.py: adds the mode kcache-base")
     args = parser.parse_args(argv)
+    global BASELINE
+    BASELINE = args.baseline.resolve() if args.baseline is not None else None
     if args.repeat < 1 or args.cold_repeat < 1:
         parser.error("--repeat and --cold-repeat must be at least 1")
     from numba import cuda
