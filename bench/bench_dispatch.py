@@ -115,8 +115,33 @@ CHILD = textwrap.dedent('''
         ("scale", K.scale, n // 128, 128, (out, np.float32(0.5))),
     ]
     split = len(sys.argv) > 2 and sys.argv[2] == "split"
-    times, lookups = {}, {}
+    times, lookups, phases, current = {}, {}, {}, [None]
+    if split and mode == "kcache":
+        # Where a hit's time goes: each phase of KCacheDispatcher.compile timed (nested: the
+        # key includes the fingerprint); the launch is the first call minus the lookup.
+        from kcache.dispatcher import _compat, components, dispatcher as D
+        from kcache.store import Store
+
+        def timed(owner, attr, label):
+            real = getattr(owner, attr, None)
+            if real is None:
+                return
+            def wrapper(*a, **k):
+                t = time.perf_counter()
+                try:
+                    return real(*a, **k)
+                finally:
+                    ph = phases.setdefault(current[0], {})
+                    ph[label] = ph.get(label, 0.0) + time.perf_counter() - t
+            setattr(owner, attr, wrapper)
+
+        timed(D.KCacheDispatcher, "kcache_key", "key")
+        timed(components, "fingerprint", "fingerprint")
+        timed(Store, "get_or_create", "store read")
+        timed(D, "entry_to_kernel", "rebuild")
+        timed(_compat.Kernel, "bind", "module load")
     for name, disp, grid, block, args in calls:
+        current[0] = name
         start = time.perf_counter()
         if split:  # the overload lookup alone (cache read + rebuild + bind), then the launch
             disp.compile(tuple(disp.typeof_pyval(a) for a in args))
@@ -129,7 +154,7 @@ CHILD = textwrap.dedent('''
     compiles = {name: disp.stats.compile_seconds for name, disp, *_ in calls
                 if hasattr(disp.stats, "compile_seconds")}
     print(json.dumps({"times": times, "lookups": lookups, "compiles": compiles,
-                      "startup_s": ready}))
+                      "phases": phases, "startup_s": ready}))
 ''')
 
 MODES = ("kcache", "numba", "none")
@@ -189,6 +214,18 @@ def summarize(results):
             "lookup_further_ms": 1e3 * statistics.median(
                 w["lookups"][n] for w in r["split"] for n in names[1:]),
         }
+    for mode, r in results.items():
+        names = list(r["cold"][0]["times"])
+        split = [w for w in r["split"] if w.get("phases")]
+        if split:
+            labels = sorted({lab for w in split for ph in w["phases"].values() for lab in ph})
+            rows[mode]["phases_first_ms"] = {lab: 1e3 * statistics.median(
+                w["phases"].get(names[0], {}).get(lab, 0.0) for w in split) for lab in labels}
+            rows[mode]["phases_further_ms"] = {lab: 1e3 * statistics.median(
+                w["phases"].get(n, {}).get(lab, 0.0) for w in split for n in names[1:])
+                for lab in labels}
+            rows[mode]["launch_further_ms"] = 1e3 * statistics.median(
+                w["times"][n] - w["lookups"][n] for w in split for n in names[1:])
     base = rows["none"]["cold_total_ms"]
     for mode in rows:
         rows[mode]["cold_overhead_pct"] = 100 * (rows[mode]["cold_total_ms"] / base - 1)
@@ -242,6 +279,12 @@ def main(argv=None):
     k = rows["kcache"]
     Console().print(f"kcache's own time on cold misses (first calls minus timed compiles): "
                     f"{k['own_cold_ms']:.1f} ms, {k['own_cold_pct']:.2f} % of compile time")
+    if "phases_further_ms" in k:
+        for which in ("first", "further"):
+            parts = ", ".join(f"{lab} {ms:.3f}" for lab, ms in k[f"phases_{which}_ms"].items())
+            Console().print(f"kcache hit phases, {which} kernel (ms, median): {parts}")
+        Console().print(f"kcache launch after the lookup, further kernels: "
+                        f"{k['launch_further_ms']:.3f} ms (median)")
     args.output.write_text(json.dumps({"summary": rows, "raw": results,
                                        "device": cuda.get_current_device().name.decode()
                                        if isinstance(cuda.get_current_device().name, bytes)
