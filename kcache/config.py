@@ -129,8 +129,7 @@ def parse_duration(value: str | float | int, name: str = "duration") -> float:
             raise ConfigError(f"{name}={_quote(value)} is not a finite number of seconds; accepted: {DURATION_ACCEPTED}")
         if value < 0:
             raise ConfigError(f"{name}={_quote(value)} is negative; accepted: {DURATION_ACCEPTED}")
-        from fractions import Fraction
-        seconds = Fraction(value)
+        seconds = value  # int/float comparisons are exact: no Fraction (and no import) needed
     elif isinstance(value, str):
         if len(value) > _MAX_NUMBER_TEXT:
             raise ConfigError(f"{name}={_quote(value)} is too large; accepted: {DURATION_ACCEPTED}")
