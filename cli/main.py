@@ -20,7 +20,7 @@ from kcache.cli.text import line
 
 #: Subcommands in the order ``kcache --help`` lists them; module ``kcache.cli.cmd_<name>``.
 COMMANDS = ("dir", "ls", "stats", "show", "prune", "rm", "clear", "verify", "config", "export",
-            "import")
+            "import", "push", "pull", "remote")
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
 
@@ -130,14 +130,20 @@ def main(argv: list[str] | None = None) -> int:
 #: themselves, in their own words: the store writes them for a program using kernels
 #: ("kernels still work but are no longer cached", "treated as a miss"), which is confusing
 #: in a maintenance command that says what it did and exits 1.
-REPORTED_BY_COMMANDS = ("unwritable", "corrupt", "newer", "unreadable")
+REPORTED_BY_COMMANDS = ("unwritable", "corrupt", "newer", "unreadable", "remote", "remote-off",
+                        "remote-bad")
+#: Kinds reported by the commands whose names go on with a path (``untrusted:<root>``):
+#: ``kcache.cli.cache.check_trusted`` says them in the same words.
+REPORTED_PREFIXES = ("untrusted:",)
 
 
 class _LibraryWarnings(logging.Filter):
-    """Drops the store's runtime-oriented warnings (:data:`REPORTED_BY_COMMANDS`)."""
+    """Drops the store's runtime-oriented warnings (:data:`REPORTED_BY_COMMANDS`,
+    :data:`REPORTED_PREFIXES`)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return getattr(record, "kcache_kind", None) not in REPORTED_BY_COMMANDS
+        kind = getattr(record, "kcache_kind", None)
+        return kind not in REPORTED_BY_COMMANDS and not str(kind).startswith(REPORTED_PREFIXES)
 
 
 def quiet_library_warnings() -> None:
