@@ -141,7 +141,7 @@ def _remote_report(name: str, conf: dict, path):
     > config.json > default), as a kcache.config.SettingReport; the URL without secrets."""
     from kcache.config import SettingReport
     from kcache.errors import ConfigError
-    from kcache.remote import DEFAULTS, check_setting, redact
+    from kcache.remote import DEFAULTS, check_setting, redact, shown
     field, env = _remote_field(name)
     if os.environ.get(env, "").strip():
         raw, origin, var = os.environ[env].strip(), f"env {env}", env
@@ -149,12 +149,12 @@ def _remote_report(name: str, conf: dict, path):
         raw, origin, var = conf[name], f"config {path}", f"{name} in {path}"
     else:
         return SettingReport(DEFAULTS[field], "default", DEFAULTS[field])
-    shown = redact(raw) if field == "url" and isinstance(raw, str) and "://" in raw else raw
+    given = shown(raw) if field == "url" else raw  # never a password, even in a bad URL
     try:
         value = check_setting(field, raw, var)
     except ConfigError as exc:
-        return SettingReport(None, origin, shown, exc)
-    return SettingReport(redact(value) if field == "url" else value, origin, shown)
+        return SettingReport(None, origin, given, exc)
+    return SettingReport(redact(value) if field == "url" else value, origin, given)
 
 
 def _config_file_problem(error: Exception, path) -> str:

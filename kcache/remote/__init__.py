@@ -22,7 +22,7 @@ from ..config import parse_bool, parse_duration
 from ..errors import ConfigError, KcacheError
 from ..warn import warn_once
 from .base import (DEFAULT_LEASE_TTL, DEFAULT_MAX_ERRORS, DEFAULT_MAX_WAIT, DEFAULT_NAMESPACE,
-                   DEFAULT_TIMEOUT, NAMESPACE_ACCEPTED, NAMESPACE_RE, Flight, redact)
+                   DEFAULT_TIMEOUT, NAMESPACE_ACCEPTED, NAMESPACE_RE, Flight, redact, shown)
 
 __all__ = ["open_remote", "open_settings", "open_configured", "remote_settings", "check_setting", "RemoteSettings", "MissingClient",
            "Flight", "redact", "DEFAULT_NAMESPACE", "DEFAULT_TIMEOUT", "DEFAULT_MAX_WAIT",
@@ -134,8 +134,7 @@ def check_setting(field: str, value: Any, origin: str) -> Any:
 def check_url(url: Any, origin: str = "KCACHE_REMOTE") -> str:
     """``url`` if it has a ``scheme://``; ConfigError (showing it without secrets) otherwise."""
     if not isinstance(url, str) or not _SCHEME_RE.match(url.strip()):
-        shown = redact(url) if isinstance(url, str) and "://" in url else repr(url)[:200]
-        raise ConfigError(f"{origin}={shown} is not a remote URL; accepted: {URL_ACCEPTED}")
+        raise ConfigError(f"{origin}={shown(url)} is not a remote URL; accepted: {URL_ACCEPTED}")
     return url.strip()
 
 
