@@ -9,7 +9,8 @@ appends "<machine> <pid> <key>" to (shared by all processes: the count of compil
 ``size``: bytes of the fake cubin; ``block``: module names made unimportable first (a missing
 client library); ``start``: a folder for a start signal (write ``ready.<pid>``, wait for
 ``go``); ``pause_at``: index of the op before which to signal ``paused`` in the folder ``signals`` and
-wait for ``resume`` there.
+wait for ``resume`` there; ``connect``: open the remote and make one call before the start
+signal (bench/bench_remote.py: the client's import and connection are not timed).
 
 Prints one JSON document: per op ``{"op", "key", "hit", "seconds", "cubin"}`` (``cubin``: the
 first 128 bytes of what was served, as text), ``stats`` (Store.stats()), ``warnings`` (every
@@ -75,6 +76,13 @@ def main(spec: dict) -> dict:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         store = Store(spec["root"])
+        if spec.get("connect") and store.remote is not None:
+            from kcache import make_key
+            from kcache.tier import TierError
+            try:  # a direct tier call: no store counter changes
+                store.remote.read(make_key({"connect": os.getpid()}), 1)
+            except TierError:
+                pass
         if spec.get("start"):
             signal(spec["start"], f"ready.{os.getpid()}")
             wait_for(os.path.join(spec["start"], "go"))
