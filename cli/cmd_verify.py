@@ -90,11 +90,6 @@ def _why_not_moved(store, path) -> str:
 
 
 def _wording(store, path: Path, problem: str, moved: bool) -> str:
-    """``problem`` in the CLI's wording (``problem_text``), read from the quarantined copy
-    (``<root>/v1/quarantine/<key>.<time>.<pid>.kce``) when ``--fix`` moved the file."""
-    if moved:
-        from kcache.layout import Layout
-        key = Path(path).name[:-4]
-        copies = sorted(Layout(store.root).quarantine.glob(f"{key}.*"))  # <time> sorts them
-        path = copies[-1] if copies else path
-    return problem_text(problem, path)
+    """``problem`` as the store words it, on one line (the same words before and after
+    ``--fix`` moved the file)."""
+    return problem_text(problem)

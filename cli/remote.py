@@ -59,8 +59,11 @@ def open_remote(store, nothing: str):
     """The store's remote tier (``Store.require_remote``) for a command that needs it; a
     Problem (exit 1, one line ending with ``nothing``, e.g. "nothing pushed") when none is
     configured, a setting is bad or the client library is missing (the line names the extra
-    to install: ``pip install 'kcache[redis]'``)."""
+    to install: ``pip install 'kcache[redis]'``). The command then reports the remote's
+    errors itself: the store's warnings of them are not printed."""
+    from kcache.cli.main import reported_here
     from kcache.errors import KcacheError
+    reported_here("remote", "remote-off", "remote-bad")  # each failure is named by the command
     try:
         return store.require_remote()
     except KcacheError as exc:  # ConfigError, MissingClient, none configured

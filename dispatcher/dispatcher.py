@@ -22,6 +22,7 @@ from kcache.warn import warn_once
 from . import _compat
 
 from . import components as _components  # imported now, not on the first kernel call
+from . import record as _record
 from .kernel_entry import NotStorable, entry_to_kernel, kernel_to_entry, marker_entry
 
 log = logging.getLogger("kcache.dispatcher")
@@ -196,6 +197,7 @@ class KCacheDispatcher(_compat.CUDADispatcher):
             return kernel
         kernel = self._kcache_load_or_compile(argtypes, _compat.current_launch_config())
         self.add_overload(kernel, argtypes)
+        _record.note(self, argtypes)  # KCACHE_RECORD: a signature this program launches
         return kernel
 
     def enable_caching(self):

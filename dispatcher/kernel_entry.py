@@ -16,6 +16,7 @@ import sys
 from kcache import Entry
 
 from . import _compat
+from .sigspec import format_or_none
 
 #: Metadata fields of an entry that ``_compat.rebuild_kernel`` reads (all plain data).
 STATE_FIELDS = (
@@ -125,7 +126,8 @@ def kernel_to_entry(kernel, cc, *, kernel_name: str, signature: str, arch: str,
         raise NotStorable(f"NVVM options {meta['nvvm_options']!r} are not plain values")
     meta.update(kernel=kernel_name, signature=signature, arch=arch,
                 compile_seconds=float(compile_seconds),
-                exceptions=encode_exceptions(state["exceptions"]))
+                exceptions=encode_exceptions(state["exceptions"]),
+                sigspec=format_or_none(state["argtypes"]))  # replayable text (kcache warm)
     return Entry(artifacts=artifacts, meta=meta)
 
 

@@ -33,11 +33,9 @@ import json
 import math
 import os
 import re
-from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-import platformdirs
 
 from . import atomic, fsio
 from .errors import ConfigError, CorruptEntry
@@ -105,6 +103,7 @@ def parse_size(value: str | int, name: str = "size") -> int:
         if not m or unit is None:
             raise ConfigError(f"{name}={_quote(value)} is not a size{_sign_note(value)}{_unit_note(m)}; "
                               f"accepted: {SIZE_ACCEPTED}")
+        from fractions import Fraction  # exact, never a float; imported when a size is given
         exact = Fraction(m.group(1)) * unit
         if exact.denominator != 1:
             raise ConfigError(f"{name}={_quote(value)} is not a whole number of bytes (sizes are whole "
@@ -130,6 +129,7 @@ def parse_duration(value: str | float | int, name: str = "duration") -> float:
             raise ConfigError(f"{name}={_quote(value)} is not a finite number of seconds; accepted: {DURATION_ACCEPTED}")
         if value < 0:
             raise ConfigError(f"{name}={_quote(value)} is negative; accepted: {DURATION_ACCEPTED}")
+        from fractions import Fraction
         seconds = Fraction(value)
     elif isinstance(value, str):
         if len(value) > _MAX_NUMBER_TEXT:
@@ -137,6 +137,7 @@ def parse_duration(value: str | float | int, name: str = "duration") -> float:
         m = _DUR_RE.fullmatch(value)
         if not m or m.group(2).lower() not in _DUR_UNITS:
             raise ConfigError(f"{name}={_quote(value)} is not a duration{_sign_note(value)}; accepted: {DURATION_ACCEPTED}")
+        from fractions import Fraction
         seconds = Fraction(m.group(1)) * _DUR_UNITS[m.group(2).lower()]
     else:
         raise ConfigError(f"{name}={_quote(value)} is not a duration; accepted: {DURATION_ACCEPTED}")
@@ -271,6 +272,9 @@ def read_config(root: Path) -> dict[str, Any]:
         return {}
     try:
         data = json.loads(text, parse_int=_json_int)
+    except RecursionError:  # "[[[[..." nested deeper than the interpreter's stack
+        raise ConfigError(f"config file {path} is not valid JSON (nested too deep); accepted: a "
+                          f"JSON object with keys {', '.join(SETTINGS)}") from None
     except ValueError as exc:
         raise ConfigError(f"config file {path} is not valid JSON ({exc}); accepted: a JSON object with keys {', '.join(SETTINGS)}") from None
     if not isinstance(data, dict):
@@ -442,6 +446,7 @@ def resolve_each(root=None, max_size=None, readonly_roots=None, lock_timeout=Non
     warned once (``KcacheWarning``). Raises nothing for a bad value."""
     raw, origin, _ = _pick(root, ROOT_ENV, {}, None, None, None, "root")
     if raw is None:
+        import platformdirs  # only for the default root
         raw = platformdirs.user_cache_dir("kcache", appauthor=False)
     reports = {"root": _report(raw, origin, _check_root, origin)}
     good_root: Path | None = reports["root"].value

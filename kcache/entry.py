@@ -189,24 +189,33 @@ def _decode_error(what: str, exc: Exception) -> CorruptEntry:
 
 def check_plain(value: Any, where: str) -> None:
     """Walk a decoded header value: nesting at most MAX_DEPTH, map keys str, floats finite.
-    Raises CorruptEntry naming ``where``. Iterative: a deep value never exhausts the stack."""
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, float):
-            if not math.isfinite(item):
-                raise CorruptEntry(f"header field {where!r} holds a non-finite number", "header")
-        elif isinstance(item, (dict, list)):
-            if depth > MAX_DEPTH:
-                raise CorruptEntry(f"header field {where!r} nested deeper than {MAX_DEPTH}",
-                                   "limits")
-            if isinstance(item, dict):
-                if not all(isinstance(k, str) for k in item):
-                    raise CorruptEntry(f"header field {where!r} has a map key that is not text",
-                                       "header")
-                stack.extend((v, depth + 1) for v in item.values())
-            else:
-                stack.extend((v, depth + 1) for v in item)
+    Raises CorruptEntry naming ``where``. The recursion stops at MAX_DEPTH: a deep value never
+    exhausts the stack (msgpack itself stops at 1024 levels)."""
+    _walk(value, where, 1)
+
+
+def _walk(item: Any, where: str, depth: int) -> None:
+    # Exact types (msgpack builds only these): the hot path of every listing and hit.
+    kind = type(item)
+    if kind is float:
+        if not math.isfinite(item):
+            raise CorruptEntry(f"header field {where!r} holds a non-finite number", "header")
+        return
+    if kind is not dict and kind is not list:
+        return
+    if depth > MAX_DEPTH:
+        raise CorruptEntry(f"header field {where!r} nested deeper than {MAX_DEPTH}", "limits")
+    if kind is dict:
+        for key in item:
+            if type(key) is not str:
+                raise CorruptEntry(f"header field {where!r} has a map key that is not text", "header")
+        values = item.values()
+    else:
+        values = item
+    for value in values:
+        vkind = type(value)
+        if vkind is dict or vkind is list or vkind is float:
+            _walk(value, where, depth + 1)
 
 
 def encode(key: str, entry: Entry, components: dict | None = None, created: float | None = None) -> bytes:
@@ -252,13 +261,15 @@ def parse_prefix(prefix: bytes, file_size: int) -> tuple[int, int, bytes]:
     the rest is read."""
     if len(prefix) < PREFIX_SIZE or file_size < PREFIX_SIZE:
         raise CorruptEntry(f"truncated: {file_size} bytes", "truncated")
-    magic, version, _flags, hlen, blen, hsum = _PREFIX.unpack_from(prefix)
+    magic, version, flags, hlen, blen, hsum = _PREFIX.unpack_from(prefix)
     if magic != MAGIC:
         raise CorruptEntry("bad magic", "bad_magic")
     if version > FORMAT_VERSION:
         raise NewerFormat(f"entry format version {version} is newer than this kcache's {FORMAT_VERSION}")
     if version != FORMAT_VERSION:
         raise CorruptEntry(f"unknown format version {version}", "version")
+    if flags != 0:  # version 1 defines no flag: a set one is damage or a forgery
+        raise CorruptEntry(f"unknown flags {flags:#06x}", "version")
     if hlen > MAX_HEADER or blen > MAX_BODY:
         raise CorruptEntry(f"absurd lengths: header {hlen}, body {blen}", "lengths")
     expected = PREFIX_SIZE + hlen + blen + SUM_SIZE
@@ -314,6 +325,7 @@ def check_header(h: Any, key: str) -> dict:
         _check_text(where, "kernel", MAX_NAME)
         _check_text(where, "arch", MAX_NAME)
         _check_text(where, "signature", MAX_SIGNATURE)
+        _check_text(where, "sigspec", MAX_SIGNATURE)
         _check_number(where, "compile_seconds", MAX_SECONDS)
     for name, size in h["sizes"].items():
         if (not isinstance(name, str) or len(name) > MAX_NAME or not isinstance(size, int)
@@ -364,8 +376,13 @@ def decode(data: bytes, key: str) -> tuple[dict, Entry]:
     if hashlib.blake2b(view[:-SUM_SIZE], digest_size=SUM_SIZE).digest() != view[-SUM_SIZE:]:
         check_head(head, size)  # a short file is "truncated", whatever its checksum says
         raise CorruptEntry("checksum mismatch", "checksum")
-    hlen, blen, _ = parse_prefix(head, size)
-    h = _header(view[PREFIX_SIZE:PREFIX_SIZE + hlen], key)  # covered by the checksum above
+    hlen, blen, hsum = parse_prefix(head, size)
+    hbytes = view[PREFIX_SIZE:PREFIX_SIZE + hlen]
+    # The header's own sum must agree too (a listing trusts it alone): a file whose parts
+    # disagree is corrupt, whatever its trailing checksum says.
+    if hashlib.blake2b(hbytes, digest_size=16).digest() != hsum:
+        raise CorruptEntry("header checksum mismatch", "header_checksum")
+    h = _header(hbytes, key)
     try:
         arts = _unpack(view[PREFIX_SIZE + hlen:PREFIX_SIZE + hlen + blen], max_len=MAX_ARTIFACTS)
     except Exception as exc:

@@ -75,10 +75,16 @@ def open_regular(name, limit: int, *, dir_fd: int | None = None,
         fd = os.open(name, READ_FLAGS, dir_fd=dir_fd)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise CorruptEntry("a symlink, never followed", "symlink") from None
-        if exc.errno in (errno.ENXIO, errno.EOPNOTSUPP):  # a socket
-            raise CorruptEntry("not a regular file", "not_regular") from None
-        raise
+            bad = CorruptEntry("a symlink, never followed", "symlink")
+        elif exc.errno in (errno.ENXIO, errno.EOPNOTSUPP):  # a socket
+            bad = CorruptEntry("not a regular file", "not_regular")
+        else:
+            raise
+        try:  # its identity (never opened): a layer counts and warns about it once, not per get
+            bad.stat = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except OSError:
+            bad.stat = None
+        raise bad from None
     st = None
     try:
         st = os.fstat(fd)
@@ -124,11 +130,14 @@ def read_checked(fd: int, st: os.stat_result, head: int = 0, check_head=None) ->
             data = read_upto(fd, st.st_size)
             if check_head is not None:
                 check_head(data[:head], st.st_size)
-        else:
+        else:  # a large file: judged by its head first, then read into one buffer (no copy)
             first = read_upto(fd, head)
             if check_head is not None:
                 check_head(first, st.st_size)
-            data = first + read_upto(fd, st.st_size - len(first))
+            buf = bytearray(st.st_size)
+            buf[:len(first)] = first
+            got = len(first) + _read_into(fd, memoryview(buf)[len(first):])
+            data = buf if got == st.st_size else bytes(buf[:got])
         if len(data) < st.st_size:
             raise CorruptEntry(f"truncated: {len(data)} of {st.st_size} bytes", "truncated")
         return data
@@ -150,6 +159,17 @@ def read_head(name, n: int, *, dir_fd: int | None = None) -> bytes | None:
         return None
     finally:
         os.close(fd)
+
+
+def _read_into(fd: int, view: memoryview) -> int:
+    """Fill ``view`` from ``fd``; the bytes read (fewer only at end of file)."""
+    done = 0
+    while done < len(view):
+        n = os.readv(fd, [view[done:]])
+        if not n:
+            break
+        done += n
+    return done
 
 
 def read_upto(fd: int, n: int) -> bytes:

@@ -18,19 +18,20 @@ import os
 import stat
 import time
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
 from . import fsio
 from .entry import FORMAT_VERSION, MAGIC, PREFIX_SIZE, check_head, decode_header, parse_prefix
 from .errors import CorruptEntry
-from .layout import (CACHEDIR_TAG, QUARANTINE_RE, Layout, entry_name, listing, quarantine_name, scan,
-                     warn_symlink)
+from .layout import (CACHEDIR_TAG, QUARANTINE_RE, Layout, entry_key, entry_name, listing,
+                     quarantine_name, scan, warn_symlink)
 from .tier import Blob
 from .warn import warn_once
 
 from .prune import NEWER, NOT_REGULAR  # why removal left a file in place
 
-GONE = "gone"  # quarantine: the file vanished or was replaced meanwhile (nothing to do)
+GONE = "gone"
+_HEADER_READ = 8192  # bytes read at once for a header: real headers are a few KiB  # quarantine: the file vanished or was replaced meanwhile (nothing to do)
 
 
 class KnownBad(CorruptEntry):
@@ -136,17 +137,18 @@ class LocalTier:
 
     def read_header(self, key: str, limit: int) -> tuple[dict, os.stat_result]:
         """The checked header of ``key``'s entry and the file's fstat, reading the prefix and
-        header only (never the body). Raises FileNotFoundError, CorruptEntry, NewerFormat,
-        OSError."""
-        shard_fd = fsio.open_dir(self.layout.entries / key[:2])
+        header only (never the body; one read for a header under 8 KiB). Raises
+        FileNotFoundError, CorruptEntry, NewerFormat, OSError."""
+        shard = key[:2]
+        if shard not in self._shards_ok and not self._shard_ok(shard):
+            raise FileNotFoundError(errno.ENOENT, "no such entry", str(self.layout.entry(key)))
+        fd, st = fsio.open_regular(f"{self._entries}/{shard}/{key}.kce", limit, trust=self.trust)
         try:
-            fd, st = fsio.open_regular(entry_name(key), limit, dir_fd=shard_fd, trust=self.trust)
-        finally:
-            os.close(shard_fd)
-        try:
-            prefix = fsio.read_upto(fd, PREFIX_SIZE)
-            hlen, _blen, _sum = parse_prefix(prefix, st.st_size)
-            return decode_header(prefix + fsio.read_upto(fd, hlen), key, st.st_size), st
+            head = fsio.read_upto(fd, min(st.st_size, _HEADER_READ))
+            hlen, _blen, _sum = parse_prefix(head[:PREFIX_SIZE], st.st_size)
+            if PREFIX_SIZE + hlen > len(head):
+                head += fsio.read_upto(fd, PREFIX_SIZE + hlen - len(head))
+            return decode_header(head, key, st.st_size), st
         finally:
             os.close(fd)
 
@@ -283,6 +285,39 @@ class LocalTier:
             return os_reason(exc)
         finally:
             os.close(shard_fd)
+
+    def newer_files(self, first: str | None = None) -> list[tuple[str, Path]]:
+        """(key, path) of every entry file (keys starting with ``first`` if given) written by
+        a newer kcache format: its version field says newer and its checksum holds (a flipped
+        version bit is corruption, not a newer format). Reads the first 10 bytes of each
+        entry file through its shard's descriptor; only a newer one is read whole."""
+        found = []
+        for shard in self.layout.shard_dirs(first[:2] if first and len(first) >= 2 else None):
+            try:
+                shard_fd = fsio.open_dir(self.layout.entries / shard)
+            except OSError:
+                continue
+            try:
+                for name in os.listdir(shard_fd):
+                    key = entry_key(shard, name)
+                    if (key is not None and (first is None or key.startswith(first))
+                            and _is_newer(name, shard_fd) and self._newer_whole(key, name, shard_fd)):
+                        found.append((key, self.layout.entries / shard / name))
+            finally:
+                os.close(shard_fd)
+        return found
+
+    def _newer_whole(self, key: str, name: str, shard_fd: int) -> bool:
+        from .entry import MAX_FILE, decode
+        from .errors import NewerFormat
+        try:
+            data, _st = fsio.read_regular(name, MAX_FILE, dir_fd=shard_fd)
+            decode(data, key)
+        except NewerFormat:
+            return True
+        except (OSError, CorruptEntry):
+            return False
+        return False
 
     def is_newer(self, key: str) -> bool:
         """True when ``key``'s entry file says a newer format version (never deleted)."""

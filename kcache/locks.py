@@ -19,14 +19,18 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator
 
-import filelock
-
 from .errors import LockTimeout
 from .layout import Layout
 
 
-def _filelock(path: Path, mode: int) -> filelock.FileLock:
+def _filelock(path: Path, mode: int):
+    import filelock  # imported on first lock: a listing or a hit takes no lock
     return filelock.FileLock(str(path), mode=mode, is_singleton=True)
+
+
+def _timeout_error():
+    import filelock
+    return filelock.Timeout
 
 
 class KeyLocks:
@@ -75,7 +79,7 @@ class KeyLocks:
         finally:
             lock.release()
 
-    def _make(self, path: Path) -> filelock.FileLock | None:
+    def _make(self, path: Path):
         try:
             self.ready_folder(path.parent)
             if os.path.islink(path):  # never create or truncate a file through it
@@ -99,7 +103,7 @@ class KeyLocks:
         try:
             lock.acquire(timeout=0)
             return True
-        except filelock.Timeout:
+        except _timeout_error():
             if not blocking:
                 return False
         except OSError as exc:
@@ -110,7 +114,7 @@ class KeyLocks:
         try:
             lock.acquire(timeout=timeout)
             return True
-        except filelock.Timeout:
+        except _timeout_error():
             self._count(skey, now=True, lock_timeouts=1)
             raise LockTimeout(
                 f"timed out after {time.monotonic() - start:.1f} s waiting for lock file {path} "
@@ -125,7 +129,7 @@ class KeyLocks:
 BUSY = "busy"
 
 
-def try_global(path: Path, mode: int, ready: Callable[[Path], None]) -> filelock.FileLock | str | OSError:
+def try_global(path: Path, mode: int, ready: Callable[[Path], None]):
     """Non-blocking try of a global lock (eviction): the held lock, :data:`BUSY` when another
     process holds it, or the OSError that makes it unusable (a folder named like the lock,
     a symlinked lock folder, ...): the caller then goes on without it, warned."""
@@ -134,7 +138,7 @@ def try_global(path: Path, mode: int, ready: Callable[[Path], None]) -> filelock
         lock = _filelock(path, mode)
         lock.acquire(timeout=0)
         return lock
-    except filelock.Timeout:
+    except _timeout_error():
         return BUSY
     except OSError as exc:
         return exc

@@ -7,8 +7,9 @@ reports why (kcache.prune reports), and updates the totals for exactly the files
 Policy (prune and eviction share one selection, :func:`lru_order`): first every entry
 matching ``older_than`` (last use = mtime, recorded at every hit) or ``where(EntryInfo)``;
 then, over what is left, least recently used first (ties: oldest creation first) until the
-rest fits in the size cap. Temp files of killed writers older than an hour are swept by both,
-and counted; prune also removes quarantined files older than ``quarantine_age``.
+rest fits in the size cap; files larger than ``max_entry_size`` (never served) go first.
+Temp files of killed writers older than an hour are swept by both, and counted; prune also
+removes quarantined files older than ``quarantine_age``.
 """
 from __future__ import annotations
 
@@ -18,7 +19,6 @@ import stat
 import time
 from typing import TYPE_CHECKING, Callable
 
-from .entry import EntryInfo
 from .errors import CorruptEntry, LockTimeout, NewerFormat
 from .keys import KEY_RE
 from .localtier import GONE, NEWER, NOT_REGULAR, os_reason
@@ -32,10 +32,14 @@ EVICT_TARGET = 0.9  # a put crossing max_size evicts down to this fraction of it
 DELTA_BATCH = 64  # removals of clear/prune/evict/remove_many between writes of the totals
 
 
-def lru_order(files: list) -> list:
+def lru_order(files: list, max_entry_size: int | None = None) -> list:
     """``(key, path, lstat)`` items least recently used first: by mtime (the last use, to the
-    nanosecond), ties by ctime (when the file was published)."""
-    return sorted(files, key=lambda t: (t[2].st_mtime_ns, t[2].st_ctime_ns))
+    nanosecond), ties by ctime (when the file was published). Files larger than
+    ``max_entry_size`` (bytes) come first, whatever their mtime: they are refused unread, so
+    they are no entry, and a 4 GiB one planted in the root must not push every real entry
+    out before it."""
+    big = max_entry_size if max_entry_size is not None else float("inf")
+    return sorted(files, key=lambda t: (t[2].st_size <= big, t[2].st_mtime_ns, t[2].st_ctime_ns))
 
 
 def select_lru(files: list, max_size: int | None) -> tuple[list, list]:
@@ -135,7 +139,8 @@ def evict(store: "Store", target: int) -> None:
     """Remove least-recently-used entries until the root holds <= ``target`` bytes (kcache's
     old temp files are swept first: they take room too). Keys being written are skipped."""
     sweep_temp(store)
-    chosen, _kept = select_lru(lru_order(list(store.local.scan())), target)
+    files = lru_order(list(store.local.scan()), store.settings.max_entry_size)
+    chosen, _kept = select_lru(files, target)
     batch = Removals(store, "evictions")
     try:
         for key, _path, _st in chosen:
@@ -155,7 +160,7 @@ class _Plan:
 def _plan(store: "Store", max_size, older_than, where, hits) -> _Plan:
     now = time.time()
     remove, keep, infos = [], [], {}
-    for key, path, st in lru_order(list(store.local.scan())):
+    for key, path, st in lru_order(list(store.local.scan()), store.settings.max_entry_size):
         doomed = older_than is not None and st.st_mtime < now - older_than
         if not doomed and where is not None:
             try:

@@ -37,7 +37,6 @@ import weakref
 from pathlib import Path
 from typing import Callable
 
-import filelock
 import msgpack
 
 from . import atomic, fsio
@@ -56,6 +55,7 @@ FLOAT_COUNTERS = {"compile_seconds", "seconds_saved", "remote_wait_seconds"}
 FLUSH_INTERVAL = 1.0  # seconds
 SHARDS = 16
 _MAX_SHARD_FILE = 64 << 20  # bytes; a hits file of ~1M keys
+_MAX_SHARD_ITEMS = 1 << 20  # items of one shard's map (per-entry hits: entries of the shard)
 
 
 def shard_of(key: str) -> int:
@@ -93,15 +93,16 @@ def _load(path: Path) -> dict:
     try:
         obj = msgpack.unpackb(data, raw=False, strict_map_key=True, max_array_len=0,
                               max_ext_len=0, max_str_len=len(data), max_bin_len=0,
-                              max_map_len=len(data), object_hook=one_map)
+                              max_map_len=min(len(data), _MAX_SHARD_ITEMS), object_hook=one_map)
     except Exception:
         return {}
     return obj if isinstance(obj, dict) else {}
 
 
 #: The largest counter value accepted from a shard file: no count, size or number of seconds
-#: kcache writes comes near it, and 16 shards of it still sum to a finite float.
-MAX_COUNT = 2**63 - 1
+#: kcache writes comes near it, 16 shards of it still sum to a finite float, and adding to it
+#: never overflows msgpack's 64-bit integers.
+MAX_COUNT = 1 << 62
 
 
 def _num(v) -> float:
@@ -237,6 +238,7 @@ class StatsBook:
         phits = self._pending_hits.pop(shard, None) or collections.Counter()
         forget = self._forget.pop(shard, None) or set()
         try:
+            import filelock  # imported on the first write: reading counters takes no lock
             with filelock.FileLock(str(lpath), mode=self.file_mode, is_singleton=True):
                 counters = _load(cpath)
                 for name, value in pend.items():
@@ -268,7 +270,7 @@ class StatsBook:
                 self._on_error(exc)
             else:  # this shard's files or lock are unusable: only this shard stays in memory
                 self._broken.add(shard)
-                warn_once(f"stats-shard:{shard}", f"kcache: cannot write statistics shard "
+                warn_once("stats-shard", f"kcache: cannot write statistics shard "
                           f"{cpath} ({exc.strerror or exc}); its counts stay in memory")
             return False
 

@@ -37,7 +37,7 @@ from . import entry as fmt
 from . import fsio, maintenance
 from .config import Settings, resolve
 from .entry import Entry, EntryInfo
-from .errors import CorruptEntry, KcacheError, LockTimeout, NewerFormat
+from .errors import CorruptEntry, KcacheError, NewerFormat
 from .keys import check_key
 from .layout import Layout
 from .localtier import GONE, KnownBad, LocalTier, os_reason  # noqa: F401 (os_reason: API)
@@ -119,12 +119,18 @@ class CopyReport:
 class Store:
     """A kernel cache rooted at ``root`` (see kcache.config.resolve for defaults).
 
-    ``readonly_roots``: extra roots consulted after ``root`` and never written (read-only
-    layers); ``max_size``: size cap in bytes (or size text); ``lock_timeout``: seconds.
-    Raises ConfigError for bad settings. Nothing else in the store raises for a broken,
-    hostile, read-only, full or untrusted cache."""
+    ``readonly_dirs`` (also ``readonly_roots``, its earlier name): extra roots consulted
+    after ``root`` and never written (read-only layers, KCACHE_READONLY_DIRS);
+    ``max_size``: size cap in bytes (or size text); ``lock_timeout``: seconds. Raises
+    ConfigError for bad settings, TypeError when both names of the layers are given. Nothing
+    else in the store raises for a broken, hostile, read-only, full or untrusted cache."""
 
-    def __init__(self, root=None, *, readonly_roots=None, max_size=None, lock_timeout=None):
+    def __init__(self, root=None, *, readonly_roots=None, max_size=None, lock_timeout=None,
+                 readonly_dirs=None):
+        if readonly_dirs is not None:
+            if readonly_roots is not None:
+                raise TypeError("Store() takes readonly_dirs or readonly_roots (the same setting), not both")
+            readonly_roots = readonly_dirs
         self.settings: Settings = resolve(root, max_size, readonly_roots, lock_timeout)
         self.root: Path = self.settings.root
         self.readonly_roots: tuple[Path, ...] = self.settings.readonly_roots
@@ -164,6 +170,11 @@ class Store:
     @property
     def _layout(self) -> Layout:  # the name before the tiers
         return self.layout
+
+    @property
+    def readonly_dirs(self) -> tuple[Path, ...]:
+        """The read-only layers' roots (the setting's name; ``readonly_roots`` is the same)."""
+        return self.readonly_roots
 
     # -- which tiers are used ------------------------------------------------------------------
     @property

@@ -8,7 +8,6 @@ import functools
 import os
 import platform
 import sys
-from importlib import metadata
 from pathlib import Path
 from typing import Callable
 
@@ -41,6 +40,7 @@ def package_versions() -> dict[str, str]:
 
 @functools.lru_cache(maxsize=1)
 def _versions() -> dict[str, str]:
+    from importlib import metadata  # 45-70 ms to import: only when versions are asked
     out: dict[str, str] = {}
     for dist, name in _DISTS.items():
         if name in out:

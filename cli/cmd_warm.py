@@ -1,0 +1,201 @@
+"""``kcache warm``: compile kernels for chosen compute capabilities without a GPU (docs/warm.md).
+
+Imports each TARGET (a .py file, a folder, a module or package name), finds its kernels and
+their eager signatures, adds the lines of ``--signatures`` files and, with ``--replay``, the
+stale entries of the cache, then compiles every (kernel, signature, cc) missing from the cache
+in ``--jobs`` worker processes. Exit status: 0 all compiled or cached, 1 something failed, 2
+bad usage (a bad TARGET, ``--cc`` or signatures file line: one line on stderr).
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+from kcache.cli.args import want_json, want_wide
+from kcache.cli.cache import ensure_writable, open_store
+from kcache.cli.errors import Problem, UsageError
+from kcache.cli.fmt import human_seconds, plain_seconds, plural
+from kcache.cli.output import Column, is_terminal, message, print_json, print_table
+from kcache.cli.text import line
+
+MAX_JOBS = 256
+#: Header of the plain (piped) table: the JSON result fields (docs/warm.md).
+PLAIN_NAMES = ("kernel", "display", "arch", "status", "key", "compile_seconds", "reason")
+COLUMNS = (
+    Column("Kernel", shrink=16, keep=24),
+    Column("Signature", shrink=12, drop=2),
+    Column("Arch"),
+    Column("Result"),
+    Column("Time", right=True, drop=1),
+)
+_WORDS = {"compiled": "compiled", "cached": "already cached", "would_compile": "would compile",
+          "failed": "failed", "skipped": "skipped"}
+
+
+def register(sub):
+    """Add the ``warm`` subparser to ``sub`` and return it."""
+    p = sub.add_parser(
+        "warm", help="compile kernels for chosen compute capabilities (no GPU needed)",
+        description="Import TARGETs, find their kernels and compile each known signature "
+                    "(eager signatures, --signatures files, --replay) for each --cc, in "
+                    "--jobs processes. Entries already cached are not compiled again. JSON "
+                    "schema and signatures file format: docs/warm.md.")
+    p.add_argument("targets", nargs="*", metavar="TARGET",
+                   help="a .py file, a folder (walked), or a module or package name")
+    p.add_argument("--cc", action="append", metavar="CC[,CC...]", default=[],
+                   help="compute capabilities, e.g. 8.0,9.0 (also 80, sm_90, sm_90a; "
+                        "repeatable); with --replay: only these")
+    p.add_argument("--jobs", type=_jobs_arg, metavar="N",
+                   help="processes that compile, this one included (default: the cores "
+                        "this process may use)")
+    p.add_argument("--signatures", action="append", metavar="FILE", default=[],
+                   help="signatures file: 'module:qualname signature' per line (repeatable)")
+    p.add_argument("--replay", action="store_true",
+                   help="compile again, for the current toolchain, every entry made by an "
+                        "earlier one")
+    p.add_argument("--dry-run", action="store_true",
+                   help="list what would be compiled; compile and write nothing")
+    p.add_argument("--include-tests", action="store_true",
+                   help="also walk tests (tests/ and test/ folders, test_*.py, *_test.py)")
+    return p
+
+
+def _jobs_arg(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 1 <= value <= MAX_JOBS:
+        raise argparse.ArgumentTypeError(f"must be 1 to {MAX_JOBS}: {text!r}")
+    return value
+
+
+def run(args) -> int:
+    """Warm the cache; print the report (JSON: docs/warm.md). Returns 1 if anything failed."""
+    start = time.perf_counter()
+    if not (args.targets or args.signatures or args.replay):
+        raise UsageError("warm needs a TARGET, --signatures FILE or --replay (see 'kcache "
+                         "warm --help')")
+    if not args.cc and (args.targets or args.signatures):
+        raise UsageError("warm needs --cc, e.g. --cc 8.0,9.0 (forms: 8.0, 80, sm_90, sm_90a)")
+    try:
+        from kcache.dispatcher import discover, replay, sigfile, warm
+    except ImportError as exc:
+        raise Problem(f"warm needs numba-cuda ({exc}); install kcache[cu12] or "
+                      "kcache[cu13]") from None
+    try:
+        ccs = warm.parse_cc_list(args.cc) if args.cc else []
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        lines = [line for path in args.signatures for line in sigfile.read_signatures(path)]
+    except sigfile.SignatureFileError as exc:
+        raise UsageError(str(exc)) from None
+    store = open_store(args)
+    if not args.dry_run:
+        ensure_writable(store, "nothing was compiled")
+    plan = warm.Plan()
+    if args.targets or lines:
+        try:
+            warm.plan_targets(plan, args.targets, lines, ccs, args.include_tests)
+        except discover.TargetError as exc:
+            raise UsageError(str(exc)) from None
+    if args.replay:
+        replay.plan_replay(plan, store, ccs or None)
+    jobs = args.jobs or warm.default_jobs()
+    with _Progress(len(plan.tasks), quiet=want_json(args)) as progress:
+        outcomes = warm.run_tasks(plan.tasks, root=store.root, jobs=jobs, dry_run=args.dry_run,
+                                  path_entries=plan.path_entries, on_done=progress.done)
+    rows = plan.rows + [warm.row_of(t, outcomes[t.id]) for t in plan.tasks]
+    seconds = time.perf_counter() - start
+    counts = {status: sum(r.status == status for r in rows) for status in warm.STATUSES}
+    if want_json(args):
+        print_json(_document(args, store, ccs, jobs, rows, counts, plan, seconds, warm))
+    else:
+        _print_report(args, rows, counts, plan, seconds, jobs, args.dry_run)
+    return 1 if counts["failed"] else 0
+
+
+def _document(args, store, ccs, jobs, rows, counts, plan, seconds, warm) -> dict:
+    return {
+        "root": str(store.root),
+        "cc": [warm.cc_text(cc) for cc in ccs],
+        "jobs": jobs,
+        "dry_run": bool(args.dry_run),
+        "replay": bool(args.replay),
+        "seconds": seconds,
+        "summary": counts,
+        "results": [row.as_json() for row in rows],
+        "without_signatures": list(plan.without_signatures),
+    }
+
+
+def _print_report(args, rows, counts, plan, seconds, jobs, dry_run) -> None:
+    """The table (fitted to a terminal, TSV under the JSON names when piped), then the reason
+    of each failure on a terminal (a reason does not fit a table cell), then the summary."""
+    print_table(
+        COLUMNS, rows,
+        human=lambda r: (r.kernel, r.display or "", r.arch, _WORDS[r.status],
+                         human_seconds(r.compile_seconds) if r.compile_seconds else ""),
+        plain=lambda r: (r.kernel, r.display, r.arch, r.status, r.key,
+                         plain_seconds(r.compile_seconds), r.reason),
+        names=PLAIN_NAMES, wide=want_wide(args))
+    if is_terminal():
+        for r in rows:
+            if r.reason:
+                where = " ".join(x for x in (r.display, r.arch) if x)
+                print(line(f"{_WORDS[r.status]}: {r.kernel} {where}: {r.reason}"))
+    done = ", ".join(f"{counts[s]} {_WORDS[s]}" for s in ("compiled", "cached", "would_compile",
+                                                          "failed", "skipped")
+                     if counts[s] or s in ("compiled", "cached", "failed"))
+    what = "dry run: " if dry_run else ""
+    message(f"kcache: warm: {what}{done} in {seconds:.1f} s ({plural(jobs, 'job')})")
+    if plan.without_signatures:
+        names = ", ".join(plan.without_signatures[:5])
+        more = f" and {len(plan.without_signatures) - 5} more" if len(plan.without_signatures) > 5 else ""
+        message(f"kcache: warm: {plural(len(plan.without_signatures), 'kernel')} without a "
+                f"known signature, not compiled: {names}{more} (list them in a --signatures "
+                "file, or record a run with KCACHE_RECORD=FILE; docs/warm.md)")
+    if not rows:
+        message("kcache: warm: nothing to compile")
+
+
+class _Progress:
+    """A rich progress bar on a terminal (stderr); plain lines on stderr otherwise (none with
+    --json)."""
+
+    def __init__(self, total: int, quiet: bool):
+        self.total, self.quiet, self.n = total, quiet, 0
+        self.bar = None
+
+    def __enter__(self):
+        import sys
+        if self.total and sys.stderr.isatty():
+            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                                       TimeElapsedColumn)
+            from rich.console import Console
+            console = Console(stderr=True, highlight=False, markup=False, emoji=False)
+            self.bar = Progress(TextColumn("warm"), BarColumn(), MofNCompleteColumn(),
+                                TimeElapsedColumn(), TextColumn("{task.description}"),
+                                console=console, transient=is_terminal())
+            self.bar.start()
+            self.task = self.bar.add_task("", total=self.total)
+        return self
+
+    def done(self, task, outcome) -> None:
+        self.n += 1
+        status = outcome["status"]
+        if self.bar is not None:
+            from rich.markup import escape
+            self.bar.update(self.task, advance=1,
+                            description=escape(f"{_WORDS[status]} {task.kernel}"))
+        elif not self.quiet:
+            detail = outcome.get("reason") or (
+                f"{outcome['compile_seconds']:.2f} s" if outcome.get("compile_seconds") else "")
+            message(f"kcache: warm: [{self.n}/{self.total}] {_WORDS[status]}: {task.kernel} "
+                    f"{task.display} {outcome.get('arch') or ''} {detail}".rstrip())
+
+    def __exit__(self, *exc):
+        if self.bar is not None:
+            self.bar.stop()
+        return False

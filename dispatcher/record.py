@@ -1,0 +1,150 @@
+"""``KCACHE_RECORD=FILE``: a normal run writes each kernel signature it compiles or loads into a
+signatures file (dispatcher/sigfile.py), so ``kcache warm --signatures FILE`` can warm what
+the program really launches, without declared signatures.
+
+Called once per new (kernel, signature) of a process from ``KCacheDispatcher.compile`` (the
+first launch with those argument types); a hit on the in-memory overloads never gets here.
+Many processes may record into one file: each append happens under a file lock
+(``filelock``), after reading the file to skip lines already there, as one ``O_APPEND``
+write of whole lines; so the file never holds a line twice or half a line. Recording never
+breaks the program: a type that has no signature-string form, a kernel that is not
+module-level, or a file that cannot be written is skipped, warned once, and counted in
+:func:`skipped`.
+"""
+from __future__ import annotations
+
+import os
+import threading
+
+from kcache.warn import warn_once
+
+from . import sigfile, sigspec
+
+__all__ = ["ENV", "start", "stop", "path", "note", "skipped", "LOCK_TIMEOUT"]
+
+ENV = "KCACHE_RECORD"
+#: Seconds to wait for another process's append before giving this one up (warned).
+LOCK_TIMEOUT = 30.0
+
+_lock = threading.Lock()
+_state: dict = {"path": None, "seen": set(), "skipped": {}}
+
+
+def start(file) -> None:
+    """Record into ``file`` (str or path) from now on, in this process (as ``KCACHE_RECORD``).
+    ``None`` or ``""`` stops recording."""
+    with _lock:
+        _state["path"] = os.path.abspath(os.fspath(file)) if file else None
+        _state["seen"] = set()
+
+
+def stop() -> None:
+    """Stop recording in this process."""
+    start(None)
+
+
+def path() -> str | None:
+    """The file being recorded into, or None."""
+    return _state["path"]
+
+
+def skipped() -> dict:
+    """``{"module:qualname signature": reason}`` for launches this process could not record."""
+    return dict(_state["skipped"])
+
+
+def note(dispatcher, argtypes) -> None:
+    """Record that ``dispatcher`` (a kernel dispatcher) was compiled or loaded for
+    ``argtypes`` (tuple of numba types), if recording is on. Never raises."""
+    if _state["path"] is None:
+        return  # the common case: one dict lookup on the compile path
+    try:
+        _note(dispatcher, tuple(argtypes))
+    except Exception as exc:  # recording must never break the program
+        warn_once("record-error", f"kcache: {ENV}: recording failed ({type(exc).__name__}: "
+                  f"{exc}); the program goes on")
+
+
+def _note(dispatcher, argtypes) -> None:
+    from .dispatcher import kernel_name
+    name = kernel_name(dispatcher)
+    memo = (name, argtypes)
+    if memo in _state["seen"]:
+        return
+    _state["seen"].add(memo)
+    reason = _why_not(dispatcher)
+    text = None
+    if reason is None:
+        try:
+            text = sigspec.format_signature(argtypes)
+        except sigspec.Unexpressible as exc:
+            reason = str(exc)
+    if reason is not None:
+        from . import _compat
+        _state["skipped"][f"{name} {_compat.signature_display(argtypes)}"] = reason
+        warn_once(f"record-skip:{name}", f"kcache: {ENV}: not recording {name}: {reason}")
+        return
+    _append(_state["path"], name, text)
+
+
+def _why_not(dispatcher) -> str | None:
+    """Why warm could not find this kernel again by its name, or None."""
+    fn = dispatcher.py_func
+    if "<locals>" in fn.__qualname__:
+        return "it is defined inside a function; kcache warm finds module-level kernels only"
+    if fn.__module__ in (None, "__main__"):
+        return "it is defined in the __main__ script; move it into an importable module"
+    return None
+
+
+def _append(file: str, kernel: str, signature: str) -> None:
+    """Append one line unless the file already has it (parsed loosely: same kernel and same
+    signature text); under the file's lock so concurrent appends neither interleave nor
+    duplicate."""
+    from filelock import FileLock, Timeout
+
+    line = sigfile.format_line(kernel, signature)
+    try:
+        with FileLock(file + ".lock", timeout=LOCK_TIMEOUT):
+            present = _lines_in(file)
+            if (kernel, signature) in present:
+                return
+            data = (sigfile.HEADER if not present and _is_empty(file) else "") + line
+            fd = os.open(file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                view = memoryview(data.encode("utf-8"))
+                while view:  # a regular file takes it in one write; loop for the rare short one
+                    view = view[os.write(fd, view):]
+            finally:
+                os.close(fd)
+    except (OSError, Timeout) as exc:
+        warn_once("record-write", f"kcache: {ENV}: cannot write {file} ({exc}); signatures "
+                  "of this run are not recorded")
+
+
+def _is_empty(file: str) -> bool:
+    try:
+        return os.stat(file).st_size == 0
+    except FileNotFoundError:
+        return True
+
+
+def _lines_in(file: str) -> set:
+    """(kernel, signature) pairs already in ``file`` (missing file: none)."""
+    try:
+        with open(file, "rb") as f:
+            data = f.read(sigfile.MAX_FILE_BYTES + 1)
+    except FileNotFoundError:
+        return set()
+    pairs = set()
+    for raw in data.decode("utf-8", "replace").splitlines():
+        try:
+            parsed = sigfile.parse_line(raw)
+        except ValueError:
+            continue  # someone's hand edit: warm will report it with file:line
+        if parsed is not None:
+            pairs.add(parsed)
+    return pairs
+
+
+start(os.environ.get(ENV, "").strip() or None)

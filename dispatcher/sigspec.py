@@ -1,0 +1,218 @@
+"""Kernel signatures as text that numba-cuda parses back to equal types ("sigspecs").
+
+A sigspec is the string form ``numba.cuda.jit`` accepts for eager compilation, e.g.
+``void(float32[::1], Array(float64, 0, 'C'), int64)``. kcache writes them (``KCACHE_RECORD``,
+signatures files, entry metadata) and reads them back (``kcache warm``). Three functions:
+
+- :func:`format_signature`: argument types -> sigspec, checked to parse back to *equal* types
+  (arrays keep dtype, ndim, layout, readonly and alignment; records their fields, offsets,
+  size and alignment); :class:`Unexpressible` (with the reason) for anything else.
+- :func:`parse_signature`: sigspec -> argument types. numba-cuda evaluates a signature string
+  with Python's ``eval`` in its types namespace (``sigutils._parse_signature_string``), which
+  also holds modules and builtins; a sigspec read from a file or a cache entry is therefore
+  checked first with :mod:`ast` against a small grammar (numba type names, array slices, calls
+  of a few type classes with literal arguments), so nothing but numba types is ever built.
+- :func:`from_signature_component`: the inverse of the ``signature`` key component
+  (``str`` of the types tuple, ``_compat.signature_string``, i.e. the types' ``repr``),
+  verified by printing the result again; None when it cannot be inverted exactly.
+"""
+from __future__ import annotations
+
+import ast
+
+from . import _compat
+
+__all__ = ["Unexpressible", "format_signature", "format_or_none", "parse_signature",
+           "from_signature_component", "MAX_SIGNATURE_CHARS"]
+
+#: Longest sigspec accepted (characters); record-heavy signatures stay far below this.
+MAX_SIGNATURE_CHARS = 16384
+_MAX_DEPTH = 24          # nesting of calls/lists/subscripts in one sigspec
+_MAX_INT = 1 << 20       # array ndim, tuple counts, record offsets and sizes stay below this
+_MAX_STR = 256           # record field names and titles
+#: Type classes a sigspec may call (their constructors only store their arguments).
+_CALLABLE_CLASSES = ("Array", "Record", "NestedArray", "UniTuple", "Tuple")
+_ACCEPTED = ("accepted: numba type names such as float32 or int64, arrays such as float32[::1] "
+             "or float64[:, :], and Array(...), Record(...), NestedArray(...), UniTuple(...), "
+             "Tuple(...) with literal arguments")
+
+
+class Unexpressible(ValueError):
+    """Argument types that no sigspec parses back to exactly; ``str()`` says which and why."""
+
+
+# --- types -> text ----------------------------------------------------------------------------
+
+def _namespace() -> dict:
+    return _compat.signature_namespace()
+
+
+def _scalar(t) -> str | None:
+    """The namespace name of a number/boolean type that maps back to ``t`` itself."""
+    T = _compat.types
+    if isinstance(t, (T.Integer, T.Float, T.Complex, T.Boolean)) and not isinstance(t, T.Literal):
+        name = str(t)
+        if _namespace().get(name) == t:
+            return name
+    return None
+
+
+def format_type(t) -> str:
+    """One numba type as sigspec text. Raises :class:`Unexpressible` for a type outside the
+    grammar (see module docstring); the caller checks the round trip."""
+    T = _compat.types
+    name = _scalar(t)
+    if name is not None:
+        return name
+    kind = type(t)
+    if kind is T.Array:
+        dtype = format_type(t.dtype)
+        slices = t.ndim >= 2 or (t.ndim == 1 and t.layout != "F")  # [::1] is C when 1d
+        if slices and t.mutable and t.aligned and _scalar(t.dtype) is not None:
+            dims = [":"] * t.ndim
+            if t.layout == "C":
+                dims[-1] = "::1"
+            elif t.layout == "F":
+                dims[0] = "::1"
+            return f"{dtype}[{', '.join(dims)}]"
+        extra = ("" if t.mutable else ", readonly=True") + ("" if t.aligned else ", aligned=False")
+        return f"Array({dtype}, {t.ndim}, {t.layout!r}{extra})"
+    if kind is T.Record:
+        return f"Record([{', '.join(_field(n, f) for n, f in t.fields.items())}], {t.size}, {t.aligned})"
+    if kind is T.NestedArray:
+        return f"NestedArray({format_type(t.dtype)}, {tuple(t.shape)!r})"
+    if kind is T.UniTuple:
+        return f"UniTuple({format_type(t.dtype)}, {t.count})"
+    if kind is T.Tuple:
+        inner = ", ".join(format_type(x) for x in t.types)
+        return f"Tuple(({inner}{',' if len(t.types) == 1 else ''}))"
+    raise Unexpressible(f"type {t} ({kind.__name__}) has no signature-string form")
+
+
+def _field(name: str, field) -> str:
+    """A record field as ``('a', {'type': int8, 'offset': 0})`` (alignment and title only
+    when set: numba-cuda's ``Record`` defaults them to None)."""
+    parts = [f"'type': {format_type(field.type)}", f"'offset': {field.offset}"]
+    parts += [f"{k!r}: {getattr(field, k)!r}" for k in ("alignment", "title")
+              if getattr(field, k) is not None]
+    return f"({name!r}, {{{', '.join(parts)}}})"
+
+
+def format_signature(argtypes) -> str:
+    """``argtypes`` (tuple of numba types) -> ``"void(...)"``, guaranteed to parse back
+    (:func:`parse_signature`) to an equal tuple. Raises :class:`Unexpressible` naming the
+    type that cannot be written, or saying the text does not parse back to the same types."""
+    argtypes = tuple(argtypes)
+    text = f"void({', '.join(format_type(t) for t in argtypes)})"
+    try:
+        back = parse_signature(text)
+    except ValueError as exc:
+        raise Unexpressible(f"{_compat.signature_display(argtypes)}: {exc}") from None
+    if back != argtypes:
+        raise Unexpressible(f"{_compat.signature_display(argtypes)} does not parse back to the "
+                            f"same types (got {_compat.signature_display(back)})")
+    return text
+
+
+def format_or_none(argtypes) -> str | None:
+    """:func:`format_signature`, or None when the types cannot be written (never raises)."""
+    try:
+        return format_signature(argtypes)
+    except Exception:  # Unexpressible, or a type whose attributes are not what we expect
+        return None
+
+
+# --- text -> types ----------------------------------------------------------------------------
+
+def parse_signature(text) -> tuple:
+    """A kernel sigspec (``"void(float32[::1], int64)"``, also ``"(float32[::1],)"``) -> tuple
+    of numba types, as ``numba.cuda.jit`` reads it (``sigutils.normalize_signature``), after
+    checking the text against the sigspec grammar so that evaluating it can only build numba
+    types. Raises ValueError with one line naming what is wrong (syntax, a name or construct
+    that is not allowed, a non-void return type, numba's own complaint)."""
+    if not isinstance(text, str):
+        raise ValueError(f"a signature must be text, not {type(text).__name__}")
+    if len(text) > MAX_SIGNATURE_CHARS:
+        raise ValueError(f"signature longer than {MAX_SIGNATURE_CHARS} characters")
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except SyntaxError as exc:
+        raise ValueError(f"not a signature: {exc.msg}") from None
+    _check(tree.body, _namespace(), 0)
+    try:
+        return _compat.normalize_signature(text.strip())
+    except Exception as exc:  # numba raises TypeError/ValueError/KeyError from the types it builds
+        raise ValueError(f"not a kernel signature: {type(exc).__name__}: "
+                         f"{' '.join(str(exc).split())[:200]}") from None
+
+
+def _check(node, ns: dict, depth: int) -> None:
+    """Raise ValueError unless ``node`` is in the sigspec grammar."""
+    if depth > _MAX_DEPTH:
+        raise ValueError(f"signature nested deeper than {_MAX_DEPTH} levels")
+    T = _compat.types
+    down = depth + 1
+    if isinstance(node, ast.Name):
+        if node.id.startswith("_") or not isinstance(ns.get(node.id), T.Type):
+            raise ValueError(f"{node.id!r} is not a numba type name ({_ACCEPTED})")
+    elif isinstance(node, ast.Call):
+        func = node.func
+        if not isinstance(func, ast.Name) or not (
+                func.id in _CALLABLE_CLASSES and isinstance(ns.get(func.id), type)
+                or isinstance(ns.get(func.id), T.Type) and not func.id.startswith("_")):
+            raise ValueError(f"call of {ast.unparse(func)[:60]!r} is not allowed ({_ACCEPTED})")
+        for arg in node.args:
+            if isinstance(arg, ast.Starred):
+                raise ValueError(f"*-arguments are not allowed ({_ACCEPTED})")
+            _check(arg, ns, down)
+        for kw in node.keywords:
+            if kw.arg is None or kw.arg.startswith("_"):
+                raise ValueError(f"**-arguments are not allowed ({_ACCEPTED})")
+            _check(kw.value, ns, down)
+    elif isinstance(node, ast.Subscript):
+        _check(node.value, ns, down)
+        dims = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        for dim in dims:
+            if not isinstance(dim, ast.Slice):
+                raise ValueError(f"array dimensions are written ':' or '::1' ({_ACCEPTED})")
+            for part in (dim.lower, dim.upper, dim.step):
+                if part is not None:
+                    _check(part, ns, down)
+    elif isinstance(node, ast.Constant):
+        value = node.value
+        if isinstance(value, bool) or value is None:
+            return
+        if isinstance(value, int) and 0 <= value < _MAX_INT:
+            return
+        if isinstance(value, str) and len(value) <= _MAX_STR:
+            return
+        raise ValueError(f"constant {ast.unparse(node)[:40]} is not allowed (whole numbers "
+                         f"0..{_MAX_INT - 1}, short strings, True/False/None)")
+    elif isinstance(node, (ast.Tuple, ast.List)):
+        for elt in node.elts:
+            _check(elt, ns, down)
+    elif isinstance(node, ast.Dict):
+        for key, value in zip(node.keys, node.values):
+            if not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
+                raise ValueError(f"dictionary keys must be strings ({_ACCEPTED})")
+            _check(value, ns, down)
+    else:
+        raise ValueError(f"{type(node).__name__} expressions are not allowed ({_ACCEPTED})")
+
+
+# --- the ``signature`` key component -> types -------------------------------------------------
+
+def from_signature_component(text) -> tuple | None:
+    """Argument types from an entry's ``components["signature"]``: ``str`` of the types tuple
+    (``_compat.signature_string``), which numba writes with each type's ``repr``, e.g.
+    ``"(Array(float32, 1, 'C', False, aligned=True), int64)"``. That text is read with
+    :func:`parse_signature` (the same grammar check, nothing else is evaluated) and accepted
+    only if the types print back to ``text`` exactly. None when it cannot be inverted
+    exactly (a type whose repr is not a constructor call, e.g. ``Tuple``). Never raises."""
+    if not isinstance(text, str):
+        return None
+    try:
+        argtypes = parse_signature(text)
+        return argtypes if _compat.signature_string(argtypes) == text else None
+    except Exception:  # ValueError from the grammar, or a type that cannot be printed
+        return None

@@ -1,0 +1,446 @@
+"""``kcache warm``: plan (kernel, signature, cc) compiles and run them in several processes.
+
+The plan comes from the TARGETs' kernels (eager signatures, dispatcher/discover.py), from
+signatures files (dispatcher/sigfile.py) and, with ``--replay``, from stale entries
+(dispatcher/replay.py). Each :class:`Task` is plain data (strings, numbers, tuples and dicts
+of them), handed to a worker through ``concurrent.futures`` (a pipe between this process and
+the workers it started; nothing is ever unpickled from a file or a cache); each worker
+imports the kernel's module itself and calls ``compile_for_report`` for one signature and one
+cc. numba's compiler is not thread-safe and ``compile_for`` patches numba globals
+(``_compat.offline_target``), hence processes, started with "spawn" (fresh interpreters:
+nothing of this process's numba state is inherited). This process compiles too, from the
+same queue; ``jobs=1`` starts no worker.
+
+An entry already in the cache is found with ``Store.header`` (an existence check: no hit is
+counted, nothing is compiled); ``dry_run`` stops there for every task.
+"""
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import dataclasses
+import multiprocessing
+import os
+import queue
+import re
+import sys
+
+from . import _compat, discover, sigspec
+from .aot import CompileForError, check_cc, compile_for_report
+from .components import Uncacheable, arch_name
+from .dispatcher import kernel_key
+
+__all__ = ["Task", "Row", "parse_cc_list", "cc_text", "plan_targets", "run_tasks",
+           "STATUSES", "default_jobs"]
+
+#: Row statuses, in the order the summary lists them.
+STATUSES = ("compiled", "cached", "would_compile", "failed", "skipped")
+
+
+def parse_cc_list(values) -> list:
+    """``["8.0,9.0", "sm_90a"]`` (each value a comma-separated list, as ``--cc`` is given,
+    possibly repeated) -> compute capabilities in order, duplicates dropped. Each item in
+    any form ``compile_for`` takes (``8.0``, ``90``, ``sm_90``, ``sm_90a``) and supported by
+    the installed toolkit. Raises ValueError naming the bad item. Parsed by ``check_cc``
+    (``kcache.arch.parse_cc`` plus the toolkit's list)."""
+    out = []
+    for value in values:
+        items = [item.strip() for item in str(value).split(",")]
+        for item in items:
+            if not item:
+                raise ValueError(f"--cc {value!r}: empty compute capability (accepted: a "
+                                 "comma-separated list such as 8.0,9.0 or sm_80,sm_90a)")
+            try:
+                cc = check_cc(item)
+            except ValueError as exc:
+                raise ValueError(f"--cc {item!r}: {exc}") from None
+            if cc not in out:
+                out.append(cc)
+    if not out:
+        raise ValueError("--cc needs at least one compute capability, e.g. --cc 8.0,9.0")
+    return out
+
+
+def cc_text(cc) -> str:
+    """(9, 0) -> "9.0"."""
+    return f"{cc[0]}.{cc[1]}"
+
+
+def default_jobs() -> int:
+    """The cores this process may run on (``os.sched_getaffinity``, else ``os.cpu_count``)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+@dataclasses.dataclass
+class Task:
+    """One (kernel, signature, cc) to compile. Plain data (it is sent to worker processes).
+
+    ``kernel`` "module:qualname"; ``path_entry``: folder the module needs on ``sys.path``
+    (None: already there); ``sigspec``: the signature as text (None: the kernel's eager
+    signature number ``eager_index``, for types that have no text form); ``display``:
+    numba's spelling of the argument types; ``cc`` (major, minor); ``origin``: "eager",
+    "FILE:LINE" or "replay"; ``cache_key``/``own_cache_key``: replay compiles with the
+    entry's cache_key; ``expect``: replay's entry components (the kernel must still match
+    them but for the toolchain)."""
+    id: int
+    kernel: str
+    path_entry: str | None
+    sigspec: str | None
+    eager_index: int | None
+    display: str
+    cc: tuple
+    origin: str
+    cache_key: str | None = None
+    own_cache_key: bool = False
+    expect: dict | None = None
+
+    @property
+    def replay(self) -> bool:
+        return self.expect is not None
+
+
+@dataclasses.dataclass
+class Row:
+    """One line of warm's report (docs/warm.md, JSON "results")."""
+    kernel: str
+    status: str
+    origin: str
+    signature: str | None = None
+    display: str | None = None
+    cc: str | None = None
+    arch: str | None = None
+    key: str | None = None
+    compile_seconds: float | None = None
+    reason: str | None = None
+
+    def as_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def row_of(task: Task, outcome: dict) -> Row:
+    """The report row of ``task`` given its worker ``outcome``."""
+    return Row(kernel=task.kernel, status=outcome["status"], origin=task.origin,
+               signature=task.sigspec, display=task.display, cc=cc_text(task.cc),
+               arch=outcome.get("arch") or arch_name(task.cc), key=outcome.get("key"),
+               compile_seconds=outcome.get("compile_seconds"), reason=outcome.get("reason"))
+
+
+# --- planning ---------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Plan:
+    """What warm will do: ``tasks``; ``rows`` known before running (modules that failed to
+    import, files that cannot be imported by name); ``without_signatures`` (kernels found
+    with no known signature); ``path_entries`` (folders workers put on sys.path)."""
+    tasks: list = dataclasses.field(default_factory=list)
+    rows: list = dataclasses.field(default_factory=list)
+    without_signatures: list = dataclasses.field(default_factory=list)
+    path_entries: list = dataclasses.field(default_factory=list)
+    _seen: dict = dataclasses.field(default_factory=dict)
+
+    def add(self, *, kernel, path_entry, argtypes, sigspec_text, eager_index, cc, origin,
+            **extra) -> Task | None:
+        """Add a task unless the same (kernel, argument types, cc) is planned already."""
+        memo = (kernel, _compat.signature_string(argtypes), tuple(cc))
+        if memo in self._seen:
+            return None
+        task = Task(len(self.tasks), kernel, path_entry, sigspec_text, eager_index,
+                    _compat.signature_display(argtypes), tuple(cc), origin, **extra)
+        self._seen[memo] = task
+        self.tasks.append(task)
+        if path_entry and path_entry not in self.path_entries:
+            self.path_entries.append(path_entry)
+        return task
+
+
+def plan_targets(plan: Plan, targets, sig_lines, ccs, include_tests=False) -> Plan:
+    """Add to ``plan`` a task per (kernel, signature, cc): kernels found in ``targets``
+    (their eager signatures) and every line of ``sig_lines`` (``sigfile.SigLine``), for
+    each cc of ``ccs``. Imports the targets' modules (``discover.import_module``). Raises
+    ``discover.TargetError`` for a TARGET that is no file, folder or module."""
+    refs, unimportable = discover.resolve_targets(targets, ccs[0], include_tests)
+    for what, reason in unimportable:
+        plan.rows.append(Row(kernel=what, status="skipped", origin="walk", reason=reason))
+    by_kernel: dict = {}
+    for line in sig_lines:
+        by_kernel.setdefault(line.kernel, []).append(line)
+    entries = {}
+    for ref in refs:
+        entries[ref.name] = ref.path_entry
+        try:
+            module = discover.import_module(ref, ccs[0])
+        except (Exception, SystemExit) as exc:  # whatever the module raises at import
+            plan.rows.append(Row(kernel=ref.name, status="failed", origin="import",
+                                 reason=f"cannot import {ref.name}: {failure_text(exc)}"))
+            continue
+        for found in discover.kernels_of(module):
+            eager = _compat.eager_signatures(found.dispatcher)
+            if not eager and found.name not in by_kernel:
+                plan.without_signatures.append(found.name)
+            for index, argtypes in enumerate(eager):
+                text = sigspec.format_or_none(argtypes)
+                for cc in ccs:
+                    plan.add(kernel=found.name, path_entry=ref.path_entry, argtypes=argtypes,
+                             sigspec_text=text, eager_index=None if text else index, cc=cc,
+                             origin="eager")
+    for kernel, lines in by_kernel.items():
+        module = kernel.partition(":")[0]
+        for line in lines:
+            for cc in ccs:
+                plan.add(kernel=kernel, path_entry=entries.get(module), argtypes=line.argtypes,
+                         sigspec_text=line.signature, eager_index=None, cc=cc,
+                         origin=line.origin)
+    return plan
+
+
+# --- running ----------------------------------------------------------------------------------
+
+def run_tasks(tasks, *, root, jobs: int, dry_run: bool, path_entries=(), on_done=None) -> dict:
+    """Run ``tasks``; returns ``{task id: outcome}`` (outcome: ``status``, ``key``, ``arch``,
+    ``compile_seconds``, ``reason``). ``root``: the cache root (path); ``jobs``: processes
+    that compile, this one included (``jobs - 1`` workers are started); ``on_done(task,
+    outcome)`` is called in this thread as each one ends.
+
+    Every task is first checked here (kernel found, key computed, entry looked up: cheap, no
+    compile); only those that need a compile are shared out. A task that fails is an
+    outcome, never an exception; a worker that dies fails the tasks it was running, and this
+    process compiles the rest."""
+    settings = {"root": str(root), "dry_run": bool(dry_run), "path_entries": list(path_entries),
+                "cwd": os.getcwd()}
+    outcomes = {}
+
+    def done(task, outcome):
+        outcomes[task.id] = outcome
+        if on_done is not None:
+            on_done(task, outcome)
+
+    runner = _Runner(settings)
+    pending = []
+    for task in tasks:
+        outcome = runner.check(task)
+        if outcome is None:
+            pending.append(task)
+        else:
+            done(task, outcome)
+    workers = min(jobs, len(pending)) - 1
+    if workers < 1:
+        for task in pending:
+            done(task, runner.run(task))
+        return outcomes
+    _Shared(runner, pending, workers, settings).run(done)
+    return outcomes
+
+
+class _Shared:
+    """Compiles ``tasks`` in this process and ``workers`` spawned ones, from one queue.
+
+    Each worker has one task at a time; when it ends, a callback (in the pool's thread)
+    hands it the next one at once, so a worker never waits for this process, which takes
+    tasks from the same queue between reports. This process being one of the compilers
+    saves starting a worker (an interpreter plus numba: about 2 s of CPU) and lets the
+    compiling start while the workers are still starting."""
+
+    def __init__(self, runner, tasks, workers: int, settings: dict):
+        self.runner, self.workers, self.settings = runner, workers, settings
+        self.todo = collections.deque(tasks)
+        self.results: queue.SimpleQueue = queue.SimpleQueue()
+        self.total = len(tasks)
+        self.pool = None
+
+    def run(self, done) -> None:
+        context = multiprocessing.get_context("spawn")
+        with concurrent.futures.ProcessPoolExecutor(
+                self.workers, mp_context=context, initializer=_init_worker,
+                initargs=(self.settings,)) as self.pool:
+            for _ in range(self.workers):
+                self._feed()
+            finished = 0
+            while finished < self.total:
+                try:
+                    task, outcome = self.results.get_nowait()
+                except queue.Empty:
+                    task = self._take()
+                    if task is None:  # nothing left here: wait for the workers
+                        task, outcome = self.results.get()
+                    else:
+                        outcome = self.runner.run(task)
+                done(task, outcome)
+                finished += 1
+
+    def _take(self):
+        try:
+            return self.todo.popleft()
+        except IndexError:
+            return None
+
+    def _feed(self) -> None:
+        """Give a worker the next task (called again when that one ends)."""
+        task = self._take()
+        if task is None:
+            return
+        try:
+            future = self.pool.submit(_run_in_worker, dataclasses.asdict(task))
+        except Exception:  # the pool broke (a worker died): this process takes it back
+            self.todo.appendleft(task)
+            return
+        future.add_done_callback(lambda f, task=task: self._ended(task, f))
+
+    def _ended(self, task, future) -> None:
+        try:
+            outcome = future.result()
+        except Exception as exc:  # BrokenProcessPool: the worker died (e.g. a crash in NVVM)
+            outcome = {"status": "failed", "reason": f"worker process failed: "
+                       f"{failure_text(exc)}"}
+        self.results.put((task, outcome))
+        self._feed()
+
+
+_worker: dict = {}
+
+
+def _init_worker(settings: dict) -> None:
+    import warnings
+
+    from kcache.warn import KcacheWarning
+    # As the kcache command does: a store warning is one line (logger "kcache"), not also a
+    # `warnings` message with its source line, from every worker.
+    warnings.simplefilter("ignore", KcacheWarning)
+    _worker["runner"] = _Runner(settings)
+
+
+def _run_in_worker(task: dict) -> dict:
+    return _worker["runner"].run(Task(**{**task, "cc": tuple(task["cc"])}))
+
+
+class _Runner:
+    """Runs tasks in one process: imports each module once, keeps one store."""
+
+    def __init__(self, settings: dict):
+        from kcache import Store
+        for entry in reversed([settings["cwd"], *settings["path_entries"]]):
+            if entry not in sys.path:
+                sys.path.insert(0, entry)
+        self.store = Store(settings["root"])
+        self.store.disabled = False  # warm was asked for explicitly (as the CLI's open_store)
+        self.dry_run = settings["dry_run"]
+        self.modules: dict = {}
+        self.resolved: dict = {}  # task id -> (kernel, argtypes, cache_key, arch) after check
+
+    def check(self, task: Task) -> dict | None:
+        """The outcome of ``task`` short of compiling: failed/skipped (kernel or signature
+        not found, uncacheable, replay's kernel changed), cached (an existence check: no hit
+        counted), would_compile (dry run); None when it needs a compile."""
+        try:
+            kernel = self._kernel(task)
+            argtypes = self._argtypes(task, kernel)
+        except Exception as exc:
+            # Replay: the code moved on since the entry was made; not a failure of warm.
+            return {"status": "skipped" if task.replay else "failed", "reason": str(exc)}
+        cache_key = task.cache_key if task.own_cache_key else _own_cache_key(kernel)
+        try:
+            # No toolchain memo in a dry run: it writes nothing in the cache root.
+            memo_store = None if self.dry_run else self.store
+            key, components = kernel_key(kernel, argtypes, task.cc, None, cache_key, memo_store)
+        except Uncacheable as exc:
+            return {"status": "failed", "reason": f"cannot be cached: {exc}"}
+        except Exception as exc:
+            return {"status": "failed", "reason": failure_text(exc)}
+        arch = components["target"]["cc"]
+        if task.replay:
+            changed = _changed(task.expect, components)
+            if changed:
+                return {"status": "skipped", "arch": arch,
+                        "reason": f"changed since the entry was made: {changed}"}
+        if self.store.header(key) is not None:
+            return {"status": "cached", "key": key, "arch": arch}
+        if self.dry_run:
+            return {"status": "would_compile", "key": key, "arch": arch}
+        self.resolved[task.id] = (kernel, argtypes, cache_key, arch)
+        return None
+
+    def run(self, task: Task) -> dict:
+        """Check ``task`` (again, in a worker: another process may have stored it since),
+        then compile it if needed; returns its outcome."""
+        outcome = self.check(task)
+        if outcome is not None:
+            return outcome
+        kernel, argtypes, cache_key, arch = self.resolved.pop(task.id)
+        return self._compile(kernel, argtypes, task, cache_key, arch)
+
+    def _compile(self, kernel, argtypes, task, cache_key, arch) -> dict:
+        try:
+            with _compat.eager_device_functions(task.cc):
+                [result] = compile_for_report(kernel, [argtypes], cc=[task.cc],
+                                              store=self.store, cache_key=cache_key)
+        except CompileForError as exc:
+            reasons = "; ".join(sorted({f.reason for f in exc.failures}))
+            return {"status": "failed", "arch": arch, "reason": reasons}
+        except Exception as exc:  # numba's compile errors: reported, the other tasks go on
+            return {"status": "failed", "arch": arch, "reason": failure_text(exc)}
+        return {"status": "cached" if result.cached else "compiled", "key": result.key,
+                "arch": result.arch, "compile_seconds": result.compile_seconds}
+
+    def _kernel(self, task: Task):
+        from .sigfile import split_kernel
+        module_name, qualname = split_kernel(task.kernel)
+        module = self.modules.get(module_name)
+        if module is None:
+            ref = discover.ModuleRef(module_name, task.path_entry, task.kernel)
+            try:
+                module = discover.import_module(ref, task.cc)
+            except Exception as exc:
+                raise LookupError(f"cannot import {module_name}: {failure_text(exc)}") from None
+            self.modules[module_name] = module
+        return discover.find_kernel(module, qualname)
+
+    @staticmethod
+    def _argtypes(task: Task, kernel) -> tuple:
+        if task.sigspec is not None:
+            return sigspec.parse_signature(task.sigspec)
+        eager = _compat.eager_signatures(kernel)
+        if task.eager_index is None or task.eager_index >= len(eager):
+            raise LookupError(f"{task.kernel} has no eager signature {task.display}")
+        argtypes = eager[task.eager_index]
+        if _compat.signature_display(argtypes) != task.display:
+            raise LookupError(f"{task.kernel}: eager signatures differ between processes")
+        return argtypes
+
+
+def _own_cache_key(kernel):
+    options = getattr(kernel, "_kcache", None)
+    return getattr(options, "cache_key", None)
+
+
+def _changed(expect: dict, now: dict) -> str | None:
+    """What differs between an entry's components and the kernel's current ones, toolchain
+    and launch configuration aside (dispatcher/misses.py words it); None if nothing."""
+    from .misses import diff_components
+    ignore = ("toolchain", "launch_config")
+    old = {k: v for k, v in expect.items() if k not in ignore}
+    new = {k: v for k, v in now.items() if k not in ignore}
+    lines = diff_components(old, new)
+    if not lines:
+        return None
+    more = f" (and {len(lines) - 3} more)" if len(lines) > 3 else ""
+    return "; ".join(lines[:3]) + more
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_PIPELINE = re.compile(r"^Failed in \S+ mode pipeline \(step: [^)]*\)\s*")
+
+
+def failure_text(exc: BaseException, limit: int = 400) -> str:
+    """``"TypingError: ..."``: the exception's type and message on one line, terminal escape
+    sequences removed, at most ``limit`` characters. For numba's compile errors, the
+    pipeline preamble and the source excerpt (from `` File "...``) are left out: the
+    message between them says what is wrong."""
+    text = " ".join(_ANSI.sub("", str(exc)).split())
+    text = _PIPELINE.sub("", text)
+    cut = text.find(' File "')
+    if cut > 0:
+        text = text[:cut].rstrip()
+    text = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."

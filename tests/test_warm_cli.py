@@ -1,0 +1,392 @@
+"""``kcache warm`` run as a command (subprocesses, no GPU): discovery of kernels and eager
+signatures, signatures files, cached entries not compiled again (and not counted as hits),
+failures reported while the rest goes on, usage errors as one line, and the same entries
+whatever --jobs. Also numba-cuda's own module-level test kernels (cache_usecases.py)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("numba.cuda")
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE_SIGS = REPO / "examples" / "kernels.sigs"
+USECASE_SIGS = REPO / "examples" / "cache_usecases.sigs"
+
+
+def env_for(home: Path, **extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KCACHE_")}
+    env["HOME"] = env["XDG_CACHE_HOME"] = str(home)  # never the user's cache
+    env.update(extra)
+    return env
+
+
+def kcache(*args, root: Path, home: Path, cwd: Path = REPO, env: dict | None = None,
+           timeout: int = 300) -> subprocess.CompletedProcess:
+    """``python -m kcache ARGS --dir ROOT`` in ``cwd``."""
+    return subprocess.run([sys.executable, "-m", "kcache", *map(str, args), "--dir", str(root)],
+                          cwd=cwd, env=env or env_for(home), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def warm_json(*args, root, home, cwd=REPO, expect_rc=0, env=None) -> dict:
+    proc = kcache("warm", *args, "--json", root=root, home=home, cwd=cwd, env=env)
+    assert proc.returncode == expect_rc, proc.stderr[-3000:] + proc.stdout[-3000:]
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def statuses(doc) -> dict:
+    """{status: count} of the results, checked against the summary."""
+    counts: dict = {}
+    for r in doc["results"]:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    assert counts == {s: n for s, n in doc["summary"].items() if n}
+    return counts
+
+
+# --- the examples: warm, ls, warm again, --jobs 2 ----------------------------------------------
+
+@pytest.fixture(scope="module")
+def examples_warm(tmp_path_factory):
+    """examples/ warmed once for cc 8.0 and 9.0 (--jobs 1): (root, home, JSON report)."""
+    base = tmp_path_factory.mktemp("warm-examples")
+    root, home = base / "cache", base / "home"
+    doc = warm_json("examples", "--signatures", EXAMPLE_SIGS, "--cc", "8.0,9.0", "--jobs", "1",
+                    root=root, home=home)
+    return root, home, doc
+
+
+def test_warm_examples_then_ls_shows_the_entries(examples_warm):
+    root, home, doc = examples_warm
+    assert doc["summary"]["compiled"] == 6 and doc["summary"]["failed"] == 0, doc
+    assert doc["cc"] == ["8.0", "9.0"] and doc["jobs"] == 1 and doc["root"] == str(root)
+    results = doc["results"]
+    assert {(r["kernel"].split(":")[1], r["arch"]) for r in results} == {
+        (k, a) for k in ("scaled_add", "clamp_square", "block_sum") for a in ("sm_80", "sm_90a")}
+    assert all(r["origin"].startswith(f"{EXAMPLE_SIGS}:") for r in results)
+    assert all(r["compile_seconds"] > 0 and len(r["key"]) == 64 for r in results)
+    listing = json.loads(kcache("ls", "--json", root=root, home=home).stdout)["entries"]
+    assert {e["key"] for e in listing} == {r["key"] for r in results}
+    assert {(e["kernel"], e["arch"]) for e in listing} == {(r["kernel"], r["arch"]) for r in results}
+    # the folder also holds examples.mathbits (device functions only) and examples.main:
+    # neither is a kernel, neither is reported
+    assert doc["without_signatures"] == []
+
+
+def test_second_warm_compiles_nothing_and_counts_no_hit(examples_warm):
+    root, home, first = examples_warm
+    again = warm_json("examples", "--signatures", EXAMPLE_SIGS, "--cc", "9.0,sm_80",
+                      root=root, home=home)
+    assert statuses(again) == {"cached": 6}
+    assert {r["key"] for r in again["results"]} == {r["key"] for r in first["results"]}
+    stats = json.loads(kcache("stats", "--json", root=root, home=home).stdout)
+    assert stats["compiles"] == 6 and stats["hits"] == 0  # an existence check is not a hit
+
+
+def test_jobs_2_makes_the_same_entries_as_jobs_1(examples_warm, tmp_path):
+    _root, _home, first = examples_warm
+    doc = warm_json("examples", "--signatures", EXAMPLE_SIGS, "--cc", "8.0", "--cc", "90",
+                    "--jobs", "2", root=tmp_path / "cache", home=tmp_path / "home")
+    assert doc["jobs"] == 2 and statuses(doc) == {"compiled": 6}
+    assert sorted(r["key"] for r in doc["results"]) == sorted(r["key"] for r in first["results"])
+    listing = json.loads(kcache("ls", "--json", root=tmp_path / "cache",
+                                home=tmp_path / "home").stdout)["entries"]
+    assert len(listing) == 6
+
+
+def test_dry_run_lists_and_writes_nothing(examples_warm, tmp_path):
+    root = tmp_path / "fresh"
+    doc = warm_json("examples", "--signatures", EXAMPLE_SIGS, "--cc", "9.0", "--dry-run",
+                    root=root, home=tmp_path / "home")
+    assert statuses(doc) == {"would_compile": 3} and doc["dry_run"] is True
+    assert not root.exists()
+    # against the warmed root: what is there is reported as cached, with its key
+    warmed, home, first = examples_warm
+    doc = warm_json("examples", "--signatures", EXAMPLE_SIGS, "--cc", "9.0,7.5", "--dry-run",
+                    root=warmed, home=home)
+    assert statuses(doc) == {"cached": 3, "would_compile": 3}
+    cached = {r["key"] for r in doc["results"] if r["status"] == "cached"}
+    assert cached <= {r["key"] for r in first["results"]}
+
+
+def test_plain_output_is_a_table_and_progress_lines(examples_warm):
+    root, home, _ = examples_warm
+    proc = kcache("warm", "examples", "--signatures", EXAMPLE_SIGS, "--cc", "8.0", root=root,
+                  home=home)
+    assert proc.returncode == 0, proc.stderr
+    header, *rows = proc.stdout.strip().splitlines()
+    assert header.split("\t") == ["kernel", "display", "arch", "status", "key",
+                                  "compile_seconds", "reason"]
+    assert len(rows) == 3 and all(r.split("\t")[3] == "cached" for r in rows)
+    progress = [l for l in proc.stderr.splitlines() if l.startswith("kcache: warm: [")]
+    assert len(progress) == 3
+    assert proc.stderr.strip().splitlines()[-1].startswith(
+        "kcache: warm: 0 compiled, 3 already cached, 0 failed in ")
+
+
+# --- discovery: eager signatures, packages, tests skipped, failures ----------------------------
+
+KERNELS = '''
+from numba import cuda
+import kcache
+from mypkg import helpers
+
+@cuda.jit("void(float32[::1])")
+def eager_one(a):
+    i = cuda.grid(1)
+    if i < a.size:
+        a[i] = helpers.twice(a[i])
+
+@cuda.jit(["void(float32[::1], float32)", "void(float64[::1], float64)"])
+def eager_two(a, s):
+    i = cuda.grid(1)
+    if i < a.size:
+        a[i] *= s
+
+@kcache.jit("void(int32[::1])")
+def via_kcache(a):
+    a[0] = 1
+
+@cuda.jit
+def lazy(a):
+    a[0] = 2
+
+alias = eager_one  # found once
+'''
+
+HELPERS = '''
+from numba import cuda
+
+@cuda.jit("float32(float32)", device=True)  # an eager device function: compiled at import
+def twice(x):
+    return 2 * x
+'''
+
+IN_TESTS = '''
+from numba import cuda
+
+@cuda.jit("void(float32[::1])")
+def kernel_in_tests(a):
+    a[0] = 3
+'''
+
+BROKEN = '''
+from numba import cuda
+
+@cuda.jit("void(float32[::1])")
+def fine(a):
+    a[0] = 4
+
+@cuda.jit("void(float32[::1])")
+def broken(a):
+    a[0] = no_such_global
+'''
+
+
+def make_package(base: Path, broken: bool = False) -> Path:
+    """base/proj/mypkg: kernels.py, helpers.py, tests/test_k.py, test_more.py, conftest.py,
+    and (``broken``) bad.py with one kernel that does not compile."""
+    pkg = base / "proj" / "mypkg"
+    (pkg / "tests").mkdir(parents=True)
+    files = {"__init__.py": "", "kernels.py": KERNELS, "helpers.py": HELPERS,
+             "tests/__init__.py": "", "tests/test_k.py": IN_TESTS, "test_more.py": IN_TESTS,
+             "conftest.py": IN_TESTS, "__main__.py": "raise SystemExit('must not be imported')",
+             "setup.py": "raise SystemExit('must not be imported')"}
+    if broken:
+        files["bad.py"] = BROKEN
+    for name, text in files.items():
+        (pkg / name).write_text(textwrap.dedent(text))
+    return pkg
+
+
+def test_package_folder_eager_signatures_and_tests_skipped(tmp_path):
+    pkg = make_package(tmp_path)
+    root, home = tmp_path / "cache", tmp_path / "home"
+    doc = warm_json(pkg, "--cc", "9.0", "--dry-run", root=root, home=home, cwd=tmp_path)
+    found = sorted((r["kernel"], r["signature"]) for r in doc["results"])
+    assert found == [
+        ("mypkg.kernels:eager_one", "void(float32[::1])"),
+        ("mypkg.kernels:eager_two", "void(float32[::1], float32)"),
+        ("mypkg.kernels:eager_two", "void(float64[::1], float64)"),
+        ("mypkg.kernels:via_kcache", "void(int32[::1])"),
+    ], doc
+    assert all(r["origin"] == "eager" and r["status"] == "would_compile" for r in doc["results"])
+    assert doc["without_signatures"] == ["mypkg.kernels:lazy"]
+    with_tests = warm_json(pkg, "--cc", "9.0", "--dry-run", "--include-tests", root=root,
+                           home=home, cwd=tmp_path)
+    extra = sorted({r["kernel"] for r in with_tests["results"]} -
+                   {r["kernel"] for r in doc["results"]})
+    assert extra == ["mypkg.conftest:kernel_in_tests", "mypkg.test_more:kernel_in_tests",
+                     "mypkg.tests.test_k:kernel_in_tests"]
+    # the same package given as a module name (looked up from the current folder)
+    by_name = warm_json("mypkg", "--cc", "9.0", "--dry-run", root=root, home=home,
+                        cwd=tmp_path / "proj")
+    assert sorted((r["kernel"], r["signature"]) for r in by_name["results"]) == found
+
+
+def test_eager_kernels_compile_to_the_keys_a_gpu_process_uses(tmp_path):
+    pkg = make_package(tmp_path)
+    root, home = tmp_path / "cache", tmp_path / "home"
+    doc = warm_json(pkg / "kernels.py", "--cc", "8.0,9.0", root=root, home=home, cwd=tmp_path)
+    assert statuses(doc) == {"compiled": 8}
+    # Keys as the dispatcher computes them (kernel_key), from an import here
+    code = textwrap.dedent(f"""
+        import json, sys
+        sys.path.insert(0, {str(tmp_path / 'proj')!r})
+        from kcache.dispatcher import discover, _compat
+        from kcache.dispatcher.dispatcher import kernel_key
+        ref = discover.ModuleRef("mypkg.kernels", None, "t")
+        mod = discover.import_module(ref, (9, 0))
+        keys = []
+        for k in discover.kernels_of(mod):
+            for sig in _compat.eager_signatures(k.dispatcher):
+                for cc in ((8, 0), (9, 0)):
+                    keys.append(kernel_key(k.dispatcher, sig, cc, None, None)[0])
+        print(json.dumps(keys))
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env_for(home), timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(json.loads(proc.stdout)) == sorted(r["key"] for r in doc["results"])
+
+
+def test_a_kernel_that_fails_is_reported_and_the_rest_compile(tmp_path):
+    pkg = make_package(tmp_path, broken=True)
+    doc = warm_json(pkg / "bad.py", pkg / "kernels.py", "--cc", "9.0", "--jobs", "2",
+                    root=tmp_path / "cache", home=tmp_path / "home", cwd=tmp_path, expect_rc=1)
+    assert statuses(doc) == {"compiled": 5, "failed": 1}
+    [failed] = [r for r in doc["results"] if r["status"] == "failed"]
+    assert failed["kernel"] == "mypkg.bad:broken" and failed["key"] is None
+    assert "no_such_global" in failed["reason"] and "\n" not in failed["reason"]
+
+
+def test_a_module_that_fails_to_import_is_reported(tmp_path):
+    pkg = make_package(tmp_path)
+    (pkg / "noimport.py").write_text("import no_such_module_here\n")
+    doc = warm_json(pkg, "--cc", "9.0", "--dry-run", root=tmp_path / "cache",
+                    home=tmp_path / "home", cwd=tmp_path, expect_rc=1)
+    [failed] = [r for r in doc["results"] if r["status"] == "failed"]
+    assert failed["kernel"] == "mypkg.noimport" and failed["origin"] == "import"
+    assert "ModuleNotFoundError" in failed["reason"]
+    assert doc["summary"]["would_compile"] == 4
+
+
+
+DIES_IN_WORKERS = '''
+import multiprocessing, os
+from numba import cuda
+
+if multiprocessing.parent_process() is not None:  # a warm worker, not the warm command
+    os._exit(3)  # as a crash in NVVM would end it
+
+@cuda.jit("void(float32[::1])")
+def k1(a):
+    a[0] = 1
+
+@cuda.jit("void(float32[::1])")
+def k2(a):
+    a[0] = 2
+
+@cuda.jit("void(float32[::1])")
+def k3(a):
+    a[0] = 3
+'''
+
+
+def test_a_worker_that_dies_fails_its_task_and_the_rest_compile(tmp_path):
+    pkg = make_package(tmp_path)
+    (pkg / "dies.py").write_text(DIES_IN_WORKERS)
+    doc = warm_json(pkg / "dies.py", "--cc", "8.0,9.0", "--jobs", "2", root=tmp_path / "cache",
+                    home=tmp_path / "home", cwd=tmp_path, expect_rc=1)
+    assert statuses(doc) == {"compiled": 5, "failed": 1}, doc["results"]
+    [failed] = [r for r in doc["results"] if r["status"] == "failed"]
+    assert failed["reason"].startswith("worker process failed: BrokenProcessPool")
+
+# --- usage errors: one line, exit 2 ----------------------------------------------------------
+
+@pytest.mark.parametrize("args, complaint", [
+    (["no/such/dir", "--cc", "9.0"], "TARGET no/such/dir: no such file or folder"),
+    (["no_such_module_xyz", "--cc", "9.0"], "no such file, folder or module"),
+    (["not a module", "--cc", "9.0"], "not a module name"),
+    (["examples"], "warm needs --cc"),
+    (["--cc", "9.0"], "warm needs a TARGET, --signatures FILE or --replay"),
+    (["examples", "--cc", "ninety"], "--cc 'ninety': bad compute capability"),
+    (["examples", "--cc", "8.0,,9.0"], "empty compute capability"),
+    (["examples", "--cc", "99.9"], "cc 99.9 is not supported by the installed CUDA toolkit"),
+    (["examples", "--cc", "9.0", "--jobs", "0"], "must be 1 to 256"),
+    (["examples", "--cc", "9.0", "--signatures", "/no/such.sigs"],
+     "/no/such.sigs: cannot read the signatures file"),
+])
+def test_usage_errors_are_one_line_exit_2(tmp_path, args, complaint):
+    proc = kcache("warm", *args, root=tmp_path / "cache", home=tmp_path / "home")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and complaint in lines[0], proc.stderr
+    assert proc.stdout == "" and not (tmp_path / "cache").exists()
+
+
+def test_bad_signatures_line_names_file_and_line(tmp_path):
+    sigs = tmp_path / "bad.sigs"
+    sigs.write_text("# ok\nexamples.kernels:scaled_add void(float32[::1], float32[::1], "
+                    "float32[::1])\nexamples.kernels:block_sum void(float32[::1], flaot32[::1])\n")
+    proc = kcache("warm", "--signatures", sigs, "--cc", "9.0", root=tmp_path / "cache",
+                  home=tmp_path / "home")
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"kcache: {sigs}:3: 'flaot32' is not a numba "
+                                                   "type name"), proc.stderr
+
+
+def test_unwritable_root_is_one_line_and_compiles_nothing(tmp_path):
+    # A root in /proc cannot be created, whoever runs the tests (root included).
+    root = Path("/proc") / f"kcache-warm-test-{os.getpid()}"
+    proc = kcache("warm", "examples", "--signatures", EXAMPLE_SIGS, "--cc", "9.0", root=root,
+                  home=tmp_path / "home")
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"kcache: cannot write to {root} ")
+    assert lines[0].endswith("nothing was compiled") and proc.stdout == ""
+
+
+# --- the main job's real input: numba-cuda's own module-level test kernels ---------------------
+
+def test_numba_cuda_cache_usecases_for_80_and_90(tmp_path):
+    pytest.importorskip("filecheck")  # numba.cuda.testing (imported by cache_usecases) needs it
+    root, home = tmp_path / "cache", tmp_path / "home"
+    doc = warm_json("numba.cuda.tests.cudapy.cache_usecases", "--signatures", USECASE_SIGS,
+                    "--cc", "8.0,9.0", root=root, home=home)
+    assert statuses(doc) == {"compiled": 18}, doc["results"]
+    compiled = {(r["kernel"].split(":")[1], r["arch"]) for r in doc["results"]}
+    assert {k for k, _ in compiled} == {
+        "add_usecase_kernel", "add_nocache_usecase_kernel", "outer_kernel",
+        "outer_uncached_kernel", "record_return", "ambiguous_function", "many_locals",
+        "simple_usecase_kernel"}
+    # `inner` returns a value (a device function in all but name): found, not compiled
+    assert doc["without_signatures"] == ["numba.cuda.tests.cudapy.cache_usecases:inner"]
+    # the keys are those compile_for computes for the argument types of real launches
+    code = textwrap.dedent("""
+        import json
+        import numpy as np
+        from numba.cuda.tests.cudapy import cache_usecases as cu
+        from kcache.dispatcher.dispatcher import kernel_key
+        f64, i64 = np.zeros((), np.float64), np.zeros((), np.int64)
+        cases = [(cu.add_usecase_kernel, (f64, f64, f64)), (cu.add_nocache_usecase_kernel, (f64, f64, f64)),
+                 (cu.outer_kernel, (f64, f64, f64)), (cu.outer_uncached_kernel, (f64, f64, f64)),
+                 (cu.record_return, (np.zeros((), cu.packed_arr.dtype), cu.packed_arr, 1)),
+                 (cu.record_return, (np.zeros((), cu.aligned_arr.dtype), cu.aligned_arr, 1)),
+                 (cu.ambiguous_function, (f64, f64)), (cu.many_locals, ()),
+                 (cu.simple_usecase_kernel, (i64, i64))]
+        print(json.dumps([kernel_key(k, tuple(k.typeof_pyval(a) for a in args), cc, None, None)[0]
+                          for k, args in cases for cc in ((8, 0), (9, 0))]))
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env_for(home), timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(json.loads(proc.stdout)) == sorted(r["key"] for r in doc["results"])

@@ -1,0 +1,187 @@
+"""Signature text (dispatcher/sigspec.py) and signatures files (dispatcher/sigfile.py).
+
+A sigspec must parse back to *equal* numba types (layout, readonly, alignment, records), text
+from a file or a cache entry must never evaluate anything but numba types, and a bad line of
+a signatures file is one error naming FILE:LINE."""
+import os
+
+import numpy as np
+import pytest
+
+pytest.importorskip("numba.cuda")
+
+from numba.cuda import types as T  # noqa: E402
+from numba.cuda.np.numpy_support import from_dtype  # noqa: E402
+
+from kcache.dispatcher import _compat, sigfile, sigspec  # noqa: E402
+
+PACKED = from_dtype(np.dtype([("a", np.int8), ("b", np.float64)]))
+ALIGNED = from_dtype(np.dtype([("a", np.int8), ("b", np.float64)], align=True))
+TITLED = from_dtype(np.dtype({"names": ["x", "y"], "formats": [np.int32, np.float32],
+                              "titles": ["tx", None], "offsets": [0, 4]}))
+TYPES = [
+    T.float32, T.float64, T.int8, T.uint64, T.boolean, T.complex64, T.float16,
+    T.float32[::1], T.float64[:, ::1], T.float64[::1, :], T.int32[:, :, :], T.float32[:],
+    T.Array(T.float32, 1, "F"), T.Array(T.float64, 0, "C"),
+    T.Array(T.float32, 1, "C", readonly=True), T.Array(T.int16, 2, "A", aligned=False),
+    T.Array(T.float32, 3, "F", readonly=True, aligned=False),
+    PACKED, ALIGNED, TITLED, T.Array(PACKED, 1, "C", aligned=False), T.Array(ALIGNED, 0, "C"),
+    T.NestedArray(T.float32, (3, 2)), T.UniTuple(T.int32, 3), T.Tuple((T.int32, T.float64)),
+]
+
+
+@pytest.mark.parametrize("t", TYPES, ids=str)
+def test_round_trip_gives_equal_types(t):
+    argtypes = (t, T.int64)
+    text = sigspec.format_signature(argtypes)
+    assert text.startswith("void(")
+    assert sigspec.parse_signature(text) == argtypes
+    # numba-cuda itself reads the text to the same types (what numba.cuda.jit(text) does)
+    assert _compat.normalize_signature(text) == argtypes
+    # and the key component (repr of the types) inverts exactly, except where numba's repr
+    # is not a constructor call (a record field title is printed unquoted): then None.
+    component = _compat.signature_string(argtypes)
+    expected = None if t is TITLED else argtypes
+    assert sigspec.from_signature_component(component) == expected
+
+
+def test_simple_arrays_use_numba_slice_spelling():
+    text = sigspec.format_signature((T.float32[::1], T.float64[:, ::1], T.int32[:]))
+    assert text == "void(float32[::1], float64[:, ::1], int32[:])"
+    assert sigspec.format_signature(()) == "void()"
+
+
+@pytest.mark.parametrize("t", [T.CPointer(T.int32), T.none, T.IntegerLiteral(3), T.voidptr],
+                         ids=str)
+def test_types_without_a_text_form_are_unexpressible(t):
+    with pytest.raises(sigspec.Unexpressible, match="no signature-string form"):
+        sigspec.format_signature((t,))
+    assert sigspec.format_or_none((t,)) is None
+
+
+@pytest.mark.parametrize("text, complaint", [
+    ("__import__('os').system('true')", r"call of .__import__.*is not allowed"),
+    ("void(np.float32)", "Attribute expressions are not allowed"),
+    ("void(float32.__class__)", "Attribute"),
+    ("void(os)", "'os' is not a numba type name"),
+    ("void(np)", "'np' is not a numba type name"),
+    ("void(Dispatcher(1))", "call of 'Dispatcher' is not allowed"),
+    ("void(*x)", "-arguments are not allowed"),
+    ("void(Array(float32, **{'ndim': 1}))", "-arguments are not allowed"),
+    ("void(UniTuple(int32, 99999999))", "constant 99999999 is not allowed"),
+    ("void(float32[1])", "array dimensions"),
+    ("void(float32[::1]", "not a signature"),
+    ("float32(int32)", "must return void"),
+    ("void([x for x in ()])", "ListComp expressions are not allowed"),
+    ("void(" + "UniTuple(" * 40 + "int32" + ", 1)" * 40 + ")", "nested deeper"),
+    ("void(" + "int32, " * 4000 + ")", "longer than"),
+])
+def test_hostile_or_bad_text_is_refused_before_evaluation(text, complaint, monkeypatch):
+    evaluated = []
+    monkeypatch.setattr(_compat, "normalize_signature",
+                        lambda s: evaluated.append(s) or (_ for _ in ()).throw(TypeError(
+                            "a kernel signature must return void")))
+    with pytest.raises(ValueError, match=complaint):
+        sigspec.parse_signature(text)
+    if complaint != "must return void":
+        assert evaluated == []  # refused by the grammar, never handed to eval
+
+
+def test_component_inversion_refuses_what_it_cannot_invert_exactly():
+    # numba writes the component with each type's repr: other spellings of the same types
+    # are not what an entry holds, so they are refused rather than guessed.
+    assert sigspec.from_signature_component("(float32[::1],)") is None
+    assert sigspec.from_signature_component("(Array(float32, 1, 'C', False, aligned=True),)") \
+        == (T.float32[::1],)
+    assert sigspec.from_signature_component("(nonsense(,)") is None
+    assert sigspec.from_signature_component("(__import__('os'),)") is None
+    assert sigspec.from_signature_component(None) is None
+    # A text that parses but prints differently is not accepted as that entry's signature.
+    assert sigspec.from_signature_component("(float32,  int64)") is None
+
+
+# --- signatures files --------------------------------------------------------------------------
+
+def write(tmp_path, text, name="k.sigs"):
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_file_format_comments_blank_lines_and_duplicates(tmp_path):
+    path = write(tmp_path, "\n".join([
+        "# a comment",
+        "",
+        "pkg.mod:kern   void(float32[::1], int64)   # trailing comment",
+        "   pkg.mod:Outer.kern void()",
+        "pkg.mod:kern void(float32[::1],int64)",  # the same types: dropped
+        "pkg.mod:rec void(Record([('a#b', {'type': int8, 'offset': 0})], 1, False))  # x",
+    ]))
+    lines = sigfile.read_signatures(path)
+    assert [(l.kernel, l.line) for l in lines] == [
+        ("pkg.mod:kern", 3), ("pkg.mod:Outer.kern", 4), ("pkg.mod:rec", 6)]
+    assert lines[0].signature == "void(float32[::1], int64)"
+    assert lines[0].argtypes == (T.float32[::1], T.int64)
+    assert lines[0].origin == f"{path}:3"
+    assert "'a#b'" in lines[2].signature  # a '#' inside a field name is not a comment
+    assert lines[2].argtypes[0].fields["a#b"].type == T.int8
+
+
+@pytest.mark.parametrize("line, complaint", [
+    ("pkg.mod:kern", "expected a kernel and a signature"),
+    ("pkg.mod.kern void()", "not a kernel name"),
+    ("pkg-mod:kern void()", "not a kernel name"),
+    ("pkg.mod:kern void(float33[::1])", "'float33' is not a numba type name"),
+    ("pkg.mod:kern void(__import__('os'))", "not allowed"),
+    ("pkg.mod:kern float32(float32)", "must return void"),
+    ("pkg.mod:kern # only a comment", "no signature"),
+])
+def test_bad_line_is_one_error_naming_file_and_line(tmp_path, line, complaint):
+    path = write(tmp_path, f"# header\npkg.mod:ok void()\n{line}\n")
+    with pytest.raises(sigfile.SignatureFileError) as info:
+        sigfile.read_signatures(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}:3: ") and complaint in message
+    assert "\n" not in message
+
+
+def test_unreadable_files_are_one_error(tmp_path):
+    missing = tmp_path / "missing.sigs"
+    with pytest.raises(sigfile.SignatureFileError, match="cannot read the signatures file"):
+        sigfile.read_signatures(missing)
+    binary = tmp_path / "bin.sigs"
+    binary.write_bytes(b"pkg.mod:k void()\n\xff\xfe\n")
+    with pytest.raises(sigfile.SignatureFileError, match=r"bin.sigs:2: not UTF-8"):
+        sigfile.read_signatures(binary)
+    with pytest.raises(sigfile.SignatureFileError, match="not a regular file"):
+        sigfile.read_signatures(tmp_path)
+    fifo = tmp_path / "fifo.sigs"
+    os.mkfifo(fifo)  # no writer: a blocking open would hang here
+    with pytest.raises(sigfile.SignatureFileError, match="not a regular file"):
+        sigfile.read_signatures(fifo)
+    big = tmp_path / "big.sigs"
+    with open(big, "wb") as f:
+        f.truncate(sigfile.MAX_FILE_BYTES + 1)
+    with pytest.raises(sigfile.SignatureFileError, match="larger than"):
+        sigfile.read_signatures(big)
+
+
+def test_shipped_signature_files_parse():
+    from pathlib import Path
+    examples = Path(__file__).resolve().parents[1] / "examples"
+    assert len(sigfile.read_signatures(examples / "kernels.sigs")) == 3
+    assert len(sigfile.read_signatures(examples / "cache_usecases.sigs")) == 9
+
+
+# --- --cc lists (dispatcher/warm.py: the one place warm parses a cc) --------------------------
+
+def test_cc_list_forms_and_errors():
+    from kcache.dispatcher.warm import parse_cc_list
+    assert parse_cc_list(["8.0,9.0"]) == [(8, 0), (9, 0)]
+    assert parse_cc_list(["sm_80", "90", "sm_90a", " 9.0 "]) == [(8, 0), (9, 0)]
+    with pytest.raises(ValueError, match=r"--cc 'ninety': bad compute capability"):
+        parse_cc_list(["8.0,ninety"])
+    with pytest.raises(ValueError, match="empty compute capability"):
+        parse_cc_list(["8.0,"])
+    with pytest.raises(ValueError, match=r"cc 99\.9 is not supported"):
+        parse_cc_list(["99.9"])
