@@ -8,7 +8,7 @@ from kcache.cli.cache import open_store
 from kcache.cli.entries import header_matches
 from kcache.cli.errors import Problem
 from kcache.cli.fmt import entries_text
-from kcache.cli.output import is_terminal, message, print_json, progress_bar
+from kcache.cli.output import is_terminal, message, print_json, progress_bar, stderr_is_terminal
 from kcache.cli.remote import open_remote, scrub
 from kcache.cli.transfer import failed_records, failure_line, print_outcomes
 
@@ -41,7 +41,7 @@ def run(args) -> int:
         raise Problem(f"cannot write to {store.root} ({store.write_problem}): nothing pulled")
     # filters apply to each entry's header once it is read and checked (one read per key)
     where = functools.partial(header_matches, kernel=args.kernel, ccs=args.cc) if args.kernel or args.cc else None
-    with progress_bar(is_terminal() and not want_json(args), "pulling") as progress:
+    with progress_bar(stderr_is_terminal() and not want_json(args), "pulling") as progress:
         report = store.copy_in(remote, progress=progress, where=where)
     listing = [why for key, why in report.failed if key == "*"]
     if listing:

@@ -6,7 +6,7 @@ from kcache.cli.cache import open_store
 from kcache.cli.entries import select_entries
 from kcache.cli.errors import Problem
 from kcache.cli.fmt import entries_text
-from kcache.cli.output import is_terminal, message, print_json, progress_bar
+from kcache.cli.output import is_terminal, message, print_json, progress_bar, stderr_is_terminal
 from kcache.cli.remote import open_remote, scrub
 from kcache.cli.transfer import failed_records, failure_line, print_outcomes
 
@@ -37,7 +37,7 @@ def run(args) -> int:
     if not remote.writable:
         raise Problem(f"the remote {remote.name} is read-only (KCACHE_REMOTE_READONLY): nothing pushed")
     keys = [info.key for info in select_entries(store, kernel=args.kernel, ccs=args.cc)]
-    with progress_bar(is_terminal() and not want_json(args), "pushing") as progress:
+    with progress_bar(stderr_is_terminal() and not want_json(args), "pushing") as progress:
         try:
             report = store.push(keys, progress=progress)
         except KcacheError as exc:

@@ -18,13 +18,22 @@ from kcache.cli.text import escape, line
 from kcache.cli.values import dumps, jsonable
 
 __all__ = ["Column", "is_terminal", "print_json", "message", "cell", "human_value",
-           "print_table", "print_fields", "confirm", "progress_bar"]
+           "print_table", "print_fields", "confirm", "progress_bar", "stderr_is_terminal"]
 
 
 def is_terminal() -> bool:
     """True when stdout is a terminal (then tables and relative times are for people)."""
     try:
         return sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def stderr_is_terminal() -> bool:
+    """True when stderr is a terminal (a progress bar drawn there helps a person, also while
+    stdout is piped into a file)."""
+    try:
+        return sys.stderr.isatty()
     except (AttributeError, ValueError):
         return False
 

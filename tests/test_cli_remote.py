@@ -153,12 +153,42 @@ def test_push_needs_a_writable_remote(tmp_path, redis_env):
         assert "no remote tier is configured: set KCACHE_REMOTE" in line, line
 
 
-def test_pull_on_a_terminal_draws_no_table(tmp_path, redis_env):
+def all_on_a_terminal(*args: str, env: dict) -> tuple[int, str]:
+    """``kcache ARGS`` with stdin, stdout and stderr on one pseudo-terminal; (status, text)."""
+    import fcntl
+    import os
+    import pty
+    import struct
+    import termios
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 100, 0, 0))
+    proc = subprocess.Popen([sys.executable, "-m", "kcache", *args], stdin=slave, stdout=slave,
+                            stderr=slave, env={**_env(env), "COLUMNS": "100"})
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO once the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    return proc.wait(timeout=60), b"".join(chunks).decode()
+
+
+def test_push_and_pull_on_a_terminal_draw_a_progress_bar(tmp_path, redis_env):
     fill(tmp_path / "a")
-    run_json("push", root=tmp_path / "a", env=redis_env)
-    status, text, err = on_terminal("pull", "--dir", str(tmp_path / "b"), env=redis_env)
-    assert status == 0 and "Traceback" not in err, err
-    assert "outcome" not in text and "pulled 4 entries" in err
+    status, text = all_on_a_terminal("push", "--dir", str(tmp_path / "a"), env=redis_env)
+    assert status == 0 and "Traceback" not in text, text
+    assert "pushing" in text and "100%" in text and "pushed 4 entries" in text
+    assert "outcome" not in text  # the table is for pipes
+    status, text = all_on_a_terminal("pull", "--dir", str(tmp_path / "b"), env=redis_env)
+    assert status == 0 and "pulling" in text and "pulled 4 entries" in text, text
+    # stdout on a terminal, stderr piped: no bar and no table, the summary on stderr
+    status, text, err = on_terminal("pull", "--dir", str(tmp_path / "c"), env=redis_env)
+    assert status == 0 and "pulled 4 entries" in err and "outcome" not in text
 
 
 # -- remote check -------------------------------------------------------------------------------
