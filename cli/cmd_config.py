@@ -307,6 +307,9 @@ def run_set(args) -> int:
         check_setting_text(name, value)
         if name == "remote":
             _refuse_credentials(value)
+        if name in REMOTE_SHOWN:  # the store's own checks (kcache.remote), bounds included
+            from kcache.remote import check_setting
+            check_setting(_remote_field(name)[0], value, name)
         path = write_setting(root, name, value)
     stored = read_config(root).get(name)
     if name == "remote" and isinstance(stored, str):

@@ -315,6 +315,8 @@ def test_dir_and_config_show_the_remote_without_credentials(tmp_path, redis_env)
     assert got == {"key": "remote_ttl", "value": 7 * 86400.0, "origin": f"config {root / 'config.json'}"}
     line = one_line_error(kc("config", "set", "remote_timeout", "99", root=root), 2)
     assert "remote_timeout" in line and "at most 60" in line
+    line = one_line_error(kc("config", "set", "remote_wait", "2h", root=root), 2)
+    assert "remote_wait" in line and "0 to 3600 seconds" in line
     line = one_line_error(kc("config", "set", "remote", "not a url", root=root), 2)
     assert "accepted: redis://host:port/db" in line
 
