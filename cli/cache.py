@@ -28,7 +28,23 @@ def open_store(args: argparse.Namespace):
     # KCACHE_DISABLE keeps programs off the cache; maintenance asked for explicitly (e.g.
     # `verify --fix`, which the store skips quarantining when disabled) still applies.
     store.disabled = False
+    check_trusted(store)
     return store
+
+
+def check_trusted(store) -> None:
+    """Raise :class:`Problem` (exit 1) when the cache root is not trusted (docs/security.md):
+    the store does not use it, so a command would list, count or check nothing and say all
+    is well. Each untrusted read-only dir is said in one line, and the command goes on
+    without it. (The store's own warnings of these kinds are not printed by the CLI:
+    ``kcache.cli.main.REPORTED_BY_COMMANDS``; the words are the same.)"""
+    from kcache.cli.output import message
+    for name, problem in store.untrusted.items():
+        if name != store.local.name:
+            message(f"kcache: the read-only layer {name} is not trusted and not used: {problem}")
+    problem = store.untrusted.get(store.local.name)
+    if problem is not None:
+        raise Problem(f"the cache root {store.root} is not trusted and not used: {problem}")
 
 
 def ensure_writable(store, nothing: str = "nothing was removed") -> None:

@@ -14,15 +14,20 @@ from kcache.cli.fmt import human_seconds, human_size
 from kcache.cli.output import Column, human_value, is_terminal, message, print_json, print_table
 from kcache.cli.text import clip, escape
 
+#: The remote tier's settings, under their config.json names (kcache.config.REMOTE_SETTINGS;
+#: checked by kcache.remote). The password and the signing secret are never settings here:
+#: they come from the environment only and are never shown.
+REMOTE_SHOWN = ("remote", "remote_namespace", "remote_readonly", "remote_timeout", "remote_ttl",
+                "remote_wait")
 #: Settings shown by ``config show`` and accepted by ``config get``, under their CLI names.
-SHOWN = ("root", "max_size", "readonly_dirs", "lock_timeout", "disabled", "shared")
+SHOWN = ("root", "max_size", "readonly_dirs", "lock_timeout", "disabled", "shared") + REMOTE_SHOWN
 #: CLI name -> name of the setting in ``kcache.config`` (``SOURCES``, ``resolve_each``).
 CONFIG_NAMES = {"readonly_dirs": "readonly_roots"}
 #: Old names still accepted as input (with a note) -> the name they mean now. JSON documents
 #: keep the old name as a second field (``settings.readonly_roots``), never dropped.
 OLD_NAMES = {"readonly_roots": "readonly_dirs"}
 #: Names ``config set``/``unset`` write (the config.json keys, kcache.config.SETTINGS).
-SETTABLE = ("max_size", "readonly_dirs", "lock_timeout", "shared")
+SETTABLE = ("max_size", "readonly_dirs", "lock_timeout", "shared") + REMOTE_SHOWN
 #: Terminal columns of ``config show``: the value shrinks in its middle, the origin goes last.
 COLUMNS = (Column("Setting"), Column("Value", shrink=16), Column("Origin", shrink=12))
 
@@ -72,6 +77,8 @@ class Resolved:
     rows: dict[str, Row]
     errors: list[str]
     warnings: list[str] = dataclasses.field(default_factory=list)
+    #: config.json's contents ({} when absent, bad, or in an untrusted root)
+    config: dict = dataclasses.field(default_factory=dict)
 
     def value(self, name: str):
         return self.rows[name].value
@@ -89,7 +96,7 @@ def resolve(args) -> Resolved:
     without it. A plain ValueError from a setting (kcache.config reads a number too long
     for ``int()``) is that setting's error too, never a traceback.
     """
-    from kcache.config import CONFIG_FILE, SETTINGS, resolve_each
+    from kcache.config import CONFIG_FILE, REMOTE_SETTINGS, SETTINGS, resolve_each
     try:
         reports = resolve_each(root=root_arg(args))
     except ValueError as exc:
@@ -103,12 +110,16 @@ def resolve(args) -> Resolved:
     if conf.error is not None:
         errors.append(_config_file_problem(conf.error, conf.value))
     # The same words as the store's warning (kcache.config), which stats etc. print.
+    contents = conf.raw if isinstance(conf.raw, dict) else {}
     warnings = [f"config file {conf.value}: unknown setting {k!r} ignored; accepted: "
-                f"{', '.join(SETTINGS)}"
-                for k in (conf.raw if isinstance(conf.raw, dict) else {}) if k not in SETTINGS]
+                f"{', '.join(SETTINGS + REMOTE_SETTINGS)}"
+                for k in contents if k not in SETTINGS and k not in REMOTE_SETTINGS]
     rows = {}
     for name in SHOWN:
-        report = reports[CONFIG_NAMES.get(name, name)]
+        if name in REMOTE_SHOWN:
+            report = _remote_report(name, contents, conf.value)
+        else:
+            report = reports[CONFIG_NAMES.get(name, name)]
         if report.error is None:
             rows[name] = Row(name, _value(report.value, name), report.origin)
             continue
@@ -116,7 +127,34 @@ def resolve(args) -> Resolved:
         rows[name] = Row(name, report.raw, report.origin, text)
         fix = _fix_hint(name, report.origin)
         errors.append(f"{text} ({fix})" if fix else text)
-    return Resolved(reports["root"].value, conf.value, rows, errors, warnings)
+    return Resolved(reports["root"].value, conf.value, rows, errors, warnings, dict(contents))
+
+
+def _remote_field(name: str) -> tuple[str, str]:
+    """``(field, environment variable)`` of the remote setting ``name`` (kcache.remote.VARIABLES)."""
+    from kcache.remote import VARIABLES
+    return next((field, env) for field, (env, key) in VARIABLES.items() if key == name)
+
+
+def _remote_report(name: str, conf: dict, path):
+    """The remote setting ``name`` resolved as kcache.remote.remote_settings does (environment
+    > config.json > default), as a kcache.config.SettingReport; the URL without secrets."""
+    from kcache.config import SettingReport
+    from kcache.errors import ConfigError
+    from kcache.remote import DEFAULTS, check_setting, redact, shown
+    field, env = _remote_field(name)
+    if os.environ.get(env, "").strip():
+        raw, origin, var = os.environ[env].strip(), f"env {env}", env
+    elif conf.get(name) not in (None, ""):
+        raw, origin, var = conf[name], f"config {path}", f"{name} in {path}"
+    else:
+        return SettingReport(DEFAULTS[field], "default", DEFAULTS[field])
+    given = shown(raw) if field == "url" else raw  # never a password, even in a bad URL
+    try:
+        value = check_setting(field, raw, var)
+    except ConfigError as exc:
+        return SettingReport(None, origin, given, exc)
+    return SettingReport(redact(value) if field == "url" else value, origin, given)
 
 
 def _config_file_problem(error: Exception, path) -> str:
@@ -129,14 +167,22 @@ def _config_file_problem(error: Exception, path) -> str:
 
 def _fix_hint(name: str, origin: str) -> str:
     """How to fix a bad setting, by where it came from (empty for a default)."""
+    env, key = _sources(name)
+    if origin.startswith("env "):
+        return f"fix or unset {env}"
+    if origin.startswith("config "):
+        return (f"fix it with 'kcache config set {key} VALUE' or "
+                f"'kcache config unset {key}'")
+    return ""
+
+
+def _sources(name: str) -> tuple[str, str | None]:
+    """``(environment variable, config.json key)`` of the setting ``name`` (a CLI name)."""
+    if name in REMOTE_SHOWN:
+        return _remote_field(name)[1], name
     from kcache.config import SOURCES
     source = SOURCES[CONFIG_NAMES.get(name, name)]
-    if origin.startswith("env "):
-        return f"fix or unset {source.env}"
-    if origin.startswith("config "):
-        return (f"fix it with 'kcache config set {source.key} VALUE' or "
-                f"'kcache config unset {source.key}'")
-    return ""
+    return source.env, source.key
 
 
 def _value(value, name: str):
@@ -153,16 +199,22 @@ def _human(row: Row) -> str:
         return f"{human_value(value)} (bad: see below)"
     if name == "max_size":
         return f"{human_size(value)} ({value} bytes)"
-    if name == "lock_timeout":
+    if name in ("lock_timeout", "remote_timeout", "remote_wait"):
         return human_seconds(value)
     if name == "readonly_dirs":
         return os.pathsep.join(value) or "(none)"
+    if name in ("remote", "remote_ttl") and value is None:
+        return "(none)" if name == "remote" else "(no expiry)"
+    if name == "remote_ttl":
+        return human_seconds(value)
     return human_value(value)
 
 
 def _plain(value) -> str:
-    """A value for plain output: lists joined with os.pathsep, booleans true/false;
-    escaped (a path may hold any character)."""
+    """A value for plain output: lists joined with os.pathsep, booleans true/false, none
+    empty; escaped (a path may hold any character)."""
+    if value is None:
+        return ""
     if isinstance(value, (list, tuple)):
         return escape(os.pathsep.join(str(v) for v in value))
     if isinstance(value, bool):
@@ -232,7 +284,7 @@ def run_set(args) -> int:
     JSON: ``{"key", "value" (as stored: bytes, seconds, ...; null when unset), "file",
     "changed"}``.
     """
-    from kcache.config import SOURCES, read_config, write_setting
+    from kcache.config import read_config, write_setting
     name = _name(args.key, SETTABLE)
     root = resolve(args).root
     path = root / "config.json"
@@ -253,8 +305,16 @@ def run_set(args) -> int:
             raise UsageError(f"config set {name}: the value is empty; use 'kcache config unset "
                              f"{name}' to remove the setting")
         check_setting_text(name, value)
+        if name == "remote":
+            _refuse_credentials(value)
+        if name in REMOTE_SHOWN:  # the store's own checks (kcache.remote), bounds included
+            from kcache.remote import check_setting
+            check_setting(_remote_field(name)[0], value, name)
         path = write_setting(root, name, value)
     stored = read_config(root).get(name)
+    if name == "remote" and isinstance(stored, str):
+        from kcache.remote import redact
+        stored = redact(stored)
     if want_json(args):
         print_json({"key": name, "value": stored, "file": str(path), "changed": True})
     elif args.action == "unset":
@@ -263,10 +323,28 @@ def run_set(args) -> int:
         message(f"kcache: set {name} = {_plain(stored)} in {path}")
     if name == "readonly_dirs" and args.action == "set":
         _warn_missing(stored)
-    env = SOURCES[CONFIG_NAMES.get(name, name)].env
+    env = _sources(name)[0]
     if os.environ.get(env):
         message(f"kcache: note: {env} is set in this environment and overrides the config file")
     return 0
+
+
+def _refuse_credentials(url: str) -> None:
+    """UsageError for a remote URL holding a password (or a password/token option):
+    config.json is read by the whole group in shared mode, so credentials stay in the
+    environment (KCACHE_REMOTE_PASSWORD, the AWS variables). The URL is never echoed."""
+    from urllib.parse import parse_qsl, urlsplit
+    from kcache.remote import redact
+    try:
+        parts = urlsplit(url.strip())
+        options = {k.lower() for k, _v in parse_qsl(parts.query)}
+        has_password = bool(parts.password) or bool(options & {"password", "token", "secret"})
+    except ValueError:
+        return  # not a URL: write_setting says what is wrong
+    if has_password:
+        raise UsageError(f"config set remote: {redact(url)} is given with a password; config.json "
+                         "is no place for it (the group reads it in shared mode): set the URL "
+                         "without it and the password in KCACHE_REMOTE_PASSWORD")
 
 
 def _warn_missing(paths) -> None:

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kcache.cli.args import arch_matches, cc_arg, glob_arg, nonblank_arg, want_json
+from kcache.cli.args import cc_arg, glob_arg, nonblank_arg, want_json
 from kcache.cli.cache import open_store
-from kcache.cli.entries import EntryView, is_stale, kernel_matches
+from kcache.cli.entries import select_entries
 from kcache.cli.errors import Problem, UsageError
 from kcache.cli.fmt import entries_text, human_size
 from kcache.cli.output import message, print_json
@@ -33,19 +33,7 @@ def register(sub):
 
 def select(store, args) -> list:
     """The entries to export (EntryInfo), one per key (the writable root's first)."""
-    from kcache.toolchain import package_versions
-    current = package_versions()
-    chosen: dict = {}
-    for info in store.entries():
-        view = EntryView(info)
-        if args.kernel and not kernel_matches(view, args.kernel):
-            continue
-        if args.cc and not any(arch_matches(view.arch, cc) for cc in args.cc):
-            continue
-        if args.current and is_stale(view, current):
-            continue
-        chosen.setdefault(info.key, info)
-    return list(chosen.values())
+    return select_entries(store, kernel=args.kernel, ccs=args.cc, current=args.current)
 
 
 def run(args) -> int:

@@ -7,10 +7,17 @@ from kcache.cli.fmt import human_seconds, human_size, plain_seconds
 from kcache.cli.output import cell, is_terminal, message, print_fields, print_json
 from kcache.cli.values import number
 
-#: Counter names copied from ``kcache.Stats`` into the JSON document, in this order.
+#: Counter names copied from ``kcache.Stats`` into the JSON document, in this order (then
+#: any counter a newer store adds).
 COUNTERS = ("hits", "misses", "compiles", "puts", "evictions", "corrupt", "lock_waits",
             "lock_timeouts", "bytes_written", "compile_seconds", "seconds_saved",
             "entries", "bytes", "max_size")
+#: The store's failure and quarantine counters, and the remote tier's (docs/cli.md, "stats").
+STORE_COUNTERS = ("write_errors_no_space", "write_errors_permission", "write_errors_other",
+                  "temp_swept", "quarantine_files", "quarantine_bytes")
+REMOTE_ERRORS = ("timeout", "refused", "auth", "bad_value", "io", "unavailable")
+REMOTE_COUNTERS = ("remote_hits", "remote_misses", "remote_bad", "remote_puts", "remote_put_errors",
+                   *(f"remote_errors_{kind}" for kind in REMOTE_ERRORS), "remote_wait_seconds")
 
 
 def register(sub):
@@ -41,7 +48,7 @@ def document(stats: dict, recounted: bool) -> dict:
     """The stable JSON document of ``kcache stats --json`` (docs/cli.md). A counter that is
     not a sensible number (a damaged stats shard) reads as 0, never as NaN."""
     doc = {}
-    for name in COUNTERS:
+    for name in COUNTERS + STORE_COUNTERS + REMOTE_COUNTERS:
         doc[name] = _counter(name, stats.get(name, 0))
     for name, value in stats.items():  # counters a newer store adds (e.g. failed writes)
         if name not in doc and isinstance(name, str) and number(value) is not None:
@@ -90,11 +97,27 @@ def run(args) -> int:
         for name, value in doc.items():
             print(f"{name}\t{plain(name, value)}")
         return 0
+    print_fields(terminal_rows(doc, remote_shown(store, doc)), title=f"kcache {store.root}",
+                 wide=want_wide(args))
+    return 0
+
+
+def remote_shown(store, doc: dict) -> bool:
+    """Whether the terminal shows the remote tier's counters: a remote is configured
+    (KCACHE_REMOTE or config.json's ``remote``) or one of them is not 0."""
+    import os
+    configured = os.environ.get("KCACHE_REMOTE", "").strip() or store.settings.config.get("remote")
+    return bool(configured) or any(doc[name] for name in REMOTE_COUNTERS)
+
+
+def terminal_rows(doc: dict, remote: bool) -> list[tuple]:
+    """The ``(name, value, None)`` rows of ``kcache stats`` on a terminal: every counter of
+    ``doc``, failures and the remote tier's grouped (``write errors  3 (no space 2, ...)``)."""
     rate = doc["hit_rate"]
     cap = doc["max_size"]
     used = (f"{human_size(doc['bytes'])} of {human_size(cap)} ({doc['bytes'] / cap:.0%})"
             if cap > 0 else human_size(doc["bytes"]))
-    print_fields([
+    rows = [
         ("hits", doc["hits"], None),
         ("misses", doc["misses"], None),
         ("hit rate", "-" if rate is None else f"{rate:.1%}", None),
@@ -102,14 +125,36 @@ def run(args) -> int:
         ("compile seconds", human_seconds(doc["compile_seconds"]), None),
         ("compile time saved", human_seconds(doc["seconds_saved"]), None),
         ("puts", doc["puts"], None),
+        ("write errors", _by_kind(doc, "write_errors_", ("no_space", "permission", "other")), None),
         ("evictions", doc["evictions"], None),
         ("corrupt", doc["corrupt"], None),
+        ("quarantine", f"{doc['quarantine_files']} files, {human_size(doc['quarantine_bytes'])}", None),
+        ("temp files swept", doc["temp_swept"], None),
         ("lock waits", doc["lock_waits"], None),
         ("lock timeouts", doc["lock_timeouts"], None),
         ("entries", doc["entries"], None),
         ("size", used, None),
         ("max size", human_size(cap), None),
-        *[(name.replace("_", " "), doc[name], None) for name in doc
-          if name not in COUNTERS and name not in ("hit_rate", "recounted")],
-    ], title=f"kcache {store.root}", wide=want_wide(args))
-    return 0
+    ]
+    if remote:
+        rows += [
+            ("remote hits", doc["remote_hits"], None),
+            ("remote misses", doc["remote_misses"], None),
+            ("remote bad values", doc["remote_bad"], None),
+            ("remote puts", doc["remote_puts"], None),
+            ("remote put errors", doc["remote_put_errors"], None),
+            ("remote errors", _by_kind(doc, "remote_errors_", REMOTE_ERRORS), None),
+            ("remote wait", human_seconds(doc["remote_wait_seconds"]), None),
+        ]
+    known = set(COUNTERS + STORE_COUNTERS + REMOTE_COUNTERS) | {"hit_rate", "recounted"}
+    rows += [(name.replace("_", " "), doc[name], None) for name in doc if name not in known]
+    return rows
+
+
+def _by_kind(doc: dict, prefix: str, kinds) -> str:
+    """``3 (no space 2, other 1)``: the sum of the ``prefix<kind>`` counters and the ones
+    that are not 0."""
+    counts = [(kind.replace("_", " "), doc.get(prefix + kind, 0)) for kind in kinds]
+    total = sum(n for _k, n in counts)
+    parts = ", ".join(f"{kind} {n}" for kind, n in counts if n)
+    return f"{total} ({parts})" if parts else str(total)

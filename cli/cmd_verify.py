@@ -1,14 +1,13 @@
 """``kcache verify [--fix]``: fully check every entry; with --fix, quarantine the bad ones."""
 from __future__ import annotations
 
-import contextlib
 import os
 from pathlib import Path
 
 from kcache.cli.args import want_json, want_wide
 from kcache.cli.cache import open_store, write_problem
 from kcache.cli.fmt import entries_text
-from kcache.cli.output import Column, is_terminal, message, print_json, print_table
+from kcache.cli.output import Column, is_terminal, message, print_json, print_table, progress_bar
 from kcache.cli.problems import SHORT_KEY, problem_text
 
 #: Terminal columns: problem, outcome and path lose their middle when narrow, then the path
@@ -27,25 +26,6 @@ def register(sub):
     return p
 
 
-@contextlib.contextmanager
-def progress_bar(enabled: bool):
-    """Yield a ``progress(done, total)`` callback drawing a rich progress bar on stderr when
-    ``enabled`` (a terminal), else None (rich is then not imported)."""
-    if not enabled:
-        yield None
-        return
-    from rich.console import Console
-    from rich.progress import Progress
-    with Progress(console=Console(stderr=True, highlight=False, markup=False, emoji=False),
-                  transient=True) as bar:
-        task = bar.add_task("verifying", total=None)
-
-        def progress(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
-
-        yield progress
-
-
 def run(args) -> int:
     """Verify every entry of every root (``Store.verify``).
 
@@ -55,7 +35,7 @@ def run(args) -> int:
     newer format are listed and left untouched, and do not count as bad.
     """
     store = open_store(args)
-    with progress_bar(is_terminal() and not want_json(args)) as progress:
+    with progress_bar(is_terminal() and not want_json(args), "verifying") as progress:
         report = store.verify(fix=args.fix, progress=progress)
     left = {str(p): why for p, why in report.not_quarantined}
     bad = []

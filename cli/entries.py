@@ -110,9 +110,46 @@ def entries_and_broken(store, *, readonly: bool = True) -> tuple[list[EntryView]
 def kernel_matches(view: EntryView, pattern: str) -> bool:
     """True when the entry's kernel (``module:qualname``) matches the glob ``pattern``, as a
     whole or by its qualname alone (``--kernel 'axpy*'`` finds ``pkg.linalg:axpy``)."""
-    kernel = view.kernel or ""
+    return name_matches(view.kernel, pattern)
+
+
+def name_matches(kernel: Any, pattern: str) -> bool:
+    """:func:`kernel_matches` for a kernel name of any type (from a header: not text -> its
+    JSON text, None -> "")."""
+    kernel = text(kernel) or ""
     qualname = kernel.rpartition(":")[2]
     return fnmatch.fnmatchcase(kernel, pattern) or fnmatch.fnmatchcase(qualname, pattern)
+
+
+def header_matches(header: Any, kernel: str | None = None, ccs=None) -> bool:
+    """True when an entry header (a dict: ``kernel``, ``arch``) matches ``--kernel GLOB``
+    (``kernel``) and one of ``--cc`` (``ccs``: :func:`kcache.cli.args.cc_arg` results);
+    a filter not given matches everything."""
+    from kcache.cli.args import arch_matches
+    header = header if isinstance(header, dict) else {}
+    if kernel and not name_matches(header.get("kernel"), kernel):
+        return False
+    return not ccs or any(arch_matches(text(header.get("arch")), cc) for cc in ccs)
+
+
+def select_entries(store, *, kernel: str | None = None, ccs=None, current: bool = False) -> list:
+    """The entries (EntryInfo) of every root matching ``--kernel GLOB`` (``kernel``), one of
+    ``--cc`` (``ccs``) and, with ``current``, built by the current toolchain; one per key
+    (the writable root's first). For export and push."""
+    from kcache.cli.args import arch_matches
+    from kcache.toolchain import package_versions
+    versions = package_versions() if current else {}
+    chosen: dict = {}
+    for info in store.entries():
+        view = EntryView(info)
+        if kernel and not kernel_matches(view, kernel):
+            continue
+        if ccs and not any(arch_matches(view.arch, cc) for cc in ccs):
+            continue
+        if current and is_stale(view, versions):
+            continue
+        chosen.setdefault(info.key, info)
+    return list(chosen.values())
 
 
 def is_stale(view: EntryView, current: dict[str, str]) -> bool:

@@ -20,7 +20,7 @@ from kcache.cli.text import line
 
 #: Subcommands in the order ``kcache --help`` lists them; module ``kcache.cli.cmd_<name>``.
 COMMANDS = ("dir", "ls", "stats", "show", "prune", "rm", "clear", "verify", "config", "warm",
-            "export", "import")
+            "export", "import", "push", "pull", "remote")
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
 
@@ -131,13 +131,28 @@ def main(argv: list[str] | None = None) -> int:
 #: ("kernels still work but are no longer cached", "treated as a miss"), which is confusing
 #: in a maintenance command that says what it did and exits 1.
 REPORTED_BY_COMMANDS = ("unwritable", "corrupt", "newer", "unreadable")
+#: Kinds reported by the commands whose names go on with a path (``untrusted:<root>``):
+#: ``kcache.cli.cache.check_trusted`` says them in the same words.
+REPORTED_PREFIXES = ("untrusted:",)
+_reported_here: set[str] = set()
+
+
+def reported_here(*kinds: str) -> None:
+    """The command being run reports these kinds of store warnings itself (``push`` and
+    ``pull`` name each failed entry with the remote's error, so the store's "remote tier
+    error ... kernels still compile and run" is not printed); other commands, e.g. ``warm``,
+    which compiles through the store, keep them."""
+    _reported_here.update(kinds)
 
 
 class _LibraryWarnings(logging.Filter):
-    """Drops the store's runtime-oriented warnings (:data:`REPORTED_BY_COMMANDS`)."""
+    """Drops the store's runtime-oriented warnings (:data:`REPORTED_BY_COMMANDS`,
+    :data:`REPORTED_PREFIXES` and those of :func:`reported_here`)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return getattr(record, "kcache_kind", None) not in REPORTED_BY_COMMANDS
+        kind = getattr(record, "kcache_kind", None)
+        return (kind not in REPORTED_BY_COMMANDS and kind not in _reported_here
+                and not str(kind).startswith(REPORTED_PREFIXES))
 
 
 def quiet_library_warnings() -> None:

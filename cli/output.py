@@ -8,22 +8,32 @@ terminal or piped, is escaped (kcache.cli.text.escape): one row is always one li
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from kcache.cli.table import Column
 from kcache.cli.text import escape, line
 from kcache.cli.values import dumps, jsonable
 
 __all__ = ["Column", "is_terminal", "print_json", "message", "cell", "human_value",
-           "print_table", "print_fields", "confirm"]
+           "print_table", "print_fields", "confirm", "progress_bar", "stderr_is_terminal"]
 
 
 def is_terminal() -> bool:
     """True when stdout is a terminal (then tables and relative times are for people)."""
     try:
         return sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def stderr_is_terminal() -> bool:
+    """True when stderr is a terminal (a progress bar drawn there helps a person, also while
+    stdout is piped into a file)."""
+    try:
+        return sys.stderr.isatty()
     except (AttributeError, ValueError):
         return False
 
@@ -126,3 +136,23 @@ def confirm(question: str) -> bool:
     except (OSError, KeyboardInterrupt):
         return False
     return answer.strip().lower() in ("y", "yes")
+
+
+@contextlib.contextmanager
+def progress_bar(enabled: bool, description: str) -> Iterator[Callable[[int, int], None] | None]:
+    """Yield a ``progress(done, total)`` callback drawing a rich progress bar labelled
+    ``description`` on stderr when ``enabled`` (a terminal), else None (rich is then not
+    imported). The bar disappears when done: the command's summary follows."""
+    if not enabled:
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import Progress
+    with Progress(console=Console(stderr=True, highlight=False, markup=False, emoji=False),
+                  transient=True) as bar:
+        task = bar.add_task(description, total=None)
+
+        def progress(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield progress

@@ -106,12 +106,14 @@ class Stats:
 
 @dataclasses.dataclass
 class CopyReport:
-    """Outcome of :meth:`Store.copy_in`: ``copied`` and ``present`` (already there, same
-    bytes) are keys; ``failed`` is [(key, reason)]."""
+    """Outcome of :meth:`Store.copy_in` and :meth:`Store.push`: ``copied`` and ``present``
+    (already there, same bytes) are keys; ``skipped`` are keys left out by ``where``;
+    ``failed`` is [(key, reason)]."""
 
     copied: list = dataclasses.field(default_factory=list)
     present: list = dataclasses.field(default_factory=list)
     failed: list = dataclasses.field(default_factory=list)
+    skipped: list = dataclasses.field(default_factory=list)
 
 
 class Store:
@@ -323,6 +325,23 @@ class Store:
                 self._remote, self._remote_settings = open_configured(os.environ, self.settings.config)
         return self._remote
 
+    def require_remote(self):
+        """The remote tier for a command that asked for it (``kcache push``, ``pull``,
+        ``remote check``): :attr:`remote`, but a bad setting raises ConfigError, a missing
+        client library kcache.remote.MissingClient (naming the extra to install) and no
+        configured remote KcacheError, instead of one warning and None. Works while the
+        store is disabled (the command was asked for explicitly)."""
+        if self._remote is None:
+            from .remote import open_settings, remote_settings
+            settings = remote_settings(os.environ, self.settings.config)
+            if settings is None:
+                raise KcacheError("no remote tier is configured: set KCACHE_REMOTE (e.g. "
+                                  "redis://host:6379/0 or s3://bucket/prefix) or 'kcache config "
+                                  "set remote URL'")
+            self._remote, self._remote_settings = open_settings(settings), settings
+            self._remote_opened = True
+        return self._remote
+
     @property
     def remote_settings(self):
         """The remote tier's settings (kcache.remote.RemoteSettings; no secret is shown) or
@@ -383,9 +402,13 @@ class Store:
     def _publish_remote(self, key: str, data: bytes) -> bool:
         """Publish verified entry bytes to the writable remote tier (signed when a secret is
         set); True if published. A failure is counted and warned once, never raised."""
+        return self._send_remote(key, data) is None
+
+    def _send_remote(self, key: str, data: bytes) -> str | None:
+        """:meth:`_publish_remote`, saying why a value was not published (None: it was)."""
         remote = self.remote
         if remote is None or not remote.writable:
-            return False
+            return "no writable remote tier"
         secret = self._remote_settings.secret
         if secret is not None:
             from .signing import wrap
@@ -395,9 +418,9 @@ class Store:
         except TierError as exc:
             self._count(key, now=True, remote_put_errors=1)
             self._remote_error(exc)
-            return False
+            return f"{exc.kind}: {exc}"
         self._count(key, remote_puts=1)
-        return True
+        return None
 
     # -- the verification path -----------------------------------------------------------------
     def verify_bytes(self, key: str, data: bytes) -> tuple[dict, Entry]:
@@ -731,41 +754,54 @@ class Store:
                 continue
         return None
 
-    def copy_in(self, tier, keys=None, progress: Callable[[int, int], None] | None = None) -> "CopyReport":
-        """Copy entries of ``tier`` (a bundle, a remote tier) into the writable root, each
-        through the verification path (:meth:`verify_bytes`) before it is published.
+    def copy_in(self, tier, keys=None, progress: Callable[[int, int], None] | None = None,
+                where: Callable[[dict], bool] | None = None) -> "CopyReport":
+        """Copy entries of ``tier`` (a bundle, a remote tier: :meth:`require_remote`) into
+        the writable root, each through the verification path (:meth:`verify_bytes`, and
+        the signature for the remote tier) before it is published.
 
-        ``keys``: the keys to copy (default: all the tier holds). An entry already in the
-        root with the same bytes is left as it is (copying twice changes nothing). Returns a
-        CopyReport: ``copied`` and ``present`` (keys), ``failed`` ([(key, reason)]: absent,
-        corrupt, not verified, not written). Never raises for a bad entry."""
+        ``keys``: the keys to copy (default: all the tier holds). ``where(header) -> bool``:
+        called with each verified entry's header (a dict: ``kernel``, ``arch``, ...); False
+        leaves the entry out (``skipped``). An entry already in the root with the same bytes
+        is left as it is (copying twice changes nothing). ``progress(done, total)`` is called
+        per key. Returns a CopyReport: ``copied``, ``present`` and ``skipped`` (keys),
+        ``failed`` ([(key, reason)]: absent, corrupt, not verified, not written). Never
+        raises for a bad entry."""
         report = CopyReport()
         try:
-            wanted = list(tier.keys()) if keys is None else [check_key(k) for k in keys]
+            wanted = list(dict.fromkeys(tier.keys() if keys is None else [check_key(k) for k in keys]))
         except TierError as exc:
+            if tier is self._remote:
+                self._count(None, now=True, **{f"remote_errors_{exc.kind}": 1})
             report.failed.append(("*", f"cannot list {tier.name}: {exc}"))
             return report
-        for i, key in enumerate(dict.fromkeys(wanted), 1):
-            why = self._copy_one(tier, key, report)
+        for i, key in enumerate(wanted, 1):
+            why = self._copy_one(tier, key, report, where)
             if why is not None:
                 report.failed.append((key, why))
             if progress is not None:
                 progress(i, len(wanted))
         return report
 
-    def _copy_one(self, tier, key: str, report: "CopyReport") -> str | None:
-        limit = self._remote_limit() if tier is self._remote else self.settings.max_entry_size
+    def _copy_one(self, tier, key: str, report: "CopyReport", where=None) -> str | None:
+        remote = tier is self._remote and tier is not None
+        limit = self._remote_limit() if remote else self.settings.max_entry_size
         try:
             blob = tier.read(key, limit)
             if blob is None:
                 return f"not in {tier.name}"
             data = self._unwrap(tier, blob.data)
-            self.verify_bytes(key, data)
+            header, _ent = self.verify_bytes(key, data)
         except (CorruptEntry, NewerFormat) as exc:
-            self._count(key, now=True, **({"remote_bad": 1} if tier is self._remote else {"corrupt": 1}))
+            self._count(key, now=True, **({"remote_bad": 1} if remote else {"corrupt": 1}))
             return f"refused: {exc}"
         except (TierError, OSError) as exc:
+            if remote and isinstance(exc, TierError):  # counted by kind, as for a get
+                self._count(key, now=True, **{f"remote_errors_{exc.kind}": 1})
             return f"cannot read it: {exc}"
+        if where is not None and not where(header):
+            report.skipped.append(key)
+            return None
         if self.entry_bytes(key) == data:
             report.present.append(key)
             return None
@@ -787,6 +823,7 @@ class Store:
         try:
             there = set(remote.keys())
         except TierError as exc:
+            self._count(None, now=True, **{f"remote_errors_{exc.kind}": 1})
             report.failed.append(("*", f"cannot list {remote.name}: {exc}"))
             return report
         wanted = (list(dict.fromkeys(i.key for i in self.entries())) if keys is None
@@ -796,12 +833,11 @@ class Store:
                 report.present.append(key)
             else:
                 data = self.entry_bytes(key)
-                if data is None:
-                    report.failed.append((key, "no valid local entry"))
-                elif self._publish_remote(key, data):
+                why = "no valid local entry" if data is None else self._send_remote(key, data)
+                if why is None:
                     report.copied.append(key)
                 else:
-                    report.failed.append((key, "not written (see the warning above)"))
+                    report.failed.append((key, why if data is None else f"not written: {why}"))
             if progress is not None:
                 progress(i, len(wanted))
         return report

@@ -142,7 +142,9 @@ def test_dir_json_and_plain(cache, tmp_path):
     doc = kc_json("dir", root=root, env={"KCACHE_READONLY_DIRS": str(layer)})
     assert doc == {"root": str(root), "writable": True, "readonly_dirs": [str(layer)],
                    "readonly_roots": [str(layer)],  # the old name, kept for scripts
-                   "config_file": str(root / "config.json")}
+                   "config_file": str(root / "config.json"), "trusted": True, "untrusted": {},
+                   "remote": None, "remote_readonly": None, "remote_namespace": None,
+                   "remote_signed": None}
     done = kc("dir", root=root)
     assert done.stdout.splitlines()[0] == str(root)
     # KCACHE_DIR is used when --dir is absent
@@ -645,7 +647,8 @@ def test_config_show_get_set(cache):
     assert doc["root"] == str(root) and doc["config_file"] == str(root / "config.json")
     settings = doc["settings"]
     assert set(settings) == {"root", "max_size", "readonly_dirs", "readonly_roots",
-                             "lock_timeout", "disabled", "shared"}
+                             "lock_timeout", "disabled", "shared", "remote", "remote_namespace",
+                             "remote_readonly", "remote_timeout", "remote_ttl", "remote_wait"}
     assert settings["readonly_roots"] == settings["readonly_dirs"]  # old name, same content
     assert settings["root"] == {"value": str(root), "origin": "argument"}
     assert settings["lock_timeout"] == {"value": 90.0, "origin": "env KCACHE_LOCK_TIMEOUT"}

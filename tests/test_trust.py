@@ -256,12 +256,19 @@ def test_untrusted_root_is_not_used(tmp_path, how, where):
     assert snapshot(root) == before  # nothing read was counted, touched or written there
     if where != "root":
         return
-    # the CLI says so in one line, and lists nothing from it
-    for args in (("ls",), ("stats",), ("verify",), ("ls", "--json")):
+    # the CLI says so in one line and exits 1 (never "checked 0 entries", exit 0), listing
+    # nothing from it
+    for args in (("ls",), ("stats",), ("verify",), ("ls", "--json"), ("verify", "--json"),
+                 ("show", key(7)[:12]), ("prune",), ("export", str(root.parent / "b.kcb"))):
         cli = run_cli("--dir", root, *args)
         no_traceback(cli)
+        assert cli.returncode == 1, (args, cli.returncode, cli.stderr)
+        assert len(cli.stderr.splitlines()) == 1, (args, cli.stderr)
         assert len(_untrusted_lines(cli.stderr, root)) == 1, (args, cli.stderr)
         assert key(7)[:12] not in cli.stdout, (args, cli.stdout)
+    dir_doc = json.loads(run_cli("--dir", root, "dir", "--json").stdout)
+    assert dir_doc["trusted"] is False and dir_doc["writable"] is False
+    assert str(root) in dir_doc["untrusted"]
     assert snapshot(root) == before
 
 

@@ -22,9 +22,9 @@ from ..config import parse_bool, parse_duration
 from ..errors import ConfigError, KcacheError
 from ..warn import warn_once
 from .base import (DEFAULT_LEASE_TTL, DEFAULT_MAX_ERRORS, DEFAULT_MAX_WAIT, DEFAULT_NAMESPACE,
-                   DEFAULT_TIMEOUT, NAMESPACE_ACCEPTED, NAMESPACE_RE, Flight, redact)
+                   DEFAULT_TIMEOUT, NAMESPACE_ACCEPTED, NAMESPACE_RE, Flight, redact, shown)
 
-__all__ = ["open_remote", "open_settings", "open_configured", "remote_settings", "RemoteSettings", "MissingClient",
+__all__ = ["open_remote", "open_settings", "open_configured", "remote_settings", "check_setting", "RemoteSettings", "MissingClient",
            "Flight", "redact", "DEFAULT_NAMESPACE", "DEFAULT_TIMEOUT", "DEFAULT_MAX_WAIT",
            "DEFAULT_LEASE_TTL", "DEFAULT_MAX_ERRORS", "REDIS_SCHEMES"]
 
@@ -99,31 +99,42 @@ def remote_settings(env: Mapping[str, str] | None = None,
             raw[field] = (f"config.json {key}", config[key])
     if "url" not in raw:
         return None
-    origin, url = raw["url"]
-    out: dict[str, Any] = {"url": check_url(url, origin)}
-    if "namespace" in raw:
-        out["namespace"] = check_namespace(*reversed(raw["namespace"]))
-    if "readonly" in raw:
-        out["readonly"] = parse_bool(raw["readonly"][1], raw["readonly"][0])
-    if "timeout" in raw:
-        out["timeout"] = check_timeout(parse_duration(raw["timeout"][1], raw["timeout"][0]), raw["timeout"][0])
-    if "ttl" in raw:
-        out["ttl"] = parse_duration(raw["ttl"][1], raw["ttl"][0]) or None  # 0: no expiry
-    if "max_wait" in raw:
-        wait = parse_duration(raw["max_wait"][1], raw["max_wait"][0])
-        if wait > MAX_WAIT:
-            raise ConfigError(f"{raw['max_wait'][0]}={raw['max_wait'][1]!r} is too long; accepted: "
-                              f"0 to {MAX_WAIT:.0f} seconds")
-        out["max_wait"] = wait
+    out = {field: check_setting(field, value, origin) for field, (origin, value) in raw.items()}
     password = env.get("KCACHE_REMOTE_PASSWORD") or None
     return RemoteSettings(**out, password=password, secret=secret_from_env(env))
+
+
+#: Each setting's default (RemoteSettings), for ``kcache config show``.
+DEFAULTS = {"url": None, "namespace": DEFAULT_NAMESPACE, "readonly": False,
+            "timeout": DEFAULT_TIMEOUT, "ttl": None, "max_wait": DEFAULT_MAX_WAIT}
+
+
+def check_setting(field: str, value: Any, origin: str) -> Any:
+    """One setting of :data:`VARIABLES` (``field``: ``url``, ``namespace``, ...) checked and
+    converted as :func:`remote_settings` does (durations to seconds, a TTL of 0 to None).
+    ``origin`` names the variable or config.json key in messages. Raises ConfigError."""
+    if field == "url":
+        return check_url(value, origin)
+    if field == "namespace":
+        return check_namespace(value, origin)
+    if field == "readonly":
+        return parse_bool(value, origin)
+    if field == "timeout":
+        return check_timeout(parse_duration(value, origin), origin)
+    if field == "ttl":
+        return parse_duration(value, origin) or None  # 0: no expiry
+    if field == "max_wait":
+        wait = parse_duration(value, origin)
+        if wait > MAX_WAIT:
+            raise ConfigError(f"{origin}={value!r:.80} is too long; accepted: 0 to {MAX_WAIT:.0f} seconds")
+        return wait
+    raise ValueError(f"unknown remote setting {field!r}")
 
 
 def check_url(url: Any, origin: str = "KCACHE_REMOTE") -> str:
     """``url`` if it has a ``scheme://``; ConfigError (showing it without secrets) otherwise."""
     if not isinstance(url, str) or not _SCHEME_RE.match(url.strip()):
-        shown = redact(url) if isinstance(url, str) and "://" in url else repr(url)[:200]
-        raise ConfigError(f"{origin}={shown} is not a remote URL; accepted: {URL_ACCEPTED}")
+        raise ConfigError(f"{origin}={shown(url)} is not a remote URL; accepted: {URL_ACCEPTED}")
     return url.strip()
 
 

@@ -50,6 +50,17 @@ def redact(url: str) -> str:
         return url.split(":", 1)[0] + "://(unparsable URL)"
 
 
+def shown(value) -> str:
+    """A URL setting as a message may show it, whatever was given: :func:`redact` for a URL;
+    for other text (a mistyped URL such as ``redis//:pw@host``) everything up to its last
+    ``@`` hidden (it may be a password); repr, clipped to 200 characters. Never raises."""
+    if isinstance(value, str) and "://" in value:
+        return redact(value)
+    if isinstance(value, str) and "@" in value:
+        value = "…@" + value.rpartition("@")[2]
+    return repr(value)[:200]
+
+
 def version_tag() -> str:
     """``v<FORMAT_VERSION>``: part of every remote key, so kcache versions with different
     entry formats never read each other's values."""

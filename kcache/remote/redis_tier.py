@@ -181,6 +181,11 @@ class RedisTier(RemoteTier):
         start = time.monotonic()
         delay = POLL_FIRST
         held = False
+        slept = False
+
+        def waited() -> float:  # seconds spent waiting for another holder (not round trips)
+            return time.monotonic() - start if slept else 0.0
+
         try:
             while True:
                 if self.writable:
@@ -192,18 +197,19 @@ class RedisTier(RemoteTier):
                 if blob is not None:
                     if held:
                         self._release(lock)
-                    return Flight(False, blob, waited=time.monotonic() - start)
+                    return Flight(False, blob, waited=waited())
                 if free:
-                    return Flight(held, waited=time.monotonic() - start)
+                    return Flight(held, waited=waited())
                 left = start + max_wait - time.monotonic()
                 if left <= 0:
-                    return Flight(False, waited=time.monotonic() - start)
+                    return Flight(False, waited=waited())
                 time.sleep(min(delay, left))  # polling with a deadline (another machine's compile)
+                slept = True
                 delay = min(delay * POLL_GROWTH, POLL_CAP)
         except TierError as err:
             if held:
                 self._release(lock)
-            return Flight(False, error=err, waited=time.monotonic() - start)
+            return Flight(False, error=err, waited=waited())
 
     def _release(self, lock) -> None:
         """Release the lease if it is still ours (redis-py compares the token in Lua); an
