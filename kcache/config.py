@@ -275,7 +275,7 @@ def read_config(root: Path) -> dict[str, Any]:
         raise ConfigError(f"config file {path} is not valid JSON (nested too deep); accepted: a "
                           f"JSON object with keys {', '.join(SETTINGS)}") from None
     except ValueError as exc:
-        raise ConfigError(f"config file {path} is not valid JSON ({exc}); accepted: a JSON object with keys {', '.join(SETTINGS)}") from None
+        raise ConfigError(f"config file {path} is not valid JSON ({exc}); accepted: a JSON object with keys {', '.join(SETTINGS + REMOTE_SETTINGS)}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a JSON object with keys {', '.join(SETTINGS)}")
     return data
@@ -292,7 +292,7 @@ def _warn_unknown_keys(conf: dict, path: Path) -> None:
     for name in conf:
         if name not in SETTINGS and name not in REMOTE_SETTINGS:
             warn_once(f"config-key:{path}:{name}", f"kcache: config file {path}: unknown setting {name!r} ignored; "
-                      f"accepted: {', '.join(SETTINGS)}")
+                      f"accepted: {', '.join(SETTINGS + REMOTE_SETTINGS)}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -493,12 +493,10 @@ def _normalize(name: str, value: Any) -> Any:
     if name == "readonly_dirs":
         return [str(p) for p in _paths(value, name)]
     if name in REMOTE_SETTINGS:
-        from . import remote  # its checks; imports no client library
-        checks = {"remote": remote.check_url, "remote_namespace": remote.check_namespace,
-                  "remote_readonly": parse_bool,
-                  "remote_timeout": lambda v, n: remote.check_timeout(parse_duration(v, n), n),
-                  "remote_ttl": parse_duration, "remote_wait": parse_duration}
-        return checks[name](value, name)
+        from . import remote  # its checks, as the store applies them; imports no client library
+        field = next(f for f, (_env, key) in remote.VARIABLES.items() if key == name)
+        checked = remote.check_setting(field, value, name)  # seconds for durations
+        return 0.0 if checked is None else checked  # a TTL of 0 (no expiry) is stored as 0
     return _PARSERS[name](value, name)
 
 
