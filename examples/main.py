@@ -42,9 +42,11 @@ def _short(key) -> str:
     return key[:12] if key else "-"  # as `kcache ls` shows keys
 
 
-def _kcache(*args, env, check=True) -> subprocess.CompletedProcess:
-    """``python -m kcache ARGS`` with stdout captured (stderr passes through)."""
-    proc = subprocess.run([sys.executable, "-m", "kcache", *map(str, args)], env=env, cwd=REPO,
+def _kcache(*args, env, cwd, check=True) -> subprocess.CompletedProcess:
+    """``python -m kcache ARGS`` in ``cwd`` with stdout captured (stderr passes through).
+    ``cwd`` is never the repository root: there ``python -m`` would import the kcache/ folder
+    itself, which is not the installed package when kcache is not installed editable."""
+    proc = subprocess.run([sys.executable, "-m", "kcache", *map(str, args)], env=env, cwd=cwd,
                           stdout=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
     if check and proc.returncode != 0:
         raise _Failed(f"kcache {args[0]} failed (exit status {proc.returncode})")
@@ -68,6 +70,7 @@ def child(with_usecases: bool) -> None:
     if with_usecases:
         from examples import usecases
         dispatchers.update(usecases.launch_all())
+    from kcache.dispatcher import process_counts
     rows, seen = {}, set()
     for name, disp in dispatchers.items():
         s = disp.stats
@@ -76,10 +79,10 @@ def child(with_usecases: bool) -> None:
         rows[name] = {"hits": sum(s.cache_hits.values()), "misses": sum(s.cache_misses.values()),
                       "compiles": s.compiles, "compile_s": s.compile_seconds, "first": first,
                       "keys": sorted(s.keys.values()), "uncached": list(s.uncached.values())}
-    print(json.dumps(rows))
+    print(json.dumps({"kernels": rows, "process": process_counts()}))
 
 
-def gpu_run(env, imported: Path, with_usecases: bool) -> int:
+def gpu_run(env, imported: Path, with_usecases: bool, cwd: Path) -> int:
     """Launch every kernel in a fresh process served by ``imported``; 0 when all were hits."""
     from rich.console import Console
     from rich.table import Table
@@ -88,12 +91,14 @@ def gpu_run(env, imported: Path, with_usecases: bool) -> int:
                   "(kcache.install('all')):")
     child_env = dict(env, KCACHE_DIR=str(imported))
     child_env.pop("KCACHE_READONLY_DIRS", None)
-    argv = [sys.executable, __file__, "--child"] + (["--usecases"] if with_usecases else [])
-    proc = subprocess.run(argv, env=child_env, capture_output=True, text=True)
+    argv = [sys.executable, str(Path(__file__).resolve()), "--child"]
+    argv += ["--usecases"] if with_usecases else []
+    proc = subprocess.run(argv, env=child_env, cwd=cwd, capture_output=True, text=True)
     if proc.returncode != 0:
         console.print(f"[red]the GPU process failed[/red]\n{proc.stderr[-4000:]}")
         return 1
-    rows = json.loads(proc.stdout.strip().splitlines()[-1])
+    doc = json.loads(proc.stdout.strip().splitlines()[-1])
+    rows, process = doc["kernels"], doc["process"]
     table = Table(title="kernels launched from the imported root")
     for col in ("kernel", "served", "hits", "misses", "compiles", "key"):
         table.add_column(col)
@@ -106,13 +111,13 @@ def gpu_run(env, imported: Path, with_usecases: bool) -> int:
     console.print(table)
     sys.stdout.flush()
     print("Statistics of the imported root (kcache stats):")
-    print(_kcache("stats", "--dir", imported, env=env).stdout, end="")
+    print(_kcache("stats", "--dir", imported, env=env, cwd=cwd).stdout, end="")
     counted = [r for r in rows.values() if r["first"]]
     hits = sum(r["hits"] for r in counted)
     bad = [n for n, r in rows.items() if r["compiles"] or r["misses"] or r["uncached"]]
-    if bad:
-        console.print(f"[red]compiled or missed: {', '.join(bad)}: the imported root did not "
-                      "serve them[/red]")
+    if bad or any(v for k, v in process.items() if k != "hits"):
+        console.print(f"[red]compiled or missed: {', '.join(bad) or process}: the imported "
+                      "root did not serve them[/red]")
         return 1
     console.print(f"{len(rows)} launches of {len(counted)} kernels, results checked: {hits} "
                   f"hits, 0 misses, 0 compiles (100 % hits).")
@@ -121,11 +126,12 @@ def gpu_run(env, imported: Path, with_usecases: bool) -> int:
 
 # --- warm, export, import, compare --------------------------------------------------------------
 
-def warm(env, root: Path, ccs: list, jobs, with_usecases: bool) -> list:
+def warm(env, root: Path, ccs: list, jobs, with_usecases: bool, cwd: Path) -> list:
     """``kcache warm`` the examples (and cache_usecases) into ``root``; prints one line per
     (kernel, signature, cc) and warm's summary; returns warm's results. Raises _Failed."""
     from kcache.dispatcher.warm import cc_text
-    targets = ["examples", USECASES] if with_usecases else ["examples"]
+    examples = str(REPO / "examples")  # a folder: imported as the package `examples`
+    targets = [examples, USECASES] if with_usecases else [examples]
     targets += ["--signatures", EXAMPLE_SIGS]
     if with_usecases:
         targets += ["--signatures", USECASE_SIGS]
@@ -133,7 +139,7 @@ def warm(env, root: Path, ccs: list, jobs, with_usecases: bool) -> list:
             "--dir", root]
     if jobs is not None:
         args += ["--jobs", jobs]
-    proc = _kcache(*args, env=env, check=False)
+    proc = _kcache(*args, env=env, cwd=cwd, check=False)
     try:
         doc = json.loads(proc.stdout)
     except ValueError:
@@ -157,9 +163,9 @@ def warm(env, root: Path, ccs: list, jobs, with_usecases: bool) -> list:
     return doc["results"]
 
 
-def listing(env, root: Path) -> dict:
+def listing(env, root: Path, cwd: Path) -> dict:
     """``kcache ls --json`` of ``root``: {key: entry record}."""
-    doc = json.loads(_kcache("ls", "--json", "--dir", root, env=env).stdout)
+    doc = json.loads(_kcache("ls", "--json", "--dir", root, env=env, cwd=cwd).stdout)
     return {e["key"]: e for e in doc["entries"]}
 
 
@@ -167,16 +173,17 @@ def ship(env, root: Path, work: Path) -> Path:
     """Export ``root`` into a bundle, import it into a fresh root, list it and compare the
     two listings; returns the imported root. Raises _Failed."""
     bundle, imported = work / "kernels.kcb", work / "imported"
-    out = json.loads(_kcache("export", bundle, "--dir", root, "--json", env=env).stdout)
+    out = json.loads(_kcache("export", bundle, "--dir", root, "--json", env=env, cwd=work).stdout)
     how = "zstd" if out["compressed"] else "tar"
     print(f"\nkcache export: {out['entries']} entries ({out['entry_bytes']} bytes) -> {bundle} "
           f"({out['bundle_bytes']} bytes, {how})")
-    got = json.loads(_kcache("import", bundle, "--into", imported, "--json", env=env).stdout)
+    got = json.loads(_kcache("import", bundle, "--into", imported, "--json", env=env,
+                             cwd=work).stdout)
     again = f", {len(got['present'])} already there" if got["present"] else ""
     print(f"kcache import: {len(got['imported'])} entries added to {imported}{again}")
     print("\nEntries in the imported root (kcache ls):")
-    print(_kcache("ls", "--sort", "name", "--dir", imported, env=env).stdout, end="")
-    mine, theirs = listing(env, root), listing(env, imported)
+    print(_kcache("ls", "--sort", "name", "--dir", imported, env=env, cwd=work).stdout, end="")
+    mine, theirs = listing(env, root, work), listing(env, imported, work)
     same = {k: (e["kernel"], e["signature"], e["arch"], e["file_size"]) for k, e in mine.items()}
     if same != {k: (e["kernel"], e["signature"], e["arch"], e["file_size"])
                 for k, e in theirs.items()}:
@@ -277,14 +284,15 @@ def run(args, env, root: Path, ccs: list) -> int:
     print(f"Compiling for cc {', '.join(cc_text(c) for c in ccs)} "
           f"({', '.join(arch_name(c) for c in ccs)}) with kcache warm.")
     print(f"Cache: {root} (change it with --cache-dir or KCACHE_DIR)\n", flush=True)
-    work = Path(args.work_dir) if args.work_dir else Path(tempfile.mkdtemp(prefix="kcache-main-"))
+    work = (Path(args.work_dir).absolute() if args.work_dir
+            else Path(tempfile.mkdtemp(prefix="kcache-main-")))
     start = time.perf_counter()
     try:
         work.mkdir(parents=True, exist_ok=True)
-        warm(env, root, ccs, args.jobs, why_not is None)
+        warm(env, root, ccs, args.jobs, why_not is None, work)
         imported = ship(env, root, work)
         if gpu:
-            return gpu_run(env, imported, why_not is None)
+            return gpu_run(env, imported, why_not is None, work)
         return 0
     except _Failed as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
