@@ -243,10 +243,12 @@ def _mount_works(src: Path, dest: Path) -> bool:
 
 
 @pytest.mark.parametrize("how", ["read-only bind mount", "EROFS simulated"])
-@pytest.mark.parametrize("overlay", ["writable KCACHE_DIR", "no writable root"])
+@pytest.mark.parametrize("overlay", ["writable KCACHE_DIR", "no writable root", "root read-only"])
 def test_layer_on_a_read_only_file_system(tmp_path, how, overlay):
     """The layer on a read-only file system; new kernels go to a writable KCACHE_DIR, or, with
-    none (KCACHE_DIR a folder that cannot be made there), nowhere: one warning."""
+    none (KCACHE_DIR a folder that cannot be made there), nowhere: one warning. "root
+    read-only": the cache is KCACHE_DIR itself (an imported root in a --read-only container):
+    hits, and one warning per thing that cannot be written."""
     src = tmp_path / "image-src"
     _make_layer(src)
     before = snapshot(src)
@@ -267,15 +269,24 @@ def test_layer_on_a_read_only_file_system(tmp_path, how, overlay):
         env.update(KCACHE_TEST_READONLY=shim["KCACHE_TEST_READONLY"],
                    PYTHONPATH=os.pathsep.join([shim["PYTHONPATH"], env["PYTHONPATH"]]))
     layer = seen / "kcache"
-    env["KCACHE_READONLY_DIRS"] = str(layer)
-    env["KCACHE_DIR"] = str(tmp_path / "rw" if overlay == "writable KCACHE_DIR"
-                            else seen / "home" / "kcache")
+    if overlay == "root read-only":
+        env["KCACHE_DIR"] = str(layer)
+    else:
+        env["KCACHE_READONLY_DIRS"] = str(layer)
+        env["KCACHE_DIR"] = str(tmp_path / "rw" if overlay == "writable KCACHE_DIR"
+                                else seen / "home" / "kcache")
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     got = json.loads(done.stdout.strip().splitlines()[-1])
     assert got["gets"] == [True] * 5 and got["hits"] == 5 and got["misses"] == 0
-    assert got["layers"] == [str(layer)]
-    if overlay == "writable KCACHE_DIR":
+    assert got["layers"] == ([] if overlay == "root read-only" else [str(layer)])
+    if overlay == "root read-only":
+        assert got["put"] is False and got["writable"] is False
+        assert len(got["warnings"]) == 2, got["warnings"]
+        assert got["warnings"][0].startswith("kcache: cannot record use of cache entries")
+        assert "Read-only file system" in got["warnings"][0]
+        assert "Read-only file system (EROFS)" in got["warnings"][1]
+    elif overlay == "writable KCACHE_DIR":
         assert got["put"] is True and got["writable"] is True and got["warnings"] == []
         assert _keys(tmp_path / "rw") == {key(50)}  # new kernels go to the overlay
     else:

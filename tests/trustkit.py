@@ -105,7 +105,9 @@ READONLY_SHIM = '''\
 Tests run as root, for whom permission bits do not stop writes, so a read-only file system
 (EROFS) is simulated instead: this file is copied as ``sitecustomize.py`` into a folder put on
 the subprocess's PYTHONPATH, and wraps the ``os`` / ``io`` calls that create, change or delete
-files so that they raise ``OSError(EROFS)`` for paths under that root. Reads are unaffected.
+files so that they raise ``OSError(EROFS)`` for paths under that root, also when the path is
+given relative to a folder descriptor (``dir_fd``) or as a file descriptor (``os.utime(fd)``):
+those are resolved through /proc/self/fd. Reads are unaffected.
 """
 import builtins
 import errno
@@ -116,24 +118,42 @@ _ROOT = os.path.realpath(os.environ["KCACHE_TEST_READONLY"])
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
 
-def _inside(path) -> bool:
-    if isinstance(path, int):
-        return False
+def _fd_path(fd):
     try:
-        full = os.path.realpath(os.fsdecode(path))
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return None
+
+
+def _inside(path, dir_fd=None) -> bool:
+    try:
+        if isinstance(path, int):
+            full = _fd_path(path)
+        else:
+            full = os.fsdecode(path)
+            if dir_fd is not None and not os.path.isabs(full):
+                base = _fd_path(dir_fd)
+                full = None if base is None else os.path.join(base, full)
+        if full is None:
+            return False
+        full = os.path.realpath(full)
     except (TypeError, ValueError):
         return False
     return full == _ROOT or full.startswith(_ROOT + os.sep)
 
 
 def _refuse(path):
-    raise OSError(errno.EROFS, os.strerror(errno.EROFS), os.fsdecode(path))
+    raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+
+
+_DIR_FDS = ("dir_fd", "src_dir_fd", "dst_dir_fd")
 
 
 def _guard_path(func, nargs=1):
     def wrapper(*args, **kwargs):
-        for path in args[:nargs]:
-            if _inside(path):
+        fds = [kwargs.get(k) for k in _DIR_FDS if k in kwargs] or [kwargs.get("dir_fd")]
+        for i, path in enumerate(args[:nargs]):
+            if _inside(path, fds[min(i, len(fds) - 1)]):
                 _refuse(path)
         return func(*args, **kwargs)
     return wrapper
@@ -143,7 +163,7 @@ _os_open = os.open
 
 
 def _open(path, flags, *args, **kwargs):
-    if flags & _WRITE_FLAGS and _inside(path):
+    if flags & _WRITE_FLAGS and _inside(path, kwargs.get("dir_fd")):
         _refuse(path)
     return _os_open(path, flags, *args, **kwargs)
 
