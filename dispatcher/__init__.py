@@ -6,6 +6,8 @@ Public API: :func:`jit`, :func:`install`, :func:`uninstall`, :func:`compile_for`
 """
 from __future__ import annotations
 
+import sys as _sys
+
 from ._compat import CUDADispatcher as _CUDADispatcher
 from .aot import (CompiledEntry, CompileForError, NotStored, check_cc, compile_for,
                   compile_for_report, parse_cc)
@@ -41,3 +43,10 @@ def explain(target=True):
                       if not any(why in line for line in lines)]
         return lines
     raise TypeError(f"kcache.explain takes True/False or a kernel dispatcher, not {target!r:.60}")
+
+
+# Last: the KCACHE_ENABLE hook (kcache._hook) waits for the whole package when numba.cuda was
+# imported by this package's own import.
+READY = True
+if "kcache._hook" in _sys.modules:
+    _sys.modules["kcache._hook"].dispatcher_ready()

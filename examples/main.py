@@ -1,143 +1,255 @@
-"""The main job: example kernels served by kcache.
+"""The main job: example kernels warmed, shipped in a bundle and served by kcache.
 
-With a GPU: runs the example kernels (examples/kernels.py, with device functions in
-examples/mathbits.py) in two fresh processes under kcache's transparent mode; the first may
-compile, the second must load every kernel from the cache; results are checked against NumPy
-and each run's statistics are shown. Without a GPU: says so, compiles the kernels for one
-compute capability (default 9.0, i.e. sm_90a) with ``kcache.compile_for`` without launching
-them, says per kernel whether it was compiled or already cached, and lists the entries with
-``kcache ls``.
+1. ``kcache warm`` compiles the example kernels (examples/kernels.py, with device functions in
+   examples/mathbits.py; signatures in examples/kernels.sigs) and numba-cuda's own
+   module-level test kernels (``numba.cuda.tests.cudapy.cache_usecases``, signatures in
+   examples/cache_usecases.sigs) for each ``--cc`` (default 8.0 and 9.0) into the cache,
+   without a GPU, and says per kernel whether it was compiled or already cached.
+2. ``kcache export`` writes the cache's entries into a bundle; ``kcache import`` adds them to a
+   fresh cache root; ``kcache ls`` lists that root, and the two roots are compared: the same
+   entries in both.
+3. With a GPU (its cc is added to the list): a fresh process pointed at the imported root
+   (``KCACHE_DIR``) launches every kernel under ``kcache.install("all")``, checks the results
+   against NumPy, and must load every kernel from the cache: 100 % hits, no compile. Its
+   statistics are shown.
 
-Usage: python examples/main.py [--cc 9.0] [--cache-dir DIR]
-Exit status: 0 on success; 1 if a result is wrong, the second run compiled anything, or an
-entry could not be stored; 2 for a bad argument or setting (one line on stderr).
+``cache_usecases`` needs the ``filecheck`` package (numba.cuda.testing imports it; the test
+extra installs it): without it that part is skipped with one line saying so.
+
+Usage: python examples/main.py [--cc 8.0,9.0] [--cache-dir DIR] [--work-dir DIR] [--jobs N]
+Exit status: 0 on success; 1 if a kernel failed to compile, a result is wrong, the GPU run
+compiled or missed anything, or the bundle's entries differ; 2 for a bad argument or setting
+(one line on stderr).
 """
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 PROG = "examples/main.py"
+EXAMPLE_SIGS = REPO / "examples" / "kernels.sigs"
+USECASE_SIGS = REPO / "examples" / "cache_usecases.sigs"
+USECASES = "numba.cuda.tests.cudapy.cache_usecases"
 
 
 def _short(key) -> str:
     return key[:12] if key else "-"  # as `kcache ls` shows keys
 
 
-def child() -> None:
-    """One fresh process: install kcache, launch every example kernel, print stats as JSON."""
+def _kcache(*args, env, cwd, check=True) -> subprocess.CompletedProcess:
+    """``python -m kcache ARGS`` in ``cwd`` with stdout captured (stderr passes through).
+    ``cwd`` is never the repository root: there ``python -m`` would import the kcache/ folder
+    itself, which is not the installed package when kcache is not installed editable."""
+    proc = subprocess.run([sys.executable, "-m", "kcache", *map(str, args)], env=env, cwd=cwd,
+                          stdout=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    if check and proc.returncode != 0:
+        raise _Failed(f"kcache {args[0]} failed (exit status {proc.returncode})")
+    return proc
+
+
+class _Failed(Exception):
+    """A step of the main job failed; the message says which."""
+
+
+# --- the GPU process ----------------------------------------------------------------------------
+
+def child(with_usecases: bool) -> None:
+    """One fresh process: install kcache (every kernel), launch every kernel, print per-kernel
+    statistics as JSON."""
     sys.path.append(str(REPO))  # for `examples`; appended so it never hides an installed kcache
     import kcache
-    kcache.install("cache")
+    kcache.install("all")  # cache_usecases has cache=False kernels too: they were warmed as well
     from examples import kernels
-    dispatchers = kernels.run_all()
-    rows = {}
+    dispatchers = dict(kernels.run_all())
+    if with_usecases:
+        from examples import usecases
+        dispatchers.update(usecases.launch_all())
+    from kcache.dispatcher import process_counts
+    rows, seen = {}, set()
     for name, disp in dispatchers.items():
         s = disp.stats
+        first = id(disp) not in seen  # record_return is launched twice: count it once
+        seen.add(id(disp))
         rows[name] = {"hits": sum(s.cache_hits.values()), "misses": sum(s.cache_misses.values()),
-                      "compiles": s.compiles, "compile_s": s.compile_seconds,
+                      "compiles": s.compiles, "compile_s": s.compile_seconds, "first": first,
                       "keys": sorted(s.keys.values()), "uncached": list(s.uncached.values())}
-    print(json.dumps(rows))
+    print(json.dumps({"kernels": rows, "process": process_counts()}))
 
 
-def with_gpu(env, root) -> int:
-    from numba import cuda
+def gpu_run(env, imported: Path, with_usecases: bool, cwd: Path) -> int:
+    """Launch every kernel in a fresh process served by ``imported``; 0 when all were hits."""
     from rich.console import Console
     from rich.table import Table
-
-    from kcache.dispatcher.components import arch_name
     console = Console()
-    device = cuda.get_current_device()
-    cc = tuple(device.compute_capability)
-    name = device.name.decode() if isinstance(device.name, bytes) else device.name
-    console.print(f"GPU found: {name}, cc {cc[0]}.{cc[1]} ({arch_name(cc)}).")
-    console.print(f"Running the example kernels in two fresh processes under kcache.install(); "
-                  f"cache: {root}")
-    runs = []
-    for run in (1, 2):
-        proc = subprocess.run([sys.executable, __file__, "--child"], env=env,
-                              capture_output=True, text=True)
-        if proc.returncode != 0:
-            console.print(f"[red]run {run} failed[/red]\n{proc.stderr[-4000:]}")
-            return 1
-        runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
-    table = Table(title="example kernels under kcache (two fresh processes)")
-    for col in ("kernel", "run", "served", "hits", "misses", "compiles", "compile s", "key"):
-        table.add_column(col)
-    for run, rows in enumerate(runs, 1):
-        for kname, r in rows.items():
-            served = "compiled" if r["compiles"] else "from the cache"
-            if r["uncached"]:
-                served = f"compiled, not cached ({r['uncached'][0]})"
-            table.add_row(kname, str(run), served, str(r["hits"]), str(r["misses"]),
-                          str(r["compiles"]), f"{r['compile_s']:.2f}",
-                          ", ".join(_short(k) for k in r["keys"]))
-    console.print(table)
-    if any(r["compiles"] or r["misses"] for r in runs[1].values()):
-        console.print("[red]the second run compiled kernels: the cache did not serve them[/red]")
+    console.print(f"\nLaunching every kernel in a fresh process with KCACHE_DIR={imported} "
+                  "(kcache.install('all')):")
+    child_env = dict(env, KCACHE_DIR=str(imported))
+    child_env.pop("KCACHE_READONLY_DIRS", None)
+    argv = [sys.executable, str(Path(__file__).resolve()), "--child"]
+    argv += ["--usecases"] if with_usecases else []
+    proc = subprocess.run(argv, env=child_env, cwd=cwd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        console.print(f"[red]the GPU process failed[/red]\n{proc.stderr[-4000:]}")
         return 1
-    console.print("Results checked against NumPy; second run: every kernel loaded from the "
-                  "cache, nothing compiled.")
-    return 0
-
-
-def without_gpu(cc, store, env) -> int:
-    from kcache.dispatcher import CompileForError, compile_for_report
-    from kcache.dispatcher.components import arch_name
-    from examples import kernels
-    print(f"No GPU found (numba-cuda sees no CUDA device): the example kernels are compiled "
-          f"for cc {cc[0]}.{cc[1]} ({arch_name(cc)}) and not launched.")
-    print(f"Cache: {store.root} (change it with --cache-dir or KCACHE_DIR)")
-    print()
-    for kernel, sigs in kernels.SIGNATURES.items():
-        try:
-            results = compile_for_report(kernel, sigs, cc=[cc], store=store)
-        except CompileForError as exc:
-            print(f"{PROG}: {exc}", file=sys.stderr)
-            return 1
-        for r in results:
-            what = "already cached" if r.cached else f"compiled in {r.compile_seconds:.2f} s"
-            print(f"  {kernel.py_func.__name__:<14} {what:<22} key {_short(r.key)}")
-    print()
-    print("Entries in the cache (kcache ls):")
+    doc = json.loads(proc.stdout.strip().splitlines()[-1])
+    rows, process = doc["kernels"], doc["process"]
+    table = Table(title="kernels launched from the imported root")
+    for col in ("kernel", "served", "hits", "misses", "compiles", "key"):
+        table.add_column(col)
+    for name, r in rows.items():
+        served = "compiled" if r["compiles"] else "from the cache"
+        if r["uncached"]:
+            served = f"compiled, not cached ({r['uncached'][0]})"
+        table.add_row(name, served, str(r["hits"]), str(r["misses"]), str(r["compiles"]),
+                      ", ".join(_short(k) for k in r["keys"]))
+    console.print(table)
     sys.stdout.flush()
-    proc = subprocess.run([sys.executable, "-m", "kcache", "ls"], env=env)
-    if proc.returncode != 0:  # the CLI failed: list the entries directly
-        for info in store.entries():
-            print(_short(info.key), info.arch, info.kernel, info.signature,
-                  f"{info.file_size} bytes")
+    print("Statistics of the imported root (kcache stats):")
+    print(_kcache("stats", "--dir", imported, env=env, cwd=cwd).stdout, end="")
+    counted = [r for r in rows.values() if r["first"]]
+    hits = sum(r["hits"] for r in counted)
+    bad = [n for n, r in rows.items() if r["compiles"] or r["misses"] or r["uncached"]]
+    if bad or any(v for k, v in process.items() if k != "hits"):
+        console.print(f"[red]compiled or missed: {', '.join(bad) or process}: the imported "
+                      "root did not serve them[/red]")
+        return 1
+    console.print(f"{len(rows)} launches of {len(counted)} kernels, results checked: {hits} "
+                  f"hits, 0 misses, 0 compiles (100 % hits).")
     return 0
+
+
+# --- warm, export, import, compare --------------------------------------------------------------
+
+def warm(env, root: Path, ccs: list, jobs, with_usecases: bool, cwd: Path) -> list:
+    """``kcache warm`` the examples (and cache_usecases) into ``root``; prints one line per
+    (kernel, signature, cc) and warm's summary; returns warm's results. Raises _Failed."""
+    from kcache.dispatcher.warm import cc_text
+    examples = str(REPO / "examples")  # a folder: imported as the package `examples`
+    targets = [examples, USECASES] if with_usecases else [examples]
+    targets += ["--signatures", EXAMPLE_SIGS]
+    if with_usecases:
+        targets += ["--signatures", USECASE_SIGS]
+    args = ["warm", *targets, "--cc", ",".join(cc_text(cc) for cc in ccs), "--json",
+            "--dir", root]
+    if jobs is not None:
+        args += ["--jobs", jobs]
+    proc = _kcache(*args, env=env, cwd=cwd, check=False)
+    try:
+        doc = json.loads(proc.stdout)
+    except ValueError:
+        raise _Failed(f"kcache warm failed (exit status {proc.returncode})") from None
+    for r in doc["results"]:
+        name = r["kernel"].rsplit(":", 1)[-1]
+        if r["status"] == "compiled":
+            what = f"compiled in {r['compile_seconds']:.2f} s"
+        elif r["status"] == "cached":
+            what = "already cached"
+        else:
+            what = f"{r['status']}: {r['reason']}"
+        print(f"  {name:<26} {r['arch'] or '-':<7} {what:<22} key {_short(r['key'])}")
+    if doc["without_signatures"]:
+        print(f"  not compiled (no known signature): {', '.join(doc['without_signatures'])}")
+    s = doc["summary"]
+    print(f"kcache warm: {s['compiled']} compiled, {s['cached']} already cached, "
+          f"{s['failed']} failed in {doc['seconds']:.1f} s ({doc['jobs']} jobs)")
+    if proc.returncode != 0 or s["failed"]:
+        raise _Failed("kcache warm could not compile every kernel (above)")
+    return doc["results"]
+
+
+def listing(env, root: Path, cwd: Path) -> dict:
+    """``kcache ls --json`` of ``root``: {key: entry record}."""
+    doc = json.loads(_kcache("ls", "--json", "--dir", root, env=env, cwd=cwd).stdout)
+    return {e["key"]: e for e in doc["entries"]}
+
+
+def ship(env, root: Path, work: Path) -> Path:
+    """Export ``root`` into a bundle, import it into a fresh root, list it and compare the
+    two listings; returns the imported root. Raises _Failed."""
+    bundle, imported = work / "kernels.kcb", work / "imported"
+    out = json.loads(_kcache("export", bundle, "--dir", root, "--json", env=env, cwd=work).stdout)
+    how = "zstd" if out["compressed"] else "tar"
+    print(f"\nkcache export: {out['entries']} entries ({out['entry_bytes']} bytes) -> {bundle} "
+          f"({out['bundle_bytes']} bytes, {how})")
+    got = json.loads(_kcache("import", bundle, "--into", imported, "--json", env=env,
+                             cwd=work).stdout)
+    again = f", {len(got['present'])} already there" if got["present"] else ""
+    print(f"kcache import: {len(got['imported'])} entries added to {imported}{again}")
+    print("\nEntries in the imported root (kcache ls):")
+    print(_kcache("ls", "--sort", "name", "--dir", imported, env=env, cwd=work).stdout, end="")
+    mine, theirs = listing(env, root, work), listing(env, imported, work)
+    same = {k: (e["kernel"], e["signature"], e["arch"], e["file_size"]) for k, e in mine.items()}
+    if same != {k: (e["kernel"], e["signature"], e["arch"], e["file_size"])
+                for k, e in theirs.items()}:
+        raise _Failed(f"kcache ls differs: {len(mine)} entries in {root}, {len(theirs)} in "
+                      f"{imported}")
+    print(f"Same {len(mine)} entries (key, kernel, signature, arch, size) in {root} and in "
+          f"{imported}.")
+    return imported
+
+
+# --- main ---------------------------------------------------------------------------------------
+
+def _usecases_available() -> str | None:
+    """None when cache_usecases can be imported, else why not (one line)."""
+    sys.path.append(str(REPO))
+    try:
+        from examples import usecases
+        usecases.usecases()
+    except ImportError as exc:
+        return str(exc)
+    return None
+
+
+def _parse(argv):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cc", action="append", help="compute capabilities to compile for, "
+                        "comma-separated or repeated (default 8.0,9.0; with a GPU its own is "
+                        "added)")
+    parser.add_argument("--cache-dir", help="cache directory (default: KCACHE_DIR or the "
+                        "user cache directory)")
+    parser.add_argument("--work-dir", help="where the bundle and the imported root are made "
+                        "(default: a temporary folder, removed at the end)")
+    parser.add_argument("--jobs", type=int, help="compiling processes (default: the cores)")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--usecases", action="store_true", help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def _blank(value) -> bool:
+    return value is not None and not value.strip()
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cc", default="9.0", help="compute capability to compile for when "
-                        "there is no GPU (default 9.0, i.e. sm_90a)")
-    parser.add_argument("--cache-dir", help="cache directory (default: KCACHE_DIR or the "
-                        "user cache directory)")
-    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    args = _parse(argv)
     if args.child:
-        child()
+        child(args.usecases)
         return 0
-    if args.cache_dir is not None and not args.cache_dir.strip():
-        # An unset shell variable (--cache-dir "$X") must not silently mean the default cache.
-        print(f"{PROG}: --cache-dir needs a directory path, got {args.cache_dir!r} (omit "
-              "--cache-dir for KCACHE_DIR or the user cache directory)", file=sys.stderr)
+    for flag, value in (("--cache-dir", args.cache_dir), ("--work-dir", args.work_dir)):
+        if _blank(value):
+            # An unset shell variable (--cache-dir "$X") must not silently mean the default.
+            print(f"{PROG}: {flag} needs a directory path, got {value!r} (omit {flag} for the "
+                  "default)", file=sys.stderr)
+            return 2
+    if args.jobs is not None and not 1 <= args.jobs <= 256:
+        print(f"{PROG}: --jobs {args.jobs}: accepted: 1 to 256", file=sys.stderr)
         return 2
     env = dict(os.environ)
     if args.cache_dir is not None:
         env["KCACHE_DIR"] = os.environ["KCACHE_DIR"] = args.cache_dir
     sys.path.append(str(REPO))  # for `examples`; appended so it never hides an installed kcache
     import kcache
-    from kcache.dispatcher import check_cc
+    from kcache.dispatcher.warm import parse_cc_list
     try:
-        cc = check_cc(args.cc)  # checked first: a usage error writes nothing
+        ccs = parse_cc_list(args.cc or ["8.0,9.0"])  # checked first: a usage error writes nothing
     except ValueError as exc:
-        print(f"{PROG}: --cc: {exc}", file=sys.stderr)
+        print(f"{PROG}: {exc}", file=sys.stderr)
         return 2
     try:
         # --cache-dir is passed as the root argument so a bad one is named as such, not as
@@ -147,12 +259,48 @@ def main(argv=None) -> int:
         text = str(exc).replace("(from argument)", "(from --cache-dir)")
         print(f"{PROG}: {text}", file=sys.stderr)
         return 2
+    return run(args, env, store.root, ccs)
+
+
+def run(args, env, root: Path, ccs: list) -> int:
     from numba import cuda
-    if cuda.is_available():
-        if args.cc != parser.get_default("cc"):
-            print(f"{PROG}: --cc is ignored with a GPU: kernels are built for the GPU's cc")
-        return with_gpu(env, store.root)
-    return without_gpu(cc, store, env)
+
+    from kcache.dispatcher.components import arch_name
+    from kcache.dispatcher.warm import cc_text
+    gpu = cuda.is_available()
+    if gpu:
+        device = cuda.get_current_device()
+        cc = tuple(device.compute_capability)
+        name = device.name.decode() if isinstance(device.name, bytes) else device.name
+        print(f"GPU found: {name}, cc {cc_text(cc)} ({arch_name(cc)}).")
+        ccs = ccs + [cc] if cc not in ccs else ccs
+    else:
+        print("No GPU found (numba-cuda sees no CUDA device): the kernels are compiled and "
+              "not launched.")
+    why_not = _usecases_available()
+    if why_not is not None:
+        print(f"{PROG}: skipping {USECASES}: it cannot be imported ({why_not}); "
+              "pip install filecheck (in kcache's test extra) to include it")
+    print(f"Compiling for cc {', '.join(cc_text(c) for c in ccs)} "
+          f"({', '.join(arch_name(c) for c in ccs)}) with kcache warm.")
+    print(f"Cache: {root} (change it with --cache-dir or KCACHE_DIR)\n", flush=True)
+    work = (Path(args.work_dir).absolute() if args.work_dir
+            else Path(tempfile.mkdtemp(prefix="kcache-main-")))
+    start = time.perf_counter()
+    try:
+        work.mkdir(parents=True, exist_ok=True)
+        warm(env, root, ccs, args.jobs, why_not is None, work)
+        imported = ship(env, root, work)
+        if gpu:
+            return gpu_run(env, imported, why_not is None, work)
+        return 0
+    except _Failed as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        if not args.work_dir:
+            shutil.rmtree(work, ignore_errors=True)
+        print(f"\nmain job: {time.perf_counter() - start:.1f} s", flush=True)
 
 
 if __name__ == "__main__":

@@ -32,12 +32,28 @@ def mode_from_env(value=None):
                      "all (every kernel) or 0")
 
 
+_pending = []  # the mode to install once kcache.dispatcher has finished importing
+
+
 def _install(mode):
+    disp = sys.modules.get("kcache.dispatcher")
+    if disp is not None and not getattr(disp, "READY", False):
+        # numba.cuda was imported by kcache.dispatcher's own import (``import kcache;
+        # kcache.jit``, ``kcache warm``): installing now would import a half-made package.
+        # dispatcher_ready() installs when the package is complete.
+        _pending.append(mode)
+        return
     try:
         from kcache.dispatcher import install
         install(mode)
     except Exception as exc:  # the hook must never break the user's program
         sys.stderr.write(f"kcache: KCACHE_ENABLE={mode} ignored: cannot install ({exc})\n")
+
+
+def dispatcher_ready():
+    """Called by kcache.dispatcher at the end of its import: install a mode left pending."""
+    if _pending:
+        _install(_pending.pop())
 
 
 class _Loader(importlib.abc.Loader):

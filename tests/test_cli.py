@@ -15,6 +15,7 @@ import pytest
 
 from kcache import Entry, Store
 from kcache.toolchain import package_versions
+from trustkit import READONLY_SHIM
 
 NOW = time.time()
 DAY = 86400.0
@@ -666,76 +667,8 @@ def test_config_show_get_set(cache):
 
 # ------------------------------------------------------------------------------ read-only root
 # Tests run as root, where chmod does not stop writes, so a read-only mount is simulated: the
-# subprocess gets READONLY_SHIM as its ``sitecustomize`` (through PYTHONPATH), which makes
-# every write under $KCACHE_TEST_READONLY fail with EROFS while reads work.
-
-READONLY_SHIM = '''\
-"""A ``sitecustomize`` for CLI tests: makes every write under $KCACHE_TEST_READONLY fail.
-
-Tests run as root, for whom permission bits do not stop writes, so a read-only file system
-(EROFS) is simulated instead: this file is copied as ``sitecustomize.py`` into a folder put on
-the subprocess's PYTHONPATH, and wraps the ``os`` / ``io`` calls that create, change or delete
-files so that they raise ``OSError(EROFS)`` for paths under that root. Reads are unaffected.
-"""
-import builtins
-import errno
-import io
-import os
-
-_ROOT = os.path.realpath(os.environ["KCACHE_TEST_READONLY"])
-_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
-
-
-def _inside(path) -> bool:
-    if isinstance(path, int):
-        return False
-    try:
-        full = os.path.realpath(os.fsdecode(path))
-    except (TypeError, ValueError):
-        return False
-    return full == _ROOT or full.startswith(_ROOT + os.sep)
-
-
-def _refuse(path):
-    raise OSError(errno.EROFS, os.strerror(errno.EROFS), os.fsdecode(path))
-
-
-def _guard_path(func, nargs=1):
-    def wrapper(*args, **kwargs):
-        for path in args[:nargs]:
-            if _inside(path):
-                _refuse(path)
-        return func(*args, **kwargs)
-    return wrapper
-
-
-_os_open = os.open
-
-
-def _open(path, flags, *args, **kwargs):
-    if flags & _WRITE_FLAGS and _inside(path):
-        _refuse(path)
-    return _os_open(path, flags, *args, **kwargs)
-
-
-os.open = _open
-for _name, _n in (("unlink", 1), ("remove", 1), ("rmdir", 1), ("mkdir", 1), ("utime", 1),
-                  ("rename", 2), ("replace", 2), ("link", 2), ("symlink", 2),
-                  ("chmod", 1), ("truncate", 1)):
-    setattr(os, _name, _guard_path(getattr(os, _name), _n))
-
-_io_open = io.open
-
-
-def _open_file(file, mode="r", *args, **kwargs):
-    if any(c in mode for c in "wax+") and _inside(file):
-        _refuse(file)
-    return _io_open(file, mode, *args, **kwargs)
-
-
-builtins.open = _open_file
-io.open = _open_file
-'''
+# subprocess gets trustkit.READONLY_SHIM as its ``sitecustomize`` (through PYTHONPATH), which
+# makes every write under $KCACHE_TEST_READONLY fail with EROFS while reads work.
 
 
 @pytest.fixture

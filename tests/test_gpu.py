@@ -249,3 +249,41 @@ def test_cache_warmed_without_a_gpu_serves_the_gpu(tmp_path):
     """
     served = run_child(tmp_path, launch, name="launch.py")
     assert all(row == [1, 0] for row in served.values()), served
+
+
+def _have_filecheck() -> bool:
+    try:
+        import filecheck  # noqa: F401  (numba.cuda.testing, imported by cache_usecases)
+    except ImportError:
+        return False
+    return True
+
+
+def test_main_job_bundle_serves_every_kernel(tmp_path):
+    """examples/main.py (docs/containers.md, the main job): warmed, exported and imported with
+    the GPU hidden (CUDA_VISIBLE_DEVICES=""), then its GPU process, pointed at the imported
+    root, launches every kernel (examples and cache_usecases) with the results checked: all
+    hits, no compile. Then the GPU path of main.py itself, which must say 100 % hits."""
+    main = REPO / "examples" / "main.py"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KCACHE_")}
+    cc = numba_cuda.get_current_device().compute_capability
+    hidden = subprocess.run([sys.executable, str(main), "--cc", f"8.0,{cc[0]}.{cc[1]}",
+                             "--cache-dir", str(tmp_path / "cache"), "--work-dir",
+                             str(tmp_path / "work")], env=dict(env, CUDA_VISIBLE_DEVICES=""),
+                            cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert hidden.returncode == 0, hidden.stderr[-3000:] + hidden.stdout[-3000:]
+    assert "No GPU found" in hidden.stdout and "Same " in hidden.stdout
+    argv = [sys.executable, str(main), "--child"] + (["--usecases"] if _have_filecheck() else [])
+    child = subprocess.run(argv, env=dict(env, KCACHE_DIR=str(tmp_path / "work" / "imported")),
+                           cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert child.returncode == 0, child.stderr[-3000:]
+    doc = json.loads(child.stdout.strip().splitlines()[-1])
+    assert len(doc["kernels"]) == 3 + (9 if _have_filecheck() else 0)
+    assert all(r["hits"] >= 1 and r["misses"] == 0 and r["compiles"] == 0
+               for r in doc["kernels"].values()), doc
+    assert set(doc["process"]) == {"hits"}, doc["process"]
+
+    gpu = subprocess.run([sys.executable, str(main), "--cache-dir", str(tmp_path / "cache2")],
+                         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert gpu.returncode == 0, gpu.stderr[-3000:] + gpu.stdout[-3000:]
+    assert "(100 % hits)" in gpu.stdout, gpu.stdout[-3000:]

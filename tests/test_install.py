@@ -126,6 +126,21 @@ def test_hook_installs_when_numba_cuda_already_imported(tmp_path):
     assert proc.stdout.strip() == "all", proc.stderr[-2000:]
 
 
+@pytest.mark.parametrize("first", ["import kcache; kcache.jit",
+                                   "import kcache.dispatcher.warm"])  # as kcache warm does
+def test_hook_waits_when_kcache_imports_numba_cuda_itself(tmp_path, first):
+    """kcache.dispatcher imports numba.cuda while it is itself being imported: the hook
+    installs once the package is complete (it once tried at once and failed: 'partially
+    initialized module')."""
+    code = ("import os, sys; os.environ['KCACHE_ENABLE'] = 'all'; import kcache._hook\n"
+            f"try:\n    {first}\nexcept SystemExit:\n    pass\n"
+            "from kcache.dispatcher import installed; print(installed(), file=sys.stderr)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ, KCACHE_DIR=str(tmp_path)))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines() == ["all"], proc.stderr[-2000:]
+
+
 def test_installed_pth_file_when_present(tmp_path):
     """With kcache-hook.pth installed in site-packages, the variable alone is enough."""
     import site

@@ -1,17 +1,39 @@
-"""The main job (examples/main.py) on a machine without a GPU: it says so, names the cc and the
-cache root, reports per kernel whether it compiled or came from the cache, and rejects a cc the
-toolkit cannot compile for with one line and exit status 2."""
+"""The main job (examples/main.py) on a machine without a GPU: it says so, warms the example
+kernels and numba-cuda's cache_usecases kernels for cc 8.0 and 9.0 with ``kcache warm``,
+exports them, imports the bundle into a fresh root whose ``kcache ls`` shows the same entries;
+a second run finds everything cached. A process pointed at the imported root (with numba-cuda
+patched to compile for a cc without a device, as tests/test_dispatcher_fakegpu.py does) loads
+every kernel the GPU run launches, with the same argument types, from the cache: all hits, no
+compile. Bad arguments are one line and exit status 2."""
+import json
 import os
 import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("numba.cuda")
 
-MAIN = Path(__file__).resolve().parents[1] / "examples" / "main.py"
+REPO = Path(__file__).resolve().parents[1]
+MAIN = REPO / "examples" / "main.py"
+TESTS = Path(__file__).resolve().parent
+ROW = re.compile(r"^  (\w+) +(sm_80|sm_90a) +(compiled in \d+\.\d\d s|already cached) +"
+                 r"key ([0-9a-f]{12})$", re.M)
+EXAMPLES = ["scaled_add", "clamp_square", "block_sum"]
+USECASES = ["add_usecase_kernel", "add_nocache_usecase_kernel", "outer_kernel",
+            "outer_uncached_kernel", "record_return", "record_return", "ambiguous_function",
+            "many_locals", "simple_usecase_kernel"]
+
+
+def _have_filecheck() -> bool:
+    try:
+        import filecheck  # noqa: F401  (numba.cuda.testing, imported by cache_usecases)
+    except ImportError:
+        return False
+    return True
 
 
 @pytest.fixture(scope="module")
@@ -21,39 +43,139 @@ def no_gpu():
         pytest.skip("a GPU is present: the main job runs its GPU path (tests/test_gpu.py)")
 
 
-def _main(tmp_path, *args, cache_dir=None):
+def _env(base: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("KCACHE_")}
-    env["HOME"] = env["XDG_CACHE_HOME"] = str(tmp_path / "home")  # never the user's cache
-    cache_dir = str(tmp_path / "cache") if cache_dir is None else cache_dir
-    return subprocess.run([sys.executable, str(MAIN), "--cache-dir", cache_dir, *args],
-                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    env["HOME"] = env["XDG_CACHE_HOME"] = str(base / "home")  # never the user's cache
+    return env
 
 
-def test_without_gpu_first_compiles_then_all_cached(no_gpu, tmp_path):
-    first = _main(tmp_path)
-    assert first.returncode == 0, first.stderr[-3000:]
+def _main(base, *args, cache_dir=None, work_dir=None):
+    cache_dir = str(base / "cache") if cache_dir is None else cache_dir
+    extra = ["--work-dir", str(work_dir)] if work_dir is not None else []
+    return subprocess.run([sys.executable, str(MAIN), "--cache-dir", cache_dir, *extra, *args],
+                          env=_env(base), cwd=base, capture_output=True, text=True, timeout=600)
+
+
+def _ls(base, root) -> dict:
+    proc = subprocess.run([sys.executable, "-m", "kcache", "ls", "--json", "--dir", str(root)],
+                          env=_env(base), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return {e["key"]: e for e in json.loads(proc.stdout)["entries"]}
+
+
+def _stats(base, root) -> dict:
+    proc = subprocess.run([sys.executable, "-m", "kcache", "stats", "--json", "--dir", str(root)],
+                          env=_env(base), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+@pytest.fixture(scope="module")
+def first_run(no_gpu, tmp_path_factory):
+    """The main job once on an empty cache (work folder kept): (base, process)."""
+    base = tmp_path_factory.mktemp("main-job")
+    proc = _main(base, work_dir=base / "work")
+    return base, proc
+
+
+def test_without_gpu_warms_exports_and_imports(first_run):
+    base, first = first_run
+    assert first.returncode == 0, first.stderr[-3000:] + first.stdout[-3000:]
     out = first.stdout
     assert "No GPU found" in out and "not launched" in out
-    assert "cc 9.0 (sm_90a)" in out
-    assert f"Cache: {tmp_path / 'cache'}" in out
-    rows = re.findall(r"^  (\w+) +(compiled in \d+\.\d\d s|already cached) +key ([0-9a-f]+)$",
-                      out, re.M)
-    assert [r[0] for r in rows] == ["scaled_add", "clamp_square", "block_sum"], out
-    assert all(r[1].startswith("compiled in") and len(r[2]) == 12 for r in rows)
-    listing = out.split("(kcache ls)", 1)[1]
-    for _name, _what, key in rows:
-        assert key in listing  # the listing shows the same entries
-    # Piped, `kcache ls` is TSV under the JSON field names; compile seconds rounded.
-    header, *lines = listing.split("\n", 1)[1].strip().splitlines()  # after "(kcache ls):"
-    column = header.split("\t").index("compile_seconds")
-    assert lines and all(re.fullmatch(r"\d+\.\d\d", line.split("\t")[column])
-                         for line in lines), listing
+    assert "cc 8.0, 9.0 (sm_80, sm_90a)" in out
+    assert f"Cache: {base / 'cache'}" in out
+    rows = ROW.findall(out)
+    names = EXAMPLES + (USECASES if _have_filecheck() else [])
+    assert [r[0] for r in rows] == [n for n in names for _arch in (0, 1)], out
+    assert [r[1] for r in rows] == ["sm_80", "sm_90a"] * len(names)
+    assert all(r[2].startswith("compiled in") for r in rows)
+    n = len(rows)
+    if _have_filecheck():
+        assert "not compiled (no known signature): " \
+               "numba.cuda.tests.cudapy.cache_usecases:inner" in out
+    else:
+        assert "skipping numba.cuda.tests.cudapy.cache_usecases" in out
+    assert re.search(rf"^kcache warm: {n} compiled, 0 already cached, 0 failed in ", out, re.M)
+    assert re.search(rf"^kcache export: {n} entries \(\d+ bytes\) -> ", out, re.M)
+    assert re.search(rf"^kcache import: {n} entries added to {re.escape(str(base))}", out, re.M)
+    assert f"Same {n} entries (key, kernel, signature, arch, size)" in out
+    # the listing printed is the imported root's: piped, TSV with one row per entry
+    listing = out.split("(kcache ls):\n", 1)[1].split("Same ", 1)[0].strip().splitlines()
+    assert listing[0].split("\t")[:2] == ["short_key", "kernel"] and len(listing) == n + 1
+    assert {line.split("\t")[0] for line in listing[1:]} == {r[3] for r in rows}
+    # and it is so: the two roots list the same entries, those warm reported
+    cache, imported = _ls(base, base / "cache"), _ls(base, base / "work" / "imported")
+    assert cache.keys() == imported.keys() and len(cache) == n
+    assert {k[:12] for k in cache} == {r[3] for r in rows}
+    for key, entry in cache.items():
+        assert {f: imported[key][f] for f in ("kernel", "signature", "arch", "file_size")} == \
+               {f: entry[f] for f in ("kernel", "signature", "arch", "file_size")}
 
-    second = _main(tmp_path)
+
+def test_second_run_finds_everything_cached(first_run):
+    base, first = first_run
+    assert first.returncode == 0
+    second = _main(base, work_dir=base / "work")
     assert second.returncode == 0, second.stderr[-3000:]
-    again = re.findall(r"^  (\w+) +(already cached) +key ([0-9a-f]{12})$", second.stdout, re.M)
-    assert [(n, k) for n, _w, k in again] == [(n, k) for n, _w, k in rows]
-    assert "compiled in" not in second.stdout
+    rows = ROW.findall(second.stdout)
+    assert [(r[0], r[1], r[3]) for r in rows] == [(r[0], r[1], r[3]) for r in ROW.findall(first.stdout)]
+    assert all(r[2] == "already cached" for r in rows)
+    n = len(rows)
+    assert f"kcache import: 0 entries added to {base / 'work' / 'imported'}, {n} already there" \
+           in second.stdout
+    assert f"Same {n} entries" in second.stdout
+
+
+# What the GPU run launches (examples.kernels.run_all and examples.usecases.cases), compiled
+# in a process pointed at the imported root for one cc, as a GPU of that cc would.
+FROM_IMPORTED = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    import kcache
+    kcache.install("all")                     # as examples/main.py's GPU process does
+    from examples import kernels, usecases
+    from kcache.dispatcher import process_counts
+    from kcache.dispatcher.sigspec import parse_signature
+    from test_dispatcher_fakegpu import fake_gpu
+
+    # run_all launches each example kernel with the argument types of its SIGNATURES
+    launches = [(k, parse_signature(sig)) for k, sigs in kernels.SIGNATURES.items() for sig in sigs]
+    if sys.argv[2] == "1":
+        launches += [(k, tuple(k.typeof_pyval(a) for a in args))
+                     for _n, k, args, _e, _r in usecases.cases()]
+    cc = tuple(int(p) for p in sys.argv[1].split("."))
+    with fake_gpu(cc):
+        for kernel, argtypes in launches:
+            kernel.compile(argtypes)
+    print(json.dumps({"launches": len(launches), "process": process_counts(),
+                      "compiles": sum(k.stats.compiles for k, _a in launches),
+                      "misses": sum(sum(k.stats.cache_misses.values()) for k, _a in launches)}))
+""")
+
+
+@pytest.mark.parametrize("cc", ["9.0", "8.0"])
+def test_imported_root_serves_every_launch_without_compiling(first_run, cc):
+    base, first = first_run
+    assert first.returncode == 0
+    imported = base / "work" / "imported"
+    usecases = _have_filecheck()
+    env = dict(_env(base), KCACHE_DIR=str(imported), PYTHONHASHSEED="4321",
+               PYTHONPATH=os.pathsep.join([str(TESTS), str(REPO)]))
+    before = len(_ls(base, imported)), _stats(base, imported)
+    proc = subprocess.run([sys.executable, "-c", FROM_IMPORTED, cc, "1" if usecases else "0"],
+                          env=env, cwd=base, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    kernels = 3 + (9 if usecases else 0)
+    assert got["launches"] == kernels
+    assert got["compiles"] == 0 and got["misses"] == 0, got
+    assert got["process"] == {"hits": kernels}, got
+    after = len(_ls(base, imported)), _stats(base, imported)
+    assert after[0] == before[0]  # nothing added: every key was there
+    # the root's counters, written at the process's exit: hits only
+    assert {k: after[1][k] - before[1][k] for k in ("hits", "misses", "compiles", "puts")} == \
+           {"hits": kernels, "misses": 0, "compiles": 0, "puts": 0}
 
 
 def test_unsupported_cc_is_one_line_and_exit_2(no_gpu, tmp_path):
@@ -64,12 +186,16 @@ def test_unsupported_cc_is_one_line_and_exit_2(no_gpu, tmp_path):
     assert "Traceback" not in proc.stderr and not (tmp_path / "cache").exists()
 
 
+@pytest.mark.parametrize("option", ["--cache-dir", "--work-dir"])
 @pytest.mark.parametrize("given", ["", "  "])
-def test_empty_cache_dir_is_one_line_and_exit_2(no_gpu, tmp_path, given):
-    proc = _main(tmp_path, cache_dir=given)
+def test_empty_directory_option_is_one_line_and_exit_2(no_gpu, tmp_path, option, given):
+    if option == "--cache-dir":
+        proc = _main(tmp_path, cache_dir=given)
+    else:
+        proc = _main(tmp_path, work_dir=given)
     assert proc.returncode == 2, proc.stdout
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "--cache-dir needs a directory path" in lines[0], proc.stderr
+    assert len(lines) == 1 and f"{option} needs a directory path" in lines[0], proc.stderr
     assert not (tmp_path / "home").exists()  # the default cache was not used
 
 
