@@ -229,7 +229,8 @@ class Bench:
         env = {k: v for k, v in os.environ.items() if not k.startswith("KCACHE_")}
         env.update(BENCH_CACHE="0" if mode == "none" else "1", KCACHE_DIR=str(cache / "kcache"),
                    NUMBA_CACHE_DIR=str(cache / "numba"),
-                   PYTHONPATH=os.pathsep.join(filter(None, [str(self.work), str(REPO),
+                   # the kernels' modules; kcache itself as installed (as users run it)
+                   PYTHONPATH=os.pathsep.join(filter(None, [str(self.work),
                                                             os.environ.get("PYTHONPATH")])))
         if mode == "kcache":
             env["KCACHE_ENABLE"] = "1"

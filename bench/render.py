@@ -293,6 +293,16 @@ NOTES = [
     "- kcache mode runs with `KCACHE_ENABLE=1`, as a user would switch an existing project; "
     "where the install has no `kcache-hook.pth`, the child imports `kcache._hook` itself, "
     "which is what that one-line file does.",
+    "- What is known about the goals that earlier runs missed: the store's get at 100,000 "
+    "entries pays the kernel's own dentry and inode lookups, which grow with the folder "
+    "sizes (the same `open` + `read` without kcache shows the same gap; "
+    "[bench-store.md](bench-store.md)); CLI start-up and `ls`/`prune` at scale on this "
+    "machine are dominated by `import kcache`, a `Path` and a `stat` per file, and the "
+    "newer-format check of prune ([bench-cli.md](bench-cli.md) has the profiles); `kcache "
+    "warm --jobs 2` cannot show a speed-up while other work holds both cores (its CPU time "
+    "per compile is what to compare; [bench-warm.md](bench-warm.md)); a further kernel's "
+    "first call on the GPU is the key (the transitive fingerprint), the store read, the "
+    "module load and the launch ([bench-dispatch.md](bench-dispatch.md)).",
     "- The older pages keep their profiles and the reasoning behind earlier changes: "
     "[bench-dispatch.md](bench-dispatch.md) (where a hit's time goes), "
     "[bench-store.md](bench-store.md), [bench-cli.md](bench-cli.md) (what `import kcache` "

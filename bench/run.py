@@ -108,7 +108,8 @@ def main(argv=None) -> int:
     else:
         import cpu
         status = cpu.run(opts, results)
-    log(f"bench: {opts.part} part done in {results.doc['seconds']:.0f} s; results in {opts.out}")
+    if opts.out.exists():
+        log(f"bench: {opts.part} part done in {results.doc['seconds']:.0f} s; results in {opts.out}")
     return status
 
 
