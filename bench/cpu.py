@@ -218,5 +218,5 @@ def run(opts, results: Results) -> int:
                 failed = True
                 results.section(name, time.perf_counter() - t, error=f"{type(exc).__name__}: {exc}")
                 log(f"bench: cpu {name} failed: {type(exc).__name__}: {exc}")
-    results.save(complete=True)
+        results.save(complete=True)  # before the temp folder's (long) removal
     return 1 if failed else 0

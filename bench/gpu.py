@@ -186,8 +186,9 @@ CHILD = textwrap.dedent('''
     T_GO = time.time()
     times, lookups = {}, {}
     for name, disp, grid, block, args in calls:
+        if role == "split" or fake:
+            types = tuple(disp.typeof_pyval(a) for a in args)
         start = time.perf_counter()
-        types = tuple(disp.typeof_pyval(a) for a in args)
         if role == "split" or fake:        # the overload lookup alone: cache read + rebuild
             disp.compile(types)
             lookups[name] = time.perf_counter() - start
@@ -446,5 +447,5 @@ def run(opts, results: Results) -> int:
                 results.section(name, time.perf_counter() - t, error=f"{type(exc).__name__}: {exc}",
                                 notes=notes)
                 log(f"bench: gpu {name} failed: {exc}")
-    results.save(complete=True)
+        results.save(complete=True)  # before the temp folder's (long) removal
     return 1 if any(s["error"] for s in results.doc["sections"].values()) else 0

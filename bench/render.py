@@ -14,6 +14,7 @@ MODE_NAMES = {"kcache": "kcache (`KCACHE_ENABLE=1`)", "numba": "numba-cuda `cach
               "none": "no cache"}
 GPU_COMMAND = "python bench/run.py gpu --out $OUT/gpu.json"
 CPU_COMMAND = "python bench/run.py cpu"
+BACKENDS = {"redis": "Redis", "s3": "S3 (moto)"}
 IMAGES = {"first_call": "img/bench-first-call.png", "app": "img/bench-app-ready.png"}
 
 
@@ -62,8 +63,9 @@ def header(doc: dict, part: str) -> list[str]:
              f"{v.get('python')}, numba-cuda {v.get('numba-cuda', '-')}, numba {v.get('numba', '-')}, "
              f"numpy {v.get('numpy', '-')}, kcache {v.get('kcache', '-')} "
              f"(commit {v.get('kcache_commit', '?')}). The {part} part ran for "
-             f"{doc['seconds']:.0f} s; 1-minute load average {load['before'][0]:.1f} at the start, "
-             f"{load['after'][0]:.1f} at the end."]
+             f"{doc['seconds']:.0f} s (its measurements "
+             f"{sum(sec['seconds'] for sec in doc['sections'].values()):.0f} s); 1-minute load "
+             f"average {load['before'][0]:.1f} at the start, {load['after'][0]:.1f} at the end."]
     if doc.get("fake"):
         lines += ["", "**This is a `--fake` run (no GPU): kernels were compiled, never "
                       "launched; the timings mean nothing.**"]
@@ -165,23 +167,31 @@ def cpu_section(doc: dict | None) -> list[str]:
     for f in doc["figures"]:
         by_section.setdefault(f["section"], []).append(f)
 
+    def took(name):
+        sec = doc["sections"].get(name)
+        if not sec:
+            return []
+        return [f"(This section took {sec['seconds']:.0f} s; 1-minute load average "
+                f"{sec['load_average'][0]:.1f} when it ended.)", ""]
+
     def table(figures, extra_col=None):
         head = "| figure | median (min - max) | runs | goal | |"
         rows = [head, "| --- | --- | --- | --- | --- |"]
         for f in figures:
-            rows.append(f"| {f['label']} | {cell(f)} | {f['n']} | {f['goal'] or ''} | {verdict(f)} |")
+            label = f"{BACKENDS.get(f['mode'], f['mode'])}: {f['label']}" if f["mode"] else f["label"]
+            rows.append(f"| {label} | {cell(f)} | {f['n']} | {f['goal'] or ''} | {verdict(f)} |")
         return rows + [""]
 
     if "store" in by_section:
         out += ["### Store lookup at 10 and 100,000 entries", "",
                 "`Store.get` of random keys in fresh processes; each run is the median of 5 x "
-                "1,000 gets.", ""] + table(by_section["store"])
+                "1,000 gets.", ""] + took("store") + table(by_section["store"])
     if "cli" in by_section:
         bare = figs.get("cli_bare.wall")
         out += ["### CLI start-up per command", "",
                 "Process start to exit, stdout piped, on a cache of 200 entries; per round, each "
                 "command minus `python -c pass` of the same round "
-                f"(bare Python itself: {cell(bare)}).", "",
+                f"(bare Python itself: {cell(bare)}).", "", *took("cli"),
                 "| command | above bare Python, wall | CPU above bare (median) | goal | |",
                 "| --- | --- | --- | --- | --- |"]
         for f in by_section["cli"]:
@@ -194,16 +204,16 @@ def cpu_section(doc: dict | None) -> list[str]:
     if "scale" in by_section:
         out += ["### `ls` and `prune` at scale", "",
                 "Caches written straight in the entry format (then recounted); each run a "
-                "complete `python -m kcache ...` process.", ""] + table(by_section["scale"])
+                "complete `python -m kcache ...` process.", ""] + took("scale") + table(by_section["scale"])
     if "warm" in by_section:
         out += ["### `kcache warm` throughput, `--jobs 1` against `--jobs 2`", "",
                 "Generated kernels, each compiled for cc 8.0 and 9.0 into a fresh root per run, "
-                "the two settings alternating.", ""] + table(by_section["warm"])
+                "the two settings alternating.", ""] + took("warm") + table(by_section["warm"])
     sec = doc["sections"].get("remote", {})
     out += ["### Remote hit against local hit", ""]
     if "remote" in by_section:
         out += ["Redis and S3 (moto's server) on loopback, through the public `Store` API "
-                "(bench/bench_remote.py).", ""] + table(by_section["remote"])
+                "(bench/bench_remote.py).", ""] + took("remote") + table(by_section["remote"])
     else:
         why = "; ".join(sec.get("notes", [])) or sec.get("error") or "not run"
         out += [f"Not measured in this run ({why}).", ""]

@@ -37,10 +37,12 @@ def test_gpu_flow_without_a_gpu(tmp_path):
             assert figs[f"{fid}.{mode}"]["n"] >= 1
         assert f"app_ready.{mode}.3" in figs
     # two processes released together on an empty cache: kcache compiles each of the five
-    # kernels once (single flight across processes); numba-cuda and no cache compile in each
+    # kernels once (single flight across processes); without a cache each process compiles
+    # all five; numba-cuda's cache compiles in each process unless the other one happened to
+    # save that kernel first
     assert figs["fleet_compiles.kcache"]["values"] == [5.0]
-    assert figs["fleet_compiles.numba"]["values"] == [10.0]
     assert figs["fleet_compiles.none"]["values"] == [10.0]
+    assert 5 <= figs["fleet_compiles.numba"]["values"][0] <= 10
     # warm processes of the application module: kcache and numba-cuda compile nothing
     assert figs["app_ready.kcache.3"]["extra"]["compiles"] == 0
     assert figs["app_ready.numba.3"]["extra"]["compiles"] == 0
