@@ -2,7 +2,7 @@
 
 Usage: python bench/profile_hit.py   (on the GPU machine)
 
-Fills a cache with bench_dispatch's kernels in one process, then in fresh processes times
+Fills a cache with the GPU benchmark's kernels (bench/gpu.py) in one process, then in fresh processes times
 ``dispatcher.compile`` of each further kernel with the phases replaced one at a time (touch
 off; stats off) and prints a cProfile of the further lookups, so the cost of each part of a
 hit is measured rather than guessed.
@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_dispatch import KERNELS  # noqa: E402
+from gpu import KERNELS  # noqa: E402
 
 CHILD = r'''
 import cProfile, io, json, os, pstats, sys, time

@@ -20,7 +20,7 @@ from kcache.cli.text import line
 
 #: Subcommands in the order ``kcache --help`` lists them; module ``kcache.cli.cmd_<name>``.
 COMMANDS = ("dir", "ls", "stats", "show", "prune", "rm", "clear", "verify", "config", "warm",
-            "export", "import", "push", "pull", "remote")
+            "export", "import", "push", "pull", "remote", "completion")
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
 
@@ -46,10 +46,14 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
     Each parsed namespace carries ``run`` (the command's run function).
     """
+    from kcache.cli.env import epilog
+
     parser = Parser(
         prog="kcache",
         description="Inspect and maintain the kcache store of compiled GPU kernels.",
-        epilog="Exit status: 0 ok, 1 the operation found problems, 2 usage error.",
+        # the epilog is a table (one KCACHE_* variable a line): printed as written
+        epilog=epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_common(parser)
     parser.add_argument("--version", action="version", version=f"kcache {_version()}")

@@ -1,0 +1,137 @@
+"""The shape of benchmark results: figures (min / median / max over runs), the machine they
+were measured on, and the JSON file that bench/run.py writes and bench/render.py reads.
+
+A results file:
+
+    {"part": "gpu" | "cpu", "fake": bool, "date": ISO 8601 UTC, "seconds": wall time of the run,
+     "machine": {...}, "versions": {...}, "load_average": {"before": [1, 5, 15 min], "after": ...},
+     "complete": bool (false while a run is in progress or was cut short),
+     "sections": {name: {"seconds": float, "error": str | null, "notes": [str]}},
+     "figures": [figure, ...]}
+
+    figure = {"id": str, "section": str, "label": str, "mode": str | null, "unit": "ms" | "s" |
+              "us" | "x" | "count", "values": [float, ...], "n": int, "min", "median", "max",
+              "goal": str | null, "met": bool | null, "extra": {...}}
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+#: Runs behind each figure, at least (issue 11: min / median / max over >= 5 runs).
+MIN_RUNS = 5
+
+
+def figure(id: str, section: str, label: str, values, unit: str, *, mode: str | None = None,
+           goal: str | None = None, met=None, **extra) -> dict:
+    """One figure from its raw ``values`` (every run kept, so the JSON can be re-read)."""
+    values = [float(v) for v in values]
+    return {"id": id, "section": section, "label": label, "mode": mode, "unit": unit,
+            "values": values, "n": len(values),
+            "min": min(values) if values else None,
+            "median": statistics.median(values) if values else None,
+            "max": max(values) if values else None,
+            "goal": goal, "met": met, "extra": extra}
+
+
+def machine() -> dict:
+    """What the figures were measured on: CPU model and count, memory, OS, GPU (nvidia-smi,
+    when present), Python."""
+    info = {"cpu_count": os.cpu_count(), "platform": platform.platform(),
+            "python": platform.python_version(), "cpu": platform.processor() or None}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                info["cpu"] = line.split(":", 1)[1].strip()
+                break
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                info["memory_gib"] = round(int(line.split()[1]) / 2**20, 1)
+                break
+    except OSError:
+        pass
+    try:
+        done = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
+                               "--format=csv,noheader"], capture_output=True, text=True,
+                              timeout=20)
+        if done.returncode == 0 and done.stdout.strip():
+            info["gpu"] = done.stdout.strip().splitlines()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return info
+
+
+def versions() -> dict:
+    """Versions of kcache and the toolchain (importlib.metadata, as kcache's keys see them)."""
+    from importlib import metadata
+    out = {"python": platform.python_version()}
+    for name in ("kcache", "numba", "numba-cuda", "llvmlite", "numpy", "cuda-bindings",
+                 "cuda-core", "filelock", "msgpack", "redis", "fsspec", "matplotlib"):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    try:
+        rev = subprocess.run(["git", "-C", str(Path(__file__).resolve().parents[1]), "rev-parse",
+                              "--short", "HEAD"], capture_output=True, text=True, timeout=20)
+        if rev.returncode == 0:
+            out["kcache_commit"] = rev.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return out
+
+
+class Results:
+    """A results file being written: figures are added as sections finish, and the file is
+    rewritten after each section, so a run cut short still leaves what it measured."""
+
+    def __init__(self, path: Path, part: str, fake: bool = False):
+        self.path = path
+        self.doc = {"part": part, "fake": fake,
+                    "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                    "seconds": 0.0, "machine": machine(), "versions": versions(),
+                    "load_average": {"before": list(os.getloadavg()), "after": None},
+                    "complete": False, "sections": {}, "figures": []}
+        self._start = _now()
+
+    def section(self, name: str, seconds: float, error: str | None = None, notes=()):
+        self.doc["sections"][name] = {"seconds": seconds, "error": error, "notes": list(notes),
+                                      "load_average": list(os.getloadavg())}
+        self.save()
+
+    def add(self, *figures: dict) -> None:
+        self.doc["figures"].extend(figures)
+
+    def save(self, complete: bool = False) -> None:
+        self.doc["seconds"] = _now() - self._start
+        self.doc["load_average"]["after"] = list(os.getloadavg())
+        self.doc["complete"] = complete
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.doc, indent=1) + "\n")
+        os.replace(tmp, self.path)
+
+
+def _now() -> float:
+    import time
+    return time.perf_counter()
+
+
+def load(path: Path) -> dict | None:
+    """A results file, or None when it does not exist."""
+    try:
+        return json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        return None
+
+
+def log(text: str) -> None:
+    """Progress on stderr (stdout stays free)."""
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()

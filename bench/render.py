@@ -1,0 +1,390 @@
+"""Render docs/benchmarks.md (and its plots) from the results files of bench/run.py.
+
+The Markdown is a pure function of the two JSON files (tests/test_bench.py checks that the
+committed page is what they render to); the plots (PNG) need matplotlib, a bench-only
+dependency: ``pip install matplotlib``. A part whose file is missing (the GPU part before the
+GPU run) is rendered as a placeholder that says how to fill it.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+MODES = ("kcache", "numba", "none")
+MODE_NAMES = {"kcache": "kcache (`KCACHE_ENABLE=1`)", "numba": "numba-cuda `cache=True`",
+              "none": "no cache"}
+GPU_COMMAND = "python bench/run.py gpu --out $OUT/gpu.json"
+CPU_COMMAND = "python bench/run.py cpu"
+BACKENDS = {"redis": "Redis", "s3": "S3 (moto)"}
+IMAGES = {"first_call": "img/bench-first-call.png", "app": "img/bench-app-ready.png"}
+
+
+# --- numbers ---------------------------------------------------------------------------------
+
+def num(value, unit: str) -> str:
+    if value is None:
+        return "-"
+    if unit == "count":
+        return f"{value:.0f}"
+    if unit == "x":
+        return f"{value:.2f}x"
+    if unit == "%":
+        return f"{value:.1f} %"
+    a = abs(value)
+    text = f"{value:.0f}" if a >= 100 else f"{value:.1f}" if a >= 10 else f"{value:.2f}"
+    return f"{text} {unit.replace('us', 'µs')}"
+
+
+def cell(fig: dict | None) -> str:
+    """``median (min - max)`` of a figure, or ``-``."""
+    if not fig or not fig["n"]:
+        return "-"
+    if fig["unit"] == "count" and fig["min"] == fig["max"]:
+        return num(fig["median"], "count")
+    return f"**{num(fig['median'], fig['unit'])}** ({num(fig['min'], fig['unit'])} - " \
+           f"{num(fig['max'], fig['unit'])})"
+
+
+def verdict(fig: dict | None) -> str:
+    if not fig or fig.get("met") is None:
+        return "pending (GPU run)" if not fig else ""
+    return "met" if fig["met"] else "**missed**"
+
+
+def index(doc: dict | None) -> dict:
+    return {f["id"]: f for f in doc["figures"]} if doc else {}
+
+
+def header(doc: dict, part: str) -> list[str]:
+    m, v = doc["machine"], doc["versions"]
+    gpu = "; ".join(m.get("gpu", [])) or "no GPU"
+    load = doc["load_average"]
+    lines = [f"Measured {doc['date']} on {m.get('cpu') or '?'} ({m.get('cpu_count')} CPUs, "
+             f"{m.get('memory_gib', '?')} GiB), {gpu}; {m.get('platform')}; Python "
+             f"{v.get('python')}, numba-cuda {v.get('numba-cuda', '-')}, numba {v.get('numba', '-')}, "
+             f"numpy {v.get('numpy', '-')}, kcache {v.get('kcache', '-')} "
+             f"(commit {v.get('kcache_commit', '?')}). The {part} part ran for "
+             f"{doc['seconds']:.0f} s (its measurements "
+             f"{sum(sec['seconds'] for sec in doc['sections'].values()):.0f} s); 1-minute load "
+             f"average {load['before'][0]:.1f} at the start, {load['after'][0]:.1f} at the end."]
+    if doc.get("fake"):
+        lines += ["", "**This is a `--fake` run (no GPU): kernels were compiled, never "
+                      "launched; the timings mean nothing.**"]
+    if not doc.get("complete"):
+        lines += ["", "**The run did not complete**: the sections below are those it finished."]
+    for name, sec in doc["sections"].items():
+        if sec.get("error"):
+            lines += ["", f"Section `{name}` failed: `{sec['error']}`."]
+        for note in sec.get("notes", []):
+            lines += ["", f"Section `{name}`: {note}."]
+    return lines
+
+
+def mode_table(figs: dict, rows: list[tuple[str, str]]) -> list[str]:
+    """A table with one row per (label, figure id prefix) and one column per mode."""
+    out = ["| | " + " | ".join(MODE_NAMES[m] for m in MODES) + " |",
+           "| --- |" + " --- |" * len(MODES)]
+    for label, prefix in rows:
+        out.append(f"| {label} | " + " | ".join(cell(figs.get(f"{prefix}.{m}")) for m in MODES) + " |")
+    return out
+
+
+# --- the GPU part ----------------------------------------------------------------------------
+
+FIRST_ROWS = [
+    ("first kernel call of the process", "first_call"),
+    ("each further kernel's first call", "further_first_call"),
+    ("process start to the first kernel call done", "start_to_first_call"),
+    ("of which: interpreter start", "interpreter"),
+    ("of which: imports (numpy, numba.cuda, kernels)", "imports"),
+    ("of which: CUDA context and allocations", "setup"),
+    ("overload lookup of the first call", "lookup_first"),
+    ("overload lookup of each further first call", "lookup_further"),
+    ("five first calls summed, empty cache", "cold_total"),
+]
+
+
+def gpu_section(doc: dict | None, plots: bool) -> list[str]:
+    out = ["## GPU: kernels served from the cache", ""]
+    if doc is None:
+        return out + [
+            "**To be filled by the GPU run.** The lead runs the GPU part on the H200 machine "
+            f"(`{GPU_COMMAND}`, about 6-8 minutes; the exact command with the carried wheels is in "
+            "bench/run.py's docstring) and renders this page from its JSON. Until then, the "
+            "figures of the earlier GPU runs are in [bench-dispatch.md](bench-dispatch.md) "
+            "(first call from a warm cache 2.65-2.90 ms with kcache against 800-851 ms with "
+            "numba-cuda's `cache=True`; kcache's own work on a cold miss 2.3 % of the compile "
+            "time).", ""]
+    figs = index(doc)
+    out += header(doc, "GPU") + [""]
+    out += ["### First kernel calls in a fresh process", "",
+            "Five kernels (axpy calling a device function, a tiled shared-memory matmul, an atomic "
+            "reduction, a stencil, a scale), each process on a cache filled by an earlier one. "
+            "Median **bold**, (min - max) over the runs.", ""]
+    out += mode_table(figs, FIRST_ROWS) + [""]
+    if plots:
+        out += [f"![first-call latency per mode]({IMAGES['first_call']})", ""]
+    own, pct = figs.get("own_cold.kcache"), figs.get("own_cold_pct.kcache")
+    out += ["### kcache's own share of a cold miss", "",
+            "In the cold processes (empty cache), each first call minus the compile time kcache "
+            "timed itself, summed over the five kernels: the key, the lock, encoding and "
+            "publishing the entry, the counters and the launch.", "",
+            "| figure | value | goal | |", "| --- | --- | --- | --- |",
+            f"| kcache's own time per cold process | {cell(own)} | | |",
+            f"| as a share of the compile time | {cell(pct)} | {pct['goal'] if pct else ''} | {verdict(pct)} |",
+            ""]
+    fleet = [figs.get(f"fleet_compiles.{m}") for m in MODES]
+    n = next((f["extra"].get("processes") for f in fleet if f), "N")
+    out += [f"### {n} processes starting together on an empty cache", "",
+            "Each process calls the five kernels; they are released at once after their set-up.", ""]
+    out += mode_table(figs, [("compiles in all the processes", "fleet_compiles"),
+                             ("release to the last process done", "fleet_wall")]) + [""]
+    sizes = sorted({f["extra"]["kernels"] for f in doc["figures"] if f["id"].startswith("app_ready.")})
+    out += ["### An application-sized module", "",
+            "A module of N generated kernels (each calling a shared device function): time from "
+            "process start to every kernel launched once and finished.", ""]
+    if sizes:
+        out += ["| kernels | " + " | ".join(MODE_NAMES[m] for m in MODES) + " |",
+                "| --- |" + " --- |" * len(MODES)]
+        for n in sizes:
+            out.append(f"| {n} | " + " | ".join(cell(figs.get(f"app_ready.{m}.{n}")) for m in MODES) + " |")
+        out.append("")
+        if plots:
+            out += [f"![time to all kernels ready vs number of kernels]({IMAGES['app']})", ""]
+    return out
+
+
+# --- the CPU part ----------------------------------------------------------------------------
+
+def cpu_section(doc: dict | None) -> list[str]:
+    out = ["## CPU: the store and the command (no GPU)", ""]
+    if doc is None:
+        return out + [f"**To be filled**: `{CPU_COMMAND}`.", ""]
+    figs = index(doc)
+    out += header(doc, "CPU") + [""]
+    out += ["This machine is shared with other work (see the load averages): wall times include "
+            "waiting for a core; CPU times are given where a process is timed.", ""]
+    by_section = {}
+    for f in doc["figures"]:
+        by_section.setdefault(f["section"], []).append(f)
+
+    def took(name):
+        sec = doc["sections"].get(name)
+        if not sec:
+            return []
+        return [f"(This section took {sec['seconds']:.0f} s; 1-minute load average "
+                f"{sec['load_average'][0]:.1f} when it ended.)", ""]
+
+    def table(figures, extra_col=None):
+        head = "| figure | median (min - max) | runs | goal | |"
+        rows = [head, "| --- | --- | --- | --- | --- |"]
+        for f in figures:
+            label = f"{BACKENDS.get(f['mode'], f['mode'])}: {f['label']}" if f["mode"] else f["label"]
+            rows.append(f"| {label} | {cell(f)} | {f['n']} | {f['goal'] or ''} | {verdict(f)} |")
+        return rows + [""]
+
+    if "store" in by_section:
+        out += ["### Store lookup at 10 and 100,000 entries", "",
+                "`Store.get` of random keys in fresh processes; each run is the median of 5 x "
+                "1,000 gets.", ""] + took("store") + table(by_section["store"])
+    if "cli" in by_section:
+        bare = figs.get("cli_bare.wall")
+        out += ["### CLI start-up per command", "",
+                "Process start to exit, stdout piped, on a cache of 200 entries; per round, each "
+                "command minus `python -c pass` of the same round "
+                f"(bare Python itself: {cell(bare)}).", "", *took("cli"),
+                "| command | above bare Python, wall | CPU above bare (median) | goal | |",
+                "| --- | --- | --- | --- | --- |"]
+        for f in by_section["cli"]:
+            if f["id"] == "cli_bare.wall":
+                continue
+            cpu = f["extra"].get("cpu_above_ms") or []
+            cpu_med = num(sorted(cpu)[len(cpu) // 2], "ms") if cpu else "-"
+            out.append(f"| `{f['label']}` | {cell(f)} | {cpu_med} | {f['goal'] or ''} | {verdict(f)} |")
+        out.append("")
+    if "scale" in by_section:
+        out += ["### `ls` and `prune` at scale", "",
+                "Caches written straight in the entry format (then recounted); each run a "
+                "complete `python -m kcache ...` process.", ""] + took("scale") + table(by_section["scale"])
+    if "warm" in by_section:
+        out += ["### `kcache warm` throughput, `--jobs 1` against `--jobs 2`", "",
+                "Generated kernels, each compiled for cc 8.0 and 9.0 into a fresh root per run, "
+                "the two settings alternating.", ""] + took("warm") + table(by_section["warm"])
+    sec = doc["sections"].get("remote", {})
+    out += ["### Remote hit against local hit", ""]
+    if "remote" in by_section:
+        out += ["Redis and S3 (moto's server) on loopback, through the public `Store` API "
+                "(bench/bench_remote.py).", ""] + took("remote") + table(by_section["remote"])
+    else:
+        why = "; ".join(sec.get("notes", [])) or sec.get("error") or "not run"
+        out += [f"Not measured in this run ({why}).", ""]
+    return out
+
+
+# --- the page --------------------------------------------------------------------------------
+
+def goals(gpu: dict | None, cpu: dict | None) -> list[str]:
+    rows = []
+    gpu_ids = [("first_call.kcache", "first kernel call, warm cache (kcache)"),
+               ("further_first_call.kcache", "each further kernel's first call (kcache)"),
+               ("own_cold_pct.kcache", "kcache's own share of a cold miss"),
+               ("fleet_compiles.kcache", "compiles when processes start together (kcache)")]
+    g = index(gpu)
+    for fid, label in gpu_ids:
+        f = g.get(fid)
+        goal = f["goal"] if f else {"first_call.kcache": "<= 1.5 ms (issue 8)",
+                                    "further_first_call.kcache": "<= 0.5 ms (issue 8)",
+                                    "own_cold_pct.kcache": "<= 3 % (issue 8)",
+                                    "fleet_compiles.kcache": "each kernel once"}[fid]
+        rows.append(f"| {label} | {goal} | {cell(f)} | {verdict(f) if f else 'pending (GPU run)'} |")
+    for f in (cpu or {}).get("figures", []):
+        if f.get("goal") and f["section"] != "cli":
+            rows.append(f"| {f['label']} | {f['goal']} | {cell(f)} | {verdict(f)} |")
+    cli = [f for f in (cpu or {}).get("figures", []) if f["section"] == "cli" and f.get("goal")]
+    if cli:
+        missed = [f["label"] for f in cli if f["met"] is False]
+        worst = max(cli, key=lambda f: f["median"])
+        rows.append(f"| CLI start-up, every command | <= 150 ms above bare Python (issue 8) | "
+                    f"slowest: `{worst['label']}` {cell(worst)} | "
+                    f"{'**missed** by ' + ', '.join(f'`{m}`' for m in missed) if missed else 'met'} |")
+    return ["## Goals", "", "| goal | target | measured: median (min - max) | |",
+            "| --- | --- | --- | --- |", *rows, ""]
+
+
+def missed(gpu: dict | None, cpu: dict | None) -> list[str]:
+    out = []
+    for doc in (gpu, cpu):
+        for f in (doc or {}).get("figures", []):
+            if f.get("met") is False:
+                out.append(f"- {f['label']}: {num(f['median'], f['unit'])} (median of {f['n']}), "
+                           f"goal {f['goal']}.")
+    if not out:
+        return []
+    return ["## Where a goal is missed", "",
+            "Plainly, from the figures above (what is known about each is in the notes below):",
+            "", *out, ""]
+
+
+def render_markdown(gpu: dict | None, cpu: dict | None, plots: bool = True) -> str:
+    lines = [
+        "# Benchmarks",
+        "",
+        "One harness, `bench/run.py`, measures kcache against numba-cuda's own cache and against "
+        "no cache, on the same kernels in the same run: the GPU part on the H200 machine, the "
+        "CPU part (the store and the `kcache` command at scale) on the 2-core development "
+        "machine. Every figure is the median, with min and max, of at least 5 runs; each run is "
+        "a fresh process unless said otherwise. The three modes:",
+        "",
+        "- **kcache**: the transparent switch, `KCACHE_ENABLE=1`, kernels declared "
+        "`@cuda.jit(cache=True)` (no code change);",
+        "- **numba-cuda `cache=True`**: numba-cuda's own cache (`__pycache__/*.nbi`, `*.nbc`);",
+        "- **no cache**: `@cuda.jit`, every process compiles.",
+        "",
+        "Generated by `python bench/run.py render` from `bench/results/gpu.json` and "
+        "`bench/results/cpu.json` (plots need `pip install matplotlib`); do not edit by hand. "
+        "How to run each part: `python bench/run.py --help` and the docstrings of bench/gpu.py "
+        "and bench/cpu.py.",
+        "",
+    ]
+    lines += goals(gpu, cpu)
+    lines += gpu_section(gpu, plots and gpu is not None)
+    lines += cpu_section(cpu)
+    lines += missed(gpu, cpu)
+    lines += NOTES
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+NOTES = [
+    "## Notes on the method",
+    "",
+    "- GPU timings: each kernel call ends with `cuda.synchronize()`; the CUDA context and "
+    "the device arrays are created before the clock of the first call starts (their cost is "
+    "the \"CUDA context and allocations\" row). \"Process start\" is the parent's clock just "
+    "before it starts the process.",
+    "- kcache mode runs with `KCACHE_ENABLE=1`, as a user would switch an existing project; "
+    "where the install has no `kcache-hook.pth`, the child imports `kcache._hook` itself, "
+    "which is what that one-line file does.",
+    "- What is known about the goals that earlier runs missed: the store's get at 100,000 "
+    "entries pays the kernel's own dentry and inode lookups, which grow with the folder "
+    "sizes (the same `open` + `read` without kcache shows the same gap; "
+    "[bench-store.md](bench-store.md)); CLI start-up and `ls`/`prune` at scale on this "
+    "machine are dominated by `import kcache`, a `Path` and a `stat` per file, and the "
+    "newer-format check of prune ([bench-cli.md](bench-cli.md) has the profiles); `kcache "
+    "warm --jobs 2` cannot show a speed-up while other work holds both cores (its CPU time "
+    "per compile is what to compare; [bench-warm.md](bench-warm.md)); a further kernel's "
+    "first call on the GPU is the key (the transitive fingerprint), the store read, the "
+    "module load and the launch ([bench-dispatch.md](bench-dispatch.md)).",
+    "- The older pages keep their profiles and the reasoning behind earlier changes: "
+    "[bench-dispatch.md](bench-dispatch.md) (where a hit's time goes), "
+    "[bench-store.md](bench-store.md), [bench-cli.md](bench-cli.md) (what `import kcache` "
+    "costs, per module), [bench-warm.md](bench-warm.md) (why `--jobs 2` cannot show its "
+    "speed-up on a loaded 2-core machine), [keys.md](keys.md#cost-and-caching) (the key's "
+    "cost without a GPU).",
+    "",
+]
+
+
+def plots(gpu: dict | None, images: Path) -> list[Path]:
+    """Write the PNG plots of the GPU part into ``images``; return their paths."""
+    if gpu is None:
+        return []
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figs = index(gpu)
+    images.mkdir(parents=True, exist_ok=True)
+    written = []
+    colors = {"kcache": "#2a7ab0", "numba": "#d9822b", "none": "#888888"}
+
+    rows = [("first call", "first_call"), ("each further\nfirst call", "further_first_call"),
+            ("process start to\nfirst call done", "start_to_first_call")]
+    fig, ax = plt.subplots(figsize=(8, 4.2))
+    width = 0.26
+    for i, mode in enumerate(MODES):
+        med, lo, hi, xs = [], [], [], []
+        for j, (_, prefix) in enumerate(rows):
+            f = figs.get(f"{prefix}.{mode}")
+            if not f:
+                continue
+            xs.append(j + (i - 1) * width)
+            med.append(f["median"])
+            lo.append(f["median"] - f["min"])
+            hi.append(f["max"] - f["median"])
+        ax.bar(xs, med, width, yerr=[lo, hi], capsize=3, label=MODE_NAMES[mode].replace("`", ""),
+               color=colors[mode])
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(rows)), [r[0] for r in rows])
+    ax.set_ylabel("milliseconds (log scale)")
+    ax.set_title("First kernel calls in a fresh process, warm cache (median, min-max)")
+    ax.legend(frameon=False)
+    ax.grid(axis="y", which="both", alpha=0.3)
+    fig.tight_layout()
+    path = images / Path(IMAGES["first_call"]).name
+    fig.savefig(path, dpi=110, metadata={"Software": None})
+    plt.close(fig)
+    written.append(path)
+
+    sizes = sorted({f["extra"]["kernels"] for f in gpu["figures"] if f["id"].startswith("app_ready.")})
+    if sizes:
+        fig, ax = plt.subplots(figsize=(8, 4.2))
+        for mode in MODES:
+            pts = [(n, figs[f"app_ready.{mode}.{n}"]) for n in sizes if f"app_ready.{mode}.{n}" in figs]
+            if not pts:
+                continue
+            ax.errorbar([n for n, _ in pts], [f["median"] for _, f in pts],
+                        yerr=[[f["median"] - f["min"] for _, f in pts],
+                              [f["max"] - f["median"] for _, f in pts]],
+                        marker="o", capsize=3, label=MODE_NAMES[mode].replace("`", ""),
+                        color=colors[mode])
+        ax.set_xlabel("kernels in the module")
+        ax.set_ylabel("seconds from process start")
+        ax.set_title("Time until every kernel has been launched once (median, min-max)")
+        ax.legend(frameon=False)
+        ax.grid(alpha=0.3)
+        ax.set_ylim(bottom=0)
+        fig.tight_layout()
+        path = images / Path(IMAGES["app"]).name
+        fig.savefig(path, dpi=110, metadata={"Software": None})
+        plt.close(fig)
+        written.append(path)
+    return written

@@ -1,0 +1,273 @@
+"""The documentation cannot rot: runnable code blocks are executed, the CLI reference matches
+the parser, every ``KCACHE_*`` variable the code reads is documented, and links between pages
+resolve.
+
+Runnable blocks (README.md and docs/*.md): a code block is run when the line right before its
+opening fence is an HTML comment (invisible on GitHub) of this form:
+
+    <!-- runnable -->                  run it (python: a script; bash/sh/console: bash -euo pipefail)
+    <!-- runnable: gpu -->             run it only under the gpu marker (needs a CUDA GPU)
+    <!-- runnable: file=kernels.py --> write the block to that file instead (later blocks use it)
+    <!-- runnable: exit=1 -->          the block must exit with that status (default 0)
+
+Options combine with commas (``<!-- runnable: gpu, exit=1 -->``). In ``console`` blocks only
+the lines starting with ``$ `` are run (the rest is the output shown to the reader). The blocks
+of one page run in order, each in a fresh process, sharing one fresh temporary folder: the
+working directory (``file=`` blocks land there, and numba-cuda's own cache in its
+``__pycache__``) with the cache root ``KCACHE_DIR=./cache``; no other ``KCACHE_*`` variable
+is set. ``$REPO`` is the repository root; the venv's ``python`` and ``kcache`` come first on
+``PATH``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+DOCS = REPO / "docs"
+PAGES = [REPO / "README.md", *sorted(DOCS.glob("*.md"))]
+MARKER = re.compile(r"^<!--\s*runnable(?::\s*(?P<opts>[^>]*?))?\s*-->\s*$")
+FENCE = re.compile(r"^(?P<fence>```+)\s*(?P<lang>[\w+-]*)")
+RUN_LANGS = {"python": "python", "py": "python", "bash": "bash", "sh": "bash",
+             "shell": "bash", "console": "console"}
+#: Pages other branches add (docs/containers.md: the containers work); links to them are
+#: checked once they exist. Remove a name here when its page lands.
+PENDING_PAGES = {"containers.md"}
+#: Pages that quote hostile text on purpose (rich markup, fake links): not link-checked.
+QUOTING_PAGES = {"hostile-files.md"}
+#: Seconds one block may take (a numba compile on the loaded 2-core CI box takes up to ~20 s)
+BLOCK_TIMEOUT = 300
+
+
+@dataclasses.dataclass
+class Block:
+    page: Path
+    line: int  # 1-based line of the opening fence
+    lang: str
+    code: str
+    gpu: bool = False
+    file: str | None = None
+    exit: int = 0
+
+    def __str__(self):
+        return f"{os.path.relpath(self.page, REPO)}:{self.line}"
+
+
+def parse_options(text: str | None, where: str) -> dict:
+    opts: dict = {}
+    for part in filter(None, (p.strip() for p in (text or "").split(","))):
+        if part == "gpu":
+            opts["gpu"] = True
+        elif part.startswith("file="):
+            opts["file"] = part[len("file="):].strip()
+        elif part.startswith("exit="):
+            opts["exit"] = int(part[len("exit="):])
+        else:
+            raise ValueError(f"{where}: unknown runnable option {part!r} (accepted: gpu, file=NAME, exit=N)")
+    return opts
+
+
+def blocks(page: Path) -> list[Block]:
+    """The runnable blocks of ``page``. Raises ValueError for a marker not followed by a
+    fence, or a block whose language cannot be run."""
+    lines = page.read_text(encoding="utf-8").splitlines()
+    out, i = [], 0
+    while i < len(lines):
+        marker = MARKER.match(lines[i])
+        if not marker:
+            i += 1
+            continue
+        where = f"{os.path.relpath(page, REPO)}:{i + 1}"
+        fence = FENCE.match(lines[i + 1]) if i + 1 < len(lines) else None
+        if fence is None:
+            raise ValueError(f"{where}: a runnable marker must be followed by a code fence")
+        opts = parse_options(marker.group("opts"), where)
+        lang = fence.group("lang")
+        if "file" not in opts and lang not in RUN_LANGS:
+            raise ValueError(f"{where}: cannot run a {lang or 'plain'} block (accepted: "
+                             f"{', '.join(sorted(RUN_LANGS))}, or file=NAME)")
+        end = i + 2
+        while end < len(lines) and not lines[end].startswith(fence.group("fence")):
+            end += 1
+        out.append(Block(page, i + 2, lang, "\n".join(lines[i + 2:end]) + "\n", **opts))
+        i = end + 1
+    return out
+
+
+def script_of(block: Block) -> tuple[list[str], str, str]:
+    """(command, script suffix, script text) that run ``block``."""
+    kind = RUN_LANGS[block.lang]
+    if kind == "python":
+        return [sys.executable], ".py", block.code
+    code = block.code
+    if kind == "console":
+        code = "\n".join(l[2:] for l in code.splitlines() if l.startswith("$ ")) + "\n"
+    return ["bash", "-euo", "pipefail"], ".sh", code
+
+
+def block_env(work: Path) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KCACHE_")}
+    env.pop("NUMBA_CACHE_DIR", None)  # numba-cuda's own cache: __pycache__ in the work folder
+    env.update(KCACHE_DIR=str(work / "cache"), XDG_CACHE_HOME=str(work / "xdg"), REPO=str(REPO),
+               PATH=os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")]),
+               PYTHONDONTWRITEBYTECODE="1")
+    env.pop("PYTHONPATH", None)
+    return env
+
+
+def run_page(page: Path, work: Path, gpu: bool) -> int:
+    """Run the page's blocks in order (gpu ones only when ``gpu``); return how many ran."""
+    env = block_env(work)
+    ran = 0
+    for block in blocks(page):
+        if block.gpu and not gpu:
+            continue
+        if block.file:
+            target = work / block.file
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(block.code)
+            continue
+        command, suffix, code = script_of(block)
+        script = work / f".block{block.line}{suffix}"
+        script.write_text(code)
+        done = subprocess.run([*command, str(script)], cwd=work, env=env, capture_output=True,
+                              text=True, timeout=BLOCK_TIMEOUT)
+        assert done.returncode == block.exit, (
+            f"{block} exited {done.returncode} (expected {block.exit})\n--- block\n{block.code}"
+            f"--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-3000:]}")
+        ran += 1
+    return ran
+
+
+def pages_with(gpu: bool) -> list[Path]:
+    return [p for p in PAGES if any(b.gpu == gpu and not b.file for b in blocks(p))]
+
+
+# --- runnable blocks --------------------------------------------------------------------
+
+def test_markers_are_well_formed():
+    """Every marker is followed by a block that can be run (parsing raises otherwise), and
+    there is something to run: the quick start, guide and migration pages have CPU blocks."""
+    found = {p.name: blocks(p) for p in PAGES}
+    for name in ("quickstart.md", "guide.md", "migrating.md", "faq.md"):
+        assert any(not b.gpu and not b.file for b in found[name]), name
+
+
+@pytest.mark.parametrize("page", pages_with(gpu=False), ids=lambda p: p.name)
+def test_runnable_blocks(page, tmp_path):
+    assert run_page(page, tmp_path, gpu=False) > 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("page", pages_with(gpu=True), ids=lambda p: p.name)
+def test_runnable_gpu_blocks(page, tmp_path):
+    from numba import cuda
+    if not cuda.is_available():
+        pytest.skip("no CUDA GPU here")
+    assert run_page(page, tmp_path, gpu=True) > 0
+
+
+def test_a_failing_block_fails_the_test(tmp_path):
+    """The runner itself: a block that exits 1 where 0 is expected is reported with its page
+    and line; a file= block is written, not run; console blocks run only the $ lines."""
+    page = tmp_path / "page.md"
+    page.write_text("<!-- runnable: file=mod.py -->\n```python\nX = 41\n```\n\n"
+                    "<!-- runnable -->\n```console\n$ python -c 'import mod; assert mod.X == 41'\n"
+                    "this line is output, not run\n```\n\n"
+                    "<!-- runnable: exit=3 -->\n```python\nraise SystemExit(3)\n```\n\n"
+                    "<!-- runnable -->\n```bash\nfalse\n```\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    global REPO
+    saved, REPO = REPO, tmp_path  # so the block names print relative to the temp folder
+    try:
+        with pytest.raises(AssertionError, match=r"page.md:18 exited 1 \(expected 0\)"):
+            run_page(page, work, gpu=False)
+    finally:
+        REPO = saved
+    assert (work / "mod.py").read_text() == "X = 41\n"
+
+
+# --- the CLI reference and the environment variables ------------------------------------
+
+def test_cli_reference_matches_the_parser():
+    from kcache.cli.reference import render
+    committed = (DOCS / "cli-reference.md").read_text(encoding="utf-8")
+    assert committed == render(), (
+        "docs/cli-reference.md differs from the parser: run "
+        "'python -m kcache.cli.reference > docs/cli-reference.md'")
+
+
+def test_every_json_command_has_a_schema():
+    from kcache.cli.reference import headings, json_schema_link
+    from kcache.cli.spec import kcache_tree
+    found = headings()
+    missing = [cmd.name for cmd in kcache_tree().commands
+               if cmd.path[0] != "completion" and any(o.flags[0] == "--json" for o in cmd.options)
+               and json_schema_link(cmd, found) is None]
+    assert missing == [], f"no '### `kcache CMD --json`' heading in docs/ for {missing}"
+
+
+def test_every_kcache_variable_in_the_code_is_documented():
+    from kcache.cli.env import TEST_ONLY_PREFIX, VARIABLES, names
+    used = set()
+    for folder in ("kcache", "dispatcher", "cli"):
+        for path in (REPO / folder).rglob("*.py"):
+            used |= set(re.findall(r"\bKCACHE_[A-Z][A-Z_]*[A-Z]\b", path.read_text(encoding="utf-8")))
+    used = {n for n in used if not n.startswith(TEST_ONLY_PREFIX) and n != "KCACHE_X"}
+    assert used - set(names()) == set(), "add these to kcache/cli/env.py VARIABLES"
+    guide = (DOCS / "guide.md").read_text(encoding="utf-8")
+    assert [v.name for v in VARIABLES if f"`{v.name}`" not in guide] == []
+    done = subprocess.run([sys.executable, "-m", "kcache", "--help"], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0
+    assert [n for n in names() if n not in done.stdout] == []
+
+
+# --- links ------------------------------------------------------------------------------
+
+LINK = re.compile(r"\[[^\]]*\]\((?P<target>[^)\s]+)\)")
+
+
+@functools.lru_cache(maxsize=None)
+def anchors(page: Path) -> set[str]:
+    from kcache.cli.reference import anchor, headings
+    seen: dict[str, int] = {}
+    out = set()
+    for name, text in headings(page.parent):
+        if name != page.name:
+            continue
+        base = anchor(text)
+        n = seen.get(base, 0)
+        seen[base] = n + 1
+        out.add(base if n == 0 else f"{base}-{n}")
+    return out
+
+
+def test_links_between_pages_resolve():
+    bad = []
+    for page in PAGES:
+        if page.name in QUOTING_PAGES:
+            continue
+        text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.S)
+        text = re.sub(r"``.*?``|`[^`\n]*`", "", text)  # code spans hold no links
+        for match in LINK.finditer(text):
+            target = match.group("target")
+            if re.match(r"[a-z]+:", target) or target.startswith("mailto:"):
+                continue
+            path, _, frag = target.partition("#")
+            dest = (page.parent / path).resolve() if path else page
+            if dest.name in PENDING_PAGES and not dest.exists():
+                continue
+            if not dest.exists():
+                bad.append(f"{page.name}: {target} (no such file)")
+            elif frag and dest.suffix == ".md" and frag not in anchors(dest):
+                bad.append(f"{page.name}: {target} (no such heading)")
+    assert bad == []
