@@ -118,7 +118,8 @@ def block_env(work: Path) -> dict:
     env.update(KCACHE_DIR=str(work / "cache"), XDG_CACHE_HOME=str(work / "xdg"), REPO=str(REPO),
                PATH=os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")]),
                PYTHONDONTWRITEBYTECODE="1")
-    env.pop("PYTHONPATH", None)
+    # PYTHONPATH is kept: it is part of the reader's environment (on the GPU machine it holds
+    # the numpy that numba-cuda needs)
     return env
 
 

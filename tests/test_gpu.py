@@ -286,4 +286,38 @@ def test_main_job_bundle_serves_every_kernel(tmp_path):
     gpu = subprocess.run([sys.executable, str(main), "--cache-dir", str(tmp_path / "cache2")],
                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert gpu.returncode == 0, gpu.stderr[-3000:] + gpu.stdout[-3000:]
-    assert "(100 % hits)" in gpu.stdout, gpu.stdout[-3000:]
+    assert "(100 % hits)" in " ".join(gpu.stdout.split()), gpu.stdout[-3000:]
+
+
+def test_remote_tier_serves_an_empty_local_root(tmp_path):
+    """Issue 10 on the GPU: a process on machine A (its own root) compiles the example kernels
+    and publishes them to Redis; a process on machine B, whose local root is empty, launches
+    them with no compile (remote hits, results checked) and keeps them in its root."""
+    from servers import RedisServer
+    server = RedisServer().start()
+    try:
+        code = """
+            import json, kcache
+            kcache.install("cache")
+            from examples import kernels
+            disps = kernels.run_all()          # asserts the results against NumPy
+            from kcache.dispatcher.dispatcher import Options
+            store = Options._process_store()   # the store the kernels used: its counters
+            st = store.stats()
+            print(json.dumps({"kernels": {n: [sum(d.stats.cache_hits.values()), d.stats.compiles]
+                                          for n, d in disps.items()},
+                              "remote_hits": st.remote_hits, "remote_puts": st.remote_puts,
+                              "entries": len(list(store.entries()))}))
+        """
+        remote = {"KCACHE_REMOTE": server.url}
+        (tmp_path / "a").mkdir()
+        (tmp_path / "b").mkdir()
+        a = run_child(tmp_path / "a", code, env_extra=remote)
+        assert all(c == 1 for _h, c in a["kernels"].values()), a
+        assert a["remote_puts"] >= len(a["kernels"]), a
+        b = run_child(tmp_path / "b", code, env_extra=remote)
+        print("machine A:", json.dumps(a), "\nmachine B (empty root):", json.dumps(b))
+        assert all(row == [1, 0] for row in b["kernels"].values()), b
+        assert b["remote_hits"] >= len(b["kernels"]) and b["entries"] >= len(b["kernels"]), b
+    finally:
+        server.close()
