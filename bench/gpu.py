@@ -137,7 +137,7 @@ CHILD = textwrap.dedent('''
     mode, role, opts = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
     fake = opts["fake"]
     hook = "kcache._hook" in sys.modules  # imported by kcache-hook.pth when KCACHE_ENABLE is set
-    if mode == "kcache" and not hook:
+    if mode.startswith("kcache") and not hook:
         import kcache._hook                # what the .pth line does (an install without it)
     import numpy as np
     from numba import cuda
@@ -258,8 +258,10 @@ class Bench:
                    # the kernels' modules; kcache itself as installed (as users run it)
                    PYTHONPATH=os.pathsep.join(filter(None, [str(self.work),
                                                             os.environ.get("PYTHONPATH")])))
-        if mode == "kcache":
+        if mode.startswith("kcache"):
             env["KCACHE_ENABLE"] = "1"
+        if mode == "kcache-base":  # an earlier revision (bench/baseline.py) imported first
+            env["PYTHONPATH"] = os.pathsep.join([str(self.opts.baseline), env["PYTHONPATH"]])
         return env
 
     def new_cache(self) -> Path:
@@ -278,7 +280,7 @@ class Bench:
         if proc.returncode != 0:
             raise RuntimeError(f"{mode} child failed (exit {proc.returncode}):\n{err[-3000:]}")
         doc = json.loads(out.strip().splitlines()[-1])
-        want = "KCacheDispatcher" if mode == "kcache" else "CUDADispatcher"
+        want = "KCacheDispatcher" if mode.startswith("kcache") else "CUDADispatcher"
         if doc["dispatcher"] != want:
             raise RuntimeError(f"{mode} child ran {doc['dispatcher']} kernels, not {want}")
         return doc
@@ -339,6 +341,7 @@ def first_calls(b: Bench) -> list[dict]:
                        [1e3 * s["lookups"][n] for s in split for n in names[1:]], "ms", mode=mode),
             ]
     out += phase_figures(raw["kcache"]["split"], sec)
+    out += baseline_figures(b, sec)
     # kcache's own work on a cold miss (key, lock, encode, publish, counters), exactly: each
     # first call minus the compile kcache timed itself; the cold totals of identical processes
     # vary by more than the 3 % goal, so this is the figure the goal is read against
@@ -353,6 +356,39 @@ def first_calls(b: Bench) -> list[dict]:
             figure("own_cold_pct.kcache", sec, "kcache's own share of a cold miss (of compile time)",
                    own_pct, "%", mode="kcache", goal="<= 3 % (issue 8)",
                    met=statistics.median(own_pct) <= 3.0)]
+    return out
+
+
+def baseline_figures(b: Bench, sec: str) -> list[dict]:
+    """With ``--baseline DIR``: the same warm-cache processes for an earlier revision of kcache
+    (made by bench/baseline.py), alternating with this tree's, so both meet the same machine."""
+    if getattr(b.opts, "baseline", None) is None:
+        return []
+    rev = (b.opts.baseline / "BASELINE_REV").read_text().strip()
+    cache = {m: b.new_cache() for m in ("kcache", "kcache-base")}
+    raw = {m: {"calls": [], "split": []} for m in cache}
+    for m in cache:
+        b.child(m, "calls", cache[m])  # fill
+    for _ in range(b.opts.runs):
+        for m in cache:
+            raw[m]["calls"].append(b.child(m, "calls", cache[m]))
+            raw[m]["split"].append(b.child(m, "split", cache[m]))
+    out = []
+    for m, r in raw.items():
+        names = list(r["calls"][0]["times"])
+        what = f"kcache at {rev}" if m == "kcache-base" else "kcache (this tree)"
+        out += [figure(f"before_after.first_call.{m}", sec, f"{what}: first kernel call",
+                       [1e3 * w["times"][names[0]] for w in r["calls"]], "ms", mode=m, rev=rev),
+                figure(f"before_after.further_first_call.{m}", sec,
+                       f"{what}: each further kernel's first call",
+                       [1e3 * w["times"][n] for w in r["calls"] for n in names[1:]], "ms", mode=m,
+                       rev=rev),
+                figure(f"before_after.lookup_first.{m}", sec, f"{what}: lookup of the first call",
+                       [1e3 * w["lookups"][names[0]] for w in r["split"]], "ms", mode=m, rev=rev),
+                figure(f"before_after.lookup_further.{m}", sec,
+                       f"{what}: lookup of each further first call",
+                       [1e3 * w["lookups"][n] for w in r["split"] for n in names[1:]], "ms",
+                       mode=m, rev=rev)]
     return out
 
 

@@ -73,6 +73,9 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--budget", type=float, default=400.0,
                    help="seconds the whole part may take: application sizes that would not fit "
                         "are dropped, largest first (0: no limit)")
+    g.add_argument("--baseline", type=Path, default=None,
+                   help="an earlier revision installed by bench/baseline.py: its warm-cache first "
+                        "calls are measured in the same run (before and after)")
     g.add_argument("--fake", action="store_true",
                    help="no GPU: compile for cc 9.0 without launching (checks the flow only)")
     g.add_argument("--quick", action="store_true",
