@@ -86,7 +86,8 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--entries", type=positive, default=100_000, help="entries of the large cache")
     c.add_argument("--ls-entries", type=positive, default=10_000)
     c.add_argument("--cli-rounds", type=positive, default=7, help="rounds of CLI start-up runs")
-    c.add_argument("--warm-kernels", type=positive, default=16)
+    c.add_argument("--warm-kernels", type=positive, default=64,
+                   help="kernels of the warm package (each compiled for 2 ccs)")
     c.add_argument("--only", type=lambda t: t.split(","), default=None,
                    help="sections to run, e.g. store,cli (default: all)")
     c.add_argument("--quick", action="store_true", help="tiny sizes and 1 run: for tests")
