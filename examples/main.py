@@ -13,8 +13,8 @@
    against NumPy, and must load every kernel from the cache: 100 % hits, no compile. Its
    statistics are shown.
 
-``cache_usecases`` needs the ``filecheck`` package (numba.cuda.testing imports it; the test
-extra installs it): without it that part is skipped with one line saying so.
+``cache_usecases`` needs ``pytest`` and ``filecheck`` (numba.cuda.testing imports them; the test
+extra installs them): without them that part is skipped with one line saying so.
 
 Usage: python examples/main.py [--cc 8.0,9.0] [--cache-dir DIR] [--work-dir DIR] [--jobs N]
 Exit status: 0 on success; 1 if a kernel failed to compile, a result is wrong, the GPU run
@@ -280,7 +280,8 @@ def run(args, env, root: Path, ccs: list) -> int:
     why_not = _usecases_available()
     if why_not is not None:
         print(f"{PROG}: skipping {USECASES}: it cannot be imported ({why_not}); "
-              "pip install filecheck (in kcache's test extra) to include it")
+              "numba-cuda's test modules need pytest and filecheck: install kcache's test extra "
+              "(pip install -e '.[cu13,test]') to include them")
     print(f"Compiling for cc {', '.join(cc_text(c) for c in ccs)} "
           f"({', '.join(arch_name(c) for c in ccs)}) with kcache warm.")
     print(f"Cache: {root} (change it with --cache-dir or KCACHE_DIR)\n", flush=True)
