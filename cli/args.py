@@ -147,6 +147,16 @@ def cc_arg(text: str) -> tuple:
         raise argparse.ArgumentTypeError(one_line(exc)) from None
 
 
+def add_entry_filters(parser: argparse.ArgumentParser) -> None:
+    """``--kernel GLOB`` and repeatable ``--cc CC``: the entry filters of export, push and
+    pull (``ls`` takes one ``--cc``)."""
+    parser.add_argument("--kernel", metavar="GLOB", type=glob_arg,
+                        help="only kernels matching GLOB (module:qualname or qualname)")
+    parser.add_argument("--cc", type=cc_arg, action="append", metavar="CC",
+                        help="only this compute capability (repeatable; 9.0 matches sm_90 and "
+                             "sm_90a)")
+
+
 def arch_matches(arch_name, cc: tuple) -> bool:
     """True when an entry's ``arch`` (e.g. ``sm_90a``) is compute capability ``cc`` (a
     :func:`cc_arg` result); see ``kcache.arch.arch_matches``."""

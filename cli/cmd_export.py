@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kcache.cli.args import cc_arg, glob_arg, nonblank_arg, want_json
+from kcache.cli.args import add_entry_filters, nonblank_arg, want_json
 from kcache.cli.cache import open_store
 from kcache.cli.entries import select_entries
 from kcache.cli.errors import Problem, UsageError
@@ -20,9 +20,7 @@ def register(sub):
                                    "a tar with a manifest, zstd-compressed when the zstandard "
                                    "package is installed, signed with a secret when one is set.")
     p.add_argument("out", metavar="OUT", type=nonblank_arg("OUT"), help="the bundle file to write")
-    p.add_argument("--kernel", metavar="GLOB", type=glob_arg, help="only kernels matching GLOB")
-    p.add_argument("--cc", type=cc_arg, action="append", metavar="CC",
-                   help="only this compute capability (repeatable; 9.0 matches sm_90 and sm_90a)")
+    add_entry_filters(p)
     p.add_argument("--current", action="store_true",
                    help="only entries built by the current toolchain (no stale ones)")
     p.add_argument("--compress", choices=("auto", "zstd", "none"), default="auto",

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import functools
 
-from kcache.cli.args import cc_arg, glob_arg, want_json
+from kcache.cli.args import add_entry_filters, want_json
 from kcache.cli.cache import open_store
 from kcache.cli.entries import header_matches
 from kcache.cli.errors import Problem
@@ -22,10 +22,7 @@ def register(sub):
                                    "format, the checksum) before it is written. Filters apply to "
                                    "the checked header of each entry. Exit status 1 when any "
                                    "failed.")
-    p.add_argument("--kernel", metavar="GLOB", type=glob_arg,
-                   help="only kernels matching GLOB (module:qualname or qualname)")
-    p.add_argument("--cc", type=cc_arg, action="append", metavar="CC",
-                   help="only this compute capability (repeatable; 9.0 matches sm_90 and sm_90a)")
+    add_entry_filters(p)
     return p
 
 

@@ -1,7 +1,7 @@
 """``kcache push [--kernel GLOB] [--cc CC]``: publish local entries to the remote tier."""
 from __future__ import annotations
 
-from kcache.cli.args import cc_arg, glob_arg, want_json
+from kcache.cli.args import add_entry_filters, want_json
 from kcache.cli.cache import open_store
 from kcache.cli.entries import select_entries
 from kcache.cli.errors import Problem
@@ -19,10 +19,7 @@ def register(sub):
                                    "checked first and signed when a secret is set "
                                    "(KCACHE_REMOTE_SECRET). Entries the remote holds already "
                                    "are left as they are. Exit status 1 when any failed.")
-    p.add_argument("--kernel", metavar="GLOB", type=glob_arg,
-                   help="only kernels matching GLOB (module:qualname or qualname)")
-    p.add_argument("--cc", type=cc_arg, action="append", metavar="CC",
-                   help="only this compute capability (repeatable; 9.0 matches sm_90 and sm_90a)")
+    add_entry_filters(p)
     return p
 
 
