@@ -11,6 +11,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from .fsio import unlink_quietly, write_all
+
 TMP_SUFFIX = ".tmp"
 
 
@@ -24,11 +26,7 @@ def write_temp(path: Path, data: bytes, *, mode: int | None = None, fsync: bool 
     try:
         if mode is not None:
             os.fchmod(fd, mode)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        if fsync:
-            os.fsync(fd)
+        write_all(fd, data, fsync=fsync)
     except BaseException:
         os.close(fd)
         unlink_quietly(tmp)
@@ -48,9 +46,3 @@ def write_atomic(path: Path, data: bytes, *, mode: int | None = None, fsync: boo
         raise
 
 
-def unlink_quietly(path) -> None:
-    """Remove ``path`` if it can be removed; never raises."""
-    try:
-        os.unlink(path)
-    except OSError:
-        pass

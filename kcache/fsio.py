@@ -184,6 +184,16 @@ def read_upto(fd: int, n: int) -> bytes:
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
+def write_all(fd: int, data: bytes, *, fsync: bool) -> None:
+    """Write all of ``data`` to ``fd`` (``os.write`` may write less than asked), then
+    ``fsync`` it when asked. Raises OSError."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+    if fsync:
+        os.fsync(fd)
+
+
 def write_new(dir_fd: int, target: str, data: bytes, mode: int, *, fsync: bool = True) -> str:
     """Write ``data`` to a new temp file beside ``target`` in folder ``dir_fd`` (created
     ``O_EXCL | O_NOFOLLOW``, permission bits exactly ``mode``); returns the temp name. The
@@ -192,11 +202,7 @@ def write_new(dir_fd: int, target: str, data: bytes, mode: int, *, fsync: bool =
     fd = os.open(tmp, _CREATE_FLAGS, mode, dir_fd=dir_fd)
     try:
         os.fchmod(fd, mode)  # the umask must not narrow shared mode's group bits
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        if fsync:
-            os.fsync(fd)
+        write_all(fd, data, fsync=fsync)
     except BaseException:
         os.close(fd)
         unlink_quietly(tmp, dir_fd)
