@@ -11,7 +11,9 @@ Sections, in this order (each writes its figures to the results file when it end
   memory, an atomic reduction, a stencil, a scale). ``--runs`` cold processes per mode, each on
   an empty cache (modes interleaved), then ``--runs`` warm processes per mode on the filled
   cache, then ``--runs`` "split" processes (kcache, numba) timing the overload lookup
-  (``dispatcher.compile``) apart from the launch. Reported: interpreter start, imports, CUDA
+  (``dispatcher.compile``) apart from the launch, then ``--runs`` "preloaded" kcache processes
+  that look every overload up before the clock starts: numba-cuda's floor, what a first call
+  would cost if the lookup cost nothing. Reported: interpreter start, imports, CUDA
   context and allocations, the first kernel call, each further kernel's first call, process
   start to first call done, the lookups, the cold first calls summed, and kcache's own share
   of a cold miss (each cold first call minus the compile time kcache timed itself).
@@ -184,7 +186,7 @@ CHILD = textwrap.dedent('''
         print("READY", flush=True)
         sys.stdin.buffer.read(1)           # released together with the other processes
     T_GO = time.time()
-    times, lookups, phases, current = {}, {}, {}, [None]
+    times, lookups, phases, typing, current = {}, {}, {}, {}, [None]
     if role == "split" and mode == "kcache":
         # Where a hit's time goes: each phase of KCacheDispatcher.compile timed (nested: the
         # key includes the fingerprint); the launch is the first call minus the lookup.
@@ -209,10 +211,26 @@ CHILD = textwrap.dedent('''
         timed(Store, "get_or_create", "store read")
         timed(D, "entry_to_kernel", "rebuild")
         timed(_compat.Kernel, "bind", "module load")
+    if role == "preloaded":
+        # numba-cuda's floor: every overload looked up (and its module loaded) before the
+        # clock starts, so each timed call is numba-cuda's own path alone: argument typing,
+        # dispatch, launch. The types are built, not asked of typeof, which would warm
+        # numba-cuda's first typing of a device array before the clock starts.
+        import numba
+        def built_type(a):
+            if getattr(a, "ndim", 0):
+                return numba.types.Array(numba.from_dtype(a.dtype), a.ndim, "C")
+            return numba.from_dtype(a.dtype)
+        for name, disp, grid, block, args in calls:
+            start = time.perf_counter()
+            disp.compile(tuple(built_type(a) for a in args))
+            lookups[name] = time.perf_counter() - start
     for name, disp, grid, block, args in calls:
         current[0] = name
         if role == "split" or fake:
+            start = time.perf_counter()    # numba-cuda's typing of the arguments (Python)
             types = tuple(disp.typeof_pyval(a) for a in args)
+            typing[name] = time.perf_counter() - start
         start = time.perf_counter()
         if role == "split" or fake:        # the overload lookup alone: cache read + rebuild
             disp.compile(types)
@@ -231,11 +249,12 @@ CHILD = textwrap.dedent('''
         "dispatcher": type(calls[0][1]).__name__, "hook_from_pth": hook,
         "interpreter_s": T_START - float(os.environ["BENCH_SPAWN"]),
         "imports_s": T_IMPORTS - T_START, "setup_s": T_READY - T_IMPORTS,
-        "times": times, "lookups": lookups, "phases": phases,
+        "times": times, "lookups": lookups, "phases": phases, "typing": typing,
         "compile_seconds": {name: d.stats.compile_seconds for name, d, *_ in calls
                             if hasattr(d.stats, "compile_seconds")},
         "compiles": sum(compiles(d) for _, d, *_ in calls),
         "go": T_GO, "done": T_DONE,
+        "overloads": sum(len(d.overloads) for _, d, *_ in calls),
         "ready_s": T_DONE - float(os.environ["BENCH_SPAWN"])}))
 ''')
 
@@ -303,6 +322,8 @@ def first_calls(b: Bench) -> list[dict]:
         raw[mode]["warm"] = [b.child(mode, "calls", caches[mode]) for _ in range(runs)]
     for mode in ("kcache", "numba"):
         raw[mode]["split"] = [b.child(mode, "split", caches[mode]) for _ in range(runs)]
+    raw["kcache"]["preloaded"] = [b.child("kcache", "preloaded", caches["kcache"])
+                                  for _ in range(runs)]
     b.raw_first_calls = raw
     out = []
     sec = "first_calls"
@@ -341,6 +362,7 @@ def first_calls(b: Bench) -> list[dict]:
                        [1e3 * s["lookups"][n] for s in split for n in names[1:]], "ms", mode=mode),
             ]
     out += phase_figures(raw["kcache"]["split"], sec)
+    out += floor_figures(raw["kcache"]["preloaded"], sec)
     out += baseline_figures(b, sec)
     # kcache's own work on a cold miss (key, lock, encode, publish, counters), exactly: each
     # first call minus the compile kcache timed itself; the cold totals of identical processes
@@ -357,6 +379,24 @@ def first_calls(b: Bench) -> list[dict]:
                    own_pct, "%", mode="kcache", goal="<= 3 % (issue 8)",
                    met=statistics.median(own_pct) <= 3.0)]
     return out
+
+
+def floor_figures(pre: list[dict], sec: str) -> list[dict]:
+    """numba-cuda's own part of a first call, which no cache removes: the same calls with every
+    overload looked up and loaded before the clock starts (launch, synchronize, and numba-cuda's
+    first-launch work of the process); and the module load (``cuModuleLoadData``) of a further
+    kernel, timed within its lookup."""
+    if not pre:
+        return []
+    if any(p["overloads"] != len(p["times"]) for p in pre):  # a call looked up again
+        raise RuntimeError("preloaded: the built argument types missed an overload")
+    names = list(pre[0]["times"])
+    return [figure("floor_first.kcache", sec, "numba-cuda's floor: first call of a process with "
+                   "its overload already loaded", [1e3 * p["times"][names[0]] for p in pre], "ms",
+                   mode="kcache"),
+            figure("floor_further.kcache", sec, "numba-cuda's floor: each further first call with "
+                   "its overload already loaded",
+                   [1e3 * p["times"][n] for p in pre for n in names[1:]], "ms", mode="kcache")]
 
 
 def baseline_figures(b: Bench, sec: str) -> list[dict]:

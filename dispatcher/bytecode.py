@@ -19,6 +19,7 @@ argument and never ends a chain.
 from __future__ import annotations
 
 import dis
+import re
 import sys
 import types
 
@@ -41,32 +42,47 @@ def references(code: types.CodeType) -> list:
     are not entered): kind ``"g"`` for a global, ``"d"`` for a free (closure) variable;
     ``attrs`` is the tuple of attribute names loaded right after it. Duplicates are kept."""
     raw = code.co_code
+    ops, args = raw[::2], raw[1::2]
     names = code.co_names
     free_base, freevars = _free_base(code), code.co_freevars
     found = []
-    current = None
-    ext = 0
-    for op, arg in zip(raw[::2], raw[1::2]):
-        if op == _CACHE:
-            continue
-        arg |= ext
-        if op == _EXTENDED_ARG:
-            ext = arg << 8
-            continue
-        ext = 0
+    # Only the loads that start a chain are looked at (found by the regex engine), not
+    # every instruction: this loop ran over every instruction before (40 us for a matmul).
+    for match in _STARTS.finditer(ops):
+        i = match.start()
+        op, arg = ops[i], _argument(ops, args, i)
         if op == _LOAD_GLOBAL:
-            current = [names[arg >> _GLOBAL_SHIFT]]
-            found.append(("g", current))
-        elif op == _LOAD_ATTR and current is not None:
-            current.append(names[arg >> _ATTR_SHIFT])
-        elif op == _LOAD_METHOD and current is not None:
-            current.append(names[arg])
-        elif op == _LOAD_DEREF and arg >= free_base:
-            current = [freevars[arg - free_base]]
-            found.append(("d", current))
+            kind, name = "g", names[arg >> _GLOBAL_SHIFT]
+        elif arg >= free_base:
+            kind, name = "d", freevars[arg - free_base]
         else:
-            current = None
-    return [(kind, chain[0], tuple(chain[1:])) for kind, chain in found]
+            continue  # a cell of this function's own
+        attrs = []
+        while (nxt := _NEXT.search(ops, i + 1)) is not None:  # past CACHE and EXTENDED_ARG
+            i = nxt.start()
+            op = ops[i]
+            if op == _LOAD_ATTR:
+                attrs.append(names[_argument(ops, args, i) >> _ATTR_SHIFT])
+            elif op == _LOAD_METHOD:
+                attrs.append(names[_argument(ops, args, i)])
+            else:
+                break
+        found.append((kind, name, tuple(attrs)))
+    return found
+
+
+def _argument(ops: bytes, args: bytes, i: int) -> int:
+    """The argument of instruction ``i`` with its EXTENDED_ARG prefixes."""
+    arg, shift = args[i], 8
+    while i > 0 and ops[i - 1] == _EXTENDED_ARG:
+        i -= 1
+        arg |= args[i] << shift
+        shift += 8
+    return arg
+
+
+_STARTS = re.compile(b"[" + re.escape(bytes([_LOAD_GLOBAL, _LOAD_DEREF])) + b"]")
+_NEXT = re.compile(b"[^" + re.escape(bytes([op for op in (_CACHE, _EXTENDED_ARG) if op >= 0])) + b"]")
 
 
 def _free_base(code: types.CodeType) -> int:

@@ -14,7 +14,10 @@ import hashlib
 import os
 from importlib import metadata
 
+import msgpack
+
 from kcache.arch import arch_name
+from kcache.keys import CanonicalMap, canonical_map
 
 from .fingerprint import Uncacheable, digest_of, fingerprint, line_digest, value_digest
 from .numba_config import config_component
@@ -82,14 +85,48 @@ def kernel_components(
         "source": source,
         "opaque": list(fp.opaque),
         "signature": str(signature),
-        "target": {"cc": arch_name(cc), "output": output},
-        "toolchain": dict(toolchain) if toolchain is not None else toolchain_components(),
-        "config": dict(config),
-        "options": encode_options(options),
+        "target": _shared("target", {"cc": arch_name(cc), "output": output}),
+        "toolchain": _shared("toolchain", toolchain if toolchain is not None
+                             else toolchain_components()),
+        "config": _shared("config", config),
+        "options": _shared("options", encode_options(options)),
         "link": link_digests(options.get("link") or ()),
         "launch_config": _plain(launch_config),
         "cache_key": cache_key,
     }
+
+
+_SHARED: dict = {}  # (name, msgpack bytes of a value) -> its CanonicalMap
+
+
+def _shared(name: str, value: dict) -> dict:
+    """``value`` as a read-only :class:`~kcache.keys.CanonicalMap`, one per distinct value in
+    the process: the target, toolchain, configuration and options components are the same
+    for most kernels, and putting them in canonical form took a third of ``make_key``'s time.
+    Remembered by their msgpack bytes, which tell ``True`` from ``1`` (equality does not). A
+    value msgpack cannot encode is returned as a plain copy (``make_key`` then says why)."""
+    if type(value) is CanonicalMap:
+        return value
+    try:
+        memo = (name, msgpack.packb(value, use_bin_type=True))
+    except (TypeError, ValueError, OverflowError):
+        return dict(value)
+    shared = _SHARED.get(memo)
+    if shared is None:
+        shared = canonical_map(value, name)
+        if len(_SHARED) < 1024:
+            _SHARED[memo] = shared
+    return shared
+
+
+def prepare_shared(targetoptions: dict | None = None) -> None:
+    """Put this process's toolchain and configuration components (and ``targetoptions``'
+    encoding, if given) in canonical form now, as the first kernel call would (the results
+    are remembered by value, so a later change is still seen)."""
+    _shared("toolchain", toolchain_components())
+    _shared("config", config_component())
+    if targetoptions is not None:
+        _shared("options", encode_options(dict(targetoptions)))
 
 
 # --- options --------------------------------------------------------------------------------

@@ -18,6 +18,8 @@ import time
 import filelock  # noqa: F401
 import kcache.store  # noqa: F401
 from kcache import arch as _arch
+from kcache.config import environment_snapshot
+from kcache.stats import start_flusher
 from kcache import toolchain as _toolchain  # noqa: F401
 from kcache.warn import warn_once
 
@@ -91,8 +93,16 @@ class Options:
         return store
 
     @classmethod
-    def _process_store(cls):
+    def _process_store(cls, early: bool = False):
+        """The process default store. ``early``: opened by :meth:`prepare`, before any
+        kernel call; the first call then checks that the KCACHE_* variables are still those
+        it was opened with (else opens it again), so settings still take effect as of the
+        first kernel call."""
         with cls._default_lock:
+            if cls._opened_early is not None and not early:
+                if cls._opened_early != environment_snapshot():
+                    cls._default_store = None  # the program changed KCACHE_* since
+                cls._opened_early = None
             if cls._default_store is None:
                 try:
                     from kcache import Store
@@ -101,13 +111,39 @@ class Options:
                     warn_once("dispatcher-store", f"kcache: cannot open the cache ({exc}); "
                               "kernels are compiled uncached")
                     cls._default_store = False
+                if early:
+                    cls._opened_early = environment_snapshot()
             return cls._default_store or None
+
+    _opened_early = None  # environment_snapshot() when prepare() opened the default store
 
     @classmethod
     def reset_process_store(cls) -> None:
         """Forget the process default store (tests, or after changing KCACHE_* variables)."""
         with cls._default_lock:
             cls._default_store = None
+            cls._opened_early = None
+
+    def prepare(self, targetoptions: dict | None = None) -> None:
+        """What every hit needs, done once per process when the first cached kernel is
+        defined (during the program's imports) instead of in its first call (about 1 ms on
+        the H200): open the store, start its counter writer, know the toolchain versions,
+        encode the components every key shares (``targetoptions``: the first kernel's).
+        Never raises: a problem shows (and is warned about) at the kernel call, as before."""
+        if not self.cache or Options._prepared:
+            return
+        Options._prepared = True
+        try:
+            store = self.store if self.store is not None else self._process_store(early=True)
+            if store is None or getattr(store, "disabled", False):
+                return
+            start_flusher()
+            _components.toolchain_components(lambda: _toolchain_memo(store))
+            _components.prepare_shared(targetoptions)
+        except Exception:  # the kernel call opens the store again and reports it
+            pass
+
+    _prepared = False
 
 
 _explain_on = [bool(os.environ.get("KCACHE_EXPLAIN", "").strip() not in ("", "0"))]
@@ -188,6 +224,7 @@ class KCacheDispatcher(_compat.CUDADispatcher):
         self._kcache_key_of = {}  # signature -> key
         # Lines logged for this kernel's misses (compile_for may have added some already).
         self.__dict__.setdefault("kcache_explanations", [])
+        options.prepare(self.targetoptions)
 
     # --- numba-cuda API ---------------------------------------------------------------------
 

@@ -504,7 +504,16 @@ class _Walk:
     # -- values --------------------------------------------------------------------------
 
     def value_digest(self, value, where, acc) -> str:
-        return digest_of(self.encode(value, where, acc, 0))
+        known = _NAMED.get(id(value))
+        if known is not None and known[0] is value:
+            return known[1]
+        opaque, cacheable = len(acc.opaque), acc.cacheable
+        payload = self.encode(value, where, acc, 0)
+        digest = digest_of(payload)
+        if (payload[0] in _BY_NAME and len(acc.opaque) == opaque and acc.cacheable == cacheable
+                and len(_NAMED) < 4096):
+            _NAMED[id(value)] = (value, digest)
+        return digest
 
     def encode(self, value, where, acc, depth):
         """Canonical payload of a value; dependencies return ["dep", digest]."""
@@ -700,6 +709,13 @@ class _Walk:
 
 
 _options_memo: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+# Digests of objects encoded by their name alone (library functions, modules, builtins,
+# library classes: cuda.grid, np.float32, range, ...), by identity: the same object always
+# has the same name, and most kernels reach the same few. The object is held, so its id is
+# not reused. Only when encoding it noted nothing (no opaque reason, cacheability kept).
+_NAMED: dict = {}
+_BY_NAME = frozenset({"function", "module", "builtin", "class"})
 
 
 def _copied(options: dict) -> dict:

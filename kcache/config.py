@@ -317,6 +317,16 @@ SOURCES: dict[str, Source] = {
     "quarantine_age": Source("KCACHE_QUARANTINE_AGE", "quarantine_age", DEFAULT_QUARANTINE_AGE),
 }
 ROOT_ENV = "KCACHE_DIR"
+
+
+def environment_snapshot() -> tuple:
+    """The values (None when unset) of the environment variables :func:`resolve` reads:
+    while they are unchanged, so are the settings a ``Store()`` would resolve (config.json
+    aside)."""
+    return tuple(os.environ.get(name) for name in _SETTING_VARS)
+
+
+_SETTING_VARS = (ROOT_ENV, *(source.env for source in SOURCES.values()))
 #: The pseudo-setting of :func:`resolve_each` that reports ``<root>/config.json`` itself.
 CONFIG_FILE = "config_file"
 

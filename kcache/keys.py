@@ -34,7 +34,33 @@ def _canonical(value: Any, path: tuple) -> Any:
         return [_canonical(v, (path, 1, i)) for i, v in enumerate(value)]
     if kind is dict:
         return _canonical_map(value, path)
+    if kind is CanonicalMap:
+        return value  # canonical already (made once per process for the constant components)
     return _canonical_other(value, path)
+
+
+class CanonicalMap(dict):
+    """A component value already in canonical form (made by :func:`canonical_map`), which
+    :func:`make_key` encodes as it is instead of sorting it again: the components that are
+    the same for every kernel of a process (toolchain, configuration, options) are put in
+    canonical form once. Read-only at the top level (it is shared); equal to the plain dict."""
+
+    __slots__ = ()
+
+    def _read_only(self, *args, **kwargs):
+        raise TypeError("a canonical component is read-only (copy it with dict())")
+
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _read_only
+    __ior__ = _read_only
+
+    def copy(self) -> dict:
+        return dict(self)
+
+
+def canonical_map(value: Mapping, name: str) -> CanonicalMap:
+    """``value`` (a mapping) in the canonical form :func:`make_key` encodes, as a read-only
+    :class:`CanonicalMap`. Raises TypeError as :func:`make_key` does, naming ``name``."""
+    return CanonicalMap(_canonical_map(value, (None, 0, name)))
 
 
 def _canonical_other(value: Any, path: tuple) -> Any:
