@@ -360,6 +360,12 @@ def first_calls(b: Bench) -> list[dict]:
                        [1e3 * s["lookups"][names[0]] for s in split], "ms", mode=mode),
                 figure(f"lookup_further.{mode}", sec, "of each further first call: the lookup",
                        [1e3 * s["lookups"][n] for s in split for n in names[1:]], "ms", mode=mode),
+                figure(f"typing_first.{mode}", sec, "numba-cuda's typing of the first call's "
+                       "arguments (typeof_pyval, before the lookup)",
+                       [1e3 * s["typing"][names[0]] for s in split], "ms", mode=mode),
+                figure(f"typing_further.{mode}", sec, "numba-cuda's typing of each further first "
+                       "call's arguments", [1e3 * s["typing"][n] for s in split for n in names[1:]],
+                       "ms", mode=mode),
             ]
     out += phase_figures(raw["kcache"]["split"], sec)
     out += floor_figures(raw["kcache"]["preloaded"], sec)
