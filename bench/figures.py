@@ -77,11 +77,17 @@ def versions() -> dict:
             out[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             pass
+    if os.environ.get("BENCH_COMMIT"):  # a copied tree whose git metadata is not its own
+        out["kcache_commit"] = os.environ["BENCH_COMMIT"]
+        return out
+    repo = str(Path(__file__).resolve().parents[1])
     try:
-        rev = subprocess.run(["git", "-C", str(Path(__file__).resolve().parents[1]), "rev-parse",
-                              "--short", "HEAD"], capture_output=True, text=True, timeout=20)
+        rev = subprocess.run(["git", "-C", repo, "rev-parse", "--short", "HEAD"],
+                             capture_output=True, text=True, timeout=20)
         if rev.returncode == 0:
-            out["kcache_commit"] = rev.stdout.strip()
+            dirty = subprocess.run(["git", "-C", repo, "diff", "--quiet", "HEAD"],
+                                   capture_output=True, timeout=20).returncode != 0
+            out["kcache_commit"] = rev.stdout.strip() + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         pass
     return out

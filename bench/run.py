@@ -22,7 +22,8 @@ first, then carry ``.whl``), from the repository root::
 
 (about 6-7 minutes; ``--budget`` seconds, default 400, bounds it by dropping the largest
 application sizes first). Then, here: copy ``gpu.json`` to bench/results/gpu.json and run
-``python bench/run.py render``.
+``python bench/run.py render``. A copied tree whose ``.git`` is not its own records its commit
+as ``-dirty``; ``BENCH_COMMIT=<rev>`` names the commit the tree really is.
 """
 from __future__ import annotations
 
