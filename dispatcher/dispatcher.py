@@ -19,9 +19,8 @@ import filelock  # noqa: F401
 import kcache.store  # noqa: F401
 from kcache import arch as _arch
 from kcache.config import environment_snapshot
-from kcache.stats import start_flusher
 from kcache import toolchain as _toolchain  # noqa: F401
-from kcache.warn import warn_once
+from kcache.warn import held_back, warn_once
 
 # ``import kcache`` loads nothing (the CLI starts fast); a program using kernels imports the
 # store, its locks and the toolchain memo here, with numba, not inside its first kernel call
@@ -95,13 +94,18 @@ class Options:
     @classmethod
     def _process_store(cls, early: bool = False):
         """The process default store. ``early``: opened by :meth:`prepare`, before any
-        kernel call; the first call then checks that the KCACHE_* variables are still those
-        it was opened with (else opens it again), so settings still take effect as of the
-        first kernel call."""
+        kernel call, and kept only if that raised and warned nothing; the first call then
+        checks that what settings come from (``environment_snapshot``) is unchanged, else
+        opens it again, so settings still take effect as of the first kernel call."""
         with cls._default_lock:
-            if cls._opened_early is not None and not early:
-                if cls._opened_early != environment_snapshot():
-                    cls._default_store = None  # the program changed KCACHE_* since
+            if early:
+                if cls._default_store is None:
+                    cls._open_early()
+                return cls._default_store or None
+            if cls._opened_early is not None:
+                store = cls._default_store
+                if cls._opened_early != environment_snapshot(store.root):
+                    cls._default_store = None  # the program changed a setting since
                 cls._opened_early = None
             if cls._default_store is None:
                 try:
@@ -111,9 +115,19 @@ class Options:
                     warn_once("dispatcher-store", f"kcache: cannot open the cache ({exc}); "
                               "kernels are compiled uncached")
                     cls._default_store = False
-                if early:
-                    cls._opened_early = environment_snapshot()
             return cls._default_store or None
+
+    @classmethod
+    def _open_early(cls) -> None:
+        from kcache import Store
+        with held_back() as would_warn:
+            try:
+                store = Store()
+            except Exception:  # the first kernel call tries again, and says why
+                return
+        if not would_warn:  # else the first call opens it again and warns as it always did
+            cls._default_store = store
+            cls._opened_early = environment_snapshot(store.root)
 
     _opened_early = None  # environment_snapshot() when prepare() opened the default store
 
@@ -126,9 +140,10 @@ class Options:
 
     def prepare(self, targetoptions: dict | None = None) -> None:
         """What every hit needs, done once per process when the first cached kernel is
-        defined (during the program's imports) instead of in its first call (about 1 ms on
-        the H200): open the store, start its counter writer, know the toolchain versions,
-        encode the components every key shares (``targetoptions``: the first kernel's).
+        defined (during the program's imports) instead of in its first call: open the store,
+        know the toolchain versions, encode the components every key shares
+        (``targetoptions``: the first kernel's). Whatever would warn is left to the first
+        call, which then does it again and warns as before.
         Never raises: a problem shows (and is warned about) at the kernel call, as before."""
         if not self.cache or Options._prepared:
             return
@@ -137,10 +152,10 @@ class Options:
             store = self.store if self.store is not None else self._process_store(early=True)
             if store is None or getattr(store, "disabled", False):
                 return
-            start_flusher()
-            _components.toolchain_components(lambda: _toolchain_memo(store))
-            _components.prepare_shared(targetoptions)
-        except Exception:  # the kernel call opens the store again and reports it
+            with held_back():  # a warning here would be a first call's: it is left to it
+                _components.toolchain_components(lambda: _toolchain_memo(store))
+                _components.prepare_shared(targetoptions)
+        except Exception:  # the kernel call does it again and reports it
             pass
 
     _prepared = False

@@ -319,14 +319,26 @@ SOURCES: dict[str, Source] = {
 ROOT_ENV = "KCACHE_DIR"
 
 
-def environment_snapshot() -> tuple:
-    """The values (None when unset) of the environment variables :func:`resolve` reads:
-    while they are unchanged, so are the settings a ``Store()`` would resolve (config.json
-    aside)."""
-    return tuple(os.environ.get(name) for name in _SETTING_VARS)
+def environment_snapshot(root: Path | None = None) -> tuple:
+    """What a ``Store()`` resolves its settings from, besides its arguments: the environment
+    variables :func:`resolve` reads, ``HOME`` and ``XDG_CACHE_HOME`` (the default root), the
+    current folder (a relative root), the user, and the identity of ``<root>/config.json``
+    (``root``: the store's root; its mtime, size and inode). Equal snapshots resolve alike."""
+    try:
+        cwd = os.getcwd()
+    except OSError:
+        cwd = None
+    conf = None
+    if root is not None:
+        try:
+            st = os.stat(Path(root) / CONFIG_NAME)
+            conf = (st.st_mtime_ns, st.st_size, st.st_ino, st.st_dev)
+        except OSError:
+            pass
+    return (tuple(os.environ.get(name) for name in _SETTING_VARS), cwd, os.geteuid(), conf)
 
 
-_SETTING_VARS = (ROOT_ENV, *(source.env for source in SOURCES.values()))
+_SETTING_VARS = (ROOT_ENV, *(source.env for source in SOURCES.values()), "HOME", "XDG_CACHE_HOME")
 #: The pseudo-setting of :func:`resolve_each` that reports ``<root>/config.json`` itself.
 CONFIG_FILE = "config_file"
 

@@ -34,33 +34,80 @@ def _canonical(value: Any, path: tuple) -> Any:
         return [_canonical(v, (path, 1, i)) for i, v in enumerate(value)]
     if kind is dict:
         return _canonical_map(value, path)
-    if kind is CanonicalMap:
+    if kind is CanonicalMap or kind is CanonicalList:
         return value  # canonical already (made once per process for the constant components)
     return _canonical_other(value, path)
+
+
+def _read_only(self, *args, **kwargs):
+    raise TypeError("a canonical component is read-only (copy it with dict() or list())")
 
 
 class CanonicalMap(dict):
     """A component value already in canonical form (made by :func:`canonical_map`), which
     :func:`make_key` encodes as it is instead of sorting it again: the components that are
     the same for every kernel of a process (toolchain, configuration, options) are put in
-    canonical form once. Read-only at the top level (it is shared); equal to the plain dict."""
+    canonical form once and shared, hence read-only (its lists too: :class:`CanonicalList`).
+    Equal to the plain dict; copies, ``copy.deepcopy`` and pickling give plain dicts."""
 
     __slots__ = ()
-
-    def _read_only(self, *args, **kwargs):
-        raise TypeError("a canonical component is read-only (copy it with dict())")
-
     __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _read_only
     __ior__ = _read_only
 
     def copy(self) -> dict:
-        return dict(self)
+        return _thawed(self)
+
+    def __copy__(self) -> dict:
+        return _thawed(self)
+
+    def __deepcopy__(self, memo) -> dict:
+        return _thawed(self)
+
+    def __reduce__(self):
+        return dict, (_thawed(self),)
+
+
+class CanonicalList(list):
+    """A list inside a :class:`CanonicalMap`: read-only, equal to the plain list."""
+
+    __slots__ = ()
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _read_only
+    append = extend = insert = pop = remove = clear = sort = reverse = _read_only
+
+    def copy(self) -> list:
+        return _thawed(self)
+
+    def __copy__(self) -> list:
+        return _thawed(self)
+
+    def __deepcopy__(self, memo) -> list:
+        return _thawed(self)
+
+    def __reduce__(self):
+        return list, (_thawed(self),)
 
 
 def canonical_map(value: Mapping, name: str) -> CanonicalMap:
     """``value`` (a mapping) in the canonical form :func:`make_key` encodes, as a read-only
     :class:`CanonicalMap`. Raises TypeError as :func:`make_key` does, naming ``name``."""
-    return CanonicalMap(_canonical_map(value, (None, 0, name)))
+    return _frozen(_canonical_map(value, (None, 0, name)))
+
+
+def _frozen(value):
+    if type(value) is dict:
+        return CanonicalMap({k: _frozen(v) for k, v in value.items()})
+    if type(value) is list:
+        return CanonicalList([_frozen(v) for v in value])
+    return value
+
+
+def _thawed(value):
+    """A plain (mutable) deep copy of a canonical value."""
+    if isinstance(value, dict):
+        return {k: _thawed(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_thawed(v) for v in value]
+    return value
 
 
 def _canonical_other(value: Any, path: tuple) -> Any:

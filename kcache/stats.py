@@ -20,10 +20,9 @@ shard in memory; a stats folder that is not a real folder keeps all of them in m
 are never affected. Every number read is checked: anything but a finite int/float counts as 0,
 so a hostile shard can neither crash nor poison the counters (no NaN, no infinity). Shards are
 read through :func:`kcache.fsio.read_regular` (never a FIFO, symlink or oversized file).
-Batched counters also reach the disk without a later update: one daemon thread per process
-(:class:`_Flusher`, started by :func:`start_flusher` or the first batched count) writes them
-within FLUSH_INTERVAL. It is started once, because starting a thread costs 0.3-0.5 ms, more
-than a whole cache hit.
+Batched counters also reach the disk without a later update: a background thread
+(:class:`_Flusher`), started by the first batched count and ending when no more come, writes
+them FLUSH_INTERVAL after it.
 """
 from __future__ import annotations
 
@@ -33,6 +32,7 @@ import errno
 import math
 import os
 import sys
+import _thread
 import threading
 import time
 import weakref
@@ -360,55 +360,65 @@ _BOOKS: "weakref.WeakSet[StatsBook]" = weakref.WeakSet()
 
 
 class _Flusher:
-    """The process's one background writer of batched counters: a daemon thread that looks
-    every FLUSH_INTERVAL for books that asked (``request``) and flushes them. Asking does not
-    wake it: waking a thread makes the kernel call that counted a hit wait for the GIL
-    (0.2-0.3 ms measured). Started once per process (again in a forked child)."""
+    """The background writer of batched counters: a thread that lets FLUSH_INTERVAL pass,
+    flushes every book that asked (``request``) meanwhile, and ends when no book asked again,
+    as the timer it replaces did (so a program that forks later is not left with a thread).
+    Started with ``_thread.start_new_thread``, which does not wait for the thread to run:
+    ``threading.Timer.start`` did, and that wait (0.2-0.5 ms, on the first hit of a process)
+    cost more than the rest of the hit."""
 
     def __init__(self):
         self._lock = threading.Lock()
         self._due: list = []  # weak references to the books that asked
-        self._pid = 0  # the process whose thread this is
-
-    def start(self) -> None:
-        with self._lock:
-            self._start_locked()
-
-    def _start_locked(self) -> None:
-        if self._pid != os.getpid():
-            self._pid = os.getpid()
-            threading.Thread(target=self._run, name="kcache-stats-flush", daemon=True).start()
+        self._running = False  # a writer thread of this process is alive
+        self._pid = os.getpid()
 
     def request(self, book: "StatsBook") -> None:
         with self._lock:
-            self._start_locked()
+            if self._pid != os.getpid():  # a forked child: the parent's thread is not here
+                self._pid, self._running = os.getpid(), False
             self._due.append(weakref.ref(book))
+            if self._running:
+                return
+            self._running = True
+        try:
+            _thread.start_new_thread(self._run, ())
+        except RuntimeError:  # no thread to be had: the next count or exit writes them
+            with self._lock:
+                self._running = False
 
     def _run(self) -> None:
-        tick = threading.Event()  # never set: a timed wait that no request interrupts
-        while True:
-            tick.wait(FLUSH_INTERVAL)
+        try:
+            while True:
+                time.sleep(FLUSH_INTERVAL)  # let counts batch up
+                with self._lock:
+                    due, self._due = self._due, []
+                for ref in due:
+                    book = ref()
+                    if book is not None:
+                        book._timed_flush()
+                with self._lock:
+                    if not self._due:
+                        self._running = False
+                        return
+        except BaseException:  # never let a background flush raise into a thread
             with self._lock:
-                due, self._due = self._due, []
-            for ref in due:
-                book = ref()
-                if book is not None:
-                    book._timed_flush()
+                self._running = False
+
+    @property
+    def running(self) -> bool:
+        """A writer thread of this process is alive (tests)."""
+        return self._running and self._pid == os.getpid()
 
     def after_fork(self) -> None:
         # the parent's thread does not exist here: a new one starts on the next request
         self._lock = threading.Lock()
         self._due = []
-        self._pid = 0
+        self._running = False
+        self._pid = os.getpid()
 
 
 _FLUSHER = _Flusher()
-
-
-def start_flusher() -> None:
-    """Start the background counter writer now (the dispatcher does it when the first cached
-    kernel is defined, so that the first kernel call does not start a thread)."""
-    _FLUSHER.start()
 
 
 def flush_all() -> None:

@@ -17,6 +17,7 @@ last-resort handler plus the warnings module).
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -47,6 +48,11 @@ def warn_once(kind: str, message: str) -> bool:
     """Emit ``message`` unless a warning of ``kind`` was already emitted in this process:
     through :func:`warnings.warn` (KcacheWarning), or on logger "kcache" when KcacheWarning
     is ignored (see the module docstring). Returns True if the warning was emitted."""
+    held = getattr(_held, "kinds", None)
+    if held is not None:  # work done ahead of time: the real attempt will warn
+        if kind not in _seen:
+            held.append(kind)
+        return False
     with _mutex:
         if kind in _seen:
             return False
@@ -66,3 +72,21 @@ def reset() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=reset)
+
+
+_held = threading.local()
+
+
+@contextlib.contextmanager
+def held_back():
+    """Within the block (this thread), :func:`warn_once` emits nothing and marks nothing as
+    seen; the block gets the list of the kinds it would have warned about. For work done
+    ahead of time (the store opened when a kernel is defined): when that list is not empty,
+    the caller drops the result and the real attempt later warns as it always did."""
+    kinds: list[str] = []
+    previous = getattr(_held, "kinds", None)
+    _held.kinds = kinds
+    try:
+        yield kinds
+    finally:
+        _held.kinds = previous

@@ -1,19 +1,23 @@
 """The hit path's set-up and shortcuts (issue 8, "fast hits") keep the behaviour exact.
 
-* The process store is opened when the first cached kernel is defined; KCACHE_* variables
-  changed after that, before the first kernel call, still take effect (fresh processes).
-* Batched counters reach the disk through one background thread per process, started once
-  (in a forked child again), while the process keeps running.
-* Components shared by every key are put in canonical form once: read-only, and the key is
-  the one ``make_key`` gives for plain copies (``True`` and ``1`` stay apart).
+* The process store is opened when the first cached kernel is defined; settings changed
+  after that and before the first kernel call (KCACHE_* variables, the current folder for a
+  relative root, XDG_CACHE_HOME, config.json) still take effect, and a setting that is bad
+  at definition is reported as the first call finds it (fresh processes).
+* Batched counters reach the disk while the process keeps running, through a background
+  thread started by the first count (none when kernels are only defined) that ends when no
+  more are due, in a forked child too.
+* Components shared by every key are put in canonical form once: read-only (their lists
+  too), copies are plain, and the key is the one ``make_key`` gives for plain copies
+  (``True`` and ``1`` stay apart).
 """
+import copy
 import json
 import os
 import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
 
@@ -21,13 +25,11 @@ import kcache
 from kcache import Entry, make_key
 from kcache.keys import CanonicalMap
 
-REPO = Path(__file__).resolve().parents[1]
 
-
-def run_child(code: str, env: dict, stdin=None, timeout=120) -> subprocess.Popen:
+def run_child(code: str, env: dict, cwd=None) -> subprocess.Popen:
     full = {k: v for k, v in os.environ.items() if not k.startswith("KCACHE_")}
     full.update(env)
-    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], env=full,
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], env=full, cwd=cwd,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
@@ -38,8 +40,15 @@ def finish(proc, timeout=180) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
+@pytest.fixture
+def numba_cuda():
+    return pytest.importorskip("numba.cuda")
+
+
 # -- the store opened at kernel definition -------------------------------------------------------
 
+# CHANGES (JSON list) is applied after the kernel is defined and before its first call:
+# ["chdir", path], ["config", root, json text] (writes <root>/config.json) or [VAR, value].
 KERNEL_CHILD = """
     import json, os, sys
     import kcache
@@ -47,6 +56,7 @@ KERNEL_CHILD = """
     from numba import cuda, types
     from kcache.dispatcher import _compat
     from kcache.dispatcher.dispatcher import Options
+    from kcache.stats import _FLUSHER
 
     @cuda.jit(cache=True)
     def k(a):
@@ -55,21 +65,30 @@ KERNEL_CHILD = """
             a[i] = 2 * a[i]
 
     early = Options._default_store            # opened when k was defined
-    if os.environ.get("MOVE_TO"):
-        os.environ["KCACHE_DIR"] = os.environ["MOVE_TO"]
+    thread_at_definition = _FLUSHER.running
+    for change in json.loads(os.environ.get("CHANGES", "[]")):
+        if change[0] == "chdir":
+            os.chdir(change[1])
+        elif change[0] == "config":
+            with open(os.path.join(change[1], "config.json"), "w") as f:
+                f.write(change[2])
+        else:
+            os.environ[change[0]] = change[1]
     with _compat.offline_target((9, 0)):
         _compat.current_cc = lambda: (9, 0)
         _compat.Kernel.bind = lambda self: self._codelibrary.get_cubin()
         k.compile((types.float32[::1],))
     used = Options._default_store
-    print(json.dumps({"early": str(early.root) if early else None, "used": str(used.root),
-                      "same": used is early, "key": k.stats.keys and list(k.stats.keys.values())[0]}))
+    print(json.dumps({"early": str(early.root) if early else None,
+                      "used": str(used.root) if used else None, "same": used is early,
+                      "layers": [str(p) for p in used.readonly_roots] if used else None,
+                      "key": list(k.stats.keys.values())[0],
+                      "thread_at_definition": thread_at_definition}))
 """
 
 
-@pytest.fixture
-def numba_cuda():
-    return pytest.importorskip("numba.cuda")
+def changes(*items) -> dict:
+    return {"CHANGES": json.dumps([list(item) for item in items])}
 
 
 def test_store_opened_at_definition_is_kept_when_settings_are_unchanged(tmp_path, numba_cuda):
@@ -77,24 +96,87 @@ def test_store_opened_at_definition_is_kept_when_settings_are_unchanged(tmp_path
     res = finish(run_child(KERNEL_CHILD, {"KCACHE_DIR": str(root)}))
     assert res["early"] == str(root)  # opened before any kernel call
     assert res["same"] is True  # the first call used it, not a second one
+    assert res["thread_at_definition"] is False  # nothing counted yet: no thread
     assert kcache.Store(root).header(res["key"]) is not None
 
 
-def test_kcache_dir_changed_before_the_first_call_takes_effect(tmp_path, numba_cuda):
-    first, moved = tmp_path / "a", tmp_path / "b"
-    res = finish(run_child(KERNEL_CHILD, {"KCACHE_DIR": str(first), "MOVE_TO": str(moved)}))
+@pytest.mark.parametrize("how", ["KCACHE_DIR", "relative KCACHE_DIR, chdir", "XDG_CACHE_HOME"])
+def test_a_root_changed_before_the_first_call_is_the_one_used(tmp_path, numba_cuda, how):
+    cwd = None
+    if how == "KCACHE_DIR":
+        first, moved = tmp_path / "a", tmp_path / "b"
+        env = {"KCACHE_DIR": str(first), **changes(("KCACHE_DIR", str(moved)))}
+    elif how == "XDG_CACHE_HOME":
+        first, moved = tmp_path / "xa" / "kcache", tmp_path / "xb" / "kcache"
+        env = {"XDG_CACHE_HOME": str(tmp_path / "xa"),
+               **changes(("XDG_CACHE_HOME", str(tmp_path / "xb")))}
+    else:
+        cwd, other = tmp_path / "w1", tmp_path / "w2"
+        cwd.mkdir()
+        other.mkdir()
+        first, moved = cwd / "rel", other / "rel"
+        env = {"KCACHE_DIR": "rel", **changes(("chdir", str(other)))}
+    res = finish(run_child(KERNEL_CHILD, env, cwd=cwd))
     assert res["early"] == str(first)
     assert res["used"] == str(moved) and res["same"] is False
     assert kcache.Store(moved).header(res["key"]) is not None
     assert kcache.Store(first).header(res["key"]) is None  # nothing went to the old root
 
 
-# -- counters written by one background thread -----------------------------------------------------
+def test_config_json_changed_before_the_first_call_is_read(tmp_path, numba_cuda):
+    root, layer = tmp_path / "a", tmp_path / "layer"
+    root.mkdir(mode=0o700)
+    layer.mkdir(mode=0o700)
+    env = {"KCACHE_DIR": str(root),
+           **changes(("config", str(root), json.dumps({"readonly_dirs": [str(layer)]})))}
+    res = finish(run_child(KERNEL_CHILD, env))
+    assert res["same"] is False and res["layers"] == [str(layer)]
+
+
+BAD_THEN = """
+    import json, os, warnings
+    warnings.simplefilter("always")
+    import kcache
+    kcache.install("cache")
+    from numba import cuda, types
+    from kcache.dispatcher import _compat
+    with warnings.catch_warnings(record=True) as at_definition:
+        @cuda.jit(cache=True)
+        def k(a):
+            a[0] = 1
+    os.environ["KCACHE_MAX_SIZE"] = os.environ["THEN"]
+    with warnings.catch_warnings(record=True) as at_call, _compat.offline_target((9, 0)):
+        _compat.current_cc = lambda: (9, 0)
+        _compat.Kernel.bind = lambda self: self._codelibrary.get_cubin()
+        k.compile((types.float32[::1],))
+    print(json.dumps({"definition": [str(w.message) for w in at_definition],
+                      "call": [str(w.message) for w in at_call],
+                      "uncached": list(k.stats.uncached.values())}))
+"""
+
+
+def test_a_bad_setting_at_definition_fixed_before_the_call_warns_nothing(tmp_path, numba_cuda):
+    res = finish(run_child(BAD_THEN, {"KCACHE_DIR": str(tmp_path / "c"),
+                                      "KCACHE_MAX_SIZE": "bogus", "THEN": "1G"}))
+    assert res == {"definition": [], "call": [], "uncached": []}
+
+
+def test_a_bad_setting_is_reported_as_the_first_call_finds_it(tmp_path, numba_cuda):
+    res = finish(run_child(BAD_THEN, {"KCACHE_DIR": str(tmp_path / "c"),
+                                      "KCACHE_MAX_SIZE": "bogus", "THEN": "0"}))
+    assert res["definition"] == []  # nothing said ahead of the call
+    assert len(res["call"]) == 1 and "KCACHE_MAX_SIZE" in res["call"][0]
+    assert "bogus" not in res["call"][0]  # the value of the call's time, not the definition's
+    assert res["uncached"]  # and the call still ran, uncached
+
+
+# -- counters written by a background thread -------------------------------------------------------
 
 FLUSH_CHILD = """
-    import json, os, sys, threading
+    import json, os, sys, time
     import kcache
     from kcache import Entry
+    from kcache.stats import _FLUSHER
     s = kcache.Store(os.environ["ROOT"])
     key = "ab" * 32
     s.put(key, Entry({"cubin": b"x"}, {"kernel": "m:k"}))
@@ -107,8 +189,10 @@ FLUSH_CHILD = """
         assert s.get(key) is not None
         print(json.dumps({"hit": n + 1}), flush=True)
         sys.stdin.readline()
-    names = [t.name for t in threading.enumerate()]
-    print(json.dumps({"flushers": names.count("kcache-stats-flush")}), flush=True)
+    deadline = time.monotonic() + 20  # the writer thread ends once nothing more is due
+    while _FLUSHER.running and time.monotonic() < deadline:
+        time.sleep(0.02)
+    print(json.dumps({"writer_running": _FLUSHER.running}), flush=True)
     os._exit(0)                      # no exit-time flush: only the thread wrote the counts
 """
 
@@ -135,11 +219,12 @@ def test_hits_reach_the_disk_while_the_process_runs(tmp_path, fork):
             assert _wait_for_hits(root, n), f"hit {n} never reached {root}"
             proc.stdin.write("\n")
             proc.stdin.flush()
-        assert json.loads(proc.stdout.readline()) == {"flushers": 1}
+        assert json.loads(proc.stdout.readline()) == {"writer_running": False}
     finally:
         proc.stdin.close()
         proc.wait(timeout=60)
     assert proc.returncode == 0, proc.stderr.read()[-2000:]
+    assert kcache.Store(root).stats().hits == 3
 
 
 # -- shared canonical components -------------------------------------------------------------------
@@ -153,7 +238,7 @@ def test_shared_components_are_read_only_and_keep_the_key(numba_cuda):
 
     from kcache.dispatcher.dispatcher import kernel_key
 
-    @cuda.jit
+    @cuda.jit(fastmath=True)  # fastmath=True: options hold a list
     def k(a):
         a[0] = 1
 
@@ -163,8 +248,17 @@ def test_shared_components_are_read_only_and_keep_the_key(numba_cuda):
     with pytest.raises(TypeError, match="read-only"):
         comps["toolchain"]["numba"] = "0.0"
     with pytest.raises(TypeError, match="read-only"):
-        comps["options"].update(fastmath=True)
+        comps["options"].update(fastmath=False)
+    lists = [v for v in comps["options"].values() if isinstance(v, list)]
+    assert lists
+    for value in lists:  # shared lists are read-only too
+        with pytest.raises(TypeError, match="read-only"):
+            value.append("x")
     assert make_key(_plain(comps)) == key  # the same key as plain dicts give
+    copied = copy.deepcopy(comps)  # a user's copy is plain and editable
+    assert type(copied["options"]) is dict
+    copied["toolchain"]["numba"] = "0.0"
+    assert make_key(copied) != key
     # a second kernel of the process gets the same objects, not copies
     _key2, comps2 = kernel_key(k, (types.float64[::1],), (9, 0))
     assert comps2["toolchain"] is comps["toolchain"] and comps2["config"] is comps["config"]
