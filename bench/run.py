@@ -139,7 +139,9 @@ def render(opts) -> int:
             return 2
         for path in r.plots(gpu, opts.out.parent / "img"):
             log(f"bench: wrote {path}")
-    opts.out.write_text(r.render_markdown(gpu, cpu, plots=gpu is not None))
+    # a section the last GPU run did not reach is shown from the last run that did
+    earlier = load(RESULTS / "gpu-earlier.json") if (RESULTS / "gpu-earlier.json").exists() else None
+    opts.out.write_text(r.render_markdown(gpu, cpu, plots=gpu is not None, earlier=earlier))
     log(f"bench: wrote {opts.out}")
     return 0
 
