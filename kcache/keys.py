@@ -43,7 +43,24 @@ def _read_only(self, *args, **kwargs):
     raise TypeError("a canonical component is read-only (copy it with dict() or list())")
 
 
-class CanonicalMap(dict):
+class _Shared:
+    """What the read-only canonical containers share: copies are plain, mutable values."""
+
+    __slots__ = ()
+
+    def copy(self):
+        return _thawed(self)
+
+    __copy__ = copy
+
+    def __deepcopy__(self, memo):
+        return _thawed(self)
+
+    def __reduce__(self):
+        return type(_thawed(self)), (_thawed(self),)
+
+
+class CanonicalMap(_Shared, dict):
     """A component value already in canonical form (made by :func:`canonical_map`), which
     :func:`make_key` encodes as it is instead of sorting it again: the components that are
     the same for every kernel of a process (toolchain, configuration, options) are put in
@@ -54,37 +71,13 @@ class CanonicalMap(dict):
     __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _read_only
     __ior__ = _read_only
 
-    def copy(self) -> dict:
-        return _thawed(self)
 
-    def __copy__(self) -> dict:
-        return _thawed(self)
-
-    def __deepcopy__(self, memo) -> dict:
-        return _thawed(self)
-
-    def __reduce__(self):
-        return dict, (_thawed(self),)
-
-
-class CanonicalList(list):
+class CanonicalList(_Shared, list):
     """A list inside a :class:`CanonicalMap`: read-only, equal to the plain list."""
 
     __slots__ = ()
     __setitem__ = __delitem__ = __iadd__ = __imul__ = _read_only
     append = extend = insert = pop = remove = clear = sort = reverse = _read_only
-
-    def copy(self) -> list:
-        return _thawed(self)
-
-    def __copy__(self) -> list:
-        return _thawed(self)
-
-    def __deepcopy__(self, memo) -> list:
-        return _thawed(self)
-
-    def __reduce__(self):
-        return list, (_thawed(self),)
 
 
 def canonical_map(value: Mapping, name: str) -> CanonicalMap:
