@@ -331,7 +331,7 @@ def environment_snapshot(root: Path | None = None) -> tuple:
     conf = None
     if root is not None:
         try:
-            st = os.stat(Path(root) / CONFIG_NAME)
+            st = os.stat(Path(root) / CONFIG_NAME, follow_symlinks=False)  # never out of the root
             conf = (st.st_mtime_ns, st.st_size, st.st_ino, st.st_dev)
         except OSError:
             pass

@@ -348,7 +348,7 @@ class StatsBook:
         return out
 
     def _after_fork(self) -> None:
-        # the parent's unwritten counts belong to the parent; its timer thread is not ours
+        # the parent's unwritten counts belong to the parent; its writer thread is not ours
         self._mutex = threading.RLock()
         self._flush_requested = False
         self._pending.clear()
