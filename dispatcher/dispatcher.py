@@ -14,11 +14,13 @@ import logging
 import os
 import threading
 import time
+from pathlib import Path
 
 import filelock  # noqa: F401
 import kcache.store  # noqa: F401
 from kcache import arch as _arch
 from kcache.config import environment_snapshot
+from kcache.layout import BUCKET
 from kcache import toolchain as _toolchain  # noqa: F401
 from kcache.warn import held_back, warn_once
 
@@ -210,12 +212,20 @@ def kernel_key(dispatcher, argtypes, cc, launch_config=None, cache_key=None, sto
 
 
 def _toolchain_memo(store):
-    """Where the toolchain memo lives in ``store``'s root (kcache.toolchain.memoized); None
-    when the store has no trusted root (nothing is read from or written to an untrusted one)."""
+    """Where the toolchain memo lives in ``store``'s root (kcache.toolchain.memoized): a path
+    through the bucket folder's descriptor (kcache.paths: no symlink below the root is
+    followed); None when the store has no trusted root (nothing is read from or written to
+    an untrusted one) or no bucket folder yet."""
     layout = getattr(store, "layout", None)
     if layout is None or not getattr(store, "trusted", False) or getattr(store, "disabled", False):
         return None
-    return layout.toolchain_memo
+    dirs = getattr(getattr(store, "local", None), "dirs", None)
+    if dirs is None:
+        return layout.toolchain_memo
+    try:
+        return Path(dirs.path(BUCKET, layout.toolchain_memo.name))
+    except OSError:
+        return None
 
 
 class KCacheDispatcher(_compat.CUDADispatcher):

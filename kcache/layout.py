@@ -25,10 +25,16 @@ from pathlib import Path
 from typing import Iterator
 
 from .fsio import open_dir
+from .paths import RootDirs
 from .keys import KEY_RE
 from .warn import warn_once
 
 BUCKET = "v1"
+#: Folders of a root, relative to it ("/"-separated), as kcache.paths.RootDirs names them.
+ENTRIES = f"{BUCKET}/entries"
+LOCKS = f"{BUCKET}/locks"
+STATS = f"{BUCKET}/stats"
+QUARANTINE = f"{BUCKET}/quarantine"
 SUFFIX = ".kce"
 LOCK_SUFFIX = ".lock"
 TMP_SUFFIX = ".tmp"
@@ -68,11 +74,12 @@ class Layout:
         x = format(shard, "x")
         return self.stats / f"{x}.msgpack", self.stats / f"{x}.hits.msgpack", self.stats / f"{x}.lock"
 
-    def shard_dirs(self, first: str | None = None) -> Iterator[str]:
+    def shard_dirs(self, first: str | None = None, dirs=None) -> Iterator[str]:
         """Names of the entry shard folders (2 lowercase hex digits; only those starting with
         ``first`` if given) that are real folders. Anything else in ``entries/`` is not
-        kcache's; a symlinked shard is skipped with one warning."""
-        for name, st in listing(self.entries):
+        kcache's; a symlinked shard is skipped with one warning. ``dirs``: the root's
+        kcache.paths.RootDirs (default: a fresh one)."""
+        for name, st in folder_listing(dirs or RootDirs(self.root), ENTRIES):
             if not _SHARD_RE.fullmatch(name) or (first is not None and not name.startswith(first)):
                 continue
             if stat.S_ISLNK(st.st_mode):
@@ -130,25 +137,29 @@ def listing(d, dir_fd: int | None = None) -> list[tuple[str, os.stat_result]]:
     return out
 
 
-def scan(layout: Layout, first: str | None = None, *,
-         regular_only: bool = True) -> Iterator[tuple[str, Path, os.stat_result]]:
+def folder_listing(dirs: RootDirs, rel: str, name: str | None = None) -> list[tuple[str, os.stat_result]]:
+    """:func:`listing` of folder ``rel`` of a root (or of its subfolder ``name``), reached
+    through ``dirs`` (kcache.paths: no symlink on the way is followed); [] when it cannot
+    be listed."""
+    try:
+        fd = dirs.folder(rel)
+    except OSError:
+        return []
+    return listing(name if name is not None else ".", fd)
+
+
+def scan(layout: Layout, first: str | None = None, *, regular_only: bool = True,
+         dirs: RootDirs | None = None) -> Iterator[tuple[str, Path, os.stat_result]]:
     """(key, path, lstat) of every entry file, listed through descriptors (no payload read,
-    no symlink followed).
+    no symlink followed; ``dirs``: the root's kcache.paths.RootDirs, default a fresh one).
 
     Only names that are entry names (:func:`entry_key`) are listed; with ``regular_only``
     (default) only regular files, else also e.g. a folder, FIFO or symlink named like an
     entry (reported by clear, verify and ``entries(include_broken=True)``)."""
-    try:
-        entries_fd = open_dir(layout.entries)
-    except OSError:
-        return
-    try:
-        shards = list(layout.shard_dirs(first))
-        for shard in shards:
-            for name, st in listing(shard, entries_fd):
-                key = entry_key(shard, name)
-                if key is None or (regular_only and not stat.S_ISREG(st.st_mode)):
-                    continue
-                yield key, layout.entries / shard / name, st
-    finally:
-        os.close(entries_fd)
+    dirs = dirs or RootDirs(layout.root)
+    for shard in list(layout.shard_dirs(first, dirs)):
+        for name, st in folder_listing(dirs, ENTRIES, shard):
+            key = entry_key(shard, name)
+            if key is None or (regular_only and not stat.S_ISREG(st.st_mode)):
+                continue
+            yield key, layout.entries / shard / name, st

@@ -23,8 +23,10 @@ from typing import Iterator
 from . import fsio
 from .entry import FORMAT_VERSION, MAGIC, PREFIX_SIZE, check_head, decode_header, parse_prefix
 from .errors import CorruptEntry
-from .layout import (CACHEDIR_TAG, QUARANTINE_RE, Layout, entry_key, entry_name, listing,
-                     quarantine_name, scan, warn_symlink)
+from .layout import (BUCKET, CACHEDIR_TAG, ENTRIES, LOCKS, QUARANTINE, QUARANTINE_RE, STATS,
+                     Layout, entry_key, entry_name, folder_listing, quarantine_name, scan,
+                     warn_symlink)
+from .paths import RootDirs
 from .tier import Blob
 from .warn import warn_once
 
@@ -58,8 +60,7 @@ class LocalTier:
         self.file_mode = file_mode
         self.dir_mode = dir_mode
         self._bad: set[tuple] = set()  # identities of files found bad (layers: never re-read)
-        self._entries = str(self.layout.entries)  # hot path: string paths, no pathlib
-        self._shards_ok: set[str] = set()
+        self.dirs = RootDirs(self.root, dir_mode)  # every folder below the root, by descriptor
         self._touch_ok = writable
 
     def __repr__(self) -> str:
@@ -70,12 +71,15 @@ class LocalTier:
         """Why this root (or layer) must not be used, or None. Checks the root (following a
         symlink: the root may be one), then ``v1`` and ``v1/entries`` without following,
         each only if it exists: ownership and write permission (:class:`kcache.fsio.Trust`)."""
-        checks = ((self.root, True, f"the cache folder {self.root}"),
-                  (self.layout.bucket, False, f"{self.layout.bucket}"),
-                  (self.layout.entries, False, f"{self.layout.entries}"))
-        for path, follow, what in checks:
+        checks = (("", f"the cache folder {self.root}"), (BUCKET, f"{self.layout.bucket}"),
+                  (ENTRIES, f"{self.layout.entries}"))
+        for rel, what in checks:
             try:
-                st = os.stat(path) if follow else os.lstat(path)
+                if rel:
+                    parent, _, name = rel.rpartition("/")
+                    st = fsio.lstat_at(name, self.dirs.folder(parent))
+                else:
+                    st = os.stat(self.root)
             except (FileNotFoundError, NotADirectoryError):
                 return None  # created by us, with our modes, when first written
             except OSError as exc:
@@ -94,12 +98,8 @@ class LocalTier:
         stops touching). Raises CorruptEntry (``.stat`` set) for a file that must not be
         used, KnownBad for one already found bad (unless ``fresh``: verify reads every file
         again to say what is wrong with it), OSError when unreadable."""
-        shard = key[:2]
-        if shard not in self._shards_ok and not self._shard_ok(shard):
-            return None
         try:
-            fd, st = fsio.open_regular(f"{self._entries}/{shard}/{key}.kce", limit, trust=self.trust,
-                                       check_stat=None if fresh else self._check_known)
+            fd, st = self._open_entry(key, limit, None if fresh else self._check_known)
         except (FileNotFoundError, NotADirectoryError):
             return None
         try:
@@ -110,22 +110,27 @@ class LocalTier:
             os.close(fd)
         return Blob(data, identity(st), st.st_mtime)
 
-    def _shard_ok(self, shard: str) -> bool:
-        """True when shard folder ``shard`` is a real folder (remembered for the process: a
-        folder of a trusted root changes only by its owner's hand); a symlinked one is
-        warned about and never read through; an absent one is a miss."""
-        path = f"{self._entries}/{shard}"
-        try:
-            st = os.lstat(path)
-        except OSError:
-            return False
-        if stat.S_ISLNK(st.st_mode):
-            warn_symlink(Path(path))
-            return False
-        if stat.S_ISDIR(st.st_mode):
-            self._shards_ok.add(shard)
-            return True
-        return False
+    def _open_entry(self, key: str, limit: int, check_stat=None) -> tuple[int, os.stat_result]:
+        """:func:`kcache.fsio.open_regular` of ``key``'s entry file through its shard
+        folder's descriptor. A miss (FileNotFoundError) checks the folders' descriptors
+        (:meth:`RootDirs.check`: another process may have deleted and recreated them) and
+        tries once more; a symlinked folder on the way is a miss (warned once)."""
+        for again in (True, False):
+            rel = f"{ENTRIES}/{key[:2]}"
+            try:
+                shard_fd = self.dirs.folder(rel)
+                return fsio.open_regular(entry_name(key), limit, dir_fd=shard_fd, trust=self.trust,
+                                         check_stat=check_stat)
+            except (FileNotFoundError, NotADirectoryError):
+                if not (again and self.dirs.check(rel)):
+                    raise
+            except OSError as exc:
+                if exc.errno != errno.ELOOP or isinstance(exc, CorruptEntry):
+                    raise
+                warn_symlink(self.layout.entries / key[:2])
+                raise FileNotFoundError(errno.ENOENT, "a symlink, never followed",
+                                        str(self.layout.entry(key))) from None
+        raise AssertionError("not reached")
 
     def _touch_fd(self, fd: int) -> None:
         try:
@@ -139,10 +144,7 @@ class LocalTier:
         """The checked header of ``key``'s entry and the file's fstat, reading the prefix and
         header only (never the body; one read for a header under 8 KiB). Raises
         FileNotFoundError, CorruptEntry, NewerFormat, OSError."""
-        shard = key[:2]
-        if shard not in self._shards_ok and not self._shard_ok(shard):
-            raise FileNotFoundError(errno.ENOENT, "no such entry", str(self.layout.entry(key)))
-        fd, st = fsio.open_regular(f"{self._entries}/{shard}/{key}.kce", limit, trust=self.trust)
+        fd, st = self._open_entry(key, limit)
         try:
             head = fsio.read_upto(fd, min(st.st_size, _HEADER_READ))
             hlen, _blen, _sum = parse_prefix(head[:PREFIX_SIZE], st.st_size)
@@ -179,31 +181,32 @@ class LocalTier:
         it replaced (None if there was none). Raises OSError: EISDIR/ENOTDIR/ELOOP when a
         folder, FIFO or symlink has the entry's name (a fault of that key only)."""
         shard_fd = self._shard_fd(key[:2], create=True)
+        name = entry_name(key)
         try:
-            name = entry_name(key)
-            try:
-                old = fsio.lstat_at(name, shard_fd)
-            except FileNotFoundError:
-                old = None
-            if old is not None and not stat.S_ISREG(old.st_mode):
-                raise OSError(errno.EISDIR if stat.S_ISDIR(old.st_mode) else errno.EEXIST,
-                              f"{NOT_REGULAR} has the entry's name", str(self.layout.entry(key)))
-            fsio.publish(shard_fd, name, data, self.file_mode)
-            return old.st_size if old is not None else None
-        finally:
-            os.close(shard_fd)
+            old = fsio.lstat_at(name, shard_fd)
+        except FileNotFoundError:
+            old = None
+        if old is not None and not stat.S_ISREG(old.st_mode):
+            raise OSError(errno.EISDIR if stat.S_ISDIR(old.st_mode) else errno.EEXIST,
+                          f"{NOT_REGULAR} has the entry's name", str(self.layout.entry(key)))
+        fsio.publish(shard_fd, name, data, self.file_mode)
+        return old.st_size if old is not None else None
 
     def _shard_fd(self, shard: str, *, create: bool = False) -> int:
-        """Descriptor of entry shard folder ``shard``, created when asked. OSError (ELOOP for
-        a symlinked shard: never followed)."""
-        if create:
-            try:
-                fsio.make_dir(self.layout.entries / shard, self.dir_mode)
-            except FileNotFoundError:
-                self.ensure_entries()
-                fsio.make_dir(self.layout.entries / shard, self.dir_mode)
+        """Borrowed descriptor (kept by :attr:`dirs`, never closed by the caller) of entry
+        shard folder ``shard``, checked first (a writer never writes through a folder that
+        was swapped), created when asked. OSError (ELOOP for a symlinked shard: never
+        followed)."""
+        rel = f"{ENTRIES}/{shard}"
+        self.dirs.check(rel)
         try:
-            return fsio.open_dir(self.layout.entries / shard)
+            try:
+                return self.dirs.folder(rel, create=create)
+            except FileNotFoundError:
+                if not create:
+                    raise
+                self.ensure_entries()
+                return self.dirs.folder(rel, create=True)
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 warn_symlink(self.layout.entries / shard)
@@ -213,51 +216,47 @@ class LocalTier:
         """Create the root, ``v1`` and ``v1/entries`` (modes exact), the CACHEDIR.TAG, and
         check them; also the locks, stats and quarantine folders where that works. Raises
         OSError; a symlink among the first three is ELOOP."""
-        root = self.root
-        if not root.exists():
-            root.mkdir(parents=True, exist_ok=True, mode=self.dir_mode)
-            os.chmod(root, self.dir_mode)  # mkdir's mode is masked by the umask
-        for d in (self.layout.bucket, self.layout.entries):
-            fsio.make_dir(d, self.dir_mode)
-            os.close(fsio.open_dir(d))  # ELOOP/ENOTDIR when not a real folder
-        for d in (self.layout.locks, self.layout.stats, self.layout.quarantine):
+        self.dirs.check()  # a folder deleted or swapped meanwhile is walked to again
+        self.dirs.folder(ENTRIES, create=True)  # ELOOP/ENOTDIR when not a real folder
+        for rel in (LOCKS, STATS, QUARANTINE):
             try:  # each feature checks its folder when it uses it: a fault there is its own
-                fsio.make_dir(d, self.dir_mode)
+                self.dirs.folder(rel, create=True)
             except OSError:
                 pass
-        if not os.path.lexists(self.layout.tag):
-            try:
-                root_fd = fsio.open_dir(root)
-            except OSError:
-                return
+        root_fd = self.dirs.folder("")
+        try:
+            fsio.lstat_at(self.layout.tag.name, root_fd)
+        except FileNotFoundError:
             try:
                 fsio.publish(root_fd, self.layout.tag.name, CACHEDIR_TAG.encode(), self.file_mode,
                              fsync=False)
             except OSError:
                 pass  # only a hint for backup tools
-            finally:
-                os.close(root_fd)
+        except OSError:
+            pass
 
     def ensure_folder(self, path: Path) -> None:
-        """Create a folder of the bucket (locks, stats, quarantine) if absent and check that it
-        is a real folder. Raises OSError (ELOOP for a symlink, ENOTDIR for a file)."""
+        """Create a folder of the bucket (locks, stats, quarantine, or a lock shard below
+        locks) if absent and check that it is a real folder, through :attr:`dirs`. Raises
+        OSError (ELOOP for a symlink, ENOTDIR for a file)."""
+        rel = Path(path).relative_to(self.root).as_posix()
+        self.dirs.check(rel)
         try:
-            fsio.make_dir(path, self.dir_mode)
-        except FileNotFoundError:
-            self.ensure_entries()
-            fsio.make_dir(path, self.dir_mode)
-        st = os.lstat(path)
-        if stat.S_ISLNK(st.st_mode):
-            warn_symlink(path)
-            raise OSError(errno.ELOOP, "a symlink, never followed", str(path))
-        if not stat.S_ISDIR(st.st_mode):
-            raise OSError(errno.ENOTDIR, "not a folder", str(path))
+            try:
+                self.dirs.folder(rel, create=True)
+            except FileNotFoundError:
+                self.ensure_entries()
+                self.dirs.folder(rel, create=True)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                warn_symlink(Path(path))
+            raise
 
     def entry_stat(self, key: str) -> os.stat_result | None:
-        """``lstat`` of ``key``'s entry path (None when absent)."""
+        """``lstat`` of ``key``'s entry path (None when absent or unreachable)."""
         try:
-            return os.lstat(self.layout.entry(key))
-        except (FileNotFoundError, NotADirectoryError):
+            return fsio.lstat_at(entry_name(key), self.dirs.folder(f"{ENTRIES}/{key[:2]}"))
+        except OSError:
             return None
 
     def unlink(self, key: str) -> int | str | None:
@@ -283,8 +282,6 @@ class LocalTier:
             return None
         except OSError as exc:
             return os_reason(exc)
-        finally:
-            os.close(shard_fd)
 
     def newer_files(self, first: str | None = None) -> list[tuple[str, Path]]:
         """(key, path) of every entry file (keys starting with ``first`` if given) written by
@@ -292,19 +289,18 @@ class LocalTier:
         version bit is corruption, not a newer format). Reads the first 10 bytes of each
         entry file through its shard's descriptor; only a newer one is read whole."""
         found = []
-        for shard in self.layout.shard_dirs(first[:2] if first and len(first) >= 2 else None):
+        for shard in self.layout.shard_dirs(first[:2] if first and len(first) >= 2 else None,
+                                            self.dirs):
             try:
-                shard_fd = fsio.open_dir(self.layout.entries / shard)
+                shard_fd = self.dirs.folder(f"{ENTRIES}/{shard}")
+                names = os.listdir(shard_fd)
             except OSError:
                 continue
-            try:
-                for name in os.listdir(shard_fd):
-                    key = entry_key(shard, name)
-                    if (key is not None and (first is None or key.startswith(first))
-                            and _is_newer(name, shard_fd) and self._newer_whole(key, name, shard_fd)):
-                        found.append((key, self.layout.entries / shard / name))
-            finally:
-                os.close(shard_fd)
+            for name in names:
+                key = entry_key(shard, name)
+                if (key is not None and (first is None or key.startswith(first))
+                        and _is_newer(name, shard_fd) and self._newer_whole(key, name, shard_fd)):
+                    found.append((key, self.layout.entries / shard / name))
         return found
 
     def _newer_whole(self, key: str, name: str, shard_fd: int) -> bool:
@@ -325,10 +321,7 @@ class LocalTier:
             shard_fd = self._shard_fd(key[:2])
         except OSError:
             return False
-        try:
-            return _is_newer(entry_name(key), shard_fd)
-        finally:
-            os.close(shard_fd)
+        return _is_newer(entry_name(key), shard_fd)
 
     def quarantine(self, key: str, st: os.stat_result | None) -> str | None:
         """Move ``key``'s entry file (whatever it is: file, folder, FIFO, symlink) into
@@ -340,38 +333,34 @@ class LocalTier:
             shard_fd = self._shard_fd(key[:2])
         except OSError as exc:
             return f"cannot use {self.layout.quarantine}: {os_reason(exc)}"
-        q_fd = None
         try:
             name = entry_name(key)
             now = fsio.lstat_at(name, shard_fd)
             if st is not None and (now.st_ino, now.st_size) != (st.st_ino, st.st_size):
                 return GONE  # replaced meanwhile by a good entry
-            q_fd = fsio.open_dir(self.layout.quarantine)
+            q_fd = self.dirs.folder(QUARANTINE)
             os.rename(name, quarantine_name(key), src_dir_fd=shard_fd, dst_dir_fd=q_fd)
             return None
         except FileNotFoundError:
             return GONE
         except OSError as exc:
             return f"cannot move it: {os_reason(exc)}"
-        finally:
-            os.close(shard_fd)
-            if q_fd is not None:
-                os.close(q_fd)
 
     # -- scans and sweeps ------------------------------------------------------------------------
     def scan(self, first: str | None = None, *, regular_only: bool = True):
         """(key, path, lstat) of every entry file (see :func:`kcache.layout.scan`)."""
-        return scan(self.layout, first, regular_only=regular_only)
+        return scan(self.layout, first, regular_only=regular_only, dirs=self.dirs)
 
     def temp_files(self) -> Iterator[tuple[Path, str, os.stat_result]]:
         """kcache's own temp files (:data:`kcache.fsio.TEMP_RE`) owned by this user, in the
-        entry shards, the stats folder and the root: (folder, name, lstat)."""
-        folders = [self.layout.entries / s for s in self.layout.shard_dirs()]
-        for folder in folders + [self.layout.stats, self.layout.bucket, self.root]:
-            for name, st in listing(folder):
+        entry shards, the stats folder and the root: (folder, name, lstat), each listed
+        through :attr:`dirs`."""
+        folders = [f"{ENTRIES}/{s}" for s in self.layout.shard_dirs(dirs=self.dirs)]
+        for rel in folders + [STATS, BUCKET, ""]:
+            for name, st in folder_listing(self.dirs, rel):
                 if (fsio.TEMP_RE.fullmatch(name) and stat.S_ISREG(st.st_mode)
                         and st.st_uid == self.trust.uid):
-                    yield folder, name, st
+                    yield self.root / rel, name, st
 
     def sweep_temp(self, max_age: float, *, dry_run: bool = False) -> tuple[int, int]:
         """Remove kcache's temp files older than ``max_age`` seconds (leftovers of killed
@@ -382,42 +371,38 @@ class LocalTier:
     def quarantined(self) -> Iterator[tuple[Path, str, os.stat_result]]:
         """Files in ``v1/quarantine/`` named as kcache names them, owned by this user (or
         its group in shared mode): (folder, name, lstat)."""
-        folder = self.layout.quarantine
-        for name, st in listing(folder):
+        for name, st in folder_listing(self.dirs, QUARANTINE):
             if QUARANTINE_RE.fullmatch(name) and (st.st_uid == self.trust.uid or self.trust.file_ok(st)):
-                yield folder, name, st
+                yield self.layout.quarantine, name, st
 
     def sweep_quarantine(self, max_age: float, *, dry_run: bool = False) -> tuple[int, int]:
         """Remove quarantined files older than ``max_age`` seconds; (files, bytes)."""
         return self._sweep(self.quarantined(), max_age, dry_run)
 
-    @staticmethod
-    def _sweep(found, max_age: float, dry_run: bool) -> tuple[int, int]:
+    def _sweep(self, found, max_age: float, dry_run: bool) -> tuple[int, int]:
         cutoff = time.time() - max_age
         n = size = 0
-        by_folder: dict[Path, list] = {}
+        by_folder: dict[str, list] = {}
         for folder, name, st in found:
             if st.st_mtime <= cutoff:
-                by_folder.setdefault(folder, []).append((name, st))
-        for folder, items in by_folder.items():
+                rel = "" if folder == self.root else folder.relative_to(self.root).as_posix()
+                by_folder.setdefault(rel, []).append((name, st))
+        for rel, items in by_folder.items():
             try:
-                fd = fsio.open_dir(folder)
+                fd = self.dirs.folder(rel)
             except OSError:
                 continue
-            try:
-                for name, st in items:
-                    if not dry_run:
-                        try:
-                            now = fsio.lstat_at(name, fd)
-                            if now.st_ino != st.st_ino or not stat.S_ISREG(now.st_mode):
-                                continue
-                            os.unlink(name, dir_fd=fd)
-                        except OSError:
+            for name, st in items:
+                if not dry_run:
+                    try:
+                        now = fsio.lstat_at(name, fd)
+                        if now.st_ino != st.st_ino or not stat.S_ISREG(now.st_mode):
                             continue
-                    n += 1
-                    size += st.st_size
-            finally:
-                os.close(fd)
+                        os.unlink(name, dir_fd=fd)
+                    except OSError:
+                        continue
+                n += 1
+                size += st.st_size
         return n, size
 
 

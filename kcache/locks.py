@@ -2,7 +2,10 @@
 
 Lock folders are checked before a lock file is made in them: a symlinked (or otherwise
 unusable) lock folder turns locking off for the keys of that shard, with one warning, and
-never creates a file outside the root.
+never creates a file outside the root. filelock takes paths only, so a lock file is named
+``/proc/self/fd/N/<key>.lock``, N being the descriptor of its lock folder reached from the
+root's descriptor (kcache.paths): the name resolves inside that folder whatever a group
+member renamed or swapped on the path meanwhile, and filelock opens it ``O_NOFOLLOW``.
 
 Readers never lock. Writers of one key (put, remove, evict, quarantine) and single-flight
 compiles hold that key's lock, so the store's totals stay exact under concurrency. FileLock
@@ -15,17 +18,22 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import stat
 import time
 from pathlib import Path
 from typing import Callable, Iterator
 
 from .errors import LockTimeout
 from .layout import Layout
+from .paths import RootDirs
 
 
-def _filelock(path: Path, mode: int):
+def _filelock(dirs: RootDirs, path: Path, mode: int):
+    """The filelock of lock file ``path`` (a file of the root's lock folders), named through
+    its folder's descriptor (:meth:`RootDirs.path`). Raises OSError for an unusable folder."""
     import filelock  # imported on first lock: a listing or a hit takes no lock
-    return filelock.FileLock(str(path), mode=mode, is_singleton=True)
+    folder = path.parent.relative_to(dirs.root).as_posix()
+    return filelock.FileLock(dirs.path(folder, path.name), mode=mode, is_singleton=True)
 
 
 def _timeout_error():
@@ -43,8 +51,9 @@ class KeyLocks:
 
     def __init__(self, layout: Layout, timeout: float, file_mode: int,
                  count: Callable[..., None], on_error: Callable[[OSError], None],
-                 ensure_folder: Callable[[Path], None]):
+                 ensure_folder: Callable[[Path], None], dirs: RootDirs | None = None):
         self.layout = layout
+        self.dirs = dirs or RootDirs(layout.root)
         self.dir = layout.locks
         self.timeout = timeout
         self.file_mode = file_mode
@@ -82,17 +91,21 @@ class KeyLocks:
     def _make(self, path: Path):
         try:
             self.ready_folder(path.parent)
-            if os.path.islink(path):  # never create or truncate a file through it
+            folder = self.dirs.folder(path.parent.relative_to(self.dirs.root).as_posix())
+            if stat.S_ISLNK(_lstat_or_none(path.name, folder)):  # filelock would refuse it too
                 raise OSError(errno.ELOOP, "a symlink where a lock file belongs", str(path))
-            return _filelock(path, self.file_mode)
+            return _filelock(self.dirs, path, self.file_mode)
         except OSError as exc:
             self._on_error(exc)
             return None
 
     def ready_folder(self, folder: Path) -> None:
-        """Create and check ``folder`` (a lock folder) once per process. Raises OSError."""
+        """Create and check ``folder`` (a lock folder) once per process, and its descriptor
+        at every use (cheap: a few ``fstatat``). Raises OSError."""
         if folder in self._ready:
-            return
+            if not self.dirs.check(folder.relative_to(self.dirs.root).as_posix()):
+                return
+            self._ready.discard(folder)
         self._ensure_folder(self.dir)
         if folder != self.dir:
             self._ensure_folder(folder)
@@ -129,13 +142,13 @@ class KeyLocks:
 BUSY = "busy"
 
 
-def try_global(path: Path, mode: int, ready: Callable[[Path], None]):
+def try_global(path: Path, mode: int, ready: Callable[[Path], None], dirs: RootDirs):
     """Non-blocking try of a global lock (eviction): the held lock, :data:`BUSY` when another
     process holds it, or the OSError that makes it unusable (a folder named like the lock,
     a symlinked lock folder, ...): the caller then goes on without it, warned."""
     try:
         ready(path.parent)
-        lock = _filelock(path, mode)
+        lock = _filelock(dirs, path, mode)
         lock.acquire(timeout=0)
         return lock
     except _timeout_error():
@@ -144,3 +157,12 @@ def try_global(path: Path, mode: int, ready: Callable[[Path], None]):
         return exc
 
 
+
+
+def _lstat_or_none(name: str, dir_fd: int) -> int:
+    """The ``st_mode`` of ``name`` in folder ``dir_fd`` (not following a symlink); 0 when
+    absent."""
+    try:
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode
+    except FileNotFoundError:
+        return 0

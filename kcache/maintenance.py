@@ -95,6 +95,7 @@ def clear(store: "Store") -> RemoveReport:
     """Every entry of the writable root (see ``Store.clear``)."""
     removed, freed, failed = [], 0, []
     batch = Removals(store)
+    store.local.dirs.check()  # a folder swapped since the store opened is not entered
     try:
         for key, path, _st in list(store.local.scan(regular_only=False)):
             result = batch.remove(key)
@@ -138,6 +139,7 @@ def sweep_temp(store: "Store", *, dry_run: bool = False) -> int:
 def evict(store: "Store", target: int) -> None:
     """Remove least-recently-used entries until the root holds <= ``target`` bytes (kcache's
     old temp files are swept first: they take room too). Keys being written are skipped."""
+    store.local.dirs.check()
     sweep_temp(store)
     files = lru_order(list(store.local.scan()), store.settings.max_entry_size)
     chosen, _kept = select_lru(files, target)
@@ -177,6 +179,7 @@ def _plan(store: "Store", max_size, older_than, where, hits) -> _Plan:
 
 def prune(store: "Store", cap: int, age: float | None, where, dry_run: bool) -> PruneReport:
     """See ``Store.prune`` (arguments already parsed: bytes, seconds)."""
+    store.local.dirs.check()  # a folder swapped since the store opened is not entered
     hits = store._stats.hits()  # each removed entry is reported with its real hit count
     plan = _plan(store, cap, age, where, hits)
     report = PruneReport(dry_run=dry_run, entries_left=plan.kept, bytes_left=plan.kept_bytes)
@@ -213,14 +216,16 @@ def sweep_locks(store: "Store", max_age: float = TEMP_MAX_AGE) -> int:
     process that opened the file in the microseconds before the unlink could still lock the
     orphan inode: at worst one duplicate compile.) Lock files are never modified, so their
     mtime is their creation time. Symlinked lock folders are never entered."""
-    from .fsio import lstat_at, open_dir
-    from .layout import LOCK_SUFFIX, listing
+    from .fsio import lstat_at
+    from .layout import LOCK_SUFFIX, LOCKS, folder_listing
     cutoff = time.time() - max_age
     n = 0
-    for name, st in listing(store.local.layout.locks):
+    dirs = store.local.dirs
+    dirs.check(LOCKS)
+    for name, st in folder_listing(dirs, LOCKS):
         if len(name) != 2 or not stat.S_ISDIR(st.st_mode):
             continue
-        for lock_name, lst in listing(store.local.layout.locks / name):
+        for lock_name, lst in folder_listing(dirs, LOCKS, name):
             key = lock_name[: -len(LOCK_SUFFIX)]
             if (not lock_name.endswith(LOCK_SUFFIX) or not KEY_RE.fullmatch(key)
                     or not key.startswith(name) or not stat.S_ISREG(lst.st_mode)):
@@ -231,17 +236,12 @@ def sweep_locks(store: "Store", max_age: float = TEMP_MAX_AGE) -> int:
                 if not held or store.local.entry_stat(key) is not None:
                     continue
                 try:
-                    fd = open_dir(store.local.layout.locks / name)
-                except OSError:
-                    continue
-                try:
+                    fd = dirs.folder(f"{LOCKS}/{name}")
                     if lstat_at(lock_name, fd).st_ino == lst.st_ino:
                         os.unlink(lock_name, dir_fd=fd)
                         n += 1
                 except OSError:
                     pass
-                finally:
-                    os.close(fd)
     return n
 
 

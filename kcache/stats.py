@@ -41,8 +41,10 @@ from typing import Callable
 
 import msgpack
 
-from . import atomic, fsio
+from . import fsio
 from .errors import CorruptEntry
+from .layout import STATS
+from .paths import RootDirs
 from .warn import warn_once
 
 COUNTERS = ("hits", "misses", "compiles", "puts", "evictions", "corrupt", "lock_waits",
@@ -69,21 +71,16 @@ def shard_of(key: str) -> int:
 ROOT_ERRNOS = {errno.EROFS, errno.ENOSPC, errno.EDQUOT}
 
 
-def _load(path: Path) -> dict:
+def _load(dirs, path: Path) -> dict:
     """A shard file's map ({} when missing, unreadable, not a regular file or not a flat map
     of text to numbers: a broken shard restarts at zero; recount() rebuilds the totals).
     Decoding refuses arrays, nested maps and ext types, so its memory is bounded by the file.
-    Read through the stats folder's descriptor: never through a symlinked stats folder."""
+    Read through the stats folder's descriptor (``dirs``: the root's kcache.paths.RootDirs):
+    never through a symlinked stats folder or bucket."""
     try:
-        dir_fd = fsio.open_dir(path.parent)
-    except OSError:
-        return {}
-    try:
-        data, _st = fsio.read_regular(path.name, _MAX_SHARD_FILE, dir_fd=dir_fd)
+        data, _st = fsio.read_regular(path.name, _MAX_SHARD_FILE, dir_fd=dirs.folder(STATS))
     except (OSError, CorruptEntry):
         return {}
-    finally:
-        os.close(dir_fd)
     maps = []
 
     def one_map(m):
@@ -132,12 +129,14 @@ class StatsBook:
 
     ``ensure()`` -> bool: the root exists and may be written; ``ready(folder)`` creates the
     stats folder and raises OSError unless it is a real folder; ``on_error(exc)`` is called
-    once when the root itself cannot be written (:data:`ROOT_ERRNOS`)."""
+    once when the root itself cannot be written (:data:`ROOT_ERRNOS`); ``dirs``: the root's
+    kcache.paths.RootDirs (every file is reached through the stats folder's descriptor)."""
 
     def __init__(self, layout, file_mode: int, ensure: Callable[[], bool],
                  on_error: Callable[[OSError], None], on_missing: Callable[[], None] = lambda: None,
-                 ready: Callable[[Path], None] = lambda folder: None):
+                 ready: Callable[[Path], None] = lambda folder: None, dirs: RootDirs | None = None):
         self.layout = layout
+        self.dirs = dirs or RootDirs(layout.root)
         self.dir = layout.stats
         self.file_mode = file_mode
         self._ensure = ensure
@@ -238,15 +237,19 @@ class StatsBook:
         pend = self._pending.pop(shard, None) or collections.Counter()
         phits = self._pending_hits.pop(shard, None) or collections.Counter()
         forget = self._forget.pop(shard, None) or set()
+        self.dirs.check(STATS)  # a stats folder or bucket swapped meanwhile is never written
         try:
             import filelock  # imported on the first write: reading counters takes no lock
-            with filelock.FileLock(str(lpath), mode=self.file_mode, is_singleton=True):
-                counters = _load(cpath)
+            # filelock takes a path: /proc/self/fd/N/NAME names the lock inside the stats
+            # folder's descriptor, so a swapped stats folder or bucket is never followed
+            with filelock.FileLock(self.dirs.path(STATS, lpath.name), mode=self.file_mode,
+                                   is_singleton=True):
+                counters = _load(self.dirs, cpath)
                 for name, value in pend.items():
                     counters[name] = _num(counters.get(name, 0)) + value
                 hits = None
                 if phits or forget or mutate:
-                    hits = _load(hpath)
+                    hits = _load(self.dirs, hpath)
                     for k, n in phits.items():
                         hits[k] = _num(hits.get(k, 0)) + n
                     for k in forget:
@@ -278,8 +281,8 @@ class StatsBook:
     def _replace(self, path: Path, obj: dict) -> None:
         # No fsync: counters are advisory (recount() rebuilds the totals) and a shard is
         # rewritten on every put, so an fsync here would double the cost of a put.
-        atomic.write_atomic(path, msgpack.packb(obj, use_bin_type=True), mode=self.file_mode,
-                            fsync=False)
+        fsio.publish(self.dirs.folder(STATS), path.name, msgpack.packb(obj, use_bin_type=True),
+                     self.file_mode, fsync=False)
 
     def reset(self, keep_totals: bool = True) -> bool:
         """Zero every counter (and per-entry hits); totals kept unless ``keep_totals`` is False.
@@ -307,7 +310,7 @@ class StatsBook:
     def _load(self, path: Path) -> dict:
         """A shard file's map, or {} when this root's files are not to be read at all (an
         untrusted or disabled root: ``disk`` is False; only this process's counts exist)."""
-        return _load(path) if self.disk else {}
+        return _load(self.dirs, path) if self.disk else {}
 
     def read(self) -> dict:
         """Sum of every shard on disk plus this process's unwritten counts."""

@@ -39,7 +39,8 @@ from .config import Settings, resolve
 from .entry import Entry, EntryInfo
 from .errors import CorruptEntry, KcacheError, NewerFormat
 from .keys import check_key
-from .layout import Layout
+from .layout import BUCKET, ENTRIES, Layout
+from .paths import RootDirs
 from .localtier import GONE, KnownBad, LocalTier, os_reason  # noqa: F401 (os_reason: API)
 from .locks import BUSY as LOCK_BUSY, KeyLocks, try_global
 from .maintenance import DELTA_BATCH, EVICT_TARGET  # noqa: F401 (re-exported)
@@ -151,9 +152,9 @@ class Store:
                             for r in self.readonly_roots)
         self.untrusted: dict[str, str] = {}  # tier name -> why it is not used
         self._stats = StatsBook(self.layout, self._file_mode, self._ensure_root, self._fail,
-                                self._layout_gone, self._ready_folder)
+                                self._layout_gone, self._ready_folder, self.local.dirs)
         self._locks = KeyLocks(self.layout, self.lock_timeout, self._file_mode,
-                               self._count, self._lock_error, self._ready_folder)
+                               self._count, self._lock_error, self._ready_folder, self.local.dirs)
         self._totals: dict[int, tuple[int, int]] = {}
         self._totals_at = 0.0
         self._corrupt_seen: set[tuple] = set()
@@ -250,15 +251,15 @@ class Store:
         cause = ("write_errors_no_space" if exc.errno in _NO_SPACE_ERRNOS else
                  "write_errors_permission" if exc.errno in _PERMISSION_ERRNOS else
                  "write_errors_other")
-        self._count(key, now=True, **{cause: 1})
         if isinstance(exc, FileNotFoundError):
             self._ready = False  # the layout was deleted under us: recreate it next time
         elif exc.errno in ROOT_ERRNOS or (exc.errno in _PERMISSION_ERRNOS
                                           and probe_writable(self.root) is not None):
-            self._fail(exc)
+            self._fail(exc)  # first: the count below then stays in memory, unwritten
         else:
             warn_once("put-failed", f"kcache: cannot store entry {self.layout.entry(key)} "
                       f"({os_reason(exc)}); that kernel runs uncached, the others are stored")
+        self._count(key, now=True, **{cause: 1})
 
     def check_writable(self) -> str | None:
         """Why the writable root cannot be written (str), or None if it can; works before any
@@ -282,7 +283,7 @@ class Store:
     def _ensure_root(self) -> bool:
         """Create root (0700, or 02770 when shared), CACHEDIR.TAG, ``v1`` and ``v1/entries``;
         False if the root cannot be written or is not used (KCACHE_DISABLE, untrusted)."""
-        if self._ready:
+        if self._ready and self.writable:
             return True
         if self.disabled or not self.writable or self.local not in self._tiers:
             return False
@@ -896,7 +897,8 @@ class Store:
             self._totals_at = now
         if sum(b for _n, b in self._totals.values()) <= self.max_size:
             return
-        lock = try_global(self.layout.evict_lock, self._file_mode, self._locks.ready_folder)
+        lock = try_global(self.layout.evict_lock, self._file_mode, self._locks.ready_folder,
+                          self.local.dirs)
         if lock == LOCK_BUSY:
             return  # another process is evicting
         if isinstance(lock, OSError):
@@ -1013,29 +1015,30 @@ def probe_writable(root: str | os.PathLike) -> str | None:
     root = Path(root)
     layout = Layout(root)
     inner = (layout.entries, layout.bucket)  # deepest first
+    dirs = RootDirs(root)  # the probe file is made through descriptors (kcache.paths)
+    rels = {layout.entries: ENTRIES, layout.bucket: BUCKET, root: ""}
     for d in (*inner, root, *root.parents):
         try:
-            st = os.stat(d)
+            st = os.lstat(d) if d in inner else os.stat(d)
         except (FileNotFoundError, NotADirectoryError):
             continue
         except OSError as exc:
             return f"{d}: {os_reason(exc)}"
+        if stat.S_ISLNK(st.st_mode):
+            return f"{d} is a symlink, not a folder of the cache (ELOOP)"
         if not stat.S_ISDIR(st.st_mode):
             return f"{d} is a file, not a directory (ENOTDIR)"
-        ours = d == root or d in inner
+        ours = d in rels
         try:
             if ours:
-                fd, tmp = tempfile.mkstemp(dir=d, prefix=".probe.", suffix=".tmp")
-                os.close(fd)
-                os.unlink(tmp)
+                fd = dirs.folder(rels[d])
+                fsio.unlink_quietly(fsio.write_new(fd, "probe", b"", 0o600, fsync=False), fd)
+                vfs = os.fstatvfs(fd)
             else:  # root missing: could it be created here?
                 os.rmdir(tempfile.mkdtemp(dir=d, prefix=".kcache-probe."))
+                vfs = os.statvfs(d)
         except OSError as exc:
             return os_reason(exc) if ours else f"cannot create folders in {d}: {os_reason(exc)}"
-        try:
-            vfs = os.statvfs(d)
-        except OSError:
-            return None
         free = vfs.f_bfree if os.geteuid() == 0 else vfs.f_bavail  # root may use reserved blocks
         if vfs.f_blocks and not free:
             return f"{os.strerror(errno.ENOSPC)} (ENOSPC)"

@@ -17,6 +17,7 @@ import shutil
 import stat
 import subprocess
 import tempfile
+import fractions  # noqa: F401 (kcache.config imports it on first use; a child cannot read /root)
 import traceback
 from pathlib import Path
 
@@ -25,7 +26,7 @@ import pytest
 from kcache import LockTimeout, Store, config
 import importlib
 from kcache.layout import Layout
-from trustkit import IS_ROOT, entry, key
+from trustkit import IS_ROOT, age, entry, key, snapshot
 
 pytestmark = pytest.mark.skipif(not IS_ROOT or not shutil.which("useradd"),
                                 reason="creating two users needs root and useradd/groupadd")
@@ -279,3 +280,79 @@ def test_config_set_first_creates_a_shared_root(users, base):
     modes = run_as(users.a, set_only, root)
     assert modes["."][0] == 0o2770 and modes["config.json"][0] == 0o660
     assert run_as(users.b, b_uses, root)["trusted"]
+
+
+# -- a swap below the shared root while a process runs (issue 17, item 2) -------------------------
+
+def a_private(private: str) -> dict:
+    """User A's private cache (no KCACHE_SHARED): three entries, used long ago."""
+    s = Store(private)
+    puts = [s.put(key(100 + i), entry(100 + i)) for i in range(3)]
+    s.flush()
+    for _k, path, _st in s.local.scan():
+        age(path, 90 * 86400)
+    return {"puts": puts}
+
+
+def a_long_run(root: str, started, go) -> dict:
+    """User A, shared mode: open the store and use it (descriptors of its folders are kept),
+    wait for ``go`` (the swap happens meanwhile), then prune, put, get, lock, verify, flush."""
+    s = Store(root)
+    assert s.get(key(0)) == entry(0) and s.put(key(1), entry(1))
+    s.flush()
+    started.set()
+    assert go.wait(60)
+    out = {}
+    rep = s.prune(max_size=1)
+    out["pruned"] = sorted(i.key for i in rep.removed)
+    out["put"] = s.put(key(2), entry(2))
+    out["get"] = s.get(key(100)) is not None  # a key of the private cache
+    with s.lock(key(101)):
+        pass
+    out["verify"] = s.verify(fix=True).checked
+    out["cleared"] = int(s.clear())
+    s.record(compiles=1)
+    s.flush()
+    out["stats"] = s.stats().as_dict()["puts"]
+    return out
+
+
+def b_swaps(root: str, private: str) -> None:
+    """User B (group member): rename <root>/v1 and put a symlink to A's private bucket."""
+    os.rename(os.path.join(root, "v1"), os.path.join(root, "v1.old"))
+    os.symlink(os.path.join(private, "v1"), os.path.join(root, "v1"))
+
+
+def test_a_swap_below_the_shared_root_reaches_nothing_outside_it(users, base, tmp_path):
+    """While A's process runs on the shared root, B renames v1 and symlinks A's private
+    cache in its place: A's prune, put, get, lock, verify, clear and counters never touch
+    the private cache (no entry deleted or read, no lock or stats file written there)."""
+    root = str(base / "cache")
+    home = base.parent / "a-home"  # A's own folder, out of B's reach
+    home.mkdir()
+    a_pw = pwd.getpwnam(users.a)
+    os.chown(home, a_pw.pw_uid, a_pw.pw_gid)
+    os.chmod(home, 0o711)  # B may name paths inside (a symlink target), not list or write
+    private = str(home / "private")
+    assert run_as(users.a, a_private, private, env={})["puts"] == [True] * 3
+    assert run_as(users.a, a_creates, root)["puts"] == [True] * 3
+    before = snapshot(Path(private))
+    assert any(p.endswith(".kce") for p in before)
+
+    started, go, results = CTX.Event(), CTX.Event(), CTX.Queue()
+    runner = CTX.Process(target=_as_user, args=(users.a, {"KCACHE_SHARED": "1"}, a_long_run,
+                                               (root,), results, started, go))
+    runner.start()
+    try:
+        assert started.wait(60)
+        run_as(users.b, b_swaps, root, private)
+        assert os.path.islink(os.path.join(root, "v1"))
+    finally:
+        go.set()
+        runner.join(120)
+    status, value = results.get(timeout=10)
+    assert status == "ok", value
+    assert runner.exitcode == 0
+    assert value["get"] is False  # the private entry is never served through the swap
+    assert not set(value["pruned"]) & {key(100 + i) for i in range(3)}
+    assert snapshot(Path(private)) == before  # same files, inodes, sizes, mtimes, bytes
