@@ -1,5 +1,5 @@
 """The reports of clear, prune, remove_many and verify (the operations are in
-:mod:`kcache.maintenance`)."""
+:mod:`kcache.maintenance`), and of copy_in/push (:class:`CopyReport`)."""
 from __future__ import annotations
 
 import dataclasses
@@ -85,3 +85,15 @@ class VerifyReport:
     newer: list[Path] = dataclasses.field(default_factory=list)
     quarantined: int = 0
     not_quarantined: list[tuple[Path, str]] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class CopyReport:
+    """Outcome of :meth:`kcache.Store.copy_in` and :meth:`kcache.Store.push`: ``copied`` and
+    ``present`` (already there, same bytes) are keys; ``skipped`` are keys left out by
+    ``where``; ``failed`` is [(key, reason)]."""
+
+    copied: list = dataclasses.field(default_factory=list)
+    present: list = dataclasses.field(default_factory=list)
+    failed: list = dataclasses.field(default_factory=list)
+    skipped: list = dataclasses.field(default_factory=list)

@@ -1,11 +1,18 @@
 """The store: a facade over tiers, with one verification path for bytes from any of them.
 
 Tiers (kcache.tier): the writable local root (kcache.localtier), read-only layers (local
-tiers opened read-only) and, later, remote tiers. ``Store`` reads them in that order; every
+tiers opened read-only) and the remote tier. ``Store`` reads them in that order; every
 value crosses :meth:`Store.verify_bytes` (format, bounds, schema, checksum) before it is
-used; a hit of a ``backfill`` tier is copied into the writable root. The store keeps the
-counters (kcache.stats), the per-key single-flight locks (kcache.locks) and eviction;
-maintenance lives in kcache.maintenance.
+used; a hit of a ``backfill`` tier is copied into the writable root. This module holds the
+facade: settings and tiers, failure handling, counting, get/put/single flight, eviction
+trigger and counters. Each other concern has its own room, mixed into ``Store``:
+
+* kcache.verification: the verification path (read, verify, quarantine);
+* kcache.remotepolicy: the remote policy (opening, signing, publishing, switching off);
+* kcache.listing: headers and listings;
+* kcache.maintenance: clear, prune, verify, recount, eviction, through the small interface
+  the store hands it (:class:`kcache.maintenance.Housekeeping`);
+* kcache.paths: path resolution below the root (every folder by descriptor).
 
 Invariants (see docs/store.md, docs/security.md):
 
@@ -31,22 +38,25 @@ import stat
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from . import entry as fmt
 from . import fsio, maintenance
 from .config import Settings, resolve
-from .entry import Entry, EntryInfo
+from .entry import Entry
 from .errors import CorruptEntry, KcacheError, NewerFormat
 from .keys import check_key
 from .layout import BUCKET, ENTRIES, Layout
 from .paths import RootDirs
-from .localtier import GONE, KnownBad, LocalTier, os_reason  # noqa: F401 (os_reason: API)
+from .listing import EntryListing
+from .localtier import LocalTier, os_reason  # noqa: F401 (os_reason: API)
 from .locks import BUSY as LOCK_BUSY, KeyLocks, try_global
 from .maintenance import DELTA_BATCH, EVICT_TARGET  # noqa: F401 (re-exported)
-from .prune import NOT_REGULAR, PruneReport, RemoveReport, VerifyReport
+from .prune import CopyReport, PruneReport, RemoveReport, VerifyReport  # noqa: F401 (API)
+from .remotepolicy import RemotePolicy
 from .stats import COUNTERS, ROOT_ERRNOS, SHARDS, StatsBook, shard_of
 from .tier import TierError
+from .verification import VerificationPath
 from .warn import warn_once
 
 _TOTALS_TTL = 1.0  # seconds an estimate of other shards' totals is trusted by put
@@ -105,19 +115,9 @@ class Stats:
         return getattr(self, name)
 
 
-@dataclasses.dataclass
-class CopyReport:
-    """Outcome of :meth:`Store.copy_in` and :meth:`Store.push`: ``copied`` and ``present``
-    (already there, same bytes) are keys; ``skipped`` are keys left out by ``where``;
-    ``failed`` is [(key, reason)]."""
-
-    copied: list = dataclasses.field(default_factory=list)
-    present: list = dataclasses.field(default_factory=list)
-    failed: list = dataclasses.field(default_factory=list)
-    skipped: list = dataclasses.field(default_factory=list)
 
 
-class Store:
+class Store(VerificationPath, RemotePolicy, EntryListing):
     """A kernel cache rooted at ``root`` (see kcache.config.resolve for defaults).
 
     ``readonly_dirs`` (also ``readonly_roots``, its earlier name): extra roots consulted
@@ -311,214 +311,6 @@ class Store:
         shard = shard_of(key) if key else os.getpid() % SHARDS
         self._stats.add(shard, now=now, hit_key=hit_key, **counters)
 
-    # -- the remote tier -------------------------------------------------------------------------
-    @property
-    def remote(self):
-        """The remote tier (kcache.remote: Redis or an fsspec URL) when one is configured
-        (``KCACHE_REMOTE`` or config.json ``remote``) and could be opened, else None (a bad
-        setting or a missing client library is warned once). Opened on first use: a store
-        that never misses locally never connects."""
-        if not self._remote_opened:
-            self._remote_opened = True
-            if not self.disabled and (os.environ.get("KCACHE_REMOTE", "").strip()
-                                      or self.settings.config.get("remote")):
-                from .remote import open_configured  # imports no client library by itself
-                self._remote, self._remote_settings = open_configured(os.environ, self.settings.config)
-        return self._remote
-
-    def require_remote(self):
-        """The remote tier for a command that asked for it (``kcache push``, ``pull``,
-        ``remote check``): :attr:`remote`, but a bad setting raises ConfigError, a missing
-        client library kcache.remote.MissingClient (naming the extra to install) and no
-        configured remote KcacheError, instead of one warning and None. Works while the
-        store is disabled (the command was asked for explicitly)."""
-        if self._remote is None:
-            from .remote import open_settings, remote_settings
-            settings = remote_settings(os.environ, self.settings.config)
-            if settings is None:
-                raise KcacheError("no remote tier is configured: set KCACHE_REMOTE (e.g. "
-                                  "redis://host:6379/0 or s3://bucket/prefix) or 'kcache config "
-                                  "set remote URL'")
-            self._remote, self._remote_settings = open_settings(settings), settings
-            self._remote_opened = True
-        return self._remote
-
-    @property
-    def remote_settings(self):
-        """The remote tier's settings (kcache.remote.RemoteSettings; no secret is shown) or
-        None."""
-        return self._remote_settings if self.remote is not None else None
-
-    def _remote_limit(self) -> int:
-        from .signing import OVERHEAD
-        return self.settings.max_entry_size + OVERHEAD
-
-    def _unwrap(self, tier, data: bytes) -> bytes:
-        """The entry bytes of a value read from ``tier``: a remote value is signed when a
-        secret is set (kcache.signing: a missing or wrong signature raises CorruptEntry)."""
-        if tier is not self._remote or tier is None:
-            return data
-        from .signing import unwrap
-        secret = self._remote_settings.secret
-        return unwrap(secret, data, require=secret is not None)
-
-    def _read_remote(self, key: str):
-        """(header, Entry, tier) from the remote tier, verified and copied into the writable
-        root; None on a miss, a refused value or a tier error (each counted, warned once)."""
-        remote = self.remote
-        if remote is None:
-            return None
-        try:
-            blob = remote.read(key, self._remote_limit())
-        except TierError as exc:
-            self._remote_error(exc)
-            return None
-        if blob is None:
-            self._count(key, remote_misses=1)
-            return None
-        return self._use_remote(key, blob)
-
-    def _use_remote(self, key: str, blob):
-        try:
-            data = self._unwrap(self._remote, blob.data)
-            header, ent = self.verify_bytes(key, data)
-        except (CorruptEntry, NewerFormat) as exc:
-            self._count(key, now=True, remote_bad=1)
-            warn_once("remote-bad", f"kcache: a value of {self._remote.name} was refused ({exc}); "
-                      "treated as a miss, never used")
-            return None
-        self._count(key, remote_hits=1)
-        self._publish(key, data, remote=False)  # backfill: the next read is local
-        return header, ent, self._remote
-
-    def _remote_error(self, exc: TierError) -> None:
-        self._count(None, **{f"remote_errors_{exc.kind}": 1})
-        remote = self._remote
-        warn_once("remote", f"kcache: remote tier error ({exc}); treated as a miss, kernels "
-                  "still compile and run")
-        if remote is not None and getattr(remote, "disabled_reason", None):
-            warn_once("remote-off", f"kcache: {remote.name}: {remote.disabled_reason}; "
-                      "this process goes on without it")
-
-    def _publish_remote(self, key: str, data: bytes) -> bool:
-        """Publish verified entry bytes to the writable remote tier (signed when a secret is
-        set); True if published. A failure is counted and warned once, never raised."""
-        return self._send_remote(key, data) is None
-
-    def _send_remote(self, key: str, data: bytes) -> str | None:
-        """:meth:`_publish_remote`, saying why a value was not published (None: it was)."""
-        remote = self.remote
-        if remote is None or not remote.writable:
-            return "no writable remote tier"
-        secret = self._remote_settings.secret
-        if secret is not None:
-            from .signing import wrap
-            data = wrap(secret, data)
-        try:
-            remote.write(key, data)
-        except TierError as exc:
-            self._count(key, now=True, remote_put_errors=1)
-            self._remote_error(exc)
-            return f"{exc.kind}: {exc}"
-        self._count(key, remote_puts=1)
-        return None
-
-    # -- the verification path -----------------------------------------------------------------
-    def verify_bytes(self, key: str, data: bytes) -> tuple[dict, Entry]:
-        """The one check every value from any tier crosses before it is used: the entry
-        format (kcache.entry.decode: bounds, checksum, header schema, decoding limits).
-        Returns (header, Entry); raises CorruptEntry (with ``code``) or NewerFormat."""
-        return fmt.decode(data, key)
-
-    def _read(self, key: str, touch: bool, remote: bool = True):
-        """(header, Entry, tier) of the first tier holding a valid entry for ``key``, or None.
-        Defects on the way are counted, quarantined (writable root) or remembered (layers),
-        and warned once; unusable tiers are a miss. ``touch`` records the use of what is read
-        in the writable root (the LRU clock; a corrupt file touched so is quarantined next)."""
-        limit = self.settings.max_entry_size
-        for tier in self._tiers:
-            blob = None
-            try:
-                blob = (tier.read(key, limit, touch=touch and self.writable) if tier is self.local
-                        else tier.read(key, limit))
-                if blob is None:
-                    continue
-                header, ent = self.verify_bytes(key, blob.data)
-            except KnownBad:
-                continue
-            except NewerFormat as exc:
-                warn_once("newer", f"kcache: the entry of {key} in {tier.name} was written by a "
-                          f"newer kcache ({exc}); left untouched, treated as a miss")
-                continue
-            except CorruptEntry as exc:
-                self._bad(tier, key, exc, getattr(exc, "stat", None), blob)
-                continue
-            except TierError as exc:
-                self._tier_error(tier, exc)
-                continue
-            except OSError as exc:  # unreadable (permissions, I/O error): a miss
-                warn_once("unreadable", f"kcache: cannot read the entry of {key} in {tier.name} "
-                          f"({os_reason(exc)}); treated as a miss")
-                continue
-            return header, ent, tier
-        return self._read_remote(key) if remote else None
-
-    def _bad(self, tier, key: str, exc: CorruptEntry, st, blob) -> None:
-        """A defective value: quarantine it (writable root) or remember it (a layer: not
-        re-read while unchanged); count it once per file and process; warn once."""
-        ident = blob.ident if blob is not None and blob.ident else _identity(st)
-        if tier is self.local:
-            self._quarantine(key, str(exc), st, ident)
-            return
-        if isinstance(tier, LocalTier):
-            tier.mark_bad(ident)
-        self._count_corrupt(key, ident)
-        warn_once("corrupt", f"kcache: corrupt cache entry of {key} in {tier.name} ({exc}); "
-                  "treated as a miss, left in place (read-only)")
-
-    def _count_corrupt(self, key: str, ident) -> None:
-        if ident is None or ident not in self._corrupt_seen:
-            if ident is not None:
-                self._corrupt_seen.add(ident)
-            self._count(key, now=True, corrupt=1)
-
-    def _tier_error(self, tier, exc: TierError) -> None:
-        warn_once(f"tier:{tier.name}", f"kcache: {tier.name}: {exc}; treated as a miss")
-
-    def _quarantine(self, key: str, reason: str, st, ident=None) -> str | None:
-        """Move a defective entry of the writable root to quarantine under its key lock,
-        count it, warn once (saying truthfully whether it was moved). Returns None when
-        moved, GONE when it vanished or was replaced meanwhile, else why it was left."""
-        why = self._move_to_quarantine(key, st)
-        if why is None:
-            fate = f"moved to {self.layout.quarantine}"
-        elif why == GONE:
-            fate = "already replaced or removed"
-        else:
-            fate = f"left in place: {why}"
-            self.local.mark_bad(ident or _identity(st))  # not re-read while unchanged
-            self._count_corrupt(key, ident or _identity(st))
-        warn_once("corrupt", f"kcache: corrupt cache entry {self.layout.entry(key)} ({reason}); "
-                  f"treated as a miss, {fate}")
-        return why
-
-    def _move_to_quarantine(self, key: str, st) -> str | None:
-        if self.disabled:
-            return "kcache is disabled (KCACHE_DISABLE)"
-        if not self.writable or not self._ensure_root():
-            return f"cache root not writable: {self.write_problem}"
-        with self._locks.hold(key, blocking=False) as held:
-            if held is False:
-                return maintenance.BUSY  # another process is writing this key; it will replace the file
-            why = self.local.quarantine(key, st)
-            if why is None:
-                self._stats.forget(key)
-                regular = st is None or stat.S_ISREG(st.st_mode)
-                size = st.st_size if st is not None and regular else 0
-                self._count(key, now=True, corrupt=1, entries=-1 if regular else 0, bytes=-size)
-        return why
-
-
     # -- reading -----------------------------------------------------------------------------------
     def get(self, key: str) -> Entry | None:
         """The entry for ``key`` (writable root first, then read-only layers) or None.
@@ -540,114 +332,6 @@ class Store:
         header = found[0]
         self._count(key, hit_key=key, hits=1, seconds_saved=header.get("compile_seconds") or 0.0)
         return found[1]
-
-    def load(self, key: str) -> Entry:
-        """Full read and check of ``key`` (no counters, no touch, no quarantine), through
-        the same verification path as :meth:`get`.
-
-        Raises KeyError if no root has it, CorruptEntry or NewerFormat for a bad file."""
-        check_key(key)
-        error: Exception | None = None
-        for tier in self._local_tiers_any():
-            try:
-                blob = tier.read(key, self.settings.max_entry_size)
-                if blob is None:
-                    continue
-                return self.verify_bytes(key, blob.data)[1]
-            except KnownBad:
-                continue
-            except (CorruptEntry, NewerFormat) as exc:
-                if error is None:
-                    error = type(exc)(f"{tier.layout.entry(key)}: {exc}")
-                    error.code = getattr(exc, "code", "invalid")
-            except OSError as exc:
-                error = error or CorruptEntry(f"{tier.layout.entry(key)}: unreadable: "
-                                              f"{os_reason(exc)}", "unreadable")
-        if error is not None:
-            raise error
-        raise KeyError(key)
-
-    def _local_tiers_any(self) -> tuple:
-        """The local tiers for explicit inspection (load, header): the trusted ones."""
-        return self._local_tiers()
-
-    def _info(self, key: str, path: Path, tier: LocalTier, hits: dict | None = None) -> EntryInfo:
-        """EntryInfo from the file's header only, read safely (OSError, CorruptEntry,
-        NewerFormat)."""
-        h, st = tier.read_header(key, self.settings.max_entry_size)
-        return EntryInfo(
-            key=key, path=path, root=tier.root, readonly=not tier.writable, file_size=st.st_size,
-            created=float(h["created"]), last_used=st.st_mtime, kernel=h.get("kernel"),
-            signature=h.get("signature"), arch=h.get("arch"), compile_seconds=h.get("compile_seconds"),
-            components=h["components"], sizes=h["sizes"], meta=h["meta"],
-            hits=int((hits or {}).get(key, 0)) if tier.writable else 0)
-
-    def _info_or_broken(self, key: str, path: Path, tier: LocalTier, st: os.stat_result,
-                        hits: dict | None = None) -> EntryInfo | None:
-        """EntryInfo of the file, or one with ``problem`` set when its header cannot be read;
-        None if it vanished meanwhile."""
-        try:
-            if not stat.S_ISREG(st.st_mode):
-                problem = NOT_REGULAR
-            else:
-                return self._info(key, path, tier, hits)
-        except FileNotFoundError:
-            return None
-        except NewerFormat as exc:
-            problem = f"newer format: {exc}"
-        except CorruptEntry as exc:
-            problem = str(exc)
-        except OSError as exc:
-            problem = f"unreadable: {os_reason(exc)}"
-        return EntryInfo(
-            key=key, path=path, root=tier.root, readonly=not tier.writable, file_size=st.st_size,
-            created=st.st_mtime, last_used=st.st_mtime, kernel=None, signature=None, arch=None,
-            compile_seconds=None, components={}, sizes={}, meta={}, hits=0, problem=problem)
-
-    def header(self, key: str) -> EntryInfo | None:
-        """Header of ``key``'s entry (first root that has a readable one), without payloads."""
-        check_key(key)
-        hits = None
-        for tier in self._local_tiers_any():
-            try:
-                hits = self._stats.hits() if hits is None else hits
-                return self._info(key, tier.layout.entry(key), tier, hits)
-            except (OSError, CorruptEntry, NewerFormat):
-                continue
-        return None
-
-    def entries(self, *, readonly: bool = True, include_broken: bool = False) -> Iterator[EntryInfo]:
-        """Headers of every entry (writable root, then read-only layers if ``readonly``).
-
-        Files whose header cannot be read (truncated, zero-length, garbage, unreadable, not a
-        regular file, newer format) are skipped, or with ``include_broken`` listed as an
-        EntryInfo whose ``problem`` says why (so they can be shown and removed). Files whose
-        names are not entry names are never listed."""
-        hits = self._stats.hits()
-        for tier in self._local_tiers_any():
-            if not readonly and not tier.writable:
-                continue
-            for key, path, st in tier.scan(regular_only=not include_broken):
-                info = self._info_or_broken(key, path, tier, st, hits)
-                if info is not None and (include_broken or info.problem is None):
-                    yield info
-
-    def find(self, prefix: str, *, include_broken: bool = False) -> list[EntryInfo]:
-        """Entries whose key starts with ``prefix`` (hex digits), across all roots;
-        ``include_broken`` as for :meth:`entries`. ValueError for a prefix that is not hex."""
-        prefix = prefix.lower()
-        if prefix and not all(c in "0123456789abcdef" for c in prefix):
-            raise ValueError(f"bad key prefix {prefix!r}: expected hex digits")
-        hits = self._stats.hits()
-        out = []
-        for tier in self._local_tiers_any():
-            for key, path, st in tier.scan(prefix[:2] if len(prefix) >= 2 else (prefix or None),
-                                           regular_only=not include_broken):
-                if key.startswith(prefix):
-                    info = self._info_or_broken(key, path, tier, st, hits)
-                    if info is not None and (include_broken or info.problem is None):
-                        out.append(info)
-        return out
 
     # -- writing -----------------------------------------------------------------------------------
     def lock(self, key: str, timeout: float | None = None):
@@ -741,20 +425,6 @@ class Store:
         self.put(key, ent, components=components)
         return ent
 
-    def entry_bytes(self, key: str) -> bytes | None:
-        """The verified bytes of ``key``'s entry from the first local tier holding a valid
-        one (None if none does): for export and push. No counters, no touch."""
-        check_key(key)
-        for tier in self._local_tiers():
-            try:
-                blob = tier.read(key, self.settings.max_entry_size)
-                if blob is not None:
-                    self.verify_bytes(key, blob.data)
-                    return blob.data
-            except (CorruptEntry, NewerFormat, OSError, TierError):
-                continue
-        return None
-
     def copy_in(self, tier, keys=None, progress: Callable[[int, int], None] | None = None,
                 where: Callable[[dict], bool] | None = None) -> "CopyReport":
         """Copy entries of ``tier`` (a bundle, a remote tier: :meth:`require_remote`) into
@@ -810,38 +480,6 @@ class Store:
             return f"not written: {self.write_problem or 'see the warning above'}"
         report.copied.append(key)
         return None
-
-    def push(self, keys=None, progress: Callable[[int, int], None] | None = None) -> "CopyReport":
-        """Publish local entries (default: every entry of the local tiers) to the writable
-        remote tier, each verified first and signed when a secret is set; keys the remote
-        already holds are ``present``. Raises KcacheError when no writable remote is
-        configured. Never raises for one entry (it is in ``failed``)."""
-        remote = self.remote
-        if remote is None or not remote.writable:
-            raise KcacheError("no writable remote tier is configured (KCACHE_REMOTE, and "
-                              "KCACHE_REMOTE_READONLY unset)")
-        report = CopyReport()
-        try:
-            there = set(remote.keys())
-        except TierError as exc:
-            self._count(None, now=True, **{f"remote_errors_{exc.kind}": 1})
-            report.failed.append(("*", f"cannot list {remote.name}: {exc}"))
-            return report
-        wanted = (list(dict.fromkeys(i.key for i in self.entries())) if keys is None
-                  else [check_key(k) for k in keys])
-        for i, key in enumerate(wanted, 1):
-            if key in there:
-                report.present.append(key)
-            else:
-                data = self.entry_bytes(key)
-                why = "no valid local entry" if data is None else self._send_remote(key, data)
-                if why is None:
-                    report.copied.append(key)
-                else:
-                    report.failed.append((key, why if data is None else f"not written: {why}"))
-            if progress is not None:
-                progress(i, len(wanted))
-        return report
 
     def record(self, **counters: float) -> None:
         """Add to persistent counters, e.g. ``record(compiles=1, compile_seconds=0.8)``.
@@ -991,11 +629,6 @@ class Store:
         if self.local in self._tiers:
             maintenance.recount(self)
         return self.stats()
-
-
-def _identity(st) -> tuple | None:
-    from .localtier import identity
-    return identity(st)
 
 
 def probe_writable(root: str | os.PathLike) -> str | None:

@@ -1,0 +1,159 @@
+"""The verification path: every value from any tier crosses :meth:`VerificationPath.verify_bytes`
+(format, bounds, schema, checksum: kcache.entry.decode) before it is used, and a defective one
+is dealt with here: quarantined in the writable root under its key lock (``corrupt`` +1,
+totals adjusted), remembered by identity in a read-only layer (never re-read while
+unchanged), warned once. A newer-format entry is left alone; an unreadable one is a miss.
+Mixed into :class:`kcache.Store`.
+"""
+from __future__ import annotations
+
+import stat
+
+from . import entry as fmt
+from .entry import Entry
+from .errors import CorruptEntry, NewerFormat
+from .keys import check_key
+from .localtier import GONE, KnownBad, LocalTier, identity as _identity, os_reason
+from .prune import BUSY
+from .tier import TierError
+from .warn import warn_once
+
+
+class VerificationPath:
+    """Reading and checking entries for :class:`kcache.Store` (uses the store's ``_tiers``,
+    ``local``, ``layout``, ``settings``, ``_locks``, ``_stats``, ``_count``,
+    ``_ensure_root``, ``_local_tiers`` and ``_read_remote``)."""
+
+    def verify_bytes(self, key: str, data: bytes) -> tuple[dict, Entry]:
+        """The one check every value from any tier crosses before it is used: the entry
+        format (kcache.entry.decode: bounds, checksum, header schema, decoding limits).
+        Returns (header, Entry); raises CorruptEntry (with ``code``) or NewerFormat."""
+        return fmt.decode(data, key)
+
+    def _read(self, key: str, touch: bool, remote: bool = True):
+        """(header, Entry, tier) of the first tier holding a valid entry for ``key``, or None.
+        Defects on the way are counted, quarantined (writable root) or remembered (layers),
+        and warned once; unusable tiers are a miss. ``touch`` records the use of what is read
+        in the writable root (the LRU clock; a corrupt file touched so is quarantined next)."""
+        limit = self.settings.max_entry_size
+        for tier in self._tiers:
+            blob = None
+            try:
+                blob = (tier.read(key, limit, touch=touch and self.writable) if tier is self.local
+                        else tier.read(key, limit))
+                if blob is None:
+                    continue
+                header, ent = self.verify_bytes(key, blob.data)
+            except KnownBad:
+                continue
+            except NewerFormat as exc:
+                warn_once("newer", f"kcache: the entry of {key} in {tier.name} was written by a "
+                          f"newer kcache ({exc}); left untouched, treated as a miss")
+                continue
+            except CorruptEntry as exc:
+                self._bad(tier, key, exc, getattr(exc, "stat", None), blob)
+                continue
+            except TierError as exc:
+                self._tier_error(tier, exc)
+                continue
+            except OSError as exc:  # unreadable (permissions, I/O error): a miss
+                warn_once("unreadable", f"kcache: cannot read the entry of {key} in {tier.name} "
+                          f"({os_reason(exc)}); treated as a miss")
+                continue
+            return header, ent, tier
+        return self._read_remote(key) if remote else None
+
+    def _bad(self, tier, key: str, exc: CorruptEntry, st, blob) -> None:
+        """A defective value: quarantine it (writable root) or remember it (a layer: not
+        re-read while unchanged); count it once per file and process; warn once."""
+        ident = blob.ident if blob is not None and blob.ident else _identity(st)
+        if tier is self.local:
+            self._quarantine(key, str(exc), st, ident)
+            return
+        if isinstance(tier, LocalTier):
+            tier.mark_bad(ident)
+        self._count_corrupt(key, ident)
+        warn_once("corrupt", f"kcache: corrupt cache entry of {key} in {tier.name} ({exc}); "
+                  "treated as a miss, left in place (read-only)")
+
+    def _count_corrupt(self, key: str, ident) -> None:
+        if ident is None or ident not in self._corrupt_seen:
+            if ident is not None:
+                self._corrupt_seen.add(ident)
+            self._count(key, now=True, corrupt=1)
+
+    def _tier_error(self, tier, exc: TierError) -> None:
+        warn_once(f"tier:{tier.name}", f"kcache: {tier.name}: {exc}; treated as a miss")
+
+    def _quarantine(self, key: str, reason: str, st, ident=None) -> str | None:
+        """Move a defective entry of the writable root to quarantine under its key lock,
+        count it, warn once (saying truthfully whether it was moved). Returns None when
+        moved, GONE when it vanished or was replaced meanwhile, else why it was left."""
+        why = self._move_to_quarantine(key, st)
+        if why is None:
+            fate = f"moved to {self.layout.quarantine}"
+        elif why == GONE:
+            fate = "already replaced or removed"
+        else:
+            fate = f"left in place: {why}"
+            self.local.mark_bad(ident or _identity(st))  # not re-read while unchanged
+            self._count_corrupt(key, ident or _identity(st))
+        warn_once("corrupt", f"kcache: corrupt cache entry {self.layout.entry(key)} ({reason}); "
+                  f"treated as a miss, {fate}")
+        return why
+
+    def _move_to_quarantine(self, key: str, st) -> str | None:
+        if self.disabled:
+            return "kcache is disabled (KCACHE_DISABLE)"
+        if not self.writable or not self._ensure_root():
+            return f"cache root not writable: {self.write_problem}"
+        with self._locks.hold(key, blocking=False) as held:
+            if held is False:
+                return BUSY  # another process is writing this key; it will replace the file
+            why = self.local.quarantine(key, st)
+            if why is None:
+                self._stats.forget(key)
+                regular = st is None or stat.S_ISREG(st.st_mode)
+                size = st.st_size if st is not None and regular else 0
+                self._count(key, now=True, corrupt=1, entries=-1 if regular else 0, bytes=-size)
+        return why
+
+    def load(self, key: str) -> Entry:
+        """Full read and check of ``key`` (no counters, no touch, no quarantine), through
+        the same verification path as :meth:`get`.
+
+        Raises KeyError if no root has it, CorruptEntry or NewerFormat for a bad file."""
+        check_key(key)
+        error: Exception | None = None
+        for tier in self._local_tiers_any():
+            try:
+                blob = tier.read(key, self.settings.max_entry_size)
+                if blob is None:
+                    continue
+                return self.verify_bytes(key, blob.data)[1]
+            except KnownBad:
+                continue
+            except (CorruptEntry, NewerFormat) as exc:
+                if error is None:
+                    error = type(exc)(f"{tier.layout.entry(key)}: {exc}")
+                    error.code = getattr(exc, "code", "invalid")
+            except OSError as exc:
+                error = error or CorruptEntry(f"{tier.layout.entry(key)}: unreadable: "
+                                              f"{os_reason(exc)}", "unreadable")
+        if error is not None:
+            raise error
+        raise KeyError(key)
+
+    def entry_bytes(self, key: str) -> bytes | None:
+        """The verified bytes of ``key``'s entry from the first local tier holding a valid
+        one (None if none does): for export and push. No counters, no touch."""
+        check_key(key)
+        for tier in self._local_tiers():
+            try:
+                blob = tier.read(key, self.settings.max_entry_size)
+                if blob is not None:
+                    self.verify_bytes(key, blob.data)
+                    return blob.data
+            except (CorruptEntry, NewerFormat, OSError, TierError):
+                continue
+        return None
