@@ -10,6 +10,9 @@ then, over what is left, least recently used first (ties: oldest creation first)
 rest fits in the size cap; files larger than ``max_entry_size`` (never served) go first.
 Temp files of killed writers older than an hour are swept by both, and counted; prune also
 removes quarantined files older than ``quarantine_age``.
+
+The store hands these operations one :class:`Housekeeping`: its writable root, locks,
+counters and the few store operations they need, nothing of the store's internals.
 """
 from __future__ import annotations
 
@@ -26,7 +29,41 @@ from .prune import (BUSY, TEMP_MAX_AGE, NotRemoved, PruneReport, RemoveReport, V
 from .stats import SHARDS, shard_of
 
 if TYPE_CHECKING:
-    from .store import Store
+    from .locks import KeyLocks
+    from .localtier import LocalTier
+    from .stats import StatsBook
+
+@dataclasses.dataclass(frozen=True)
+class Housekeeping:
+    """What the store hands maintenance (``Store`` builds one per operation).
+
+    ``local``: the writable root (kcache.localtier.LocalTier); ``tiers``: the trusted local
+    tiers in read order (verify reads them all); ``locks``: per-key locks
+    (kcache.locks.KeyLocks); ``stats``: counters and totals (kcache.stats.StatsBook);
+    ``max_entry_size`` (bytes), ``quarantine_age`` and ``lock_timeout`` (seconds).
+    Callables: ``writable()`` -> bool, the root may be written now; ``ensure_root()`` ->
+    bool, create the root (False when it cannot be used); ``count(key, now=False,
+    **counters)``; ``info(key, path, tier, hits)`` -> EntryInfo from the header (raises
+    OSError, CorruptEntry, NewerFormat); ``info_or_broken(key, path, tier, st, hits)`` ->
+    EntryInfo (``problem`` set when unreadable) or None when gone; ``verify_bytes(key,
+    data)`` -> (header, Entry), the verification path; ``quarantine(key, reason, st)`` ->
+    None when moved, GONE, or why it was left."""
+
+    local: "LocalTier"
+    tiers: tuple
+    locks: "KeyLocks"
+    stats: "StatsBook"
+    max_entry_size: int
+    quarantine_age: float
+    lock_timeout: float
+    writable: Callable[[], bool]
+    ensure_root: Callable[[], bool]
+    count: Callable[..., None]
+    info: Callable
+    info_or_broken: Callable
+    verify_bytes: Callable
+    quarantine: Callable
+
 
 EVICT_TARGET = 0.9  # a put crossing max_size evicts down to this fraction of it
 DELTA_BATCH = 64  # removals of clear/prune/evict/remove_many between writes of the totals
@@ -58,23 +95,23 @@ class Removals:
     """Removes entries under their key locks and writes the totals every DELTA_BATCH
     removals, so a process killed mid-clear/prune leaves them off by at most one batch."""
 
-    def __init__(self, store: "Store", counter: str | None = None):
-        self.store = store
+    def __init__(self, house: Housekeeping, counter: str | None = None):
+        self.house = house
         self.counter = counter  # e.g. "evictions", added per removal
         self.deltas: dict[int, list[int]] = {}
 
     def remove(self, key: str, *, blocking: bool = True) -> int | str | None:
         """Freed bytes, None when already gone, or why the entry was left."""
-        store = self.store
+        house = self.house
         try:
-            with store._locks.hold(key, blocking=blocking) as held:
+            with house.locks.hold(key, blocking=blocking) as held:
                 if held is False:  # busy; None: no usable lock file (warned), go on alone
                     return BUSY
-                result = store.local.unlink(key)
+                result = house.local.unlink(key)
         except LockTimeout:
-            return f"{BUSY}; gave up after KCACHE_LOCK_TIMEOUT={store.lock_timeout:g} s"
+            return f"{BUSY}; gave up after KCACHE_LOCK_TIMEOUT={house.lock_timeout:g} s"
         if isinstance(result, int):
-            store._stats.forget(key)
+            house.stats.forget(key)
             d = self.deltas.setdefault(shard_of(key), [0, 0, 0])
             d[0] -= 1
             d[1] -= result
@@ -88,16 +125,16 @@ class Removals:
         while self.deltas:
             shard, (n, b, c) = self.deltas.popitem()
             extra = {self.counter: c} if self.counter else {}
-            self.store._stats.add(shard, now=True, entries=n, bytes=b, **extra)
+            self.house.stats.add(shard, now=True, entries=n, bytes=b, **extra)
 
 
-def clear(store: "Store") -> RemoveReport:
+def clear(house: Housekeeping) -> RemoveReport:
     """Every entry of the writable root (see ``Store.clear``)."""
     removed, freed, failed = [], 0, []
-    batch = Removals(store)
-    store.local.dirs.check()  # a folder swapped since the store opened is not entered
+    batch = Removals(house)
+    house.local.dirs.check()  # a folder swapped since the store opened is not entered
     try:
-        for key, path, _st in list(store.local.scan(regular_only=False)):
+        for key, path, _st in list(house.local.scan(regular_only=False)):
             result = batch.remove(key)
             if isinstance(result, int):
                 removed.append(key)
@@ -106,18 +143,18 @@ def clear(store: "Store") -> RemoveReport:
                 failed.append(NotRemoved(key, path, result))
     finally:
         batch.write()
-    sweep_temp(store)  # only old ones: a fresh temp file belongs to a running put
+    sweep_temp(house)  # only old ones: a fresh temp file belongs to a running put
     return RemoveReport(removed, freed, failed)
 
 
-def remove_many(store: "Store", keys: list[str]) -> RemoveReport:
+def remove_many(house: Housekeeping, keys: list[str]) -> RemoveReport:
     """Remove ``keys`` (checked keys) from the writable root (see ``Store.remove_many``)."""
     removed, freed, failed = [], 0, []
-    batch = Removals(store)
+    batch = Removals(house)
     try:
         for key in dict.fromkeys(keys):
-            path = store.local.layout.entry(key)
-            result = batch.remove(key) if store.local.entry_stat(key) is not None else None
+            path = house.local.layout.entry(key)
+            result = batch.remove(key) if house.local.entry_stat(key) is not None else None
             if isinstance(result, int):
                 removed.append(key)
                 freed += result
@@ -128,22 +165,22 @@ def remove_many(store: "Store", keys: list[str]) -> RemoveReport:
     return RemoveReport(removed, freed, failed)
 
 
-def sweep_temp(store: "Store", *, dry_run: bool = False) -> int:
+def sweep_temp(house: Housekeeping, *, dry_run: bool = False) -> int:
     """Remove kcache's own temp files older than an hour (this user's only); count them."""
-    n, _size = store.local.sweep_temp(TEMP_MAX_AGE, dry_run=dry_run)
+    n, _size = house.local.sweep_temp(TEMP_MAX_AGE, dry_run=dry_run)
     if n and not dry_run:
-        store._count(None, now=True, temp_swept=n)
+        house.count(None, now=True, temp_swept=n)
     return n
 
 
-def evict(store: "Store", target: int) -> None:
+def evict(house: Housekeeping, target: int) -> None:
     """Remove least-recently-used entries until the root holds <= ``target`` bytes (kcache's
     old temp files are swept first: they take room too). Keys being written are skipped."""
-    store.local.dirs.check()
-    sweep_temp(store)
-    files = lru_order(list(store.local.scan()), store.settings.max_entry_size)
+    house.local.dirs.check()
+    sweep_temp(house)
+    files = lru_order(list(house.local.scan()), house.max_entry_size)
     chosen, _kept = select_lru(files, target)
-    batch = Removals(store, "evictions")
+    batch = Removals(house, "evictions")
     try:
         for key, _path, _st in chosen:
             batch.remove(key, blocking=False)
@@ -159,14 +196,14 @@ class _Plan:
     kept_bytes: int
 
 
-def _plan(store: "Store", max_size, older_than, where, hits) -> _Plan:
+def _plan(house: Housekeeping, max_size, older_than, where, hits) -> _Plan:
     now = time.time()
     remove, keep, infos = [], [], {}
-    for key, path, st in lru_order(list(store.local.scan()), store.settings.max_entry_size):
+    for key, path, st in lru_order(list(house.local.scan()), house.max_entry_size):
         doomed = older_than is not None and st.st_mtime < now - older_than
         if not doomed and where is not None:
             try:
-                info = store._info(key, path, store.local, hits)
+                info = house.info(key, path, house.local, hits)
             except (OSError, CorruptEntry, NewerFormat):
                 keep.append((key, path, st))  # verify handles broken files
                 continue
@@ -177,22 +214,22 @@ def _plan(store: "Store", max_size, older_than, where, hits) -> _Plan:
     return _Plan(remove + extra, infos, len(keep), sum(st.st_size for _k, _p, st in keep))
 
 
-def prune(store: "Store", cap: int, age: float | None, where, dry_run: bool) -> PruneReport:
+def prune(house: Housekeeping, cap: int, age: float | None, where, dry_run: bool) -> PruneReport:
     """See ``Store.prune`` (arguments already parsed: bytes, seconds)."""
-    store.local.dirs.check()  # a folder swapped since the store opened is not entered
-    hits = store._stats.hits()  # each removed entry is reported with its real hit count
-    plan = _plan(store, cap, age, where, hits)
+    house.local.dirs.check()  # a folder swapped since the store opened is not entered
+    hits = house.stats.hits()  # each removed entry is reported with its real hit count
+    plan = _plan(house, cap, age, where, hits)
     report = PruneReport(dry_run=dry_run, entries_left=plan.kept, bytes_left=plan.kept_bytes)
-    report.temp_files = sweep_temp(store, dry_run=dry_run or not store.writable)
-    if not dry_run and store.writable:
-        report.lock_files = sweep_locks(store)
-        report.quarantine_files = store.local.sweep_quarantine(store.settings.quarantine_age)[0]
-    batch = Removals(store, "evictions")
+    report.temp_files = sweep_temp(house, dry_run=dry_run or not house.writable())
+    if not dry_run and house.writable():
+        report.lock_files = sweep_locks(house)
+        report.quarantine_files = house.local.sweep_quarantine(house.quarantine_age)[0]
+    batch = Removals(house, "evictions")
     try:
         for key, path, st in plan.remove:
-            info = plan.infos.get(key) or store._info_or_broken(key, path, store.local, st, hits)
+            info = plan.infos.get(key) or house.info_or_broken(key, path, house.local, st, hits)
             if dry_run:
-                result = NEWER if store.local.is_newer(key) else st.st_size
+                result = NEWER if house.local.is_newer(key) else st.st_size
             else:
                 result = batch.remove(key)
             if isinstance(result, int):
@@ -209,7 +246,7 @@ def prune(store: "Store", cap: int, age: float | None, where, dry_run: bool) -> 
     return report
 
 
-def sweep_locks(store: "Store", max_age: float = TEMP_MAX_AGE) -> int:
+def sweep_locks(house: Housekeeping, max_age: float = TEMP_MAX_AGE) -> int:
     """Remove lock files of keys that have no entry, unused for ``max_age`` seconds.
 
     Each is unlinked while its lock is held (non-blocking), so no current holder loses it. (A
@@ -220,7 +257,7 @@ def sweep_locks(store: "Store", max_age: float = TEMP_MAX_AGE) -> int:
     from .layout import LOCK_SUFFIX, LOCKS, folder_listing
     cutoff = time.time() - max_age
     n = 0
-    dirs = store.local.dirs
+    dirs = house.local.dirs
     dirs.check(LOCKS)
     for name, st in folder_listing(dirs, LOCKS):
         if len(name) != 2 or not stat.S_ISDIR(st.st_mode):
@@ -230,10 +267,10 @@ def sweep_locks(store: "Store", max_age: float = TEMP_MAX_AGE) -> int:
             if (not lock_name.endswith(LOCK_SUFFIX) or not KEY_RE.fullmatch(key)
                     or not key.startswith(name) or not stat.S_ISREG(lst.st_mode)):
                 continue  # not a lock file kcache made: leave it
-            if lst.st_mtime > cutoff or store.local.entry_stat(key) is not None:
+            if lst.st_mtime > cutoff or house.local.entry_stat(key) is not None:
                 continue
-            with store._locks.hold(key, blocking=False) as held:
-                if not held or store.local.entry_stat(key) is not None:
+            with house.locks.hold(key, blocking=False) as held:
+                if not held or house.local.entry_stat(key) is not None:
                     continue
                 try:
                     fd = dirs.folder(f"{LOCKS}/{name}")
@@ -245,9 +282,9 @@ def sweep_locks(store: "Store", max_age: float = TEMP_MAX_AGE) -> int:
     return n
 
 
-def verify(store: "Store", fix: bool, progress: Callable[[int, int], None] | None) -> VerifyReport:
+def verify(house: Housekeeping, fix: bool, progress: Callable[[int, int], None] | None) -> VerifyReport:
     """See ``Store.verify``. Every file crosses the same checks as a ``get``."""
-    files = [(tier, key, path, st) for tier in store._local_tiers()
+    files = [(tier, key, path, st) for tier in house.tiers
              for key, path, st in tier.scan(regular_only=False)]
     report = VerifyReport()
     for i, (tier, key, path, st) in enumerate(files, 1):
@@ -256,17 +293,17 @@ def verify(store: "Store", fix: bool, progress: Callable[[int, int], None] | Non
                 exc = CorruptEntry(NOT_REGULAR, "not_regular")
                 exc.stat = st
                 raise exc
-            blob = tier.read(key, store.settings.max_entry_size, fresh=True)
+            blob = tier.read(key, house.max_entry_size, fresh=True)
             if blob is not None:
-                store.verify_bytes(key, blob.data)
+                house.verify_bytes(key, blob.data)
                 report.ok += 1
         except NewerFormat:
             report.newer.append(path)
         except (CorruptEntry, OSError) as exc:
             reason = str(exc) if isinstance(exc, CorruptEntry) else f"unreadable: {os_reason(exc)}"
             report.corrupt.append((path, reason))
-            if fix and tier is store.local and isinstance(exc, CorruptEntry):
-                why = store._quarantine(key, reason, getattr(exc, "stat", None) or st)
+            if fix and tier is house.local and isinstance(exc, CorruptEntry):
+                why = house.quarantine(key, reason, getattr(exc, "stat", None) or st)
                 if why is None:
                     report.quarantined += 1
                 elif why != GONE:
@@ -279,13 +316,13 @@ def verify(store: "Store", fix: bool, progress: Callable[[int, int], None] | Non
     return report
 
 
-def recount(store: "Store") -> None:
+def recount(house: Housekeeping) -> None:
     """Rebuild the totals from a scan of the writable root (see ``Store.recount``)."""
     per: dict[int, list[int]] = {s: [0, 0] for s in range(SHARDS)}
-    for key, _path, st in store.local.scan():
+    for key, _path, st in house.local.scan():
         t = per[shard_of(key)]
         t[0] += 1
         t[1] += st.st_size
-    if store._ensure_root():
+    if house.ensure_root():
         for s, (n, b) in per.items():
-            store._stats.set_totals(s, n, b)
+            house.stats.set_totals(s, n, b)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 import weakref
 from pathlib import Path
 
@@ -63,7 +62,6 @@ class RootDirs:
         self.dir_mode = dir_mode
         self._fds: dict[str, int] = {}
         self._retired: list[int] = []
-        self._mutex = threading.Lock()
         weakref.finalize(self, _close_all, self._fds, self._retired)
 
     def folder(self, rel: str = "", *, create: bool = False) -> int:
@@ -132,24 +130,30 @@ class RootDirs:
         replaced by a symlink, deleted, recreated): ``rel`` and the folders above it, or
         every kept one when None; a dropped folder's descendants go too. Returns True when
         something was dropped (the next :meth:`folder` walks again). Raises nothing."""
-        with self._mutex:
-            if rel is None:
-                names = sorted(self._fds, key=lambda r: (r.count("/"), len(r)))
-            else:
-                parts = rel.split("/") if rel else []
-                names = [""] + ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
-            stale = [r for r in names if r in self._fds and not self._same(r)]
-            if not stale:
-                return False
-            for r in list(self._fds):
-                if any(r == s or not s or r.startswith(s + "/") for s in stale):
-                    self._retired.append(self._fds.pop(r))
-            return True
+        # No lock (a fork while another thread held one would hang the child): each dict
+        # operation is atomic, and a descriptor popped twice is retired once.
+        if rel is None:
+            names = sorted(list(self._fds), key=lambda r: (r.count("/"), len(r)))
+        else:
+            parts = rel.split("/") if rel else []
+            names = [""] + ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+        stale = [r for r in names if r in self._fds and not self._same(r)]
+        if not stale:
+            return False
+        for r in list(self._fds):
+            if any(r == s or not s or r.startswith(s + "/") for s in stale):
+                fd = self._fds.pop(r, None)
+                if fd is not None:
+                    self._retired.append(fd)
+        return True
 
     def _same(self, rel: str) -> bool:
         """True when kept descriptor ``rel`` is still the folder its path names."""
         try:
-            held = _ident(os.fstat(self._fds[rel]))
+            fd = self._fds.get(rel)
+            if fd is None:
+                return True  # dropped meanwhile by another thread
+            held = _ident(os.fstat(fd))
             if not rel:
                 return held == _ident(os.stat(self.root))
             parent, _, name = rel.rpartition("/")

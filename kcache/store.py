@@ -498,7 +498,7 @@ class Store(VerificationPath, RemotePolicy, EntryListing):
         check_key(key)
         if self.local.entry_stat(key) is None:
             return False
-        batch = maintenance.Removals(self)
+        batch = maintenance.Removals(self._housekeeping())
         try:
             return isinstance(batch.remove(key), int)
         finally:
@@ -511,7 +511,7 @@ class Store(VerificationPath, RemotePolicy, EntryListing):
         NotRemoved per key left, with the reason, "no such entry" for one absent from the
         writable root). Totals are updated for exactly the files removed. ValueError for a bad
         key (before anything is removed)."""
-        return maintenance.remove_many(self, [check_key(k) for k in keys])
+        return maintenance.remove_many(self._housekeeping(), [check_key(k) for k in keys])
 
     def clear(self) -> RemoveReport:
         """Remove every entry of the writable root (read-only layers untouched).
@@ -521,9 +521,19 @@ class Store(VerificationPath, RemotePolicy, EntryListing):
         newer format, OS error such as EROFS). Goes on past failing entries; totals are
         updated for exactly the files removed. Files whose names are not entry names are
         never touched. kcache's own old temp files are swept."""
-        return maintenance.clear(self)
+        return maintenance.clear(self._housekeeping())
 
     # -- eviction / maintenance ---------------------------------------------------------------------
+    def _housekeeping(self) -> maintenance.Housekeeping:
+        """The interface maintenance works through (kcache.maintenance.Housekeeping)."""
+        return maintenance.Housekeeping(
+            local=self.local, tiers=self._local_tiers(), locks=self._locks, stats=self._stats,
+            max_entry_size=self.settings.max_entry_size,
+            quarantine_age=self.settings.quarantine_age, lock_timeout=self.lock_timeout,
+            writable=lambda: self.writable, ensure_root=self._ensure_root, count=self._count,
+            info=self._info, info_or_broken=self._info_or_broken,
+            verify_bytes=self.verify_bytes, quarantine=self._quarantine)
+
     def _note_totals(self, key: str) -> None:
         s = shard_of(key)
         self._totals[s] = self._stats.shard_totals(s)
@@ -546,7 +556,7 @@ class Store(VerificationPath, RemotePolicy, EntryListing):
                       f"({lock.strerror or lock}); evicting without it")
             lock = None
         try:
-            maintenance.evict(self, int(self.max_size * EVICT_TARGET))
+            maintenance.evict(self._housekeeping(), int(self.max_size * EVICT_TARGET))
         finally:
             if lock is not None:
                 lock.release()
@@ -554,7 +564,7 @@ class Store(VerificationPath, RemotePolicy, EntryListing):
 
     def _evict(self, target: int) -> None:
         """Remove least-recently-used entries until the root holds <= ``target`` bytes."""
-        maintenance.evict(self, target)
+        maintenance.evict(self._housekeeping(), target)
 
     def prune(self, max_size=None, older_than=None, where=None, dry_run: bool = False) -> PruneReport:
         """Remove entries of the writable root (read-only layers are never touched).
@@ -571,7 +581,7 @@ class Store(VerificationPath, RemotePolicy, EntryListing):
         age = None if older_than is None else parse_duration(older_than, "older_than")
         if self.local not in self._tiers:
             return PruneReport(dry_run=dry_run)
-        return maintenance.prune(self, cap, age, where, dry_run)
+        return maintenance.prune(self._housekeeping(), cap, age, where, dry_run)
 
     def verify(self, fix: bool = False, progress: Callable[[int, int], None] | None = None) -> VerifyReport:
         """Fully check every entry of every trusted root, through the same checks as
@@ -580,7 +590,7 @@ class Store(VerificationPath, RemotePolicy, EntryListing):
         were left; each move subtracts the file from the totals). The totals are never
         recounted here (see :meth:`recount`). ``progress(done, total)`` is called per entry.
         A file named like an entry but not a regular file (e.g. a directory) is corrupt."""
-        return maintenance.verify(self, fix, progress)
+        return maintenance.verify(self._housekeeping(), fix, progress)
 
     # -- counters ---------------------------------------------------------------------------------
     def stats(self) -> Stats:
@@ -627,7 +637,7 @@ class Store(VerificationPath, RemotePolicy, EntryListing):
         no other process writes meanwhile (a put between the scan and the write is lost from
         the totals), so never run implicitly."""
         if self.local in self._tiers:
-            maintenance.recount(self)
+            maintenance.recount(self._housekeeping())
         return self.stats()
 
 
