@@ -115,22 +115,30 @@ class LocalTier:
         folder's descriptor. A miss (FileNotFoundError) checks the folders' descriptors
         (:meth:`RootDirs.check`: another process may have deleted and recreated them) and
         tries once more; a symlinked folder on the way is a miss (warned once)."""
-        for again in (True, False):
-            rel = f"{ENTRIES}/{key[:2]}"
-            try:
-                shard_fd = self.dirs.folder(rel)
-                return fsio.open_regular(entry_name(key), limit, dir_fd=shard_fd, trust=self.trust,
-                                         check_stat=check_stat)
-            except (FileNotFoundError, NotADirectoryError):
-                if not (again and self.dirs.check(rel)):
-                    raise
-            except OSError as exc:
-                if exc.errno != errno.ELOOP or isinstance(exc, CorruptEntry):
-                    raise
-                warn_symlink(self.layout.entries / key[:2])
-                raise FileNotFoundError(errno.ENOENT, "a symlink, never followed",
-                                        str(self.layout.entry(key))) from None
-        raise AssertionError("not reached")
+        rel = f"{ENTRIES}/{key[:2]}"
+        try:
+            return fsio.open_regular(f"{key}.kce", limit, dir_fd=self.dirs.folder(rel),
+                                     trust=self.trust, check_stat=check_stat)
+        except (FileNotFoundError, NotADirectoryError):
+            if not self.dirs.check(rel):
+                raise
+        except OSError as exc:
+            self._symlinked_shard(key, exc)
+        try:  # once more, through descriptors walked again
+            return fsio.open_regular(f"{key}.kce", limit, dir_fd=self.dirs.folder(rel),
+                                     trust=self.trust, check_stat=check_stat)
+        except OSError as exc:
+            if isinstance(exc, FileNotFoundError):
+                raise
+            self._symlinked_shard(key, exc)
+
+    def _symlinked_shard(self, key: str, exc: OSError):
+        """Re-raise ``exc``; a symlinked folder on the way (ELOOP) as a miss, warned once."""
+        if exc.errno != errno.ELOOP or isinstance(exc, CorruptEntry):
+            raise exc
+        warn_symlink(self.layout.entries / key[:2])
+        raise FileNotFoundError(errno.ENOENT, "a symlink, never followed",
+                                str(self.layout.entry(key))) from None
 
     def _touch_fd(self, fd: int) -> None:
         try:
