@@ -24,6 +24,7 @@ from . import _compat
 from .components import Uncacheable
 from .dispatcher import (KCacheDispatcher, explain_enabled, kernel_key, kernel_name,
                          log_explanations)
+from . import compile_warnings
 from .kernel_entry import NotStorable, kernel_to_entry, marker_entry
 
 __all__ = ["compile_for", "compile_for_report", "parse_cc", "check_cc", "CompiledEntry",
@@ -257,10 +258,12 @@ def _compile_one(kernel, argtypes, cc, store, cache_key) -> CompiledEntry:
             from .misses import explain_miss
             log_explanations(kernel, [f"{name} {shown} for {arch}: miss: {line}"
                                       for line in explain_miss(store, components)])
-        with _compat.offline_target(cc) as full:
+        with _compat.offline_target(cc) as full, compile_warnings.captured() as said:
             start = time.perf_counter()
             built = _compat.compile_kernel(kernel.py_func, argtypes, kernel.targetoptions)
             entry = _entry(built, full, name, shown, arch, start)
+        if said:  # said again wherever the entry is served, as the compile said it
+            entry.meta["warnings"] = compile_warnings.encode(said)
         compiled["seconds"] = entry.meta["compile_seconds"]
         store.record(compiles=1, compile_seconds=compiled["seconds"])
         if not entry.meta["launch_config_sensitive"]:
