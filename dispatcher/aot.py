@@ -263,7 +263,7 @@ def _compile_one(kernel, argtypes, cc, store, cache_key) -> CompiledEntry:
             built = _compat.compile_kernel(kernel.py_func, argtypes, kernel.targetoptions)
             entry = _entry(built, full, name, shown, arch, start)
         if said:  # said again wherever the entry is served, as the compile said it
-            entry.meta["warnings"] = compile_warnings.encode(said)
+            entry.meta["warnings"] = compile_warnings.encode(said, repr(kernel.py_func))
         compiled["seconds"] = entry.meta["compile_seconds"]
         store.record(compiles=1, compile_seconds=compiled["seconds"])
         if not entry.meta["launch_config_sensitive"]:

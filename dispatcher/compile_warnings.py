@@ -37,18 +37,28 @@ def captured():
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
 
 
-def encode(seen) -> list:
-    """The entry form of recorded warnings (at most MAX_WARNINGS, texts cut to MAX_TEXT)."""
+#: Stands in an entry's text for the kernel's Python function: numba-cuda names it by its
+#: repr ("<function foo at 0x7f...>"), whose address is the compiling process's.
+SUBJECT = "{kcache:py_func}"
+
+
+def encode(seen, subject: str | None = None) -> list:
+    """The entry form of recorded warnings (at most MAX_WARNINGS, texts cut to MAX_TEXT);
+    ``subject``: the repr of the kernel's function, kept as :data:`SUBJECT`."""
     out = []
     for w in list(seen)[:MAX_WARNINGS]:
         cat = w.category
-        out.append([f"{cat.__module__}:{cat.__qualname__}", str(w.message)[:MAX_TEXT],
+        text = str(w.message)
+        if subject:
+            text = text.replace(subject, SUBJECT)
+        out.append([f"{cat.__module__}:{cat.__qualname__}", text[:MAX_TEXT],
                     str(w.filename)[:MAX_TEXT], int(w.lineno or 0)])
     return out
 
 
-def replay(recorded) -> int:
-    """Emit an entry's warnings again (``warnings.warn_explicit``, so the user's filters apply).
+def replay(recorded, subject: str | None = None) -> int:
+    """Emit an entry's warnings again (``warnings.warn_explicit``, so the user's filters apply),
+    :data:`SUBJECT` replaced by ``subject`` (the repr of this process's kernel function).
     A malformed record is skipped: an entry never makes the call fail. Returns how many."""
     if not isinstance(recorded, list):
         return 0
@@ -62,6 +72,8 @@ def replay(recorded) -> int:
                 and len(filename) <= MAX_TEXT):
             continue
         category = resolve_category(name)
+        if subject:
+            text = text.replace(SUBJECT, subject)
         # The instance is made without the category's __init__ (NumbaWarning's would add its
         # highlighting a second time): its text is the recorded one, as the compile said it.
         message = category.__new__(category)

@@ -455,7 +455,7 @@ class KCacheDispatcher(_compat.CUDADispatcher):
         with _warnings.captured() as said:
             kernel = _compat.compile_kernel(self.py_func, argtypes, self.targetoptions)
             kernel.bind()  # force codegen so that there is a cubin to store
-        kernel._kcache_warnings = _warnings.encode(said)
+        kernel._kcache_warnings = _warnings.encode(said, repr(self.py_func))
         seconds = time.perf_counter() - start
         for counts in (self._kcache_counts, _process_counts):
             counts["compiles"] += 1
@@ -489,7 +489,8 @@ class KCacheDispatcher(_compat.CUDADispatcher):
             return None, f"the cached entry cannot be used here ({exc})"
         try:
             kernel.bind()
-            _warnings.replay(entry.meta.get("warnings"))  # what the compile said, said again
+            # what the compile said, said again (naming this process's function)
+            _warnings.replay(entry.meta.get("warnings"), repr(self.py_func))
             return kernel, None
         except Exception as exc:  # e.g. CUDA_ERROR_UNSUPPORTED_PTX_VERSION / NO_BINARY_FOR_GPU
             self._kcache_counts["fallbacks"] += 1
@@ -501,7 +502,7 @@ class KCacheDispatcher(_compat.CUDADispatcher):
             kernel = entry_to_kernel(entry, argtypes, full, extensions=extensions, use="ptx",
                                      **served)
             kernel.bind()
-            _warnings.replay(entry.meta.get("warnings"))
+            _warnings.replay(entry.meta.get("warnings"), repr(self.py_func))
             return kernel, None
         except Exception as exc:  # no PTX, or a PTX ISA newer than this driver
             warn_once("dispatcher-ptx", f"kcache: the cached PTX of {self._kcache_name()} "

@@ -196,3 +196,23 @@ def test_overload_strictness_is_in_the_key(store):
         lax, strict = gen(False), gen(True)
         keys = {lax.kcache_key(sig, (9, 0))[0], strict.kcache_key(sig, (9, 0))[0]}
     assert len(keys) == 2
+
+
+def test_a_warning_naming_the_function_names_this_process_s_function():
+    def foo():
+        pass
+
+    class Seen:  # stands in for warnings.WarningMessage
+        category, filename, lineno = UserWarning, "f.py", 1
+        message = f"Could not find source for function: {foo!r}."
+
+    [record] = compile_warnings.encode([Seen], repr(foo))
+    assert repr(foo) not in record[1]
+
+    def foo():  # another function object: another address
+        pass
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        compile_warnings.replay([record], repr(foo))
+    assert str(seen[0].message) == f"Could not find source for function: {foo!r}."
