@@ -43,6 +43,7 @@ PRODUCER = KIND = "program"
 TARGETS = ("cubin", "ptx", "ltoir")
 MAX_LOG = 64 << 10  # characters of a compile log kept in an entry's header
 MAX_SYMBOLS = 4096  # name expressions kept per entry
+NO_SUCH_ENTRY = "no such entry"  # Store.remove_many's reason for a key it does not hold
 _MAX_PENDING = 1024  # misses remembered per ProgramCache (to time the compile that follows)
 
 
@@ -243,15 +244,18 @@ class ProgramCache(ProgramCacheResource):
         kkey, components = _cache_key(program_key)
         if seconds is not None:
             self.store.record(compiles=1, compile_seconds=seconds)
-        self.store.put(kkey, Entry({artifact: data}, meta), components=components)
+        try:
+            self.store.put(kkey, Entry({artifact: data}, meta), components=components)
+        except (TypeError, ValueError) as exc:  # e.g. over the header's limits: not stored
+            warn_once("program-put", f"kcache: program key {program_key.hex()} not stored "
+                      f"({exc})")
 
     def __delitem__(self, key) -> None:
         program_key = _key_bytes(key)
-        kkey = _cache_key(program_key)[0]
-        if kkey not in self._keys():
+        report = self.store.remove_many([_cache_key(program_key)[0]])
+        if report.failed and report.failed[0].reason == NO_SUCH_ENTRY:
             raise KeyError(key)
-        report = self.store.remove_many([kkey])
-        if report.failed:
+        if report.failed:  # busy past the lock timeout, read-only root, ...
             raise KcacheError(f"cannot remove the entry of program key {program_key.hex()}: "
                               f"{report.failed[0].reason}")
 
