@@ -165,6 +165,19 @@ def test_corrupt_program_entry_is_a_miss_and_quarantined(root):
     assert Store(root).load(info.key).artifacts["cubin"] == bytes(good.code)  # rewritten
 
 
+def test_program_entry_whose_artifact_is_not_what_it_says_is_a_miss(root):
+    from kcache.programs import program_components
+    key, components = program_components(b"k" * 32)
+    store = Store(root)
+    meta = {"kind": "program", "artifact": "cubin", "kernel": "fake"}
+    assert store.put(key, Entry({"cubin": b"#!/bin/sh\n"}, meta), components=components)
+    cache = kcache.ProgramCache(root)
+    with pytest.warns(Warning, match="not a usable program entry"):
+        assert cache.get(b"k" * 32) is None
+    assert store.put(key, Entry({"cubin": b"\x7fELF..."}, meta), components=components)
+    assert cache[b"k" * 32] == b"\x7fELF..."
+
+
 def test_program_cache_len_clear_del_concern_programs_only(root):
     store = Store(root)
     kernel_key = put_kernel(store)
@@ -363,6 +376,22 @@ def test_export_import_carry_programs(tmp_path):
     cache.close()
     stats = counters(dst)
     assert stats["hits"] == 2 and stats["compiles"] == 0
+
+
+def test_push_pull_and_a_remote_hit_carry_programs(tmp_path, monkeypatch):
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    _fill(src)
+    remote = {"KCACHE_REMOTE": (tmp_path / "remote").as_uri()}
+    (tmp_path / "remote").mkdir()
+    pushed = json.loads(kc("push", "--json", root=src, env=remote).stdout)
+    assert len(pushed["pushed"]) == 3 and pushed["failed"] == []
+    kc("pull", root=dst, env=remote)
+    assert sorted(i.key for i in Store(dst).entries()) == sorted(i.key for i in Store(src).entries())
+    monkeypatch.setenv("KCACHE_REMOTE", remote["KCACHE_REMOTE"])
+    third = tmp_path / "third"
+    Program(SRC, "c++", options=opts()).compile("cubin", cache=kcache.ProgramCache(third))
+    stats = counters(third)
+    assert stats["remote_hits"] == 1 and stats["compiles"] == 0 and stats["hits"] == 1
 
 
 def test_warm_replay_skips_programs(root):
