@@ -29,6 +29,7 @@ from cuda.core.utils import ProgramCacheResource, make_program_cache_key
 
 from . import artifacts
 from .entry import Entry, entry_kind
+from .config import environment_snapshot
 from .errors import KcacheError
 from .keys import make_key
 from .store import Store
@@ -76,9 +77,13 @@ def program_components(program_key: bytes, **named: Any) -> tuple[str, dict]:
 
 
 @functools.lru_cache(maxsize=4096)
-def _cache_key(program_key: bytes) -> tuple[str, dict]:
-    # A hit of the cache= path asks this once per compile: remembered per process.
-    return program_components(program_key)
+def _cache_key(program_key: bytes, code_type=None, target_type=None, arch=None) -> tuple[str, dict]:
+    """:func:`program_components`, remembered per process (every hit asks it): the
+    ``cache=`` way names no more, compile_program names the three."""
+    if code_type is None:
+        return program_components(program_key)
+    return program_components(program_key, code_type=code_type, target_type=target_type,
+                              arch=arch)
 
 
 def _key_bytes(key: Any) -> bytes:
@@ -185,10 +190,10 @@ _stores_lock = threading.Lock()
 
 
 def _store(root) -> Store:
-    """One Store per root and KCACHE_* environment (``root=None``: the root kernels use,
-    settings as for kernels); made again when a setting changed."""
-    where = (None if root is None else os.fspath(root),
-             tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("KCACHE_"))))
+    """One Store per root and settings environment (``root=None``: the root kernels use,
+    settings as for kernels; ``kcache.config.environment_snapshot``: the variables, folder
+    and user settings are resolved from); made again when one of them changed."""
+    where = (None if root is None else os.fspath(root), environment_snapshot())
     with _stores_lock:
         store = _stores.get(where)
         if store is None:
@@ -298,17 +303,23 @@ def compile_program(code, code_type: str, options: ProgramOptions | None, target
     lock, and the Redis lease across machines); the others load its entry. Returns a fresh
     ``ObjectCode``. Raises what cuda.core raises for the inputs (``ValueError`` from
     ``make_program_cache_key`` for options it cannot key, e.g. ``include_path`` without
-    ``extra_digest``; NVRTC's error for bad source) and ConfigError for bad settings; a
-    broken, full or unreachable cache only costs a compile (warned once)."""
+    ``extra_digest``; NVRTC's error for bad source); a bad setting, or a broken, full or
+    unreachable cache, only costs a compile (warned once)."""
     options = options if options is not None else ProgramOptions()
     ct, tt = str(code_type).lower(), str(target_type).lower()
     names = tuple(name_expressions)
     program_key = make_program_cache_key(code=code, code_type=ct, options=options,
                                          target_type=tt, name_expressions=names,
                                          extra_digest=extra_digest)
-    key, components = program_components(program_key, code_type=ct, target_type=tt,
-                                         arch=getattr(options, "arch", None))
-    store = _store(root)
+    key, components = _cache_key(program_key, ct, tt, getattr(options, "arch", None))
+    try:
+        store = _store(root)
+    except Exception as exc:  # a bad setting or an unusable root: compile uncached
+        warn_once("program-store", f"kcache: cannot open the cache ({exc}); programs are "
+                  "compiled uncached")
+        obj, log, _seconds = _compile(code, ct, options, tt, names)
+        _write_log(logs, log)
+        return obj
     built: dict = {}
 
     def create() -> Entry:
