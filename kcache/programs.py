@@ -46,6 +46,7 @@ MAX_LOG = 64 << 10  # characters of a compile log kept in an entry's header
 MAX_SYMBOLS = 4096  # name expressions kept per entry
 NO_SUCH_ENTRY = "no such entry"  # Store.remove_many's reason for a key it does not hold
 _MAX_PENDING = 1024  # misses remembered per ProgramCache (to time the compile that follows)
+_MAX_COMPILE = 3600.0  # seconds: a longer gap between a miss and its set is no compile
 
 
 # --- keys -------------------------------------------------------------------------------------
@@ -185,7 +186,7 @@ def _value(value: Any) -> tuple[str, bytes, str | None, dict | None]:
 
 # --- stores -----------------------------------------------------------------------------------
 
-_stores: dict = {}
+_stores: dict = {}  # root (None: the default) -> (environment snapshot, Store)
 _stores_lock = threading.Lock()
 
 
@@ -193,12 +194,12 @@ def _store(root) -> Store:
     """One Store per root and settings environment (``root=None``: the root kernels use,
     settings as for kernels; ``kcache.config.environment_snapshot``: the variables, folder
     and user settings are resolved from); made again when one of them changed."""
-    where = (None if root is None else os.fspath(root), environment_snapshot())
+    where, snapshot = None if root is None else os.fspath(root), environment_snapshot()
     with _stores_lock:
-        store = _stores.get(where)
-        if store is None:
-            store = _stores[where] = Store(root)
-        return store
+        known = _stores.get(where)
+        if known is None or known[0] != snapshot:
+            known = _stores[where] = (snapshot, Store(root))
+        return known[1]
 
 
 # --- the cache= way ---------------------------------------------------------------------------
@@ -244,6 +245,8 @@ class ProgramCache(ProgramCacheResource):
         # cuda.core compiles between its miss and this set: that time is the compile's.
         began = self._misses.pop(program_key, None)
         seconds = None if began is None else time.monotonic() - began
+        if seconds is not None and seconds > _MAX_COMPILE:
+            seconds = None  # a set long after its miss (by hand, not cuda.core): not a compile
         meta = _meta(artifact, data, name=name, arch=None, via="ProgramCache",
                      symbol_mapping=mapping, compile_seconds=seconds)
         kkey, components = _cache_key(program_key)
