@@ -11,6 +11,7 @@ from kcache.cli.entries import entries_and_broken, entry_record, is_stale, kerne
 from kcache.cli.fmt import ago, entries_text, human_seconds, human_size, iso, plain_seconds
 from kcache.cli.output import Column, message, print_json, print_table
 from kcache.cli.problems import not_regular
+from kcache.entry import KINDS
 
 #: --sort keys -> (sort key of an EntryView, newest/largest first?)
 SORTS = {
@@ -50,6 +51,8 @@ def register(sub):
                    help="only this compute capability (9.0 matches sm_90 and sm_90a)")
     p.add_argument("--stale", action="store_true",
                    help="only entries built by a toolchain other than the current one")
+    p.add_argument("--kind", choices=KINDS,
+                   help="only numba-cuda kernels or only cuda.core programs")
     p.add_argument("--sort", default="last-used", type=_sort_key, metavar="KEY",
                    help=f"order by one of: {', '.join(SORTS)} (default last-used)")
     p.add_argument("--limit", type=positive_int_arg, metavar="N", help="at most N rows")
@@ -87,8 +90,10 @@ def select(store, args, *, with_stale: bool) -> tuple[list, list]:
         stale = is_stale(view, current) if current is not None else None
         if args.stale and not stale:
             continue
+        if getattr(args, "kind", None) and view.kind != args.kind:
+            continue
         rows.append((view, stale))
-    if not (args.kernel or args.cc or args.stale):
+    if not (args.kernel or args.cc or args.stale or getattr(args, "kind", None)):
         rows += [(b, False if current is not None else None) for b in broken]
     key, reverse = SORTS[args.sort]
     rows.sort(key=lambda r: key(r[0]), reverse=reverse)
@@ -108,14 +113,15 @@ def run(args) -> int:
     else:
         print_table(
             COLUMNS, [view for view, _ in rows],
-            human=lambda v: (v.short_key, v.kernel_cell(), v.signature, v.arch,
+            human=lambda v: (v.short_key, v.kernel_cell(), v.signature_cell(), v.arch,
                              human_size(v.file_size), v.hits, ago(v.last_used),
                              human_seconds(v.compile_seconds)),
-            plain=lambda v: (v.short_key, v.kernel_cell(), v.signature, v.arch, v.file_size,
+            plain=lambda v: (v.short_key, v.kernel_cell(), v.signature_cell(), v.arch, v.file_size,
                              v.hits, iso(v.last_used), plain_seconds(v.compile_seconds)),
             names=PLAIN_NAMES, wide=want_wide(args))
         if not rows:
-            message("kcache: no entries match" if (args.kernel or args.cc or args.stale)
+            message("kcache: no entries match" if (args.kernel or args.cc or args.stale
+                                                   or args.kind)
                     else "kcache: the cache has no entries")
     if broken:
         first = broken[0]

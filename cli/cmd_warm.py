@@ -101,7 +101,7 @@ def run(args) -> int:
         except discover.TargetError as exc:
             raise UsageError(str(exc)) from None
     if args.replay:
-        replay.plan_replay(plan, store, ccs or None)
+        replay.plan_replay(plan, _KernelsOnly(store), ccs or None)
     jobs = args.jobs or warm.default_jobs()
     with _Progress(len(plan.tasks), quiet=want_json(args)) as progress:
         outcomes = warm.run_tasks(plan.tasks, root=store.root, jobs=jobs, dry_run=args.dry_run,
@@ -114,6 +114,23 @@ def run(args) -> int:
     else:
         _print_report(args, rows, counts, plan, seconds, jobs, args.dry_run)
     return 1 if counts["failed"] else 0
+
+
+class _KernelsOnly:
+    """``store`` whose ``entries()`` are its kernel entries only: ``--replay`` compiles
+    numba-cuda kernels again; a cuda.core program entry (docs/programs.md) holds no Python
+    function to compile, so it is skipped."""
+
+    def __init__(self, store) -> None:
+        self._store = store
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+    def entries(self, **kwargs):
+        from kcache.entry import entry_kind
+        return (info for info in self._store.entries(**kwargs)
+                if entry_kind(info.components) == "kernel")
 
 
 def _document(args, store, ccs, jobs, rows, counts, plan, seconds, warm) -> dict:
