@@ -9,6 +9,10 @@ opening fence is an HTML comment (invisible on GitHub) of this form:
     <!-- runnable: gpu -->             run it only under the gpu marker (needs a CUDA GPU)
     <!-- runnable: file=kernels.py --> write the block to that file instead (later blocks use it)
     <!-- runnable: exit=1 -->          the block must exit with that status (default 0)
+    <!-- runnable: output -->          a console block whose output, shown under each ``$``
+                                       line, must be what that command prints on stdout
+                                       (normalised: :func:`normalise`; a ``...`` line stands
+                                       for any lines)
 
 Options combine with commas (``<!-- runnable: gpu, exit=1 -->``). In ``console`` blocks only
 the lines starting with ``$ `` are run (the rest is the output shown to the reader). The blocks
@@ -16,7 +20,9 @@ of one page run in order, each in a fresh process, sharing one fresh temporary f
 working directory (``file=`` blocks land there, and numba-cuda's own cache in its
 ``__pycache__``) with the cache root ``KCACHE_DIR=./cache``; no other ``KCACHE_*`` variable
 is set. ``$REPO`` is the repository root; the venv's ``python`` and ``kcache`` come first on
-``PATH``.
+``PATH``. The working directory looks like the reader's clone: ``.venv`` is the running
+interpreter's environment (so ``.venv/bin/python`` and ``.venv/bin/kcache`` work as written)
+and ``examples`` is the repository's.
 """
 from __future__ import annotations
 
@@ -55,6 +61,7 @@ class Block:
     gpu: bool = False
     file: str | None = None
     exit: int = 0
+    output: bool = False
 
     def __str__(self):
         return f"{os.path.relpath(self.page, REPO)}:{self.line}"
@@ -69,8 +76,11 @@ def parse_options(text: str | None, where: str) -> dict:
             opts["file"] = part[len("file="):].strip()
         elif part.startswith("exit="):
             opts["exit"] = int(part[len("exit="):])
+        elif part == "output":
+            opts["output"] = True
         else:
-            raise ValueError(f"{where}: unknown runnable option {part!r} (accepted: gpu, file=NAME, exit=N)")
+            raise ValueError(f"{where}: unknown runnable option {part!r} (accepted: gpu, "
+                             "file=NAME, exit=N, output)")
     return opts
 
 
@@ -123,9 +133,80 @@ def block_env(work: Path) -> dict:
     return env
 
 
+#: What varies from run to run in a command's output, and what stands for it when a page's
+#: shown output is compared (``output`` blocks): paths, keys, sizes, seconds, alignment.
+NORMALISE = [
+    (re.compile(r"(?<![\w.])(?:/[\w.+-]+)+/?"), "PATH"),
+    (re.compile(r"\b[0-9a-f]{12}\b"), "KEY"),
+    (re.compile(r"\b\d+(?:\.\d+)? (?:B|KiB|MiB|GiB|bytes)\b"), "SIZE"),
+    (re.compile(r"\b\d+(?:\.\d+)? s\b"), "SECONDS"),
+    (re.compile(r"\b\d+ jobs?\b"), "JOBS"),
+    (re.compile(r"[ \t]+"), " "),
+]
+
+
+def normalise(text: str) -> list[str]:
+    """``text``'s lines with :data:`NORMALISE` applied, stripped, blank lines dropped."""
+    out = []
+    for text_line in text.splitlines():
+        for pattern, stand_in in NORMALISE:
+            text_line = pattern.sub(stand_in, text_line)
+        if text_line.strip():
+            out.append(text_line.strip())
+    return out
+
+
+def console_steps(code: str) -> list[tuple[str, str]]:
+    """``(command, output shown under it)`` for each ``$`` line of a console block."""
+    steps: list[tuple[str, list[str]]] = []
+    for text_line in code.splitlines():
+        if text_line.startswith("$ "):
+            steps.append((text_line[2:], []))
+        elif steps:
+            steps[-1][1].append(text_line)
+    return [(command, "\n".join(shown)) for command, shown in steps]
+
+
+def output_matches(shown: str, printed: str) -> bool:
+    """True when ``printed`` is ``shown`` once both are normalised (:func:`normalise`); a
+    ``...`` line of ``shown`` stands for any lines."""
+    pattern = "".join(r"(?:[^\n]*\n)*?" if text_line == "..." else re.escape(text_line) + r"\n"
+                      for text_line in normalise(shown))
+    return re.fullmatch(pattern, "".join(f"{text_line}\n" for text_line in normalise(printed))) is not None
+
+
+def run_output_block(block: Block, work: Path, env: dict) -> None:
+    """Run each ``$`` line of ``block`` and compare its stdout with the output shown."""
+    for n, (command, shown) in enumerate(console_steps(block.code)):
+        script = work / f".block{block.line}-{n}.sh"
+        script.write_text(command + "\n")
+        done = subprocess.run(["bash", "-euo", "pipefail", str(script)], cwd=work, env=env,
+                              capture_output=True, text=True, timeout=BLOCK_TIMEOUT)
+        assert done.returncode == block.exit, (
+            f"{block}: '{command}' exited {done.returncode}\n{done.stderr[-3000:]}")
+        assert output_matches(shown, done.stdout), (
+            f"{block}: '{command}' printed what the page does not show (normalised)\n--- shown\n"
+            + "\n".join(normalise(shown)) + "\n--- printed\n" + "\n".join(normalise(done.stdout)))
+
+
+def like_a_clone(work: Path) -> None:
+    """Give ``work`` the reader's ``.venv`` (this interpreter's environment) and ``examples``."""
+    venv = work / ".venv"
+    if sys.prefix != sys.base_prefix:
+        venv.symlink_to(Path(sys.prefix), target_is_directory=True)
+    else:  # no virtual environment: its bin/ holds this interpreter and its kcache script
+        (venv / "bin").mkdir(parents=True)
+        (venv / "bin" / "python").symlink_to(sys.executable)
+        kcache = Path(sys.executable).parent / "kcache"
+        if kcache.exists():
+            (venv / "bin" / "kcache").symlink_to(kcache)
+    (work / "examples").symlink_to(REPO / "examples", target_is_directory=True)
+
+
 def run_page(page: Path, work: Path, gpu: bool) -> int:
     """Run the page's blocks in order (gpu ones only when ``gpu``); return how many ran."""
     env = block_env(work)
+    like_a_clone(work)
     ran = 0
     for block in blocks(page):
         if block.gpu and not gpu:
@@ -134,6 +215,10 @@ def run_page(page: Path, work: Path, gpu: bool) -> int:
             target = work / block.file
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(block.code)
+            continue
+        if block.output:
+            run_output_block(block, work, env)
+            ran += 1
             continue
         command, suffix, code = script_of(block)
         script = work / f".block{block.line}{suffix}"
@@ -194,6 +279,22 @@ def test_a_failing_block_fails_the_test(tmp_path):
     finally:
         REPO = saved
     assert (work / "mod.py").read_text() == "X = 41\n"
+
+
+def test_output_blocks_compare_what_is_printed(tmp_path):
+    """An ``output`` block passes when the command prints what is shown (paths, keys, sizes,
+    seconds and alignment aside; ``...`` for any lines) and fails when it prints otherwise."""
+    assert output_matches("Cache: /home/you/c (x)\n  k  1.5 KiB  key dc03b768fc79\n...\nend",
+                          "Cache: /tmp/w/cache (x)\n  k     22 B  key 0123456789ab\nA\nB\nend\n")
+    assert not output_matches("compiled in 0.5 s", "already cached\n")
+    assert not output_matches("a\nb", "a\n")
+    page = tmp_path / "page.md"
+    page.write_text("<!-- runnable: output -->\n```console\n$ echo one 12 KiB\none 3 B\n"
+                    "$ echo two\nthree\n```\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    with pytest.raises(AssertionError, match=r"'echo two' printed what the page does not show"):
+        run_page(page, work, gpu=False)
 
 
 # --- the CLI reference and the environment variables ------------------------------------
