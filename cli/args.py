@@ -40,7 +40,7 @@ def add_common(parser: argparse.ArgumentParser) -> None:
              "than the terminal)")
     parser.add_argument(
         "--no-color", action="store_true", default=argparse.SUPPRESS,
-        help="no colours or styles on a terminal (as the NO_COLOR variable)")
+        help="no colours on a terminal (as the NO_COLOR variable)")
 
 
 def want_json(args: argparse.Namespace) -> bool:

@@ -163,7 +163,7 @@ def counting_progress(label: str, total: int, *, transient: bool):
     """A rich ``Progress`` (not started) on stderr for ``total`` items: ``label``, a bar,
     ``done/total``, the time taken, then what was just done. The counters and the label are
     never cut (rich shrinks every column of a narrow terminal alike: ``warm ━╺ 1… 0…``); the
-    bar is 10 to 30 cells, and the description gets what is left: its ``describe(word,
+    bar is 10 to 30 cells (an eighth of the width), and the description gets what is left: its ``describe(word,
     kernel)`` keeps the kernel's qualname (kcache.cli.table.shorten_kernel)."""
     from rich.console import Console
     from rich.markup import escape as markup_escape
@@ -176,13 +176,13 @@ def counting_progress(label: str, total: int, *, transient: bool):
     console = Console(stderr=True, highlight=False, markup=False, emoji=False)
     digits = len(str(total))
     counter = 2 * digits + 1
-    bar_width = max(10, min(30, console.width // 4))
+    bar_width = max(10, min(30, console.width // 8))  # the kernel's name says more
     fixed = cell_len(label) + bar_width + counter + len("0:00:00") + 4 * (GAP // 2)
     whole = dict(no_wrap=True, overflow="crop")
 
     class _Bar(Progress):
         def describe(self, word: str, kernel: str) -> str:
-            room = console.width - fixed - 2 - cell_len(word) - 1
+            room = console.width - fixed - 1 - cell_len(word) - 1  # 1: the right edge
             return markup_escape(f"{word} {shorten_kernel(escape(kernel), max(room, 8))}")
 
     return _Bar(TextColumn(label, table_column=RichColumn(**whole)),
