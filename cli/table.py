@@ -70,14 +70,19 @@ def shorten(text: str, width: int) -> str:
 
 def shorten_kernel(text: str, width: int) -> str:
     """``module:qualname`` cut to ``width`` cells keeping the qualname, which tells kernels
-    apart (``…cache_usecases:add_usecase_kernel``): the module loses its start, so its last
-    part stays next to the qualname; when even the qualname does not fit, its end stays
-    (``…ecase_kernel``)."""
+    apart (``…cache_usecases:add_usecase_kernel``): the module loses its first dotted parts
+    (then characters from its start), so its last part stays next to the qualname; when even
+    the qualname does not fit, its end stays (``…ecase_kernel``)."""
     if cell_len(text) <= width:
         return text
     module, sep, qualname = text.rpartition(":")
     room = width - cell_len(qualname) - len(sep)
     if module and room >= 6:
+        parts = module.split(".")
+        for n in range(1, len(parts)):  # whole dotted parts go first, from the left
+            rest = ELLIPSIS + ".".join(parts[n:])
+            if cell_len(rest) <= room:
+                return rest + sep + qualname
         return _keep_end(module, room) + sep + qualname
     return _keep_end(text, width)
 
@@ -218,6 +223,11 @@ def draw(columns: Sequence[Column], rows: Sequence[Sequence[str]], *, wide: bool
         total = sum(widths.values()) + GAP * (len(shown) - 1)
         console = Console(highlight=False, markup=False, emoji=False,
                           width=max(console.width, total, cell_len(title or "")))
+    kernel = next((i for i, c in enumerate(columns) if c.cut == "kernel"), None)
+    groups = [row[kernel] for row in rows] if kernel is not None else None
+    cut = [cut_cells(columns[i], [row[i] for row in rows], widths[i], groups) for i in shown]
+    for n, i in enumerate(shown):  # a cut may leave a column narrower than its share
+        widths[i] = max([cell_len(columns[i].header)] + [cell_len(c) for c in cut[n]])
     hidden = [columns[i].header for i in range(len(columns)) if i not in shown]
     caption = (Text(f"(not shown for lack of width: {', '.join(hidden)}; --wide shows all)",
                     style="dim") if hidden else None)
@@ -230,9 +240,6 @@ def draw(columns: Sequence[Column], rows: Sequence[Sequence[str]], *, wide: bool
         table.add_column(Text(col.header), justify="right" if col.right else "left",
                          width=widths[i], no_wrap=True, overflow="ellipsis",
                          style="bold" if bold_first and n == 0 else None)
-    kernel = next((i for i, c in enumerate(columns) if c.cut == "kernel"), None)
-    groups = [row[kernel] for row in rows] if kernel is not None else None
-    cut = [cut_cells(columns[i], [row[i] for row in rows], widths[i], groups) for i in shown]
     for n in range(len(rows)):
         table.add_row(*(Text(column[n]) for column in cut))
     console.print(table)

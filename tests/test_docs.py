@@ -13,6 +13,9 @@ opening fence is an HTML comment (invisible on GitHub) of this form:
                                        line, must be what that command prints on stdout
                                        (normalised: :func:`normalise`; a ``...`` line stands
                                        for any lines)
+    <!-- runnable: output, terminal --> the same, with stdout on an 80-column terminal (as
+                                       tables are shown to people); stderr follows stdout,
+                                       without the progress lines a terminal shows as a bar
 
 Options combine with commas (``<!-- runnable: gpu, exit=1 -->``). In ``console`` blocks only
 the lines starting with ``$ `` are run (the rest is the output shown to the reader). The blocks
@@ -62,6 +65,7 @@ class Block:
     file: str | None = None
     exit: int = 0
     output: bool = False
+    terminal: bool = False
 
     def __str__(self):
         return f"{os.path.relpath(self.page, REPO)}:{self.line}"
@@ -76,11 +80,11 @@ def parse_options(text: str | None, where: str) -> dict:
             opts["file"] = part[len("file="):].strip()
         elif part.startswith("exit="):
             opts["exit"] = int(part[len("exit="):])
-        elif part == "output":
-            opts["output"] = True
+        elif part in ("output", "terminal"):
+            opts[part] = True
         else:
             raise ValueError(f"{where}: unknown runnable option {part!r} (accepted: gpu, "
-                             "file=NAME, exit=N, output)")
+                             "file=NAME, exit=N, output, terminal)")
     return opts
 
 
@@ -145,11 +149,21 @@ NORMALISE = [
 ]
 
 
-def normalise(text: str) -> list[str]:
-    """``text``'s lines with :data:`NORMALISE` applied, stripped, blank lines dropped."""
+#: On a terminal, how much of a name or signature a table shows depends on the widths of
+#: the other cells (a compile of 10 s takes a column one cell wider): a kernel name stands
+#: as its qualname, a word cut in its middle as "…".
+NORMALISE_TERMINAL = [
+    (re.compile(r"\S*:(\w+)"), r"\1"),
+    (re.compile(r"\S*…\S*"), "…"),
+]
+
+
+def normalise(text: str, terminal: bool = False) -> list[str]:
+    """``text``'s lines with :data:`NORMALISE` (and for a terminal's text
+    :data:`NORMALISE_TERMINAL`) applied, stripped, blank lines dropped."""
     out = []
     for text_line in text.splitlines():
-        for pattern, stand_in in NORMALISE:
+        for pattern, stand_in in NORMALISE + (NORMALISE_TERMINAL if terminal else []):
             text_line = pattern.sub(stand_in, text_line)
         if text_line.strip():
             out.append(text_line.strip())
@@ -167,12 +181,49 @@ def console_steps(code: str) -> list[tuple[str, str]]:
     return [(command, "\n".join(shown)) for command, shown in steps]
 
 
-def output_matches(shown: str, printed: str) -> bool:
+def output_matches(shown: str, printed: str, terminal: bool = False) -> bool:
     """True when ``printed`` is ``shown`` once both are normalised (:func:`normalise`); a
     ``...`` line of ``shown`` stands for any lines."""
     pattern = "".join(r"(?:[^\n]*\n)*?" if text_line == "..." else re.escape(text_line) + r"\n"
-                      for text_line in normalise(shown))
-    return re.fullmatch(pattern, "".join(f"{text_line}\n" for text_line in normalise(printed))) is not None
+                      for text_line in normalise(shown, terminal))
+    lines = normalise(printed, terminal)
+    return re.fullmatch(pattern, "".join(f"{text_line}\n" for text_line in lines)) is not None
+
+
+#: Columns of the terminal of ``terminal`` blocks.
+TERMINAL_COLUMNS = 80
+#: Lines a piped stderr gets instead of a progress bar (``kcache: warm: [3/12] ...``).
+PROGRESS_LINE = re.compile(r"^kcache: warm: \[\d+/\d+\] ")
+
+
+def on_terminal(argv: list[str], cwd: Path, env: dict) -> tuple[int, str, str]:
+    """Run ``argv`` with stdout on a pseudo-terminal of :data:`TERMINAL_COLUMNS` columns;
+    (status, what the terminal showed without styles, stderr)."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, TERMINAL_COLUMNS, 0, 0))
+    proc = subprocess.Popen(argv, cwd=cwd, stdout=slave, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL,
+                            env=dict(env, COLUMNS=str(TERMINAL_COLUMNS), TERM="xterm"))
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO once the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    err = proc.stderr.read().decode()
+    proc.stderr.close()
+    status = proc.wait(timeout=BLOCK_TIMEOUT)
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(chunks).decode()).replace("\r\n", "\n")
+    return status, text, err
 
 
 def run_output_block(block: Block, work: Path, env: dict) -> None:
@@ -180,13 +231,20 @@ def run_output_block(block: Block, work: Path, env: dict) -> None:
     for n, (command, shown) in enumerate(console_steps(block.code)):
         script = work / f".block{block.line}-{n}.sh"
         script.write_text(command + "\n")
-        done = subprocess.run(["bash", "-euo", "pipefail", str(script)], cwd=work, env=env,
-                              capture_output=True, text=True, timeout=BLOCK_TIMEOUT)
-        assert done.returncode == block.exit, (
-            f"{block}: '{command}' exited {done.returncode}\n{done.stderr[-3000:]}")
-        assert output_matches(shown, done.stdout), (
+        argv = ["bash", "-euo", "pipefail", str(script)]
+        if block.terminal:
+            status, out, err = on_terminal(argv, work, env)
+            out += "".join(f"{text_line}\n" for text_line in err.splitlines()
+                           if not PROGRESS_LINE.match(text_line))
+        else:
+            done = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True,
+                                  timeout=BLOCK_TIMEOUT)
+            status, out, err = done.returncode, done.stdout, done.stderr
+        assert status == block.exit, f"{block}: '{command}' exited {status}\n{err[-3000:]}"
+        assert output_matches(shown, out, block.terminal), (
             f"{block}: '{command}' printed what the page does not show (normalised)\n--- shown\n"
-            + "\n".join(normalise(shown)) + "\n--- printed\n" + "\n".join(normalise(done.stdout)))
+            + "\n".join(normalise(shown, block.terminal)) + "\n--- printed\n"
+            + "\n".join(normalise(out, block.terminal)))
 
 
 def like_a_clone(work: Path) -> None:
@@ -288,6 +346,10 @@ def test_output_blocks_compare_what_is_printed(tmp_path):
                           "Cache: /tmp/w/cache (x)\n  k     22 B  key 0123456789ab\nA\nB\nend\n")
     assert not output_matches("compiled in 0.5 s", "already cached\n")
     assert not output_matches("a\nb", "a\n")
+    # on a terminal a cut name or signature may be cut elsewhere; the qualname must be the same
+    assert output_matches("…kernels:axpy  (array(f…32))  sm_80",
+                          "examples.kernels:axpy  (array(floa…2))  sm_80\n", terminal=True)
+    assert not output_matches("…kernels:axpy  sm_80", "…kernels:saxpy  sm_80\n", terminal=True)
     page = tmp_path / "page.md"
     page.write_text("<!-- runnable: output -->\n```console\n$ echo one 12 KiB\none 3 B\n"
                     "$ echo two\nthree\n```\n")
