@@ -148,8 +148,8 @@ def cc_arg(text: str) -> tuple:
     from kcache import arch
     try:
         return arch.parse_cc(text)
-    except ValueError:
-        problem = arch.option_problem("--cc", text)
+    except ValueError as exc:
+        problem = arch.option_problem("--cc", text) or one_line(exc)
         raise argparse.ArgumentTypeError(problem.removeprefix("--cc ")) from None
 
 

@@ -237,7 +237,7 @@ def join_negative_values(argv: list[str]) -> list[str]:
         if arg in VALUE_OPTIONS:
             nxt = next(it, None)
             if nxt is not None and len(nxt) > 1 and nxt[0] == "-" and nxt[1] in "0123456789.":
-                out.append(f"{arg}={nxt}")
+                out.append(f"{arg}={nxt}" if arg.startswith("--") else arg + nxt)  # -j-3
                 continue
             out.append(arg)
             if nxt is not None:
