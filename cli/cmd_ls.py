@@ -22,19 +22,35 @@ SORTS = {
     "created": (lambda v: v.created or 0.0, True),
 }
 
-#: Terminal columns. When the terminal is narrow, kernel names and signatures lose their
-#: middle, and Compile time, Hits, Signature, Last used, Size go, in that order, before a
-#: kernel name is cut below 24 cells (then down to 16).
+#: Terminal columns. When the terminal is narrow, kernel names keep their qualname (the
+#: module loses its middle), signatures keep where they differ from the others, and Compile
+#: time, Hits, Last used, Size, Signature go, in that order, before a kernel name is cut below
+#: 24 cells (then down to 16). Signature stays while two rows share kernel and arch
+#: (:func:`columns_for`): without it two overloads would print as the same row.
 COLUMNS = (
     Column("Key"),
-    Column("Kernel", shrink=16, keep=24),
-    Column("Signature", shrink=12, drop=4),
+    Column("Kernel", shrink=16, keep=24, cut="kernel"),
+    Column("Signature", shrink=12, drop=1, cut="distinct"),
     Column("Arch"),
     Column("Size", right=True, drop=2),
-    Column("Hits", right=True, drop=5),
+    Column("Hits", right=True, drop=4),
     Column("Last used", drop=3),
-    Column("Compile time", right=True, drop=6),
+    Column("Compile time", right=True, drop=5),
 )
+#: COLUMNS with a Signature that is never hidden.
+_WITH_SIGNATURE = tuple(Column(c.header, c.right, c.shrink, c.keep, 0, c.cut)
+                        if c.header == "Signature" else c for c in COLUMNS)
+
+
+def columns_for(views) -> tuple:
+    """:data:`COLUMNS`, with Signature kept when it is what tells two rows apart (the same
+    kernel and arch)."""
+    seen = set()
+    for v in views:
+        if (v.kernel, v.arch) in seen:
+            return _WITH_SIGNATURE
+        seen.add((v.kernel, v.arch))
+    return COLUMNS
 
 #: Header of the plain (piped) table: the entry object's JSON field names (docs/cli.md).
 PLAIN_NAMES = ("short_key", "kernel", "signature", "arch", "file_size", "hits", "last_used",
@@ -111,8 +127,9 @@ def run(args) -> int:
         print_json({"entries": [entry_record(view, stale) for view, stale in rows]},
                    checked=True)
     else:
+        views = [view for view, _ in rows]
         print_table(
-            COLUMNS, [view for view, _ in rows],
+            columns_for(views), views,
             human=lambda v: (v.short_key, v.kernel_cell(), v.signature_cell(), v.arch,
                              human_size(v.file_size), v.hits, ago(v.last_used),
                              human_seconds(v.compile_seconds)),
@@ -123,6 +140,9 @@ def run(args) -> int:
             message("kcache: no entries match" if (args.kernel or args.cc or args.stale
                                                    or args.kind)
                     else "kcache: the cache has no entries")
+        else:  # as `pip cache list` ends; on stderr, so the plain table stays rows only
+            size = sum(v.file_size for v in views if isinstance(v.file_size, int))
+            message(f"kcache: {entries_text(len(views))}, {human_size(size)}")
     if broken:
         first = broken[0]
         # rm never deletes an entry path that is not a regular file (e.g. a directory):

@@ -110,7 +110,8 @@ def check_cc(cc) -> tuple:
 def _cc_list(cc) -> list:
     # One cc: a str, an int (90), or a tuple/list of ints with an optional suffix string
     # ((9, 0), (9, 0, "a"), or a mistake like (9,), quoted as given); but ints whose second
-    # is above 9 cannot be (major, minor): (80, 90) is two ccs.
+    # is above 9 cannot be (major, minor): (80, 90) is two ccs; and a lone int of two or
+    # three digits is a packed cc, as cc=90 is: [90] is [9.0], [80] [8.0], [120] [12.0].
     if isinstance(cc, (str, int)) or _one_cc(cc):
         return [check_cc(cc)]
     try:
@@ -129,7 +130,8 @@ def _one_cc(cc) -> bool:
     head, tail = list(cc[:2]), list(cc[2:])
     ints = all(isinstance(v, int) for v in head)
     suffix = all(isinstance(v, str) for v in tail)
-    return ints and suffix and not (len(head) == 2 and head[1] > 9)
+    packed = len(head) == 1 and ints and not tail and head[0] >= 10
+    return ints and suffix and not (len(head) == 2 and head[1] > 9) and not packed
 
 
 def _signature_list(signatures) -> list:
