@@ -45,6 +45,9 @@ VARIABLES = (
              "numba-cuda's cache; all: every kernel", "off", None, "guide.md#transparent-mode"),
     Variable("KCACHE_EXPLAIN", "1: log why each miss missed (logger kcache.explain)", "off",
              None, "guide.md#explaining-a-miss"),
+    Variable("KCACHE_REQUIRE_HIT", "1: a kernel call that would compile raises "
+             "kcache.CacheMissError; warn: warned once per kernel, then compiled", "off", None,
+             "guide.md#an-image-that-must-never-compile"),
     Variable("KCACHE_RECORD", "FILE: record the kernel signatures a run launches, for "
              "kcache warm --signatures FILE", "off", None, "warm.md"),
     Variable("KCACHE_SECRET", "HMAC secret signing bundles (export/import) and, without "

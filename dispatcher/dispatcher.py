@@ -30,6 +30,7 @@ from . import _compat
 
 from . import components as _components  # imported now, not on the first kernel call
 from . import record as _record
+from . import require as _require
 from .kernel_entry import NotStorable, entry_to_kernel, kernel_to_entry, marker_entry
 
 log = logging.getLogger("kcache.dispatcher")
@@ -407,6 +408,7 @@ class KCacheDispatcher(_compat.CUDADispatcher):
         """Compile as ``CUDADispatcher.compile`` does on a miss; returns (kernel, seconds)."""
         if not self._can_compile:
             raise RuntimeError("Compilation disabled")
+        _require.check(self, argtypes)  # KCACHE_REQUIRE_HIT: may refuse (raise) or warn
         start = time.perf_counter()
         kernel = _compat.compile_kernel(self.py_func, argtypes, self.targetoptions)
         kernel.bind()  # force codegen so that there is a cubin to store

@@ -14,6 +14,7 @@ __version__ = "0.1.0"
 _WHERE = {
     "Entry": ".entry", "EntryInfo": ".entry",
     "ConfigError": ".errors", "CorruptEntry": ".errors", "KcacheError": ".errors",
+    "CacheMissError": ".errors",
     "LockTimeout": ".errors", "NewerFormat": ".errors",
     "make_key": ".keys",
     "NotRemoved": ".prune", "PruneReport": ".prune", "RemoveReport": ".prune",
@@ -24,7 +25,8 @@ _LAZY = ("jit", "install", "uninstall", "compile_for", "explain", "CompileForErr
 
 __all__ = ["make_key", "Entry", "EntryInfo", "Store", "Stats", "PruneReport", "VerifyReport",
            "RemoveReport", "NotRemoved", "CopyReport",
-           "KcacheError", "ConfigError", "LockTimeout", "CorruptEntry", "NewerFormat", *_LAZY]
+           "KcacheError", "ConfigError", "LockTimeout", "CorruptEntry", "NewerFormat",
+           "CacheMissError", *_LAZY]
 
 
 def __getattr__(name: str):
