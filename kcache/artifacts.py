@@ -41,7 +41,7 @@ LTOIR_MAGIC = 0x7F4E43ED
 _ELF64_HEADER = 64  # bytes
 _ELF64_SHDR = 64  # bytes of one section header
 _SHT_NOBITS = 8
-_SHDR = struct.Struct("<IIQQQQIIQQ")  # Elf64_Shdr
+_SHDR = struct.Struct("<4xI16xQQ24x")  # Elf64_Shdr: sh_type, sh_offset, sh_size
 _PTX_HEAD = 64 << 10  # bytes of PTX searched for its directives
 _LTOIR_HEADER = 16  # bytes: magic, versions, header size, IR size (at least)
 
@@ -75,8 +75,8 @@ def _end_of_contents(data: bytes, shoff: int, shnum: int) -> int:
     """The byte where the last section with contents in the file ends (SHT_NOBITS sections,
     e.g. .bss, occupy none). The table was checked to lie inside ``data``."""
     table = memoryview(data)[shoff:shoff + shnum * _ELF64_SHDR]
-    return max((offset + size for _name, sh_type, _flags, _addr, offset, size, *_rest
-                in _SHDR.iter_unpack(table) if sh_type != _SHT_NOBITS), default=0)
+    return max((offset + size for sh_type, offset, size in _SHDR.iter_unpack(table)
+                if sh_type != _SHT_NOBITS), default=0)
 
 
 def _ptx(data: bytes) -> str | None:
