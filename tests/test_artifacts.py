@@ -36,8 +36,8 @@ def elf(size=256, machine=EM_CUDA, shoff=64, shnum=1):
     ("ptx", b"//\n.version 8.5\n.target sm_90\n", None),
     ("ptx", b"", "no .version or .target directive (0 bytes)"),
     ("ptx", b".version 8.5\n", "no .target directive"),
-    ("ltoir", struct.pack("<I", LTOIR_MAGIC) + bytes(12), None),
-    ("ltoir", struct.pack("<I", LTOIR_MAGIC), "4 bytes, shorter than an LTO-IR header"),
+    ("ltoir", LTOIR_MAGIC + bytes(12), None),
+    ("ltoir", LTOIR_MAGIC, "4 bytes, shorter than an LTO-IR header"),
     ("ltoir", b"BC\xc0\xde" + bytes(12), "not NVVM LTO-IR's 0x7F4E43ED"),
     ("other", b"", None),
 ])
