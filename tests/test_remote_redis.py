@@ -250,29 +250,29 @@ def test_silent_server_with_password_and_db_is_bounded_too(ns):
         assert err.kind == "timeout" and took < BOUND
 
 
-@pytest.mark.parametrize("call", ["read", "write", "check"])
-def test_dripping_server_is_cut_off_at_the_call_deadline(ns, call):
-    """A server that answers one byte every 0.5 s never trips a read timeout of 0.75 s: the
-    whole call's deadline (2 x timeout) ends it, closes its connection and switches the tier
-    off at once (such a server would cost that much on every call)."""
+def test_dripping_server_is_cut_off_at_the_call_deadline(ns):
+    """A server that answers one byte every 0.25 s never trips a read timeout of 0.75 s: the
+    whole call's deadline (2 x timeout) ends each call, a timeout like any other, with its
+    connection closed (the call's thread ends; the next call connects afresh); three of them
+    switch the tier off."""
     timeout = 0.75
-    with DrippingServer(interval=0.5) as drip:
+    with DrippingServer(interval=0.25) as drip:
         tier = open_remote(f"redis://:pw@127.0.0.1:{drip.port}/2", namespace=ns, timeout=timeout)
         k = key("drip")
-        fn, args = {"read": (tier.read, (k, LIMIT)), "write": (tier.write, (k, b"v" * 100)),
-                    "check": (tier.check, ())}[call]
-        err, took = timed(fn, *args)
-        assert isinstance(err, TierError) and err.kind == "timeout", err
-        assert "deadline of 1.5 s" in str(err), err
-        assert 2 * timeout - 0.05 < took < 2 * timeout + 0.7, took
-        assert "ran past its deadline" in tier.disabled_reason
-        # the abandoned call's connection was closed, so its thread ends: nothing keeps reading
-        wait_until(lambda: drip.closed == drip.accepted == 1, 10, "the dripping connection closed")
-        wait_until(lambda: not [t for t in threading.enumerate() if t.name == "kcache-remote-call"], 10,
-                   "the abandoned call's thread to end")
+        for i, (fn, args) in enumerate([(tier.read, (k, LIMIT)), (tier.write, (k, b"v" * 100)), (tier.check, ())]):
+            err, took = timed(fn, *args)
+            assert isinstance(err, TierError) and err.kind == "timeout", err
+            assert "no complete answer within the call's deadline of 1.5 s" in str(err), err
+            assert 2 * timeout - 0.05 < took < 2 * timeout + 0.7, took
+            # the call left behind had its connection closed, so its thread ends
+            wait_until(lambda: drip.closed == drip.accepted == i + 1, 10, "the dripping connection closed")
+            wait_until(lambda: not [t for t in threading.enumerate() if t.name == "kcache-remote-call"], 10,
+                       "the abandoned call's thread to end")
+            assert (tier.disabled_reason is None) == (i < 2), tier.disabled_reason
+        assert "after 3 consecutive errors (last: timeout:" in tier.disabled_reason
         err, took = timed(tier.read, k, LIMIT)
         assert err.kind == "unavailable" and took < 0.05
-        assert drip.accepted == 1  # switched off: no new connection
+        assert drip.accepted == 3  # switched off: no new connection
 
 
 def test_connection_refused(ns):

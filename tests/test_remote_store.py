@@ -286,8 +286,9 @@ def test_a_server_that_never_answers_bounds_every_call(tmp_path, server, request
 def test_a_slow_or_refusing_server_is_a_miss_within_the_deadline(tmp_path, server):
     """At the default timeout (1 s), a server answering one byte every 0.5 s (each read in
     time, the answer never complete), one that never answers, and a refused port (an fsspec
-    backend that connects when opened: ftp://) each cost a lookup at most the call's deadline
-    (2 s), never raise out of the store, and are counted and warned once."""
+    backend that connects when opened: ftp://) each cost a call at most its deadline (2 s),
+    never raise out of the store, and are counted and warned once; the tier is switched off
+    after 3 such calls (Redis), or after the first when it could not even be opened (ftp)."""
     scheme, kind = server.split("-")
     pytest.importorskip("redis" if scheme == "redis" else "fsspec")
     with contextlib.ExitStack() as stack:
@@ -302,12 +303,13 @@ def test_a_slow_or_refusing_server_is_a_miss_within_the_deadline(tmp_path, serve
                ["get_or_create", key("slow", server, 2)], ["get", key("slow", server, 1)]]
         out = machine(tmp_path, tmp_path / "a", ops, env)
     results, stats = out["results"], out["stats"]
-    assert max(r["seconds"] for r in results) < 5, results
+    assert max(r["seconds"] for r in results) < 5, results  # each lookup, each kernel call
     assert [r["hit"] for r in results] == [False, True, False, True], results  # misses; local puts
-    assert sum(r["seconds"] for r in results) < 5, results  # switched off after the first error
     errors = {n: v for n, v in stats.items() if n.startswith("remote_errors_") and v}
     first = {"dripping": "timeout", "silent": "timeout", "refusing": "refused"}[kind]
-    assert errors.get(f"remote_errors_{first}") == 1 and errors.get("remote_errors_unavailable", 0) >= 1, stats
+    calls = 3 if scheme == "redis" else 1  # then switched off
+    assert sum(r["seconds"] for r in results) < 2 * calls + 2, results
+    assert errors.get(f"remote_errors_{first}") == calls and errors.get("remote_errors_unavailable", 0) >= 1, stats
     assert stats["remote_puts"] == 0 and stats["remote_put_errors"] >= 1, stats
     said = remote_warnings(out)
     assert len([w for w in said if "remote tier error" in w]) == 1, out["warnings"]

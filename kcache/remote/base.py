@@ -4,10 +4,11 @@ key names, and the single-flight result type.
 A remote tier is a *soft* tier: each connect and each read is bounded by the timeout, and every
 call as a whole by a :class:`Deadline` (2 x timeout, plus 1 s per MiB it transfers: a server
 that answers one byte at a time within each read's timeout is still cut off). Every failure is
-a :class:`~kcache.tier.TierError` with a kind; after ``max_errors`` consecutive failures, or
-at once after a call ran past its deadline, the tier switches itself off for the rest of the
+a :class:`~kcache.tier.TierError` with a kind (a call cut off at its deadline: ``timeout``);
+after ``max_errors`` consecutive failures the tier switches itself off for the rest of the
 process (every later call raises ``TierError("unavailable")`` at once, with no network
-traffic). A new tier object (a new process) tries the server again.
+traffic), at once when a call cut off may still be using the backend's only connection. A new
+tier object (a new process) tries the server again.
 """
 from __future__ import annotations
 
@@ -242,8 +243,8 @@ class RemoteTier:
         ``bounded=False``: a listing of unknown length, bounded per read only):
         TierError("unavailable") at once when switched off; any exception becomes a
         TierError (kind from ``_classify``), counted towards the switch-off unless it is
-        ``bad_value`` (the server answered); running past the deadline is a ``timeout`` that
-        switches the tier off at once."""
+        ``bad_value`` (the server answered); running past the deadline is a ``timeout``,
+        counted alike (:meth:`_overrun`)."""
         if self.disabled_reason is not None:
             raise TierError("unavailable", f"{self.name}: {self.disabled_reason}")
         self._prepare()
@@ -283,22 +284,27 @@ class RemoteTier:
             _current.deadline = None
 
     def _overrun(self, what: str, deadline: Deadline) -> TierError:
-        """A call ran past its deadline: its connection is closed (:meth:`_abandon`) and the
-        tier switched off (a server that answers this slowly would cost that on every call)."""
+        """A call ran past its deadline: a ``timeout``, counted towards the switch-off; its
+        connections are closed (:meth:`_abandon`), or, where that cannot be done, the tier is
+        switched off at once (the call left behind may still be using them)."""
         err = TierError("timeout", f"{self.name}: {what}: no complete answer within the call's "
                                    f"deadline of {deadline.seconds:.3g} s ({CALL_TIMEOUTS} x "
                                    f"KCACHE_REMOTE_TIMEOUT {self.timeout:g} s, + 1 s per MiB "
                                    "transferred)")
-        with contextlib.suppress(Exception):
-            self._abandon()
-        self._failed(err, at_once=True)
+        try:
+            closed = self._abandon()
+        except Exception:  # closing failed: nothing else can be done with that connection
+            closed = False
+        self._failed(err, at_once=not closed)
         return err
 
     def _prepare(self) -> None:
         """CPU work a call needs first, outside its deadline (s3fs's client)."""
 
-    def _abandon(self) -> None:
-        """Close the connections of a call left behind at its deadline, so its thread ends."""
+    def _abandon(self) -> bool:
+        """Close the connections of a call left behind at its deadline, so that its thread
+        ends and the next call starts afresh; False when that cannot be done."""
+        return False
 
     def _answered(self) -> None:
         with self._mutex:
@@ -310,7 +316,8 @@ class RemoteTier:
             if self.disabled_reason is not None:
                 return
             if at_once:
-                self.disabled_reason = f"switched off for this process after a call ran past its deadline ({err})"
+                self.disabled_reason = (f"switched off for this process after a call ran past its "
+                                        f"deadline, leaving its connection in use ({err})")
             elif self._errors >= self.max_errors:
                 self.disabled_reason = (f"switched off for this process after {self._errors} "
                                         f"consecutive errors (last: {err.kind}: {err})")

@@ -130,6 +130,12 @@ class FsspecTier(RemoteTier):
             raise FSTimeoutError  # (sync() takes a timeout of 0 for none)
         return sync(fs.loop, getattr(fs, "_" + method), *args, timeout=left, **kwargs)
 
+    def _abandon(self) -> bool:
+        # an asynchronous call was cancelled at its deadline (sync's timeout), and a local
+        # file system has no connection to share; a blocking backend's call left behind (ftp:
+        # one connection per file system) may still be using it
+        return not self.threaded or self._local
+
     def _prepare(self) -> None:
         if not self._session:
             # s3fs builds its botocore client here: CPU work (0.3-0.6 s, reading botocore's

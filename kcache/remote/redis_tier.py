@@ -44,7 +44,8 @@ class RedisTier(RemoteTier):
     ``password`` is used when the URL has none (redis-py's from_url: the URL's wins);
     ``timeout``: seconds for each connect and each read (redis-py's socket timeouts), and
     each call as a whole within 2 x timeout + 1 s per MiB (base.Deadline: the call runs in a
-    thread of its own, and at the deadline its connections are closed); ``ttl``: seconds a
+    thread of its own, and at the deadline its connections are closed; a call cut off so is
+    a ``timeout`` like any other); ``ttl``: seconds a
     value lives (None: forever), renewed by a hit unless read-only. Raises ConfigError for a
     URL redis-py cannot parse. Connects lazily: nothing is sent before the first call."""
 
@@ -140,10 +141,12 @@ class RedisTier(RemoteTier):
         with contextlib.suppress(Exception):
             self._redis.close()
 
-    def _abandon(self) -> None:
+    def _abandon(self) -> bool:
         # closes every connection of the pool, also the one in use by the call left behind:
-        # its blocked read returns at once (redis-py shuts the socket down) and its thread ends
+        # its blocked read returns at once (redis-py shuts the socket down) and its thread
+        # ends; the next call connects afresh
         self._redis.connection_pool.disconnect()
+        return True
 
     def ttl(self, key: str) -> float | None:
         """Seconds left before ``key``'s value expires; None without expiry or when absent."""
