@@ -247,11 +247,12 @@ class RemoteTier:
         counted alike (:meth:`_overrun`)."""
         if self.disabled_reason is not None:
             raise TierError("unavailable", f"{self.name}: {self.disabled_reason}")
-        self._prepare()
-        deadline = Deadline(self.timeout) if bounded else None
-        if deadline is not None:
-            deadline.transfer(nbytes)
+        deadline = None
         try:
+            self._prepare()
+            if bounded:
+                deadline = Deadline(self.timeout)
+                deadline.transfer(nbytes)
             out = self._within(fn, deadline)
         except TierError as err:  # raised by the subclass itself, already named
             if err.kind == "bad_value":
@@ -287,16 +288,19 @@ class RemoteTier:
         """A call ran past its deadline: a ``timeout``, counted towards the switch-off; its
         connections are closed (:meth:`_abandon`), or, where that cannot be done, the tier is
         switched off at once (the call left behind may still be using them)."""
-        err = TierError("timeout", f"{self.name}: {what}: no complete answer within the call's "
-                                   f"deadline of {deadline.seconds:.3g} s ({CALL_TIMEOUTS} x "
-                                   f"KCACHE_REMOTE_TIMEOUT {self.timeout:g} s, + 1 s per MiB "
-                                   "transferred)")
+        err = self._overrun_error(what, deadline)
         try:
             closed = self._abandon()
         except Exception:  # closing failed: nothing else can be done with that connection
             closed = False
         self._failed(err, at_once=not closed)
         return err
+
+    def _overrun_error(self, what: str, deadline: Deadline) -> TierError:
+        return TierError("timeout", f"{self.name}: {what}: no complete answer within the call's "
+                                    f"deadline of {deadline.seconds:.3g} s ({CALL_TIMEOUTS} x "
+                                    f"KCACHE_REMOTE_TIMEOUT {self.timeout:g} s, + 1 s per MiB "
+                                    "transferred)")
 
     def _prepare(self) -> None:
         """CPU work a call needs first, outside its deadline (s3fs's client)."""

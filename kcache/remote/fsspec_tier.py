@@ -103,7 +103,7 @@ class FsspecTier(RemoteTier):
             raise
         except Exception as exc:  # refused, timed out, rejected: the program goes on without it
             if isinstance(exc, Overrun) or deadline.left() <= 0:
-                raise self._overrun("open", deadline) from None
+                raise self._overrun_error("open", deadline) from None
             err = self._classify(exc)
             err.args = (f"{self.name}: open: {err}",)
             raise err from None
