@@ -666,9 +666,9 @@ class Store:
         missing, full or untrusted, the entry's path is taken by something that is not an
         entry file, or the encoded entry is larger than ``max_entry_size`` bytes (reads would
         refuse it; neither stored nor published): counted in ``write_errors_*``, warned once.
-        May evict least-recently-used entries when the total crosses max_size. TypeError if the entry's meta or
-        ``components`` are not msgpack-encodable, ValueError if they hold what an entry may
-        not (a non-finite number, more than the decoding limits)."""
+        May evict least-recently-used entries when the total crosses max_size. TypeError if
+        the entry's meta or ``components`` are not msgpack-encodable, ValueError if they hold
+        what an entry may not (a non-finite number, more than the decoding limits)."""
         check_key(key)
         if not isinstance(entry, Entry):
             raise TypeError(f"put() needs a kcache.Entry, not {type(entry).__name__}")
