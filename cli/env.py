@@ -62,8 +62,8 @@ VARIABLES = (
              "remote_readonly", "remote.md#settings"),
     Variable("KCACHE_REMOTE_SECRET", "signing secret of remote values (at least 16 bytes)",
              "KCACHE_SECRET", None, "remote.md#settings"),
-    Variable("KCACHE_REMOTE_TIMEOUT", "seconds for each remote connect and read", "1 s",
-             "remote_timeout", "remote.md#settings"),
+    Variable("KCACHE_REMOTE_TIMEOUT", "seconds for each remote connect and read (a whole call: "
+             "2 x, + 1 s per MiB)", "1 s", "remote_timeout", "remote.md#settings"),
     Variable("KCACHE_REMOTE_TTL", "how long a Redis value lives (0: no expiry)", "none",
              "remote_ttl", "remote.md#settings"),
     Variable("KCACHE_REMOTE_WAIT", "how long to wait for another machine compiling the same "

@@ -678,12 +678,14 @@ class Store:
         """Publish ``entry`` under ``key`` atomically; True if written.
 
         False (never an exception) if the store is disabled or the root is read-only,
-        missing, full or untrusted, or the entry's path is taken by something that is not an
-        entry file (counted in ``write_errors_*``, warned once), or a kernel entry's artifact
-        fails kcache.artifacts (``artifacts_refused``, warned once). May evict least-recently-used
-        entries when the total crosses max_size. TypeError if the entry's meta or
-        ``components`` are not msgpack-encodable, ValueError if they hold what an entry may
-        not (a non-finite number, more than the decoding limits)."""
+        missing, full or untrusted, the entry's path is taken by something that is not an
+        entry file, or the encoded entry is larger than ``max_entry_size`` bytes (reads would
+        refuse it; neither stored nor published): counted in ``write_errors_*``, warned once;
+        or a kernel or program entry's artifact fails kcache.artifacts (``artifacts_refused``,
+        warned once). May evict least-recently-used entries when the total crosses max_size.
+        TypeError if the entry's meta or ``components`` are not msgpack-encodable, ValueError
+        if they hold what an entry may not (a non-finite number, more than the decoding
+        limits)."""
         check_key(key)
         if not isinstance(entry, Entry):
             raise TypeError(f"put() needs a kcache.Entry, not {type(entry).__name__}")
@@ -701,6 +703,12 @@ class Store:
     def _publish(self, key: str, data: bytes, *, remote: bool = True) -> bool:
         """Publish verified entry bytes under ``key`` in the writable root (see put), then
         (``remote``) to the writable remote tier, whether or not the root took them."""
+        if len(data) > self.settings.max_entry_size:  # no read would accept it: store it nowhere
+            self._count(key, now=True, write_errors_other=1)
+            warn_once("put-too-large", f"kcache: entry of {key} not stored: {len(data)} bytes, more than the "
+                      f"max entry size that reads accept ({self.settings.max_entry_size} bytes: "
+                      "KCACHE_MAX_ENTRY_SIZE); that kernel runs uncached")
+            return False
         if remote:
             self._publish_remote(key, data)
         if not self.writable or not self._ensure_root():
