@@ -127,6 +127,8 @@ def _index_tar(path: Path, found: Contents) -> None:
         else:
             for m in entries[key]:
                 found.add(key, m.offset_data, m.size, blake)
+    for key in [k for k in found.refused if k not in digests]:  # not listed: never read, a note
+        found.notes[key] = found.refused.pop(key)
 
 
 def _member_bytes(path: Path, tar, members, name: str, limit: int) -> bytes | None:

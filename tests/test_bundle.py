@@ -311,3 +311,21 @@ def test_a_bad_record_is_one_refused_entry(tmp_path):
     assert sorted(doc["imported"]) == sorted([keys[0], keys[2]])
     assert doc["failed"] == [{"key": keys[1], "reason": "its BLAKE2b digest is not 32 bytes"}]
     assert done.stderr.count("\n") == 1 and keys[1][:12] in done.stderr
+
+
+def test_version_1_record_with_a_non_ascii_digest_is_one_refused_entry(tmp_path):
+    src = Store(tmp_path / "src")
+    keys = fill(src, 3)
+    pairs = [(k, src.entry_bytes(k)) for k in keys]
+    doc = json.loads(manifest_for(pairs))
+    doc["entries"][1]["blake2b"] = "\u00e9" * 64
+    doc["entries"].append({"key": "../not-a-key"})
+    raw_tar(tmp_path / "a.tar", [({"name": MANIFEST}, json.dumps(doc).encode())]
+            + [({"name": f"entries/{k}.kce"}, d) for k, d in pairs])
+    done = kc("import", str(tmp_path / "a.tar"), "--into", str(tmp_path / "dst"), "--json", check=1)
+    out = json.loads(done.stdout)
+    assert sorted(out["imported"]) == sorted([keys[0], keys[2]])
+    assert out["failed"] == [
+        {"key": keys[1], "reason": "its blake2b digest in the manifest is not 64 hex digits"},
+        {"key": "record 4", "reason": "its key is not a kcache key (8-128 lowercase hex digits)"}]
+    assert done.stderr.count("\n") == 1 and "2 entries of" in done.stderr

@@ -130,7 +130,7 @@ HOSTILE = {
     "pax-header-zstd": (lambda: zstd(pax_tar()), "is an extended header of 134000 bytes"),
     "manifest-60MiB-of-{}": (lambda: zstd(tar_of([member("manifest.json", b"[" + b"{}," * (20 * MiB) + b"{}]")])),
                              "decompresses to more than"),
-    "manifest-8MiB-of-{}": (lambda: tar_of([member("manifest.json", b"[" + b"{}," * (8 * MiB // 3 - 2) + b"{}]")]),
+    "manifest-4MiB-of-{}": (lambda: tar_of([member("manifest.json", b"[" + b"{}," * (4 * MiB // 3 - 2) + b"{}]")]),
                             "JSON objects and arrays: refused"),
     "manifest-of-strings": (lambda: tar_of([member("manifest.json", b'{"entries": [' + b'"ab",' * (bundle_v1_limit() // 5 - 8)
                                                    + b'"ab"]}')]), "is not a kcache bundle manifest"),
