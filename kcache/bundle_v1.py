@@ -96,6 +96,7 @@ def _walk_headers(path: Path, fd: int, size: int) -> None:
 
 def _index_tar(path: Path, found: Contents) -> None:
     with os.fdopen(os.dup(found.fd), "rb") as raw:
+        raw.seek(0)  # a dup shares the offset, which writing the temp file moved
         try:
             with tarfile.open(fileobj=raw, mode="r:") as tar:
                 members = tar.getmembers()

@@ -211,6 +211,9 @@ def test_truncated_bundles_say_truncated(tmp_path):
     entries = [member(f"entries/{k}.kce", store.entry_bytes(k)) for k in keys]
     old = zstd(tar_of([member("manifest.json", v1_manifest([{"key": k, "blake2b": bundle.digest(
         store.entry_bytes(k))} for k in keys]))] + entries))
+    (tmp_path / "whole-v1.kcb").write_bytes(old)  # a whole version-1 zstd bundle still imports
+    status, _out, err, _rss, _s = measured(["import", tmp_path / "whole-v1.kcb", "--into", tmp_path / "v1"])
+    assert status == 0 and err == f"kcache: imported 20 entries into {tmp_path / 'v1'}\n", err
     cases = {"v2": (raw[: len(raw) // 2], "is damaged: its checksum does not match (truncated"),
              "v2-prefix": (raw[:10], "is truncated"),
              "v1-zstd": (old[: len(old) // 2], "is truncated: its tar ends at byte")}
