@@ -700,9 +700,12 @@ class Store:
         data = fmt.encode(key, entry, components)
         return self._publish(key, data)
 
-    def _publish(self, key: str, data: bytes, *, remote: bool = True) -> bool:
+    def _publish(self, key: str, data: bytes, *, remote: bool = True,
+                 unless_same: bool = False) -> bool | None:
         """Publish verified entry bytes under ``key`` in the writable root (see put), then
-        (``remote``) to the writable remote tier, whether or not the root took them."""
+        (``remote``) to the writable remote tier, whether or not the root took them.
+        ``unless_same``: None, nothing written, when the root holds these very bytes
+        already (checked under the key's lock: concurrent importers count each entry once)."""
         if len(data) > self.settings.max_entry_size:  # no read would accept it: store it nowhere
             self._count(key, now=True, write_errors_other=1)
             warn_once("put-too-large", f"kcache: entry of {key} not stored: {len(data)} bytes, more than the "
@@ -717,6 +720,8 @@ class Store:
             return False
         try:
             with self._locks.hold(key):
+                if unless_same and self._root_bytes(key) == data:
+                    return None
                 old = self.local.publish(key, data)
                 self._count(key, now=True, puts=1, bytes_written=len(data),
                             entries=0 if old is not None else 1, bytes=len(data) - (old or 0))
@@ -726,6 +731,14 @@ class Store:
             return False
         self._maybe_evict()
         return True
+
+    def _root_bytes(self, key: str) -> bytes | None:
+        """The writable root's file of ``key`` as it is (None when absent or unreadable)."""
+        try:
+            blob = self.local.read(key, self.settings.max_entry_size, fresh=True)
+        except (CorruptEntry, OSError):
+            return None
+        return None if blob is None else blob.data
 
     def get_or_create(self, key: str, create: Callable[[], Entry], *,
                       components: dict | None = None, count: bool = True) -> tuple[Entry, bool]:
@@ -837,9 +850,13 @@ class Store:
         if self.entry_bytes(key) == data:
             report.present.append(key)
             return None
-        if not self._publish(key, data, remote=False):
+        published = self._publish(key, data, remote=False, unless_same=True)
+        if published is None:  # another process published these bytes meanwhile
+            report.present.append(key)
+        elif not published:
             return f"not written: {self.write_problem or 'see the warning above'}"
-        report.copied.append(key)
+        else:
+            report.copied.append(key)
         return None
 
     def push(self, keys=None, progress: Callable[[int, int], None] | None = None) -> "CopyReport":
