@@ -91,8 +91,8 @@ def run(args) -> int:
     try:
         from kcache.dispatcher import discover, replay, sigfile, warm
     except ImportError as exc:
-        raise Problem(f"warm needs numba-cuda ({exc}); install kcache[cu12] or "
-                      "kcache[cu13]") from None
+        raise Problem(f"warm needs numba-cuda ({exc}); install kcache-cuda[cu12] or "
+                      "kcache-cuda[cu13]") from None
     try:
         ccs = warm.parse_cc_list(args.cc) if args.cc else []
     except ValueError as exc:

@@ -96,7 +96,7 @@ def write_bundle(out: Path, items: list[tuple[dict, bytes]], *, secret: bytes | 
     out = Path(out)
     compress = have_zstd() if compress is None else compress
     if compress and not have_zstd():
-        raise BundleError("zstd compression needs the zstandard package (pip install 'kcache[zstd]')")
+        raise BundleError("zstd compression needs the zstandard package (pip install 'kcache-cuda[zstd]')")
     records = [dict(rec, size=len(data), blake2b=digest(data)) for rec, data in items]
     manifest = json.dumps({"format": BUNDLE_FORMAT, "version": BUNDLE_VERSION,
                            "created": time.time(), "entry_format": FORMAT_VERSION,
@@ -177,7 +177,7 @@ class BundleTier:
         except ImportError:
             raw.close()
             raise BundleError(f"{path} is zstd-compressed; reading it needs the zstandard "
-                              "package (pip install 'kcache[zstd]')") from None
+                              "package (pip install 'kcache-cuda[zstd]')") from None
         cap = min(MAX_BUNDLE, st.st_size * _INFLATE_RATIO + (64 << 20))
         plain = tempfile.TemporaryFile()
         try:
