@@ -28,8 +28,8 @@ REPLAY_IMPORT_CC = (9, 0)
 #: Header of the plain (piped) table: the JSON result fields (docs/warm.md).
 PLAIN_NAMES = ("kernel", "display", "arch", "status", "key", "compile_seconds", "reason")
 COLUMNS = (
-    Column("Kernel", shrink=16, keep=24),
-    Column("Signature", shrink=12, drop=2),
+    Column("Kernel", shrink=16, keep=24, cut="kernel"),
+    Column("Signature", shrink=12, drop=2, cut="distinct"),
     Column("Arch"),
     Column("Result"),
     Column("Time", right=True, drop=1),
@@ -52,7 +52,7 @@ def register(sub):
                    help="compute capabilities, e.g. 8.0,9.0 (also 80, sm_90, sm_90a; "
                         "repeatable); with --replay: only these (default: every cc "
                         "recorded)")
-    p.add_argument("--jobs", type=_jobs_arg, metavar="N",
+    p.add_argument("--jobs", "-j", type=_jobs_arg, metavar="N",
                    help="processes that compile, this one included (default: the cores "
                         "this process may use)")
     p.add_argument("--signatures", action="append", metavar="FILE", default=[],
@@ -61,7 +61,7 @@ def register(sub):
                    help="compile again, for the current toolchain, the entries an earlier "
                         "one made of the kernels defined in the TARGETs (only modules found "
                         "in the TARGETs are imported)")
-    p.add_argument("--dry-run", action="store_true",
+    p.add_argument("--dry-run", "-n", action="store_true",
                    help="list what would be compiled; compile and write nothing")
     p.add_argument("--include-tests", action="store_true",
                    help="also walk tests (tests/ and test/ folders, test_*.py, *_test.py)")
@@ -113,7 +113,8 @@ def run(args) -> int:
     except discover.TargetError as exc:
         raise UsageError(str(exc)) from None
     if args.replay:
-        replay.plan_replay(plan, store, ccs or None, plan.modules if args.targets else None)
+        replay.plan_replay(plan, _KernelsOnly(store), ccs or None,
+                           plan.modules if args.targets else None)
     jobs = args.jobs or warm.default_jobs()
     with _Progress(len(plan.tasks), quiet=want_json(args)) as progress:
         outcomes = warm.run_tasks(plan.tasks, root=store.root, jobs=jobs, dry_run=args.dry_run,
@@ -148,6 +149,23 @@ def _exit_status(args, counts: dict, plan) -> tuple[int, str | None]:
         n = len(plan.without_signatures)
         return 1, f"--strict: {plural(n, 'kernel')} found without a known signature"
     return 0, None
+
+
+class _KernelsOnly:
+    """``store`` whose ``entries()`` are its kernel entries only: ``--replay`` compiles
+    numba-cuda kernels again; a cuda.core program entry (docs/programs.md) holds no Python
+    function to compile, so it is skipped."""
+
+    def __init__(self, store) -> None:
+        self._store = store
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+    def entries(self, **kwargs):
+        from kcache.entry import entry_kind
+        return (info for info in self._store.entries(**kwargs)
+                if entry_kind(info.components) == "kernel")
 
 
 def _document(args, store, ccs, jobs, rows, counts, plan, seconds, warm) -> dict:
@@ -207,13 +225,8 @@ class _Progress:
     def __enter__(self):
         import sys
         if self.total and sys.stderr.isatty():
-            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                                       TimeElapsedColumn)
-            from rich.console import Console
-            console = Console(stderr=True, highlight=False, markup=False, emoji=False)
-            self.bar = Progress(TextColumn("warm"), BarColumn(), MofNCompleteColumn(),
-                                TimeElapsedColumn(), TextColumn("{task.description}"),
-                                console=console, transient=is_terminal())
+            from kcache.cli.output import counting_progress
+            self.bar = counting_progress("warm", self.total, transient=is_terminal())
             self.bar.start()
             self.task = self.bar.add_task("", total=self.total)
         return self
@@ -222,9 +235,8 @@ class _Progress:
         self.n += 1
         status = outcome["status"]
         if self.bar is not None:
-            from rich.markup import escape
             self.bar.update(self.task, advance=1,
-                            description=escape(f"{_WORDS[status]} {task.kernel}"))
+                            description=self.bar.describe(_WORDS[status], task.kernel))
         elif not self.quiet:
             detail = outcome.get("reason") or (
                 f"{outcome['compile_seconds']:.2f} s" if outcome.get("compile_seconds") else "")

@@ -25,6 +25,8 @@ import queue
 import re
 import sys
 
+from kcache import arch as _arch
+
 from . import _compat, discover, sigspec
 from .aot import CompileForError, check_cc, compile_for_report
 from .components import Uncacheable, arch_name
@@ -53,7 +55,8 @@ def parse_cc_list(values) -> list:
             try:
                 cc = check_cc(item)
             except ValueError as exc:
-                raise ValueError(f"--cc {item!r}: {exc}") from None
+                problem = _arch.option_problem("--cc", item, _compat.supported_ccs())
+                raise ValueError(problem or f"--cc {item!r}: {exc}") from None
             if cc not in out:
                 out.append(cc)
     if not out:

@@ -321,3 +321,68 @@ def test_remote_tier_serves_an_empty_local_root(tmp_path):
         assert b["remote_hits"] >= len(b["kernels"]) and b["entries"] >= len(b["kernels"]), b
     finally:
         server.close()
+
+
+def test_served_kernels_behave_as_compiled_ones(tmp_path):
+    """numba-cuda's own suite, in one process pair: an eager kernel with two signatures called
+    with arguments that need a conversion (numba-cuda reads each overload's ``objectmode``),
+    inspect_llvm / inspect_asm / inspect_sass / type annotation of a served kernel, and the
+    compile's warnings said again on a hit."""
+    code = """
+        import json, re, warnings
+        import numpy as np
+        from numba import cuda
+        from numba.cuda.core.errors import NumbaWarning
+        import kcache
+        from kcache.dispatcher import process_counts
+        kcache.install("all")
+
+        @cuda.jit(["void(float64[::1], float64)", "void(int64[::1], int64)"])
+        def eager(r, x):
+            r[0] = x + 1
+
+        r = np.zeros(1, np.float64)
+        eager[1, 1](r, np.float32(1.5))    # float32 -> float64: a conversion search
+        assert r[0] == 2.5, r
+
+        @cuda.jit
+        def axpy(r, a, x):
+            i = cuda.grid(1)
+            if i < r.size:
+                r[i] = a * x[i] + r[i]
+
+        x = np.arange(32, dtype=np.float32)
+        out = np.zeros_like(x)
+        axpy[1, 32](out, np.float32(2), x)
+        assert np.all(out == 2 * x)
+        sig = axpy.signatures[0]
+        llvm = axpy.inspect_llvm(sig)
+        ptx = axpy.inspect_asm(sig)
+        try:
+            sass = axpy.inspect_sass(sig)
+        except Exception as exc:  # nvdisasm may be missing: numba-cuda raises the same
+            sass = "unavailable: %s" % exc
+        typemap = sorted(axpy.overloads[sig].type_annotation.typemap)
+
+        @cuda.jit
+        def chatty(a):
+            print(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20,
+                  21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33)
+            a[0] = 1
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            chatty[1, 1](np.zeros(1, np.int32))
+        cuda.synchronize()
+        said = [str(w.message) for w in seen if issubclass(w.category, NumbaWarning)
+                and "32 items" in str(w.message)]
+        print(json.dumps({"llvm": "define" in llvm and "fmul" in llvm,
+                          "ptx": ".entry" in ptx, "sass": sass[:40],
+                          "typemap": "a" in typemap and "x" in typemap,
+                          "warned": len(said), "counts": process_counts()}))
+    """
+    first = run_child(tmp_path, code)
+    second = run_child(tmp_path, code)
+    for run in (first, second):
+        assert run["llvm"] and run["ptx"] and run["typemap"] and run["warned"] == 1, run
+    assert second["counts"].get("hits", 0) >= 3 and second["counts"].get("compiles", 0) == 0
+    assert second["counts"].get("inspect_compiles", 0) == 1, second

@@ -244,7 +244,7 @@ def test_cc_list_forms_and_errors():
     from kcache.dispatcher.warm import parse_cc_list
     assert parse_cc_list(["8.0,9.0"]) == [(8, 0), (9, 0)]
     assert parse_cc_list(["sm_80", "90", "sm_90a", " 9.0 "]) == [(8, 0), (9, 0)]
-    with pytest.raises(ValueError, match=r"--cc 'ninety': bad compute capability"):
+    with pytest.raises(ValueError, match=r"--cc ninety: not a compute capability"):
         parse_cc_list(["8.0,ninety"])
     with pytest.raises(ValueError, match="empty compute capability"):
         parse_cc_list(["8.0,"])
