@@ -267,6 +267,7 @@ def _compile_one(kernel, argtypes, cc, store, cache_key) -> CompiledEntry:
         if said:  # said again wherever the entry is served, as the compile said it
             entry.meta["warnings"] = compile_warnings.encode(said, repr(kernel.py_func))
         compiled["seconds"] = entry.meta["compile_seconds"]
+        compiled["entry"] = entry
         store.record(compiles=1, compile_seconds=compiled["seconds"])
         if not entry.meta["launch_config_sensitive"]:
             return entry
@@ -275,7 +276,7 @@ def _compile_one(kernel, argtypes, cc, store, cache_key) -> CompiledEntry:
         lc_key, lc_components = kernel_key(kernel, argtypes, cc,
                                            _compat.launch_config_key(kernel, None), cache_key)
         if not store.put(lc_key, entry, components=lc_components):
-            raise _NotStored(_put_failed(store))
+            raise _NotStored(_put_failed(store, entry))
         return marker_entry(kernel_name=name, signature=shown, arch=arch)
 
     try:
@@ -288,12 +289,16 @@ def _compile_one(kernel, argtypes, cc, store, cache_key) -> CompiledEntry:
             log_explanations(kernel, [f"{name} {shown} for {arch}: not cached: {reason}"])
         raise _NotStored(reason) from exc
     if not was_hit and store.header(key) is None:  # put() said nothing: look on disk
-        raise _NotStored(_put_failed(store))
+        raise _NotStored(_put_failed(store, compiled.get("entry")))
     return CompiledEntry(key, name, shown, tuple(cc), arch, cached=was_hit,
                          compile_seconds=compiled.get("seconds", 0.0))
 
 
-def _put_failed(store) -> str:
+def _put_failed(store, entry=None) -> str:
+    from kcache.artifacts import problem
+    why = problem(entry.artifacts, entry.meta) if entry is not None else None
+    if why is not None:  # refused by Store.put: never published
+        return f"the compile step returned a {why}; not stored"
     if not store.writable:
         why = getattr(store, "write_problem", None) or "read-only, missing or full"
         return f"the cache at {store.root} cannot be written ({why})"

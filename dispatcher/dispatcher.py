@@ -32,6 +32,7 @@ from . import compile_warnings as _warnings
 from . import components as _components  # imported now, not on the first kernel call
 from . import numba_config as _numba_config
 from . import record as _record
+from . import require as _require
 from .kernel_entry import NotStorable, entry_to_kernel, kernel_to_entry, marker_entry
 
 log = logging.getLogger("kcache.dispatcher")
@@ -451,6 +452,7 @@ class KCacheDispatcher(_compat.CUDADispatcher):
         as ``_kcache_warnings``, for its entry."""
         if not self._can_compile:
             raise RuntimeError("Compilation disabled")
+        _require.check(self, argtypes)  # KCACHE_REQUIRE_HIT: may refuse (raise) or warn
         start = time.perf_counter()
         with _warnings.captured() as said:
             kernel = _compat.compile_kernel(self.py_func, argtypes, self.targetoptions)

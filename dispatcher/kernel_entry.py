@@ -14,15 +14,14 @@ import builtins
 import sys
 
 from kcache import Entry
+from kcache.artifacts import KERNEL_FIELDS
 
 from . import _compat
 from .sigspec import format_or_none
 
-#: Metadata fields of an entry that ``_compat.rebuild_kernel`` reads (all plain data).
-STATE_FIELDS = (
-    "entry_name", "name", "cooperative", "needs_cudadevrt", "nrt", "max_registers", "lto",
-    "nvvm_options", "launch_config_sensitive", "shared_memory_carveout", "debug", "lineinfo",
-)
+#: Metadata fields of an entry that ``_compat.rebuild_kernel`` reads (all plain data); the
+#: core checks the artifacts of every entry holding them all (kcache.artifacts).
+STATE_FIELDS = KERNEL_FIELDS
 _PLAIN = (type(None), bool, int, float, str, bytes)
 
 

@@ -113,15 +113,9 @@ def _meta(artifact: str, data: bytes, *, name: str | None, arch: str | None, via
 
 
 def _looks_like(artifact: str, data: bytes) -> bool:
-    """The artifact check of a hit: a cubin is an ELF file, LTO-IR has its magic, PTX is not
-    binary. Other artifacts (fatbin, object, ...) are returned as stored."""
-    if artifact == "cubin":
-        return data[:4] == artifacts.ELF_MAGIC
-    if artifact == "ltoir":
-        return data[:4] == artifacts.LTOIR_MAGIC
-    if artifact == "ptx":
-        return b"\0" not in data[:4096]
-    return True
+    """The artifact check of a hit: the store's one validator (kcache.artifacts.check) for
+    cubin, PTX and LTO-IR; other artifacts (fatbin, object, ...) are returned as stored."""
+    return artifacts.check(artifact, data) is None
 
 
 def _artifact(entry: Entry) -> tuple[str, bytes] | None:

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from . import entry as fmt
-from . import fsio, maintenance
+from . import artifacts, fsio, maintenance
 from .config import Settings, resolve
 from .entry import Entry, EntryInfo
 from .errors import CorruptEntry, KcacheError, NewerFormat
@@ -72,6 +72,8 @@ class Stats:
     corrupt: int = 0
     lock_waits: int = 0
     lock_timeouts: int = 0
+    lock_stale: int = 0
+    artifacts_refused: int = 0
     bytes_written: int = 0
     compile_seconds: float = 0.0
     seconds_saved: float = 0.0
@@ -153,7 +155,8 @@ class Store:
         self._stats = StatsBook(self.layout, self._file_mode, self._ensure_root, self._fail,
                                 self._layout_gone, self._ready_folder)
         self._locks = KeyLocks(self.layout, self.lock_timeout, self._file_mode,
-                               self._count, self._lock_error, self._ready_folder)
+                               self._count, self._lock_error, self._ready_folder,
+                               stale=self.settings.lock_stale)
         self._totals: dict[int, tuple[int, int]] = {}
         self._totals_at = 0.0
         self._corrupt_seen: set[tuple] = set()
@@ -426,8 +429,13 @@ class Store:
     def verify_bytes(self, key: str, data: bytes) -> tuple[dict, Entry]:
         """The one check every value from any tier crosses before it is used: the entry
         format (kcache.entry.decode: bounds, checksum, header schema, decoding limits).
-        Returns (header, Entry); raises CorruptEntry (with ``code``) or NewerFormat."""
-        return fmt.decode(data, key)
+        A kernel entry's artifacts must also pass kcache.artifacts (never handed to the driver
+        otherwise). Returns (header, Entry); raises CorruptEntry (with ``code``) or NewerFormat."""
+        header, ent = fmt.decode(data, key)
+        why = artifacts.problem(ent.artifacts, ent.meta)
+        if why is not None:
+            raise CorruptEntry(why, "artifacts")
+        return header, ent
 
     def _read(self, key: str, touch: bool, remote: bool = True):
         """(header, Entry, tier) of the first tier holding a valid entry for ``key``, or None.
@@ -659,12 +667,20 @@ class Store:
             return contextlib.nullcontext(False)  # disabled, untrusted or unwritable: no files
         return self._locks.hold(key, timeout)
 
+    def _compile_lock(self, key: str):
+        """:meth:`lock` for a compile: the holder renews a heartbeat; a holder without one for
+        KCACHE_LOCK_STALE seconds (stopped) is passed, counted in ``lock_stale`` (kcache.locks)."""
+        if not self._ensure_root():
+            return contextlib.nullcontext(False)
+        return self._locks.hold(key, flight=True)
+
     def put(self, key: str, entry: Entry, *, components: dict | None = None) -> bool:
         """Publish ``entry`` under ``key`` atomically; True if written.
 
         False (never an exception) if the store is disabled or the root is read-only,
         missing, full or untrusted, or the entry's path is taken by something that is not an
-        entry file (counted in ``write_errors_*``, warned once). May evict least-recently-used
+        entry file (counted in ``write_errors_*``, warned once), or a kernel entry's artifact
+        fails kcache.artifacts (``artifacts_refused``, warned once). May evict least-recently-used
         entries when the total crosses max_size. TypeError if the entry's meta or
         ``components`` are not msgpack-encodable, ValueError if they hold what an entry may
         not (a non-finite number, more than the decoding limits)."""
@@ -672,6 +688,12 @@ class Store:
         if not isinstance(entry, Entry):
             raise TypeError(f"put() needs a kcache.Entry, not {type(entry).__name__}")
         if self.disabled:
+            return False
+        why = artifacts.problem(entry.artifacts, entry.meta)
+        if why is not None:  # e.g. an empty cubin from the compile step: never published
+            self._count(key, now=True, artifacts_refused=1)
+            warn_once("artifact-refused", f"kcache: not storing the entry of {entry.meta.get('kernel', key)} "
+                      f"({why}); the kernel still runs, uncached")
             return False
         data = fmt.encode(key, entry, components)
         return self._publish(key, data)
@@ -703,7 +725,9 @@ class Store:
 
         Looks up ``key``; on a miss takes its lock, looks again (another process may have
         created it meanwhile), else calls ``create()`` (-> Entry) and puts the result. Returns
-        ``(entry, was_hit)``; counts exactly one hit or one miss, or neither with
+        ``(entry, was_hit)``. A holder of the lock that is stopped (no heartbeat for
+        KCACHE_LOCK_STALE seconds) is not waited for: this process compiles and publishes too
+        (``lock_stale``, warned once). Counts exactly one hit or one miss, or neither with
         ``count=False`` (an existence check, e.g. ``compile_for``: not a use). Compiles are
         not counted here: the caller records them (``record(compiles=1, compile_seconds=...)``).
         Raises LockTimeout, or whatever ``create`` raises."""
@@ -713,7 +737,7 @@ class Store:
         found = self._read(key, touch=count)
         if found is not None:
             return (self._hit(key, found) if count else found[1]), True
-        with self.lock(key):
+        with self._compile_lock(key):
             found = self._read(key, touch=count, remote=False)  # the remote was asked just now
             if found is not None:
                 return (self._hit(key, found) if count else found[1]), True

@@ -323,7 +323,8 @@ def test_clear_asks_on_a_terminal(cache):
 # ------------------------------------------------------------------------------ stats
 
 STATS_FIELDS = {"hits": int, "misses": int, "compiles": int, "puts": int, "evictions": int,
-                "corrupt": int, "lock_waits": int, "lock_timeouts": int,
+                "corrupt": int, "lock_waits": int, "lock_timeouts": int, "lock_stale": int,
+                "artifacts_refused": int,
                 "bytes_written": int, "compile_seconds": float, "seconds_saved": float,
                 "entries": int, "bytes": int, "max_size": int, "recounted": bool}
 
@@ -720,7 +721,8 @@ def test_config_show_get_set(cache):
     assert doc["root"] == str(root) and doc["config_file"] == str(root / "config.json")
     settings = doc["settings"]
     assert set(settings) == {"root", "max_size", "readonly_dirs", "readonly_roots",
-                             "lock_timeout", "disabled", "shared", "remote", "remote_namespace",
+                             "lock_timeout", "lock_stale", "disabled", "shared", "remote",
+                             "remote_namespace",
                              "remote_readonly", "remote_timeout", "remote_ttl", "remote_wait"}
     assert settings["readonly_roots"] == settings["readonly_dirs"]  # old name, same content
     assert settings["root"] == {"value": str(root), "origin": "argument"}

@@ -386,3 +386,45 @@ def test_served_kernels_behave_as_compiled_ones(tmp_path):
         assert run["llvm"] and run["ptx"] and run["typemap"] and run["warned"] == 1, run
     assert second["counts"].get("hits", 0) >= 3 and second["counts"].get("compiles", 0) == 0
     assert second["counts"].get("inspect_compiles", 0) == 1, second
+
+
+def test_require_hit_raises_or_warns_on_a_real_launch(tmp_path):
+    """KCACHE_REQUIRE_HIT with real launches: =1 on an empty cache raises CacheMissError at the
+    first launch (nothing compiled or stored); =warn warns once and the kernel runs; then =1
+    launches the entry warn stored, with no compile."""
+    code = """
+        import json, warnings
+        import numpy as np
+        import kcache
+        from numba import cuda
+
+        @kcache.jit
+        def add_one(a):
+            i = cuda.grid(1)
+            if i < a.size:
+                a[i] += 1
+
+        a = cuda.to_device(np.zeros(64, dtype=np.float32))
+        out = {}
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            try:
+                add_one[1, 64](a)
+                out["raised"] = None
+            except kcache.CacheMissError as exc:
+                out["raised"] = str(exc)
+        out["warned"] = [str(w.message) for w in seen if "KCACHE_REQUIRE_HIT" in str(w.message)]
+        out["ok"] = bool((a.copy_to_host() == (out["raised"] is None)).all())
+        out["hits_compiles"] = [sum(add_one.stats.cache_hits.values()), add_one.stats.compiles]
+        out["entries"] = len(list(kcache.Store().entries()))
+        print(json.dumps(out))
+    """
+    strict = run_child(tmp_path, code, name="strict.py", env_extra={"KCACHE_REQUIRE_HIT": "1"})
+    assert "add_one" in strict["raised"] and "no entry of this kernel yet" in strict["raised"]
+    assert strict["hits_compiles"] == [0, 0] and strict["entries"] == 0 and strict["ok"]
+    warned = run_child(tmp_path, code, name="warn.py", env_extra={"KCACHE_REQUIRE_HIT": "warn"})
+    assert warned["raised"] is None and warned["ok"] and len(warned["warned"]) == 1
+    assert warned["hits_compiles"] == [0, 1] and warned["entries"] == 1
+    served = run_child(tmp_path, code, name="served.py", env_extra={"KCACHE_REQUIRE_HIT": "1"})
+    assert served["raised"] is None and served["ok"] and served["warned"] == []
+    assert served["hits_compiles"] == [1, 0]
