@@ -30,7 +30,7 @@ def open_remote(store, nothing: str):
     """The store's remote tier (``Store.require_remote``) for a command that needs it; a
     Problem (exit 1, one line ending with ``nothing``, e.g. "nothing pushed") when none is
     configured, a setting is bad or the client library is missing (the line names the extra
-    to install: ``pip install 'kcache[redis]'``). The command then reports the remote's
+    to install: ``pip install 'kcache-cuda[redis]'``). The command then reports the remote's
     errors itself: the store's warnings of them are not printed."""
     from kcache.cli.main import reported_here
     from kcache.errors import KcacheError

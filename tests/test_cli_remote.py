@@ -254,8 +254,8 @@ def test_remote_check_json_says_what_is_wrong(tmp_path):
     assert "connection refused" in doc["error"]
 
 
-@pytest.mark.parametrize("module,url,extra", [("redis", "redis://127.0.0.1:6379/0", "kcache[redis]"),
-                                              ("s3fs", "s3://bucket/prefix", "kcache[s3]")])
+@pytest.mark.parametrize("module,url,extra", [("redis", "redis://127.0.0.1:6379/0", "kcache-cuda[redis]"),
+                                              ("s3fs", "s3://bucket/prefix", "kcache-cuda[s3]")])
 @pytest.mark.parametrize("command", ["remote", "push", "pull"])
 def test_missing_client_library_is_one_line_naming_the_extra(tmp_path, module, url, extra, command):
     fill(tmp_path / "a")

@@ -343,8 +343,8 @@ def test_eight_processes_over_two_roots_compile_once(tmp_path, redis_backend):
 
 
 @pytest.mark.parametrize("library,url,extra", [
-    ("redis", "redis://127.0.0.1:9/0", "kcache[redis]"),
-    ("s3fs", "s3://some-bucket/prefix", "kcache[s3]")])
+    ("redis", "redis://127.0.0.1:9/0", "kcache-cuda[redis]"),
+    ("s3fs", "s3://some-bucket/prefix", "kcache-cuda[s3]")])
 def test_missing_client_library_warns_once_and_kernels_still_work(tmp_path, library, url, extra):
     k = key("missing", library)
     env = {"KCACHE_REMOTE": url}

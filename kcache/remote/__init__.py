@@ -40,7 +40,7 @@ _SCHEME_RE = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 
 class MissingClient(KcacheError, ImportError):
     """The client library for a remote URL is not installed; the message names the extra
-    (``pip install 'kcache[redis]'`` / ``'kcache[s3]'``) or fsspec's backend package."""
+    (``pip install 'kcache-cuda[redis]'`` / ``'kcache-cuda[s3]'``) or fsspec's backend package."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,7 +183,7 @@ def open_remote(url: str, *, namespace: str = DEFAULT_NAMESPACE, readonly: bool 
             from .redis_tier import RedisTier
         except ImportError as exc:
             raise MissingClient(f"remote {redact(url)} needs the Redis client (redis-py), which is "
-                                f"not installed ({exc}); install it with: pip install 'kcache[redis]'") from None
+                                f"not installed ({exc}); install it with: pip install 'kcache-cuda[redis]'") from None
         return RedisTier(url, namespace=namespace, readonly=readonly, timeout=timeout, ttl=ttl,
                          password=password, max_wait=DEFAULT_MAX_WAIT if max_wait is None else max_wait)
     return _open_fsspec(url, scheme, namespace=namespace, readonly=readonly, timeout=timeout,
@@ -193,7 +193,7 @@ def open_remote(url: str, *, namespace: str = DEFAULT_NAMESPACE, readonly: bool 
 def _open_fsspec(url: str, scheme: str, *, namespace: str, readonly: bool, timeout: float,
                  ttl: float | None, options: dict | None):
     extra = "s3" if scheme in ("s3", "s3a") else None
-    hint = f"pip install 'kcache[{extra}]'" if extra else "pip install 'kcache[s3]' and fsspec's package for it"
+    hint = f"pip install 'kcache-cuda[{extra}]'" if extra else "pip install 'kcache-cuda[s3]' and fsspec's package for it"
     try:
         import fsspec
     except ImportError as exc:
