@@ -71,10 +71,12 @@ def versions() -> dict:
     """Versions of kcache and the toolchain (importlib.metadata, as kcache's keys see them)."""
     from importlib import metadata
     out = {"python": platform.python_version()}
+    # kcache's distribution is kcache-cuda (PyPI's "kcache" is another project); the results
+    # keep the field name "kcache".
     for name in ("kcache", "numba", "numba-cuda", "llvmlite", "numpy", "cuda-bindings",
                  "cuda-core", "filelock", "msgpack", "redis", "fsspec", "matplotlib"):
         try:
-            out[name] = metadata.version(name)
+            out[name] = metadata.version("kcache-cuda" if name == "kcache" else name)
         except metadata.PackageNotFoundError:
             pass
     if os.environ.get("BENCH_COMMIT"):  # a copied tree whose git metadata is not its own

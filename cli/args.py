@@ -21,14 +21,15 @@ MAX_COUNT = 2**63 - 1
 
 
 def add_common(parser: argparse.ArgumentParser) -> None:
-    """Add ``--dir``, ``--json`` and ``--wide`` to ``parser``.
+    """Add ``--dir`` (alias ``--cache-dir``), ``--json``, ``--wide`` and ``--no-color`` to
+    ``parser``.
 
     They default to ``argparse.SUPPRESS`` so they can be given before or after the
     subcommand (``kcache --dir D ls`` and ``kcache ls --dir D``) without one level
     overwriting the other's value with a default.
     """
     parser.add_argument(
-        "--dir", metavar="PATH", default=argparse.SUPPRESS,
+        "--dir", "--cache-dir", dest="dir", metavar="PATH", default=argparse.SUPPRESS,
         help="cache root (default: $KCACHE_DIR, else the platform cache directory)")
     parser.add_argument(
         "--json", action="store_true", default=argparse.SUPPRESS,
@@ -37,6 +38,9 @@ def add_common(parser: argparse.ArgumentParser) -> None:
         "--wide", action="store_true", default=argparse.SUPPRESS,
         help="on a terminal, show every column and value in full (lines may then be wider "
              "than the terminal)")
+    parser.add_argument(
+        "--no-color", action="store_true", default=argparse.SUPPRESS,
+        help="no colours on a terminal (as the NO_COLOR variable)")
 
 
 def want_json(args: argparse.Namespace) -> bool:
@@ -139,12 +143,14 @@ def cc_arg(text: str) -> tuple:
     """argparse type for a compute capability in any of numba-cuda's forms (``9.0``, ``9.0a``,
     ``90``, ``sm_90``, ``sm_90a``, ``compute_90``): ``kcache.arch.parse_cc``'s
     ``(major, minor, "a" | None)``. ``9.0`` then matches sm_90 and sm_90a entries, ``sm_90a``
-    only sm_90a ones (:func:`arch_matches`)."""
+    only sm_90a ones (:func:`arch_matches`). A filter takes any well-formed cc, also one the
+    installed toolkit cannot build; the error is ``kcache.arch.option_problem``'s line."""
     from kcache import arch
     try:
         return arch.parse_cc(text)
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(one_line(exc)) from None
+        problem = arch.option_problem("--cc", text) or one_line(exc)
+        raise argparse.ArgumentTypeError(problem.removeprefix("--cc ")) from None
 
 
 def add_entry_filters(parser: argparse.ArgumentParser) -> None:

@@ -29,7 +29,28 @@ def open_store(args: argparse.Namespace):
     # `verify --fix`, which the store skips quarantining when disabled) still applies.
     store.disabled = False
     check_trusted(store)
+    if getattr(args, "command", None) in READING_COMMANDS:
+        check_exists(store)
     return store
+
+
+#: Commands that read the entries already there: on a root that was named (``--dir``,
+#: ``KCACHE_DIR``) but does not exist they would report an empty cache, hiding a typo.
+#: The others (``warm``, ``import``, ``pull``, ``config``, ``dir``, ``remote``) may make it.
+READING_COMMANDS = frozenset({"ls", "stats", "show", "verify", "export", "push", "prune", "rm",
+                              "clear"})
+
+
+def check_exists(store) -> None:
+    """Raise :class:`Problem` (exit 1) when the cache root was named by ``--dir`` or
+    ``KCACHE_DIR`` (not the default, which before its first use is an empty cache), does not
+    exist, and no read-only dir is configured."""
+    origin = store.settings.origins.get("root", "default")
+    if origin == "default" or store.readonly_roots or store.root.exists():
+        return
+    named = "--dir" if origin == "argument" else origin.removeprefix("env ")
+    raise Problem(f"the cache root {store.root} (from {named}) does not exist: no cache "
+                  "there (check the path; 'kcache dir' shows the roots in use)")
 
 
 def check_trusted(store) -> None:

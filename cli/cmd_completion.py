@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import shlex
 
+from kcache.cli.args import want_json
+from kcache.cli.errors import UsageError
 from kcache.cli.spec import Command, kcache_tree
 
 SHELLS = ("bash", "zsh", "fish")
@@ -39,6 +41,10 @@ def register(sub):
 
 
 def run(args) -> int:
+    """Print the script; ``--json`` is refused (exit 2): a script is not a JSON document."""
+    if want_json(args):
+        raise UsageError("completion prints a shell script, not JSON: --json is not accepted "
+                         "(use 'kcache completion bash|zsh|fish')")
     tree = kcache_tree()
     print({"bash": bash, "zsh": zsh, "fish": fish}[args.shell](tree), end="")
     return 0

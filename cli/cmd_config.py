@@ -20,7 +20,8 @@ from kcache.cli.text import clip, escape
 REMOTE_SHOWN = ("remote", "remote_namespace", "remote_readonly", "remote_timeout", "remote_ttl",
                 "remote_wait")
 #: Settings shown by ``config show`` and accepted by ``config get``, under their CLI names.
-SHOWN = ("root", "max_size", "readonly_dirs", "lock_timeout", "disabled", "shared") + REMOTE_SHOWN
+SHOWN = ("root", "max_size", "readonly_dirs", "lock_timeout", "lock_stale", "disabled",
+         "shared") + REMOTE_SHOWN
 #: CLI name -> name of the setting in ``kcache.config`` (``SOURCES``, ``resolve_each``).
 CONFIG_NAMES = {"readonly_dirs": "readonly_roots"}
 #: Old names still accepted as input (with a note) -> the name they mean now. JSON documents
@@ -199,7 +200,7 @@ def _human(row: Row) -> str:
         return f"{human_value(value)} (bad: see below)"
     if name == "max_size":
         return f"{human_size(value)} ({value} bytes)"
-    if name in ("lock_timeout", "remote_timeout", "remote_wait"):
+    if name in ("lock_timeout", "lock_stale", "remote_timeout", "remote_wait"):
         return human_seconds(value)
     if name == "readonly_dirs":
         return os.pathsep.join(value) or "(none)"

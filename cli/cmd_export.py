@@ -1,6 +1,8 @@
-"""``kcache export OUT``: write entries into one bundle file (tar, zstd when available)."""
+"""``kcache export OUT``: write entries into one bundle file (zstd-compressed, signed with a
+secret when one is set; docs/containers.md "Bundle format")."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from kcache.cli.args import add_entry_filters, nonblank_arg, want_json
@@ -8,7 +10,7 @@ from kcache.cli.cache import open_store
 from kcache.cli.entries import select_entries
 from kcache.cli.errors import Problem, UsageError
 from kcache.cli.fmt import entries_text, human_size
-from kcache.cli.output import message, print_json
+from kcache.cli.output import message, print_json, progress_bar, stderr_is_terminal
 from kcache.cli.secret import add_secret_option, secret_of
 
 
@@ -17,14 +19,15 @@ def register(sub):
     p = sub.add_parser("export", help="write entries into one bundle file",
                        description="Write the cache's entries (writable root and read-only "
                                    "layers) into one bundle file for another machine or image: "
-                                   "a tar with a manifest, zstd-compressed when the zstandard "
-                                   "package is installed, signed with a secret when one is set.")
+                                   "the entries with a record each, zstd-compressed, signed "
+                                   "with a secret when one is set.")
     p.add_argument("out", metavar="OUT", type=nonblank_arg("OUT"), help="the bundle file to write")
     add_entry_filters(p)
     p.add_argument("--current", action="store_true",
                    help="only entries built by the current toolchain (no stale ones)")
     p.add_argument("--compress", choices=("auto", "zstd", "none"), default="auto",
-                   help="zstd, none, or auto: zstd when the zstandard package is installed")
+                   help="zstd, none, or auto (the default): zstd when the zstandard package is "
+                        "installed (a dependency of kcache)")
     add_secret_option(p)
     return p
 
@@ -34,28 +37,40 @@ def select(store, args) -> list:
     return select_entries(store, kernel=args.kernel, ccs=args.cc, current=args.current)
 
 
-def run(args) -> int:
-    """Export. JSON: ``{"path", "entries", "entry_bytes", "bundle_bytes", "compressed",
-    "signed", "keys"}``. Exit 1 (nothing written) when no entry matches."""
-    from kcache.bundle import BundleError, write_bundle
-    out = Path(args.out).expanduser().absolute()
-    if out.is_dir():
-        raise UsageError(f"export: {out} is a folder (accepted: a file path for the bundle)")
-    secret = secret_of(args)
-    store = open_store(args)
+def _items(store, infos, progress) -> list[tuple[dict, bytes]]:
+    """(record, verified bytes) of each entry in ``infos`` still there and valid."""
     items = []
-    for info in select(store, args):
+    for i, info in enumerate(infos, 1):
         data = store.entry_bytes(info.key)
+        if progress is not None:
+            progress(i, len(infos))
         if data is None:
             continue  # removed meanwhile, or fails the checks: never exported
         items.append(({"key": info.key, "kernel": info.kernel, "signature": info.signature,
                        "arch": info.arch, "toolchain": (info.components or {}).get("toolchain"),
                        "created": info.created}, data))
+    return items
+
+
+def run(args) -> int:
+    """Export. JSON: ``{"path", "entries", "entry_bytes", "bundle_bytes", "compressed",
+    "signed", "keys"}``. Exit 1 (nothing written) when no entry matches."""
+    from kcache.bundle import BundleError, write_bundle
+    # a symlink the user typed is theirs: the bundle replaces the file it names
+    out = Path(os.path.realpath(Path(args.out).expanduser()))
+    if out.is_dir():
+        raise UsageError(f"export: {out} is a folder (accepted: a file path for the bundle)")
+    secret = secret_of(args)
+    store = open_store(args)
+    show = stderr_is_terminal() and not want_json(args)
+    with progress_bar(show, "reading entries") as progress:
+        items = _items(store, select(store, args), progress)
     if not items:
         raise Problem("no entries match: nothing written")
     compress = {"auto": None, "zstd": True, "none": False}[args.compress]
     try:
-        rep = write_bundle(out, items, secret=secret, compress=compress)
+        with progress_bar(show, "exporting") as progress:
+            rep = write_bundle(out, items, secret=secret, compress=compress, progress=progress)
     except BundleError as exc:
         raise UsageError(str(exc)) from None
     if want_json(args):

@@ -1,15 +1,16 @@
 """``kcache import IN``: verify and publish the entries of a bundle into a cache root."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from kcache.cli.args import nonblank_arg, want_json
 from kcache.cli.cache import open_store
 from kcache.cli.errors import Problem
 from kcache.cli.fmt import entries_text
-from kcache.cli.output import message, print_json
-from kcache.cli.problems import SHORT_KEY
+from kcache.cli.output import message, print_json, progress_bar, stderr_is_terminal
 from kcache.cli.secret import add_secret_option, secret_of
+from kcache.cli.transfer import failure_line
 
 
 def register(sub):
@@ -29,43 +30,43 @@ def register(sub):
 
 def run(args) -> int:
     """Import. JSON: ``{"bundle", "root", "imported": [key...], "present": [key...],
-    "failed": [{"key", "reason"}], "ignored": [{"member", "reason"}], "signed"}``. Exit 1
-    when the bundle cannot be used (nothing imported) or any entry was refused."""
+    "failed": [{"key", "reason"}], "ignored": [{"member", "reason"}], "signed",
+    "signature_checked"}``. Exit 1 when the bundle cannot be used (nothing imported) or any
+    entry was refused (the others are imported)."""
     from kcache.bundle import BundleError, BundleTier
     if args.into is not None:
         args.dir = args.into
     secret = secret_of(args)
     store = open_store(args)
-    path = Path(args.bundle).expanduser().absolute()
+    # the user's own path: a symlink they typed is theirs to follow (the no-link rule is for
+    # paths inside cache roots); the file it names is then opened without following links
+    path = Path(os.path.realpath(Path(args.bundle).expanduser()))
     try:
         tier = BundleTier(path, secret=secret, max_entry_size=store.settings.max_entry_size)
-    except FileNotFoundError:
-        raise Problem(f"{path}: no such file") from None
     except BundleError as exc:
         raise Problem(f"{exc}; nothing imported") from None
     with tier:
         if store.check_writable() is not None:
             raise Problem(f"cannot write to {store.root} ({store.write_problem}): nothing imported")
-        report = store.copy_in(tier)
-        listed = {rec["key"] for rec in tier.records()}
-        # a listed entry the bundle cannot give (missing, twice, a link) is a failure;
-        # other members are only noted (never read)
+        with progress_bar(stderr_is_terminal() and not want_json(args), "importing") as progress:
+            report = store.copy_in(tier, progress=progress)
         failed = [{"key": k, "reason": why} for k, why in report.failed]
-        failed += [{"key": k, "reason": why} for k, why in tier.problems.items() if k in listed]
-        ignored = [{"member": k, "reason": why} for k, why in tier.problems.items() if k not in listed]
-        signed = tier.signed
+        failed += [{"key": k, "reason": why} for k, why in tier.refused.items()]
+        ignored = [{"member": k, "reason": why} for k, why in tier.notes.items()]
+        signed, checked = tier.signed, tier.checked
     if want_json(args):
         print_json({"bundle": str(path), "root": str(store.root), "imported": report.copied,
                     "present": report.present, "failed": failed, "ignored": ignored,
-                    "signed": signed})
+                    "signed": signed, "signature_checked": checked})
     else:
         message(f"kcache: imported {entries_text(len(report.copied))} into {store.root}"
                 f"{f', {len(report.present)} already there' if report.present else ''}"
-                f"{', signature checked' if signed and secret else ''}")
+                f"{', signature checked' if checked else ''}")
         for item in ignored[:5]:
             message(f"kcache: note: {item['member']}: {item['reason']}")
+    if signed and not checked:
+        message(f"kcache: note: {path} is signed, but its signature was not checked (no "
+                "KCACHE_SECRET or --secret-file); each entry was still verified")
     if failed:
-        shown = "; ".join(f"{f['key'][:SHORT_KEY]}: {f['reason']}" for f in failed[:5])
-        raise Problem(f"{entries_text(len(failed))} refused: {shown}"
-                      f"{f'; and {len(failed) - 5} more' if len(failed) > 5 else ''}")
+        raise Problem(failure_line(failed, f"of {path} refused"))
     return 0

@@ -11,6 +11,7 @@ from kcache.cli.entries import entries_and_broken, entry_record, is_stale, kerne
 from kcache.cli.fmt import ago, entries_text, human_seconds, human_size, iso, plain_seconds
 from kcache.cli.output import Column, message, print_json, print_table
 from kcache.cli.problems import not_regular
+from kcache.entry import KINDS
 
 #: --sort keys -> (sort key of an EntryView, newest/largest first?)
 SORTS = {
@@ -21,19 +22,35 @@ SORTS = {
     "created": (lambda v: v.created or 0.0, True),
 }
 
-#: Terminal columns. When the terminal is narrow, kernel names and signatures lose their
-#: middle, and Compile time, Hits, Signature, Last used, Size go, in that order, before a
-#: kernel name is cut below 24 cells (then down to 16).
+#: Terminal columns. When the terminal is narrow, kernel names keep their qualname (the
+#: module loses its middle), signatures keep where they differ from the others, and Compile
+#: time, Hits, Last used, Size, Signature go, in that order, before a kernel name is cut below
+#: 24 cells (then down to 16). Signature stays while two rows share kernel and arch
+#: (:func:`columns_for`): without it two overloads would print as the same row.
 COLUMNS = (
     Column("Key"),
-    Column("Kernel", shrink=16, keep=24),
-    Column("Signature", shrink=12, drop=4),
+    Column("Kernel", shrink=16, keep=24, cut="kernel"),
+    Column("Signature", shrink=12, drop=1, cut="distinct"),
     Column("Arch"),
     Column("Size", right=True, drop=2),
-    Column("Hits", right=True, drop=5),
+    Column("Hits", right=True, drop=4),
     Column("Last used", drop=3),
-    Column("Compile time", right=True, drop=6),
+    Column("Compile time", right=True, drop=5),
 )
+#: COLUMNS with a Signature that is never hidden.
+_WITH_SIGNATURE = tuple(Column(c.header, c.right, c.shrink, c.keep, 0, c.cut)
+                        if c.header == "Signature" else c for c in COLUMNS)
+
+
+def columns_for(views) -> tuple:
+    """:data:`COLUMNS`, with Signature kept when it is what tells two rows apart (the same
+    kernel and arch)."""
+    seen = set()
+    for v in views:
+        if (v.kernel, v.arch) in seen:
+            return _WITH_SIGNATURE
+        seen.add((v.kernel, v.arch))
+    return COLUMNS
 
 #: Header of the plain (piped) table: the entry object's JSON field names (docs/cli.md).
 PLAIN_NAMES = ("short_key", "kernel", "signature", "arch", "file_size", "hits", "last_used",
@@ -50,6 +67,8 @@ def register(sub):
                    help="only this compute capability (9.0 matches sm_90 and sm_90a)")
     p.add_argument("--stale", action="store_true",
                    help="only entries built by a toolchain other than the current one")
+    p.add_argument("--kind", choices=KINDS,
+                   help="only numba-cuda kernels or only cuda.core programs")
     p.add_argument("--sort", default="last-used", type=_sort_key, metavar="KEY",
                    help=f"order by one of: {', '.join(SORTS)} (default last-used)")
     p.add_argument("--limit", type=positive_int_arg, metavar="N", help="at most N rows")
@@ -87,8 +106,10 @@ def select(store, args, *, with_stale: bool) -> tuple[list, list]:
         stale = is_stale(view, current) if current is not None else None
         if args.stale and not stale:
             continue
+        if getattr(args, "kind", None) and view.kind != args.kind:
+            continue
         rows.append((view, stale))
-    if not (args.kernel or args.cc or args.stale):
+    if not (args.kernel or args.cc or args.stale or getattr(args, "kind", None)):
         rows += [(b, False if current is not None else None) for b in broken]
     key, reverse = SORTS[args.sort]
     rows.sort(key=lambda r: key(r[0]), reverse=reverse)
@@ -106,17 +127,22 @@ def run(args) -> int:
         print_json({"entries": [entry_record(view, stale) for view, stale in rows]},
                    checked=True)
     else:
+        views = [view for view, _ in rows]
         print_table(
-            COLUMNS, [view for view, _ in rows],
-            human=lambda v: (v.short_key, v.kernel_cell(), v.signature, v.arch,
+            columns_for(views), views,
+            human=lambda v: (v.short_key, v.kernel_cell(), v.signature_cell(), v.arch,
                              human_size(v.file_size), v.hits, ago(v.last_used),
                              human_seconds(v.compile_seconds)),
-            plain=lambda v: (v.short_key, v.kernel_cell(), v.signature, v.arch, v.file_size,
+            plain=lambda v: (v.short_key, v.kernel_cell(), v.signature_cell(), v.arch, v.file_size,
                              v.hits, iso(v.last_used), plain_seconds(v.compile_seconds)),
             names=PLAIN_NAMES, wide=want_wide(args))
         if not rows:
-            message("kcache: no entries match" if (args.kernel or args.cc or args.stale)
+            message("kcache: no entries match" if (args.kernel or args.cc or args.stale
+                                                   or args.kind)
                     else "kcache: the cache has no entries")
+        else:  # as `pip cache list` ends; on stderr, so the plain table stays rows only
+            size = sum(v.file_size for v in views if isinstance(v.file_size, int))
+            message(f"kcache: {entries_text(len(views))}, {human_size(size)}")
     if broken:
         first = broken[0]
         # rm never deletes an entry path that is not a regular file (e.g. a directory):

@@ -10,7 +10,7 @@ from kcache.cli.output import Column, message, print_json, print_table
 from kcache.cli.problems import left_text, not_removed, refuse_newer_format
 
 #: Terminal columns (see cmd_ls.COLUMNS): the kernel shrinks, then Last used and Size go.
-COLUMNS = (Column("Key"), Column("Kernel", shrink=16, keep=24), Column("Arch"),
+COLUMNS = (Column("Key"), Column("Kernel", shrink=16, keep=24, cut="kernel"), Column("Arch"),
            Column("Size", right=True, drop=1), Column("Last used", drop=2))
 
 
@@ -28,7 +28,7 @@ def register(sub):
                    help="remove entries not used for DURATION (e.g. 12h, 7d, 2w)")
     p.add_argument("--stale", action="store_true",
                    help="remove entries built by a toolchain other than the current one")
-    p.add_argument("--dry-run", action="store_true",
+    p.add_argument("--dry-run", "-n", action="store_true",
                    help="print what would be removed, remove nothing")
     return p
 

@@ -9,7 +9,7 @@ from kcache.cli.entries import header_matches
 from kcache.cli.errors import Problem
 from kcache.cli.fmt import entries_text
 from kcache.cli.output import is_terminal, message, print_json, progress_bar, stderr_is_terminal
-from kcache.cli.remote import open_remote, scrub
+from kcache.cli.remote import open_remote
 from kcache.cli.transfer import failed_records, failure_line, print_outcomes
 
 
@@ -42,7 +42,7 @@ def run(args) -> int:
         report = store.copy_in(remote, progress=progress, where=where)
     listing = [why for key, why in report.failed if key == "*"]
     if listing:
-        raise Problem(f"{scrub(listing[0])}; nothing pulled")
+        raise Problem(f"{listing[0]}; nothing pulled")
     failed = failed_records(report.failed)
     signed = store.remote_settings.secret is not None
     if want_json(args):

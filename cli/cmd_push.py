@@ -7,7 +7,7 @@ from kcache.cli.entries import select_entries
 from kcache.cli.errors import Problem
 from kcache.cli.fmt import entries_text
 from kcache.cli.output import is_terminal, message, print_json, progress_bar, stderr_is_terminal
-from kcache.cli.remote import open_remote, scrub
+from kcache.cli.remote import one_line, open_remote
 from kcache.cli.transfer import failed_records, failure_line, print_outcomes
 
 
@@ -38,10 +38,10 @@ def run(args) -> int:
         try:
             report = store.push(keys, progress=progress)
         except KcacheError as exc:
-            raise Problem(f"{scrub(str(exc))}; nothing pushed") from None
+            raise Problem(f"{one_line(exc)}; nothing pushed") from None
     listing = [why for key, why in report.failed if key == "*"]
     if listing:
-        raise Problem(f"{scrub(listing[0])}; nothing pushed")
+        raise Problem(f"{listing[0]}; nothing pushed")
     failed = failed_records(report.failed)
     signed = store.remote_settings.secret is not None
     if want_json(args):

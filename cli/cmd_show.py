@@ -2,7 +2,8 @@
 
 ``--ptx`` adds the PTX text, ``--sass`` the SASS disassembly of the cubin (nvdisasm, else
 cuobjdump, when on PATH) and ``--extract DIR`` writes ``<DIR>/<kernel>.<arch>.cubin`` and
-``.ptx`` (and ``.ltoir`` when the entry has LTO-IR).
+``.ptx`` (and ``.ltoir`` when the entry has LTO-IR); ``--artifact NAME -o FILE`` writes one
+artifact's bytes unchanged (``-o -``: to stdout), e.g. a cached cubin for ``cuobjdump``.
 """
 from __future__ import annotations
 
@@ -40,6 +41,11 @@ def register(sub):
     p.add_argument("--extract", metavar="DIR", type=nonblank_arg("--extract"),
                    help="write <DIR>/<kernel>.<arch>.cubin and .ptx (and .ltoir when the "
                         "entry has LTO-IR)")
+    p.add_argument("--artifact", metavar="NAME", type=nonblank_arg("--artifact"),
+                   help="write this artifact's bytes unchanged (cubin, ptx, ltoir, ...) to "
+                        "-o FILE instead of showing the entry")
+    p.add_argument("-o", "--output", metavar="FILE", type=nonblank_arg("--output"),
+                   help="where --artifact writes ('-' for stdout)")
     return p
 
 
@@ -56,6 +62,9 @@ def run(args) -> int:
     extract_to = Path(os.path.abspath(args.extract)) if args.extract is not None else None
     if extract_to is not None and extract_to.exists() and not extract_to.is_dir():
         raise UsageError(f"--extract {extract_to}: not a directory")
+    if (args.artifact is None) != (args.output is None):
+        raise UsageError("--artifact NAME and -o FILE go together (e.g. --artifact cubin "
+                         "-o kernel.cubin)")
     view = resolve_prefix(store, args.prefix)  # a bad prefix is a usage error (2) first
     tool = find_disassembler() if args.sass else None
     if args.sass and tool is None:
@@ -70,7 +79,7 @@ def run(args) -> int:
             raise Problem(f"entry {view.short_key} was removed meanwhile") from None
         except CorruptEntry as exc:
             problem = _reason(exc, view.info.path)
-    wants_payload = args.ptx or args.sass or extract_to is not None
+    wants_payload = args.ptx or args.sass or extract_to is not None or args.artifact is not None
     if problem is not None:
         if wants_payload:
             raise Problem(f"entry {view.short_key} is corrupt ({problem}); nothing "
@@ -79,6 +88,8 @@ def run(args) -> int:
         rm_hint = "" if not_regular(problem) else f", or 'kcache rm {view.short_key}'"
         raise Problem(f"entry {view.short_key} is corrupt ({problem}); run 'kcache "
                       f"verify --fix' to quarantine it{rm_hint}")
+    if args.artifact is not None:
+        return write_artifact(args, view, artifacts)
     extra = {}
     if args.ptx:
         extra["ptx"] = _text(artifacts, "ptx")
@@ -87,6 +98,34 @@ def run(args) -> int:
     if extract_to is not None:
         extra["extracted"] = [str(p) for p in extract(view, artifacts, extract_to)]
     _print(args, view, None, extra)
+    return 0
+
+
+def write_artifact(args, view: EntryView, artifacts: dict) -> int:
+    """``--artifact NAME -o FILE``: the artifact's exact bytes to FILE (``-``: stdout, never a
+    terminal). JSON (on stdout when FILE is not ``-``): ``{"key", "artifact", "output",
+    "bytes"}``."""
+    data = _artifact(artifacts, args.artifact)
+    if args.output == "-":
+        if sys.stdout.isatty():
+            raise UsageError("-o -: stdout is a terminal; write the artifact to a file "
+                             "instead (-o FILE)")
+        sys.stdout.flush()
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+        return 0
+    path = Path(os.path.abspath(args.output))
+    if path.is_dir():
+        raise UsageError(f"-o {path}: is a directory (give a file name)")
+    try:
+        path.write_bytes(data)
+    except OSError as exc:
+        raise Problem(f"cannot write {path}: {exc.strerror or exc}") from None
+    if want_json(args):
+        print_json({"key": view.key, "artifact": args.artifact, "output": str(path),
+                    "bytes": len(data)})
+    else:
+        sys.stderr.write(f"kcache: wrote {escape(str(path))} ({len(data)} bytes)\n")
     return 0
 
 
@@ -119,7 +158,7 @@ def _print(args, view: EntryView, problem: str | None, extra: dict) -> None:
 
 
 #: Fields of the entry object shown by plain ``show``, in this order (the JSON names).
-FIELDS = ("key", "kernel", "signature", "arch", "file_size", "sizes", "hits", "created",
+FIELDS = ("key", "kind", "kernel", "signature", "arch", "file_size", "sizes", "hits", "created",
           "last_used", "compile_seconds", "root", "readonly", "path", "problem")
 
 

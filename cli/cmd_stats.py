@@ -10,7 +10,7 @@ from kcache.cli.values import number
 #: Counter names copied from ``kcache.Stats`` into the JSON document, in this order (then
 #: any counter a newer store adds).
 COUNTERS = ("hits", "misses", "compiles", "puts", "evictions", "corrupt", "lock_waits",
-            "lock_timeouts", "bytes_written", "compile_seconds", "seconds_saved",
+            "lock_timeouts", "lock_stale", "artifacts_refused", "bytes_written", "compile_seconds", "seconds_saved",
             "entries", "bytes", "max_size")
 #: The store's failure and quarantine counters, and the remote tier's (docs/cli.md, "stats").
 STORE_COUNTERS = ("write_errors_no_space", "write_errors_permission", "write_errors_other",
@@ -128,10 +128,12 @@ def terminal_rows(doc: dict, remote: bool) -> list[tuple]:
         ("write errors", _by_kind(doc, "write_errors_", ("no_space", "permission", "other")), None),
         ("evictions", doc["evictions"], None),
         ("corrupt", doc["corrupt"], None),
+        ("artifacts refused", doc["artifacts_refused"], None),
         ("quarantine", f"{doc['quarantine_files']} files, {human_size(doc['quarantine_bytes'])}", None),
         ("temp files swept", doc["temp_swept"], None),
         ("lock waits", doc["lock_waits"], None),
         ("lock timeouts", doc["lock_timeouts"], None),
+        ("stopped lock holders passed", doc["lock_stale"], None),
         ("entries", doc["entries"], None),
         ("size", used, None),
         ("max size", human_size(cap), None),

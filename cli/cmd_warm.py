@@ -2,9 +2,12 @@
 
 Imports each TARGET (a .py file, a folder, a module or package name), finds its kernels and
 their eager signatures, adds the lines of ``--signatures`` files and, with ``--replay``, the
-stale entries of the cache, then compiles every (kernel, signature, cc) missing from the cache
-in ``--jobs`` worker processes. Exit status: 0 all compiled or cached, 1 something failed, 2
-bad usage (a bad TARGET, ``--cc`` or signatures file line: one line on stderr).
+stale entries of the cache whose kernels are defined in the TARGETs (no other module is ever
+imported for an entry), then compiles every (kernel, signature, cc) missing from the cache in
+``--jobs`` worker processes. Exit status: 0 all compiled or cached; 1 something failed, the
+run warmed nothing, ``--replay`` without a TARGET, or ``--strict`` with a kernel of unknown
+signature (one line on stderr says which); 2 bad usage (a bad TARGET, ``--cc`` or signatures
+file line: one line on stderr).
 """
 from __future__ import annotations
 
@@ -14,16 +17,19 @@ import time
 from kcache.cli.args import want_json, want_wide
 from kcache.cli.cache import ensure_writable, open_store
 from kcache.cli.errors import Problem, UsageError
-from kcache.cli.fmt import human_seconds, plain_seconds, plural
+from kcache.cli.fmt import entries_text, human_seconds, plain_seconds, plural
 from kcache.cli.output import Column, is_terminal, message, print_json, print_table
 from kcache.cli.text import line
 
 MAX_JOBS = 256
+#: The device a module-name TARGET's parent packages see while ``--replay`` without ``--cc``
+#: finds its modules (only device functions compiled at import read it; no key does).
+REPLAY_IMPORT_CC = (9, 0)
 #: Header of the plain (piped) table: the JSON result fields (docs/warm.md).
 PLAIN_NAMES = ("kernel", "display", "arch", "status", "key", "compile_seconds", "reason")
 COLUMNS = (
-    Column("Kernel", shrink=16, keep=24),
-    Column("Signature", shrink=12, drop=2),
+    Column("Kernel", shrink=16, keep=24, cut="kernel"),
+    Column("Signature", shrink=12, drop=2, cut="distinct"),
     Column("Arch"),
     Column("Result"),
     Column("Time", right=True, drop=1),
@@ -44,19 +50,23 @@ def register(sub):
                    help="a .py file, a folder (walked), or a module or package name")
     p.add_argument("--cc", action="append", metavar="CC[,CC...]", default=[],
                    help="compute capabilities, e.g. 8.0,9.0 (also 80, sm_90, sm_90a; "
-                        "repeatable); with --replay: only these")
-    p.add_argument("--jobs", type=_jobs_arg, metavar="N",
+                        "repeatable); with --replay: only these (default: every cc "
+                        "recorded)")
+    p.add_argument("--jobs", "-j", type=_jobs_arg, metavar="N",
                    help="processes that compile, this one included (default: the cores "
                         "this process may use)")
     p.add_argument("--signatures", action="append", metavar="FILE", default=[],
                    help="signatures file: 'module:qualname signature' per line (repeatable)")
     p.add_argument("--replay", action="store_true",
-                   help="compile again, for the current toolchain, every entry made by an "
-                        "earlier one")
-    p.add_argument("--dry-run", action="store_true",
+                   help="compile again, for the current toolchain, the entries an earlier "
+                        "one made of the kernels defined in the TARGETs (only modules found "
+                        "in the TARGETs are imported)")
+    p.add_argument("--dry-run", "-n", action="store_true",
                    help="list what would be compiled; compile and write nothing")
     p.add_argument("--include-tests", action="store_true",
                    help="also walk tests (tests/ and test/ folders, test_*.py, *_test.py)")
+    p.add_argument("--strict", action="store_true",
+                   help="also fail (exit status 1) when a kernel found has no known signature")
     return p
 
 
@@ -76,13 +86,13 @@ def run(args) -> int:
     if not (args.targets or args.signatures or args.replay):
         raise UsageError("warm needs a TARGET, --signatures FILE or --replay (see 'kcache "
                          "warm --help')")
-    if not args.cc and (args.targets or args.signatures):
+    if not args.cc and (args.signatures or (args.targets and not args.replay)):
         raise UsageError("warm needs --cc, e.g. --cc 8.0,9.0 (forms: 8.0, 80, sm_90, sm_90a)")
     try:
         from kcache.dispatcher import discover, replay, sigfile, warm
     except ImportError as exc:
-        raise Problem(f"warm needs numba-cuda ({exc}); install kcache[cu12] or "
-                      "kcache[cu13]") from None
+        raise Problem(f"warm needs numba-cuda ({exc}); install kcache-cuda[cu12] or "
+                      "kcache-cuda[cu13]") from None
     try:
         ccs = warm.parse_cc_list(args.cc) if args.cc else []
     except ValueError as exc:
@@ -95,13 +105,16 @@ def run(args) -> int:
     if not args.dry_run:
         ensure_writable(store, "nothing was compiled")
     plan = warm.Plan()
-    if args.targets or lines:
-        try:
+    try:
+        if ccs and (args.targets or lines):
             warm.plan_targets(plan, args.targets, lines, ccs, args.include_tests)
-        except discover.TargetError as exc:
-            raise UsageError(str(exc)) from None
+        elif args.targets:  # --replay without --cc: the TARGETs' modules, nothing imported
+            warm.find_modules(plan, args.targets, REPLAY_IMPORT_CC, args.include_tests)
+    except discover.TargetError as exc:
+        raise UsageError(str(exc)) from None
     if args.replay:
-        replay.plan_replay(plan, store, ccs or None)
+        replay.plan_replay(plan, _KernelsOnly(store), ccs or None,
+                           plan.modules if args.targets else None)
     jobs = args.jobs or warm.default_jobs()
     with _Progress(len(plan.tasks), quiet=want_json(args)) as progress:
         outcomes = warm.run_tasks(plan.tasks, root=store.root, jobs=jobs, dry_run=args.dry_run,
@@ -113,7 +126,46 @@ def run(args) -> int:
         print_json(_document(args, store, ccs, jobs, rows, counts, plan, seconds, warm))
     else:
         _print_report(args, rows, counts, plan, seconds, jobs, args.dry_run)
-    return 1 if counts["failed"] else 0
+    status, why = _exit_status(args, counts, plan)
+    if why:
+        message(f"kcache: warm: {why}")
+    return status
+
+
+def _exit_status(args, counts: dict, plan) -> tuple[int, str | None]:
+    """warm's exit status and, when it is 1 for a reason the table does not show, the line
+    that says why (docs/warm.md): a build step that warms nothing must not pass."""
+    if counts["failed"]:
+        return 1, None
+    if args.replay and not args.targets:
+        return 1, ("--replay imports only modules found in the TARGETs named: name them, "
+                   "e.g. kcache warm --replay src/ --cc 9.0 (nothing was imported; the "
+                   "recorded kernels are listed)")
+    warmed = counts["compiled"] + counts["cached"] + counts["would_compile"] + plan.current
+    if not warmed:
+        done = "would be compiled" if args.dry_run else "was compiled"
+        return 1, f"warmed nothing: no kernel {done} and none is cached"
+    if args.strict and plan.without_signatures:
+        n = len(plan.without_signatures)
+        return 1, f"--strict: {plural(n, 'kernel')} found without a known signature"
+    return 0, None
+
+
+class _KernelsOnly:
+    """``store`` whose ``entries()`` are its kernel entries only: ``--replay`` compiles
+    numba-cuda kernels again; a cuda.core program entry (docs/programs.md) holds no Python
+    function to compile, so it is skipped."""
+
+    def __init__(self, store) -> None:
+        self._store = store
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+    def entries(self, **kwargs):
+        from kcache.entry import entry_kind
+        return (info for info in self._store.entries(**kwargs)
+                if entry_kind(info.components) == "kernel")
 
 
 def _document(args, store, ccs, jobs, rows, counts, plan, seconds, warm) -> dict:
@@ -123,6 +175,8 @@ def _document(args, store, ccs, jobs, rows, counts, plan, seconds, warm) -> dict
         "jobs": jobs,
         "dry_run": bool(args.dry_run),
         "replay": bool(args.replay),
+        "strict": bool(args.strict),
+        "current_entries": plan.current,
         "seconds": seconds,
         "summary": counts,
         "results": [row.as_json() for row in rows],
@@ -148,6 +202,8 @@ def _print_report(args, rows, counts, plan, seconds, jobs, dry_run) -> None:
     done = ", ".join(f"{counts[s]} {_WORDS[s]}" for s in ("compiled", "cached", "would_compile",
                                                           "failed", "skipped")
                      if counts[s] or s in ("compiled", "cached", "failed"))
+    if plan.current:
+        done += f", {entries_text(plan.current)} of this toolchain already there"
     what = "dry run: " if dry_run else ""
     message(f"kcache: warm: {what}{done} in {seconds:.1f} s ({plural(jobs, 'job')})")
     if plan.without_signatures:
@@ -156,8 +212,6 @@ def _print_report(args, rows, counts, plan, seconds, jobs, dry_run) -> None:
         message(f"kcache: warm: {plural(len(plan.without_signatures), 'kernel')} without a "
                 f"known signature, not compiled: {names}{more} (list them in a --signatures "
                 "file, or record a run with KCACHE_RECORD=FILE; docs/warm.md)")
-    if not rows:
-        message("kcache: warm: nothing to compile")
 
 
 class _Progress:
@@ -171,13 +225,8 @@ class _Progress:
     def __enter__(self):
         import sys
         if self.total and sys.stderr.isatty():
-            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                                       TimeElapsedColumn)
-            from rich.console import Console
-            console = Console(stderr=True, highlight=False, markup=False, emoji=False)
-            self.bar = Progress(TextColumn("warm"), BarColumn(), MofNCompleteColumn(),
-                                TimeElapsedColumn(), TextColumn("{task.description}"),
-                                console=console, transient=is_terminal())
+            from kcache.cli.output import counting_progress
+            self.bar = counting_progress("warm", self.total, transient=is_terminal())
             self.bar.start()
             self.task = self.bar.add_task("", total=self.total)
         return self
@@ -186,9 +235,8 @@ class _Progress:
         self.n += 1
         status = outcome["status"]
         if self.bar is not None:
-            from rich.markup import escape
             self.bar.update(self.task, advance=1,
-                            description=escape(f"{_WORDS[status]} {task.kernel}"))
+                            description=self.bar.describe(_WORDS[status], task.kernel))
         elif not self.quiet:
             detail = outcome.get("reason") or (
                 f"{outcome['compile_seconds']:.2f} s" if outcome.get("compile_seconds") else "")

@@ -12,11 +12,13 @@ import os
 import re
 from typing import Any, Iterable
 
+from kcache.artifacts import MAX_ENTRY_POINTS
 from kcache.cli.errors import NotFound, UsageError
 from kcache.cli.fmt import iso
 from kcache.cli.problems import SHORT_KEY, is_newer, newer_format_files, problem_of
 from kcache.cli.text import clip
 from kcache.cli.values import count, number, text
+from kcache.entry import entry_kind
 
 _HEX = re.compile(r"^[0-9a-f]+$")
 
@@ -28,7 +30,7 @@ class EntryView:
     wording of why its header cannot be read, or None."""
 
     __slots__ = ("info", "key", "kernel", "signature", "arch", "file_size", "hits", "created",
-                 "last_used", "compile_seconds", "problem")
+                 "last_used", "compile_seconds", "problem", "kind", "entry_points")
 
     def __init__(self, info) -> None:
         self.info = info
@@ -42,6 +44,10 @@ class EntryView:
         self.last_used = number(info.last_used)
         self.compile_seconds = number(info.compile_seconds)
         self.problem = problem_of(info)
+        # "kernel" or "program" (a cuda.core program: kcache.programs); for a program,
+        # ``kernel`` is its name (ProgramOptions.name) and ``entry_points`` its kernels.
+        self.kind = entry_kind(info.components)
+        self.entry_points = _entry_points(info.meta) if self.kind == "program" else []
 
     @property
     def short_key(self) -> str:
@@ -54,6 +60,18 @@ class EntryView:
     def kernel_cell(self) -> str | None:
         """The kernel for tables: ``(unreadable: <problem>)`` for a broken entry."""
         return f"(unreadable: {self.problem})" if self.problem else self.kernel
+
+    def signature_cell(self) -> str | None:
+        """The signature for tables; a program's entry points, comma-separated."""
+        return ", ".join(self.entry_points) or None if self.kind == "program" else self.signature
+
+
+def _entry_points(meta: Any) -> list[str]:
+    """A program entry's ``meta["entry_points"]`` as a list of text (odd values dropped)."""
+    points = meta.get("entry_points") if isinstance(meta, dict) else None
+    if not isinstance(points, list):
+        return []
+    return [t for t in (text(p) for p in points[:MAX_ENTRY_POINTS]) if t]
 
 
 def entry_record(view: EntryView, stale: bool | None = None) -> dict[str, Any]:
@@ -76,6 +94,8 @@ def entry_record(view: EntryView, stale: bool | None = None) -> dict[str, Any]:
         "readonly": view.readonly,
         "path": str(info.path),
         "problem": view.problem,
+        "kind": view.kind,
+        "entry_points": view.entry_points,
     }
     if stale is not None:
         record["stale"] = stale
@@ -157,6 +177,9 @@ def is_stale(view: EntryView, current: dict[str, str]) -> bool:
     ``package_versions()``, read once) on a shared key (``kcache.toolchain.is_stale``). Only
     scalar versions are compared: a nested value in a header cannot make it recurse."""
     from kcache.toolchain import is_stale as toolchain_is_stale
+    if view.kind == "program":  # programs also follow NVRTC's version
+        from kcache.toolchain import program_versions
+        current = {**current, **program_versions()}
     components = view.info.components
     toolchain = components.get("toolchain") if isinstance(components, dict) else None
     if not isinstance(toolchain, dict):

@@ -31,6 +31,8 @@ VARIABLES = (
              "(os.pathsep list)", "none", "readonly_dirs", "security.md#read-only-layers"),
     Variable("KCACHE_LOCK_TIMEOUT", "how long a process waits for another one compiling the "
              "same kernel (e.g. 90s, 30m)", "600 s", "lock_timeout", "store.md#configuration"),
+    Variable("KCACHE_LOCK_STALE", "a compiling process without a heartbeat this long (stopped) "
+             "is not waited for (0: always wait)", "30 s", None, "store.md#configuration"),
     Variable("KCACHE_SHARED", "1: a cache for a Unix group (setgid folders, group-writable "
              "files)", "off", "shared", "security.md#private-and-shared-mode"),
     Variable("KCACHE_MAX_ENTRY_SIZE", "entry files larger than this are refused unread",
@@ -43,6 +45,9 @@ VARIABLES = (
              "numba-cuda's cache; all: every kernel", "off", None, "guide.md#transparent-mode"),
     Variable("KCACHE_EXPLAIN", "1: log why each miss missed (logger kcache.explain)", "off",
              None, "guide.md#explaining-a-miss"),
+    Variable("KCACHE_REQUIRE_HIT", "1: a kernel call that would compile raises "
+             "kcache.CacheMissError; warn: warned once per kernel, then compiled", "off", None,
+             "guide.md#an-image-that-must-never-compile"),
     Variable("KCACHE_RECORD", "FILE: record the kernel signatures a run launches, for "
              "kcache warm --signatures FILE", "off", None, "warm.md"),
     Variable("KCACHE_SECRET", "HMAC secret signing bundles (export/import) and, without "
@@ -57,8 +62,8 @@ VARIABLES = (
              "remote_readonly", "remote.md#settings"),
     Variable("KCACHE_REMOTE_SECRET", "signing secret of remote values (at least 16 bytes)",
              "KCACHE_SECRET", None, "remote.md#settings"),
-    Variable("KCACHE_REMOTE_TIMEOUT", "seconds for each remote connect and read", "1 s",
-             "remote_timeout", "remote.md#settings"),
+    Variable("KCACHE_REMOTE_TIMEOUT", "seconds for each remote connect and read (a whole call: "
+             "2 x, + 1 s per MiB)", "1 s", "remote_timeout", "remote.md#settings"),
     Variable("KCACHE_REMOTE_TTL", "how long a Redis value lives (0: no expiry)", "none",
              "remote_ttl", "remote.md#settings"),
     Variable("KCACHE_REMOTE_WAIT", "how long to wait for another machine compiling the same "

@@ -12,6 +12,7 @@ import argparse
 import importlib
 import logging
 import os
+import re
 import sys
 
 from kcache.cli.args import add_common
@@ -35,8 +36,31 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str):  # noqa: D401 - argparse hook
         # argparse quotes the bad value itself (e.g. "invalid choice: '...'"): escaped, and
         # clipped, so that no value can send control characters or 5,000 digits to stderr
+        message = suggest(message)
         sys.stderr.write(f"{self.prog}: error: {line(message)} (see '{self.prog} --help')\n")
         raise SystemExit(EXIT_USAGE)
+
+
+_INVALID_CHOICE = re.compile(r"invalid choice: '(?P<value>[^']{0,200})' \(choose from "
+                             r"(?P<choices>.*)\)$")
+
+
+def suggest(message: str) -> str:
+    """argparse's ``invalid choice: 'lss' (choose from 'dir', 'ls', ...)`` with the closest
+    choices named first (``difflib.get_close_matches``; argparse's own ``suggest_on_error``
+    is Python 3.14's): ``invalid choice: 'lss'; did you mean 'ls'? (choose from ...)``.
+    Any other message is returned as it is."""
+    found = _INVALID_CHOICE.search(message)
+    if found is None:
+        return message
+    import difflib
+    choices = re.findall(r"'([^']*)'", found.group("choices"))
+    close = difflib.get_close_matches(found.group("value"), choices, n=3, cutoff=0.6)
+    if not close:
+        return message
+    named = " or ".join(f"'{c}'" for c in close)
+    at = found.start("choices") - len(" (choose from ")
+    return f"{message[:at]}; did you mean {named}?{message[at:]}"
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -75,8 +99,8 @@ def command_in(argv: list[str]) -> str | None:
     for word in words:
         if word == "--":
             return None
-        if len(word) >= 3 and "--dir".startswith(word):  # --dir PATH (argparse allows --di)
-            next(words, None)
+        if len(word) >= 3 and any(o.startswith(word) for o in ("--dir", "--cache-dir")):
+            next(words, None)  # --dir PATH (argparse allows --di, --cache)
         elif not word.startswith("-"):
             return word if word in COMMANDS else None
     return None
@@ -105,8 +129,13 @@ def main(argv: list[str] | None = None) -> int:
     warnings.simplefilter("ignore", KcacheWarning)
     quiet_library_warnings()
     argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:  # bare `kcache`: the usage, as `pip` prints it (a question, not a mistake)
+        build_parser().print_help()
+        return EXIT_OK
     argv = join_negative_values(argv)
     args = build_parser(command_in(argv)).parse_args(argv)
+    if getattr(args, "no_color", False):
+        os.environ["NO_COLOR"] = "1"  # rich honours it (https://no-color.org), here and in workers
     try:
         return args.run(args)
     except UsageError as exc:
@@ -196,7 +225,7 @@ class _StderrHandler(logging.StreamHandler):
 
 #: Options taking a value that may be written with a leading "-" (a bad value argparse would
 #: otherwise mistake for an option, answering only "expected one argument").
-VALUE_OPTIONS = ("--older-than", "--max-size", "--limit", "--cc", "--jobs")
+VALUE_OPTIONS = ("--older-than", "--max-size", "--limit", "--cc", "--jobs", "-j")
 
 
 def join_negative_values(argv: list[str]) -> list[str]:
@@ -208,7 +237,7 @@ def join_negative_values(argv: list[str]) -> list[str]:
         if arg in VALUE_OPTIONS:
             nxt = next(it, None)
             if nxt is not None and len(nxt) > 1 and nxt[0] == "-" and nxt[1] in "0123456789.":
-                out.append(f"{arg}={nxt}")
+                out.append(f"{arg}={nxt}" if arg.startswith("--") else arg + nxt)  # -j-3
                 continue
             out.append(arg)
             if nxt is not None:

@@ -18,7 +18,8 @@ from kcache.cli.text import escape, line
 from kcache.cli.values import dumps, jsonable
 
 __all__ = ["Column", "is_terminal", "print_json", "message", "cell", "human_value",
-           "print_table", "print_fields", "confirm", "progress_bar", "stderr_is_terminal"]
+           "print_table", "print_fields", "confirm", "progress_bar", "stderr_is_terminal",
+           "counting_progress"]
 
 
 def is_terminal() -> bool:
@@ -156,3 +157,38 @@ def progress_bar(enabled: bool, description: str) -> Iterator[Callable[[int, int
             bar.update(task, completed=done, total=total)
 
         yield progress
+
+
+def counting_progress(label: str, total: int, *, transient: bool):
+    """A rich ``Progress`` (not started) on stderr for ``total`` items: ``label``, a bar,
+    ``done/total``, the time taken, then what was just done. The counters and the label are
+    never cut (rich shrinks every column of a narrow terminal alike: ``warm ━╺ 1… 0…``); the
+    bar is 10 to 30 cells (an eighth of the width), and the description gets what is left: its ``describe(word,
+    kernel)`` keeps the kernel's qualname (kcache.cli.table.shorten_kernel)."""
+    from rich.console import Console
+    from rich.markup import escape as markup_escape
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                               TimeElapsedColumn)
+    from rich.table import Column as RichColumn
+
+    from kcache.cli.table import GAP, cell_len, shorten_kernel
+
+    console = Console(stderr=True, highlight=False, markup=False, emoji=False)
+    digits = len(str(total))
+    counter = 2 * digits + 1
+    bar_width = max(10, min(30, console.width // 8))  # the kernel's name says more
+    fixed = cell_len(label) + bar_width + counter + len("0:00:00") + 4 * (GAP // 2)
+    whole = dict(no_wrap=True, overflow="crop")
+
+    class _Bar(Progress):
+        def describe(self, word: str, kernel: str) -> str:
+            room = console.width - fixed - 1 - cell_len(word) - 1  # 1: the right edge
+            return markup_escape(f"{word} {shorten_kernel(escape(kernel), max(room, 8))}")
+
+    return _Bar(TextColumn(label, table_column=RichColumn(**whole)),
+                BarColumn(bar_width=bar_width),
+                MofNCompleteColumn(table_column=RichColumn(min_width=counter, **whole)),
+                TimeElapsedColumn(table_column=RichColumn(**whole)),
+                TextColumn("{task.description}",
+                           table_column=RichColumn(no_wrap=True, overflow="ellipsis")),
+                console=console, transient=transient)

@@ -2,10 +2,10 @@
 ``config``): opening it with every problem in one line, wording a tier error by its kind, and
 keeping every password and secret out of what is printed.
 
-A tier's ``name`` is already its URL without user name, password and query options
-(:func:`kcache.remote.redact`); backend messages name hosts and ports, not credentials.
-:func:`scrub` is the second guard: any text from the remote (an error, a reason) has every
-configured password and secret replaced by ``***`` before it is shown.
+No message is edited to hide a credential: none holds one. A tier's ``name`` is its URL
+parsed and shown without user name, password and query options (:func:`kcache.remote.redact`);
+a backend's error text that contains a credential the tier sends is left out whole
+(:func:`kcache.remote.base.describe`); settings errors never quote a password or secret.
 """
 from __future__ import annotations
 
@@ -13,12 +13,6 @@ import os
 from typing import Any, Mapping
 
 from kcache.cli.errors import Problem
-
-#: Environment variables whose values are credentials (never shown).
-SECRET_VARIABLES = ("KCACHE_REMOTE_PASSWORD", "KCACHE_REMOTE_SECRET", "KCACHE_SECRET",
-                    "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
-#: Shorter values are not scrubbed (replacing every "ab" in a message would garble it).
-MIN_SCRUBBED = 4
 
 #: What each TierError kind means, for the one line of ``remote check`` and failures.
 KIND_WORDS = {
@@ -32,34 +26,11 @@ KIND_WORDS = {
 }
 
 
-def secrets(env: Mapping[str, str] | None = None, url: str | None = None) -> list[str]:
-    """Every credential that must never be printed: the password and query values of the
-    remote URL (``KCACHE_REMOTE`` or ``url``) and the values of :data:`SECRET_VARIABLES`."""
-    from urllib.parse import parse_qsl, urlsplit
-    env = os.environ if env is None else env
-    found = [env.get(name, "") for name in SECRET_VARIABLES]
-    for text in (env.get("KCACHE_REMOTE", ""), url or ""):
-        try:
-            parts = urlsplit(text.strip())
-            found.append(parts.password or "")
-            found += [v for k, v in parse_qsl(parts.query) if k != "db"]
-        except ValueError:
-            continue
-    return sorted({s for s in found if len(s) >= MIN_SCRUBBED}, key=len, reverse=True)
-
-
-def scrub(text: str, url: str | None = None) -> str:
-    """``text`` with every credential (:func:`secrets`) replaced by ``***``."""
-    for secret in secrets(url=url):
-        text = text.replace(secret, "***")
-    return text
-
-
 def open_remote(store, nothing: str):
     """The store's remote tier (``Store.require_remote``) for a command that needs it; a
     Problem (exit 1, one line ending with ``nothing``, e.g. "nothing pushed") when none is
     configured, a setting is bad or the client library is missing (the line names the extra
-    to install: ``pip install 'kcache[redis]'``). The command then reports the remote's
+    to install: ``pip install 'kcache-cuda[redis]'``). The command then reports the remote's
     errors itself: the store's warnings of them are not printed."""
     from kcache.cli.main import reported_here
     from kcache.errors import KcacheError
@@ -67,7 +38,7 @@ def open_remote(store, nothing: str):
     try:
         return store.require_remote()
     except KcacheError as exc:  # ConfigError, MissingClient, none configured
-        raise Problem(f"{scrub(one_line(exc))}; {nothing}") from None
+        raise Problem(f"{one_line(exc)}; {nothing}") from None
 
 
 def one_line(exc: BaseException) -> str:
@@ -76,14 +47,14 @@ def one_line(exc: BaseException) -> str:
 
 def tier_problem(exc, timeout: float | None = None) -> str:
     """One line for a TierError ``exc``: what its kind means, then the backend's words
-    (scrubbed): ``no answer in time (timeout, 1 s: KCACHE_REMOTE_TIMEOUT): ...``."""
+    ``no answer in time (timeout, 1 s: KCACHE_REMOTE_TIMEOUT): ...``."""
     kind = getattr(exc, "kind", "io")
     words = KIND_WORDS.get(kind, kind)
     if kind == "timeout" and timeout is not None:
         label = f"timeout, {timeout:g} s: KCACHE_REMOTE_TIMEOUT"
     else:
         label = kind
-    return f"{words} ({label}): {scrub(one_line(exc))}"
+    return f"{words} ({label}): {one_line(exc)}"
 
 
 def configured(config: Mapping[str, Any] | None) -> tuple[Any, str | None]:
@@ -95,7 +66,7 @@ def configured(config: Mapping[str, Any] | None) -> tuple[Any, str | None]:
     try:
         return remote_settings(os.environ, config or {}), None
     except ConfigError as exc:
-        return None, scrub(one_line(exc))
+        return None, one_line(exc)
 
 
 def summary(settings) -> dict:

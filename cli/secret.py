@@ -19,13 +19,27 @@ def add_secret_option(parser) -> None:
 def secret_of(args) -> bytes | None:
     """The secret from ``--secret-file`` (its bytes, surrounding blanks stripped), else from
     KCACHE_SECRET, else None. Raises UsageError for a file that cannot be read, is not a
-    regular file, is larger than 4 KiB or holds no secret."""
-    from kcache import fsio
-    from kcache.errors import CorruptEntry
+    regular file, is larger than 4 KiB or holds no secret, and for a secret shorter than
+    16 bytes (kcache.signing.MIN_SECRET, as for KCACHE_REMOTE_SECRET), never quoting it."""
     path = getattr(args, "secret_file", None)
     if path is None:
         text = os.environ.get(SECRET_ENV, "").strip()
-        return text.encode() if text else None
+        return _long_enough(text.encode("utf-8", "surrogateescape"), SECRET_ENV) if text else None
+    return _long_enough(_secret_file(path), f"the secret in --secret-file {path}")
+
+
+def _long_enough(secret: bytes, name: str) -> bytes:
+    from kcache.errors import ConfigError
+    from kcache.signing import check_secret
+    try:
+        return check_secret(secret, name)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _secret_file(path: str) -> bytes:
+    from kcache import fsio
+    from kcache.errors import CorruptEntry
     try:
         data, _st = fsio.read_regular(os.path.abspath(path), MAX_SECRET_FILE)
     except FileNotFoundError:

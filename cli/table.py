@@ -27,12 +27,16 @@ class Column:
     its rank in hiding order (the highest is hidden first). (A plain class: a dataclass
     costs a millisecond to create at import, on every command's start-up.)"""
 
-    __slots__ = ("header", "right", "shrink", "keep", "drop")
+    __slots__ = ("header", "right", "shrink", "keep", "drop", "cut")
 
     def __init__(self, header: str, right: bool = False, shrink: int | None = None,
-                 keep: int = 0, drop: int = 0) -> None:
+                 keep: int = 0, drop: int = 0, cut: str = "middle") -> None:
         self.header, self.right, self.shrink, self.keep, self.drop = (
             header, right, shrink, keep, drop)
+        #: how a cell loses characters (:func:`cut_cells`): "middle"; "kernel" (the end of a
+        #: ``module:qualname`` stays, the module loses its middle); "distinct" (the part
+        #: where the cell first differs from the other cells of its column stays)
+        self.cut = cut
 
 
 def cell_len(text: str) -> int:
@@ -62,6 +66,92 @@ def shorten(text: str, width: int) -> str:
         tail.append(char)
         used += size(char)
     return "".join(head) + ELLIPSIS + "".join(reversed(tail))
+
+
+def shorten_kernel(text: str, width: int) -> str:
+    """``module:qualname`` cut to ``width`` cells keeping the qualname, which tells kernels
+    apart (``…cache_usecases:add_usecase_kernel``): the module loses its first dotted parts
+    (then characters from its start), so its last part stays next to the qualname; when even
+    the qualname does not fit, its end stays (``…ecase_kernel``)."""
+    if cell_len(text) <= width:
+        return text
+    module, sep, qualname = text.rpartition(":")
+    room = width - cell_len(qualname) - len(sep)
+    if module and room >= 6:
+        parts = module.split(".")
+        for n in range(1, len(parts)):  # whole dotted parts go first, from the left
+            rest = ELLIPSIS + ".".join(parts[n:])
+            if cell_len(rest) <= room:
+                return rest + sep + qualname
+        return _keep_end(module, room) + sep + qualname
+    return _keep_end(text, width)
+
+
+def _keep_end(text: str, width: int) -> str:
+    if width <= 1:
+        return ELLIPSIS[:width]
+    from rich.cells import get_character_cell_size as size
+    tail, used = [], 0
+    for char in reversed(text):
+        if used + size(char) > width - 1:
+            break
+        tail.append(char)
+        used += size(char)
+    return ELLIPSIS + "".join(reversed(tail))
+
+
+def differ_at(cells: Sequence[str]) -> dict[str, int]:
+    """For each distinct text of ``cells``, where it first differs from the most alike other
+    one (the longest common prefix, found between neighbours in sorted order); texts
+    without another are left out."""
+    values = sorted(set(cells))
+    out: dict[str, int] = {}
+    for i, text in enumerate(values):
+        common = 0
+        for j in (i - 1, i + 1):
+            if 0 <= j < len(values):
+                other, n = values[j], 0
+                limit = min(len(text), len(other))
+                while n < limit and text[n] == other[n]:
+                    n += 1
+                common = max(common, n)
+        if len(values) > 1:
+            out[text] = common
+    return out
+
+
+def shorten_distinct(text: str, width: int, at: int | None) -> str:
+    """``text`` cut to ``width`` cells keeping what follows position ``at`` (where it differs
+    from its neighbours, :func:`differ_at`; a few characters before it for context): two
+    overloads stay apart (``(array(f…at64, 1d, C), …``). None or 0: :func:`shorten`."""
+    if cell_len(text) <= width:
+        return text
+    if not at or not text.isascii() or width < 8:
+        return shorten(text, width)
+    start = max(0, at - 4)
+    tail = text[start:]
+    if len(tail) + 1 <= width:
+        return text[:width - 1 - len(tail)] + ELLIPSIS + tail
+    head = min(start, max(0, (width - 2) // 3))  # some of the start, most for the difference
+    body = width - 2 - head
+    return text[:head] + ELLIPSIS + text[start:start + body] + ELLIPSIS
+
+
+def cut_cells(column: Column, cells: Sequence[str], width: int,
+              groups: Sequence[str] | None = None) -> list[str]:
+    """The cells of one column cut to ``width`` cells each, as ``column.cut`` says. For
+    "distinct", ``groups`` (e.g. each row's kernel) says which cells are compared: the
+    overloads of one kernel, whose difference is what the reader needs."""
+    if column.cut == "kernel":
+        return [shorten_kernel(c, width) for c in cells]
+    if column.cut == "distinct" and any(cell_len(c) > width for c in cells):
+        keys = groups if groups is not None else [""] * len(cells)
+        members: dict[str, list[str]] = {}
+        for key, c in zip(keys, cells):
+            members.setdefault(key, []).append(c)
+        at = {key: differ_at(group) for key, group in members.items()}
+        return [shorten_distinct(c, width, at[key].get(c)) for key, c in zip(keys, cells)]
+    return [shorten(c, width) for c in cells]
 
 
 def layout(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int,
@@ -133,6 +223,11 @@ def draw(columns: Sequence[Column], rows: Sequence[Sequence[str]], *, wide: bool
         total = sum(widths.values()) + GAP * (len(shown) - 1)
         console = Console(highlight=False, markup=False, emoji=False,
                           width=max(console.width, total, cell_len(title or "")))
+    kernel = next((i for i, c in enumerate(columns) if c.cut == "kernel"), None)
+    groups = [row[kernel] for row in rows] if kernel is not None else None
+    cut = [cut_cells(columns[i], [row[i] for row in rows], widths[i], groups) for i in shown]
+    for n, i in enumerate(shown):  # a cut may leave a column narrower than its share
+        widths[i] = max([cell_len(columns[i].header)] + [cell_len(c) for c in cut[n]])
     hidden = [columns[i].header for i in range(len(columns)) if i not in shown]
     caption = (Text(f"(not shown for lack of width: {', '.join(hidden)}; --wide shows all)",
                     style="dim") if hidden else None)
@@ -145,6 +240,6 @@ def draw(columns: Sequence[Column], rows: Sequence[Sequence[str]], *, wide: bool
         table.add_column(Text(col.header), justify="right" if col.right else "left",
                          width=widths[i], no_wrap=True, overflow="ellipsis",
                          style="bold" if bold_first and n == 0 else None)
-    for row in rows:
-        table.add_row(*(Text(shorten(row[i], widths[i])) for i in shown))
+    for n in range(len(rows)):
+        table.add_row(*(Text(column[n]) for column in cut))
     console.print(table)

@@ -7,7 +7,6 @@ import sys
 from kcache.cli.fmt import entries_text
 from kcache.cli.output import cell
 from kcache.cli.problems import SHORT_KEY
-from kcache.cli.remote import scrub
 
 #: Failed entries named in the one line of a failure; the rest are counted (all are in JSON).
 SHOWN_FAILURES = 5
@@ -15,8 +14,9 @@ SHOWN_FAILURES = 5
 
 def failed_records(failed) -> list[dict]:
     """``[{"key", "reason"}]`` from a CopyReport's ``failed`` ([(key, reason)]), reasons
-    on one line and without credentials."""
-    return [{"key": key, "reason": scrub(" ".join(str(why).split()))} for key, why in failed]
+    on one line (a reason never holds a credential: tier names and backend messages leave
+    them out, kcache.remote.base)."""
+    return [{"key": key, "reason": " ".join(str(why).split())} for key, why in failed]
 
 
 def failure_line(failed: list[dict], verb: str) -> str:

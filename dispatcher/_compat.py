@@ -37,7 +37,7 @@ __all__ = [
     "CUDADispatcher", "Kernel", "CUDACodeLibrary", "ObjectCode", "global_compiler_lock",
     "normalize_signature", "signature_string", "signature_display", "is_signature",
     "current_cc", "current_launch_config", "compile_kernel", "uncacheable_reason",
-    "kernel_state", "rebuild_kernel", "make_call_helper", "offline_target", "patch_dispatcher",
+    "kernel_state", "rebuild_kernel", "ServedKernel", "ServedCodeLibrary", "make_call_helper", "offline_target", "patch_dispatcher",
     "unpatch_dispatcher", "is_patched", "supported_ccs", "launch_config_key",
     "overload_implementations", "numba_config",
 ]
@@ -179,26 +179,89 @@ def make_call_helper(exceptions: dict):
     return helper
 
 
+class ServedCodeLibrary(CUDACodeLibrary):
+    """The code library of a kernel served from an entry: the cubin (and the PTX, when the entry
+    holds it) as numba-cuda's ``CUDACodeLibrary._rebuild`` would restore them; what only the
+    compiler's in-memory state can answer (LLVM IR, PTX or LTO-IR for another cc, LTO PTX)
+    comes from a kernel compiled on demand by ``_kcache_compiled()``, which the served kernel
+    never launches."""
+
+    _kcache_compiled = None  # () -> the compiled _Kernel (set by rebuild_kernel)
+
+    def _kcache_library(self):
+        return self._kcache_compiled()._codelibrary
+
+    @property
+    def llvm_strs(self):
+        return self._kcache_library().llvm_strs
+
+    def get_asm_strs(self, cc=None):
+        cc = self._ensure_cc(cc)
+        if self._ptx_cache.get(cc):
+            return self._ptx_cache[cc]
+        return self._kcache_library().get_asm_strs(cc=cc)
+
+    def get_ltoir(self, cc=None):
+        cc = self._ensure_cc(cc)
+        if self._ltoir_cache.get(cc) is not None:
+            return self._ltoir_cache[cc]
+        return self._kcache_library().get_ltoir(cc=cc)
+
+    def get_lto_ptx(self, cc=None):
+        return self._kcache_library().get_lto_ptx(cc=cc)
+
+    def get_cubin(self, cc=None):
+        cc = self._ensure_cc(cc)
+        if self._cubin_cache.get(cc) or self._ptx_cache.get(cc):
+            return super().get_cubin(cc=cc)  # the entry's cubin, or a link of its PTX
+        return self._kcache_library().get_cubin(cc=cc)
+
+
+class ServedKernel(Kernel):
+    """A ``_Kernel`` rebuilt from an entry (``_Kernel._rebuild``, as numba-cuda's cache does),
+    with the attributes a compiled ``_Kernel.__init__`` sets that numba-cuda's dispatcher reads
+    (``objectmode``, ``entry_point``: ``_DispatcherBase.nopython_signatures`` and its
+    finalizer). Typing state (``_type_annotation``, ``fndesc``, ``environment``) comes from the
+    kernel compiled on demand, as the library's LLVM IR does."""
+
+    _ON_DEMAND = frozenset(("_type_annotation", "fndesc", "environment"))
+
+    def __getattr__(self, name):
+        # Only reached for attributes the instance lacks; bind()'s hasattr(self,
+        # "target_context") must stay False (no compile on a launch).
+        if name in ServedKernel._ON_DEMAND and "_kcache_compiled" in self.__dict__:
+            return getattr(self.__dict__["_kcache_compiled"](), name)
+        raise AttributeError(name)
+
+
 def rebuild_kernel(state: dict, argtypes: tuple, cc, *, extensions, exceptions: dict,
-                   use: str = "cubin"):
-    """A launchable ``_Kernel`` from an entry's state, without numba's typing or target context.
+                   use: str = "cubin", compiled=None, py_func=None, launch_bounds=None):
+    """A launchable ``_Kernel`` (a :class:`ServedKernel`) from an entry's state, without numba's
+    typing or target context.
 
     Mirrors ``CUDACodeLibrary._rebuild`` + ``_Kernel._rebuild`` (what numba-cuda's pickle cache
     does), except that the library gets only what ``get_cufunc`` needs: the cubin for full cc
-    ``cc`` (``use="cubin"``), or only the PTX (``use="ptx"``: numba-cuda then links it with
-    nvJitLink / the driver, the fallback for a cubin the driver refuses). ``state`` holds the
-    keys written by :func:`kernel_state`; ``extensions`` come from the live dispatcher.
+    ``cc`` (``use="cubin"``; the entry's PTX, when it has one, answers ``inspect_asm`` for that
+    cc), or only the PTX (``use="ptx"``: numba-cuda then links it with nvJitLink / the driver,
+    the fallback for a cubin the driver refuses). ``state`` holds the keys written by
+    :func:`kernel_state`; ``extensions`` come from the live dispatcher. ``compiled``: a callable
+    returning the same kernel compiled (memoised by the caller), used only when something asks
+    what the entry does not hold (LLVM IR, typing); ``py_func`` and ``launch_bounds`` are set
+    as ``_Kernel.__init__`` sets them.
     """
     cubin_cache, ptx_cache = {}, {}
     if use == "cubin":
         cubin_cache[cc] = ObjectCode.from_cubin(state["cubin"])
+        if state.get("ptx"):
+            ptx_cache[cc] = [state["ptx"]]
     elif use == "ptx":
         if not state.get("ptx"):
             raise LookupError("the entry has no PTX")
         ptx_cache[cc] = [state["ptx"]]
     else:
         raise ValueError(f"use must be 'cubin' or 'ptx', not {use!r}")
-    lib = CUDACodeLibrary._rebuild(
+    lib_class = ServedCodeLibrary if compiled is not None else CUDACodeLibrary
+    lib = lib_class._rebuild(
         codegen=None, name=state["name"], entry_name=state["entry_name"], llvm_strs=None,
         ptx_cache=ptx_cache, cubin_cache=cubin_cache, linkerinfo_cache={},
         max_registers=state["max_registers"], nvvm_options=dict(state["nvvm_options"]),
@@ -207,7 +270,7 @@ def rebuild_kernel(state: dict, argtypes: tuple, cc, *, extensions, exceptions: 
         # Linking PTX must not go through LTO-IR, which a rebuilt library does not have.
         lto=state["lto"] if use == "cubin" else False,
     )
-    return Kernel._rebuild(
+    kernel = Kernel._rebuild(  # its super(cls, ...).__init__() call needs cls to be _Kernel
         cooperative=state["cooperative"], name=state["entry_name"],
         signature=_make_signature(types.none, *argtypes), codelibrary=lib,
         debug=state["debug"], lineinfo=state["lineinfo"],
@@ -215,6 +278,20 @@ def rebuild_kernel(state: dict, argtypes: tuple, cc, *, extensions, exceptions: 
         shared_memory_carveout=state["shared_memory_carveout"],
         launch_config_sensitive=state["launch_config_sensitive"],
     )
+    kernel.__class__ = ServedKernel
+    # What _Kernel.__init__ sets and _Kernel._rebuild does not (numba-cuda 0.30).
+    kernel.objectmode = False
+    kernel.entry_point = None
+    kernel.py_func = py_func
+    kernel.argtypes = tuple(argtypes)
+    kernel.launch_bounds = launch_bounds
+    kernel._referenced_environments = []
+    kernel.lifted = []
+    if compiled is not None:
+        lib._kcache_compiled = compiled
+        kernel._kcache_compiled = compiled
+        del kernel._type_annotation  # None from _rebuild: typing comes from `compiled`
+    return kernel
 
 
 # --- compiling for an explicit compute capability, without a GPU --------------------------
@@ -344,8 +421,28 @@ def overload_implementations(fn) -> list:
                 if hasattr(template, "_overload_func"):
                     by_id.setdefault(id(val), []).append((val, template))
         _overload_index.update(n=len(entries), by_id=by_id)
-    return [(getattr(t, "_overload_func", None), getattr(t, "_jit_options", None))
+    return [(getattr(t, "_overload_func", None), _template_options(t))
             for val, t in _overload_index["by_id"].get(id(fn), ()) if val is fn]
+
+
+def _template_options(template):
+    """An ``@overload`` template's jit options plus the ``overload()`` arguments that change
+    typing or the code (``make_overload_template``'s ``_strict``, ``_inline``,
+    ``prefer_literal``), each only when it differs from ``overload()``'s default so that keys
+    of overloads declared with the defaults stay as they were."""
+    options = getattr(template, "_jit_options", None)
+    extra = {}
+    if getattr(template, "_strict", True) is not True:
+        extra["__strict__"] = bool(template._strict)
+    if getattr(template, "prefer_literal", False):
+        extra["__prefer_literal__"] = True
+    inline = getattr(getattr(template, "_inline", None), "_inline", "never")
+    if inline != "never":
+        extra["__inline__"] = inline if isinstance(inline, str) else \
+            f"{getattr(inline, '__module__', '?')}:{getattr(inline, '__qualname__', '?')}"
+    if not extra:
+        return options
+    return {**(options or {}), **extra}
 
 
 def _typing_registry():

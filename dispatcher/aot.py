@@ -24,6 +24,7 @@ from . import _compat
 from .components import Uncacheable
 from .dispatcher import (KCacheDispatcher, explain_enabled, kernel_key, kernel_name,
                          log_explanations)
+from . import compile_warnings
 from .kernel_entry import NotStorable, kernel_to_entry, marker_entry
 
 __all__ = ["compile_for", "compile_for_report", "parse_cc", "check_cc", "CompiledEntry",
@@ -109,7 +110,8 @@ def check_cc(cc) -> tuple:
 def _cc_list(cc) -> list:
     # One cc: a str, an int (90), or a tuple/list of ints with an optional suffix string
     # ((9, 0), (9, 0, "a"), or a mistake like (9,), quoted as given); but ints whose second
-    # is above 9 cannot be (major, minor): (80, 90) is two ccs.
+    # is above 9 cannot be (major, minor): (80, 90) is two ccs; and a lone int of two or
+    # three digits is a packed cc, as cc=90 is: [90] is [9.0], [80] [8.0], [120] [12.0].
     if isinstance(cc, (str, int)) or _one_cc(cc):
         return [check_cc(cc)]
     try:
@@ -128,7 +130,8 @@ def _one_cc(cc) -> bool:
     head, tail = list(cc[:2]), list(cc[2:])
     ints = all(isinstance(v, int) for v in head)
     suffix = all(isinstance(v, str) for v in tail)
-    return ints and suffix and not (len(head) == 2 and head[1] > 9)
+    packed = len(head) == 1 and ints and not tail and head[0] >= 10
+    return ints and suffix and not (len(head) == 2 and head[1] > 9) and not packed
 
 
 def _signature_list(signatures) -> list:
@@ -257,11 +260,14 @@ def _compile_one(kernel, argtypes, cc, store, cache_key) -> CompiledEntry:
             from .misses import explain_miss
             log_explanations(kernel, [f"{name} {shown} for {arch}: miss: {line}"
                                       for line in explain_miss(store, components)])
-        with _compat.offline_target(cc) as full:
+        with _compat.offline_target(cc) as full, compile_warnings.captured() as said:
             start = time.perf_counter()
             built = _compat.compile_kernel(kernel.py_func, argtypes, kernel.targetoptions)
             entry = _entry(built, full, name, shown, arch, start)
+        if said:  # said again wherever the entry is served, as the compile said it
+            entry.meta["warnings"] = compile_warnings.encode(said, repr(kernel.py_func))
         compiled["seconds"] = entry.meta["compile_seconds"]
+        compiled["entry"] = entry
         store.record(compiles=1, compile_seconds=compiled["seconds"])
         if not entry.meta["launch_config_sensitive"]:
             return entry
@@ -270,7 +276,7 @@ def _compile_one(kernel, argtypes, cc, store, cache_key) -> CompiledEntry:
         lc_key, lc_components = kernel_key(kernel, argtypes, cc,
                                            _compat.launch_config_key(kernel, None), cache_key)
         if not store.put(lc_key, entry, components=lc_components):
-            raise _NotStored(_put_failed(store))
+            raise _NotStored(_put_failed(store, entry))
         return marker_entry(kernel_name=name, signature=shown, arch=arch)
 
     try:
@@ -283,12 +289,16 @@ def _compile_one(kernel, argtypes, cc, store, cache_key) -> CompiledEntry:
             log_explanations(kernel, [f"{name} {shown} for {arch}: not cached: {reason}"])
         raise _NotStored(reason) from exc
     if not was_hit and store.header(key) is None:  # put() said nothing: look on disk
-        raise _NotStored(_put_failed(store))
+        raise _NotStored(_put_failed(store, compiled.get("entry")))
     return CompiledEntry(key, name, shown, tuple(cc), arch, cached=was_hit,
                          compile_seconds=compiled.get("seconds", 0.0))
 
 
-def _put_failed(store) -> str:
+def _put_failed(store, entry=None) -> str:
+    from kcache.artifacts import problem
+    why = problem(entry.artifacts, entry.meta) if entry is not None else None
+    if why is not None:  # refused by Store.put: never published
+        return f"the compile step returned a {why}; not stored"
     if not store.writable:
         why = getattr(store, "write_problem", None) or "read-only, missing or full"
         return f"the cache at {store.root} cannot be written ({why})"

@@ -30,19 +30,26 @@ from kcache.warn import held_back, warn_once
 
 from . import _compat
 
+from . import compile_warnings as _warnings
 from . import components as _components  # imported now, not on the first kernel call
+from . import numba_config as _numba_config
 from . import record as _record
+from . import require as _require
 from .kernel_entry import NotStorable, entry_to_kernel, kernel_to_entry, marker_entry
 
 log = logging.getLogger("kcache.dispatcher")
 explain_log = logging.getLogger("kcache.explain")
 
 _stats_fields = ("cache_path", "cache_hits", "cache_misses", "compiles", "compile_seconds",
-                 "uncached", "store_errors", "fallbacks", "keys")
+                 "uncached", "store_errors", "fallbacks", "keys", "bypassed",
+                 "inspect_compiles")
 #: ``dispatcher.stats``: numba-cuda's ``_CompileStats`` fields (cache_path, cache_hits,
 #: cache_misses: Counters per signature) + kcache's: compiles (int), compile_seconds (float,
 #: seconds), uncached ({signature: reason}), store_errors (int), fallbacks (int: cached cubins
-#: the driver refused), keys ({signature: key}).
+#: the driver refused), keys ({signature: key}), bypassed ({signature: reason}: compiled
+#: instead of served, e.g. under NUMBA_DUMP_IR), inspect_compiles (int: compiles made only to
+#: answer ``inspect_llvm``/``inspect_types``/... for a served kernel; neither a miss nor a
+#: compile of the kernel that runs).
 KCacheStats = collections.namedtuple("KCacheStats", _stats_fields)
 
 
@@ -53,7 +60,9 @@ _process_counts = collections.Counter()
 def process_counts() -> dict:
     """Counters of this process over all KCacheDispatchers: ``hits``, ``misses``, ``compiles``
     (cached or not), ``uncached`` (compiles that could not be stored), ``fallbacks``,
-    ``store_errors``, ``compile_seconds`` (seconds)."""
+    ``store_errors``, ``compile_seconds`` (seconds), ``bypasses`` (compiled instead of served
+    because a numba dump or debug setting is on), ``inspect_compiles`` (compiles made only to
+    inspect a served kernel)."""
     return dict(_process_counts)
 
 
@@ -246,6 +255,8 @@ class KCacheDispatcher(_compat.CUDADispatcher):
         self._kcache_keys = {}  # (argtypes, cc, launch config) -> (key, components)
         self._kcache_counts = collections.Counter()
         self._kcache_uncached = {}  # signature -> reason
+        self._kcache_bypassed = {}  # signature -> reason
+        self._kcache_inspected = {}  # argtypes -> _Kernel compiled to answer an inspect_*()
         self._kcache_key_of = {}  # signature -> key
         # Lines logged for this kernel's misses (compile_for may have added some already).
         self.__dict__.setdefault("kcache_explanations", [])
@@ -267,6 +278,13 @@ class KCacheDispatcher(_compat.CUDADispatcher):
         self.add_overload(kernel, argtypes)
         _record.note(self, argtypes)  # KCACHE_RECORD: a signature this program launches
         return kernel
+
+    def recompile(self):
+        """Recompile every signature afresh (``CUDADispatcher.recompile``): the keys are worked
+        out again, so globals changed since the first compile are seen."""
+        self._kcache_keys.clear()
+        self._kcache_inspected.clear()
+        super().recompile()
 
     def enable_caching(self):
         """Caching is always on for a KCacheDispatcher made with ``cache=True``; turns it on
@@ -314,7 +332,8 @@ class KCacheDispatcher(_compat.CUDADispatcher):
             cache_hits=self._cache_hits, cache_misses=self._cache_misses,
             compiles=c["compiles"], compile_seconds=c["compile_seconds"],
             uncached=dict(self._kcache_uncached), store_errors=c["store_errors"],
-            fallbacks=c["fallbacks"], keys=dict(self._kcache_key_of))
+            fallbacks=c["fallbacks"], keys=dict(self._kcache_key_of),
+            bypassed=dict(self._kcache_bypassed), inspect_compiles=c["inspect_compiles"])
 
     # --- kcache -------------------------------------------------------------------------------
 
@@ -340,6 +359,9 @@ class KCacheDispatcher(_compat.CUDADispatcher):
             key, components = self.kcache_key(argtypes, cc, store=store)
         except _components.Uncacheable as exc:
             return self._kcache_uncached_build(sig, str(exc))
+        bypass = _numba_config.bypass_reason()
+        if bypass is not None:
+            return self._kcache_bypass(store, key, components, argtypes, cc, bypass)
         built = {}
         entry = self._kcache_single_flight(store, key, components, argtypes, cc,
                                            launch_config, built)
@@ -408,18 +430,44 @@ class KCacheDispatcher(_compat.CUDADispatcher):
                 built["kernel"] = self._kcache_build(argtypes)[0]
             return None
 
+    def _kcache_bypass(self, store, key, components, argtypes, cc, reason):
+        """Compile although the entry may exist (a numba dump or debug setting asks to see the
+        compiler work), store the result, count a bypass; the call gets the compiled kernel."""
+        self._kcache_bypassed[argtypes] = reason
+        self._cache_misses[argtypes] += 1
+        _process_counts["misses"] += 1
+        _process_counts["bypasses"] += 1
+        self._kcache_key_of.setdefault(argtypes, key)
+        if explain_enabled():
+            self._kcache_log([f"{self._kcache_name()} {_compat.signature_display(argtypes)}: "
+                              f"bypass: {reason}"])
+        kernel, seconds = self._kcache_build(argtypes)
+        try:
+            entry = self._kcache_entry(kernel, argtypes, cc, seconds)
+        except NotStorable:
+            return kernel
+        if not entry.meta["launch_config_sensitive"]:  # those are stored per launch config
+            self._kcache_put(store, key, entry, components)
+        return kernel
+
     def _kcache_entry(self, kernel, argtypes, cc, seconds):
         return kernel_to_entry(kernel, _arch.full_cc(cc), kernel_name=self._kcache_name(),
                                signature=_compat.signature_display(argtypes),
-                               arch=_arch.arch_name(cc), compile_seconds=seconds)
+                               arch=_arch.arch_name(cc), compile_seconds=seconds,
+                               warnings=getattr(kernel, "_kcache_warnings", None))
 
     def _kcache_build(self, argtypes):
-        """Compile as ``CUDADispatcher.compile`` does on a miss; returns (kernel, seconds)."""
+        """Compile as ``CUDADispatcher.compile`` does on a miss; returns (kernel, seconds).
+        The warnings the compile emits (they are emitted as always) are kept on the kernel
+        as ``_kcache_warnings``, for its entry."""
         if not self._can_compile:
             raise RuntimeError("Compilation disabled")
+        _require.check(self, argtypes)  # KCACHE_REQUIRE_HIT: may refuse (raise) or warn
         start = time.perf_counter()
-        kernel = _compat.compile_kernel(self.py_func, argtypes, self.targetoptions)
-        kernel.bind()  # force codegen so that there is a cubin to store
+        with _warnings.captured() as said:
+            kernel = _compat.compile_kernel(self.py_func, argtypes, self.targetoptions)
+            kernel.bind()  # force codegen so that there is a cubin to store
+        kernel._kcache_warnings = _warnings.encode(said, repr(self.py_func))
         seconds = time.perf_counter() - start
         for counts in (self._kcache_counts, _process_counts):
             counts["compiles"] += 1
@@ -442,14 +490,19 @@ class KCacheDispatcher(_compat.CUDADispatcher):
         PTX. (None, reason) when neither loads; the caller then compiles."""
         full = _arch.full_cc(cc)
         extensions = self.targetoptions.get("extensions")
+        served = {"compiled": lambda: self._kcache_inspection(argtypes),
+                  "py_func": self.py_func,
+                  "launch_bounds": self.targetoptions.get("launch_bounds")}
         try:
-            kernel = entry_to_kernel(entry, argtypes, full, extensions=extensions)
+            kernel = entry_to_kernel(entry, argtypes, full, extensions=extensions, **served)
         except (NotStorable, KeyError, TypeError, ValueError) as exc:
             warn_once("dispatcher-entry", f"kcache: an entry of {self._kcache_name()} cannot "
                       f"be used here ({exc}); compiling instead")
             return None, f"the cached entry cannot be used here ({exc})"
         try:
             kernel.bind()
+            # what the compile said, said again (naming this process's function)
+            _warnings.replay(entry.meta.get("warnings"), repr(self.py_func))
             return kernel, None
         except Exception as exc:  # e.g. CUDA_ERROR_UNSUPPORTED_PTX_VERSION / NO_BINARY_FOR_GPU
             self._kcache_counts["fallbacks"] += 1
@@ -458,14 +511,31 @@ class KCacheDispatcher(_compat.CUDADispatcher):
             warn_once("dispatcher-driver", f"kcache: the driver refused a cached cubin of "
                       f"{self._kcache_name()} ({exc}); trying its PTX")
         try:
-            kernel = entry_to_kernel(entry, argtypes, full, extensions=extensions, use="ptx")
+            kernel = entry_to_kernel(entry, argtypes, full, extensions=extensions, use="ptx",
+                                     **served)
             kernel.bind()
+            _warnings.replay(entry.meta.get("warnings"), repr(self.py_func))
             return kernel, None
         except Exception as exc:  # no PTX, or a PTX ISA newer than this driver
             warn_once("dispatcher-ptx", f"kcache: the cached PTX of {self._kcache_name()} "
                       f"does not load either ({exc}); compiling instead")
             return None, (f"the driver refused the cached cubin ({cubin_error}) and its PTX "
                           f"({exc})")
+
+    def _kcache_inspection(self, argtypes):
+        """The kernel for ``argtypes`` compiled (never bound or launched) to answer what a
+        served kernel's entry does not hold: LLVM IR, typing, PTX for another cc. Once per
+        signature, counted in ``inspect_compiles``; its warnings were already said on load."""
+        kernel = self._kcache_inspected.get(argtypes)
+        if kernel is None:
+            import warnings
+            with _compat.global_compiler_lock, warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                kernel = _compat.compile_kernel(self.py_func, argtypes, self.targetoptions)
+            self._kcache_inspected[argtypes] = kernel
+            for counts in (self._kcache_counts, _process_counts):
+                counts["inspect_compiles"] += 1
+        return kernel
 
     def _kcache_put(self, store, key, entry, components):
         try:

@@ -43,17 +43,25 @@ def ensure_patched() -> None:
         _compat.patch_dispatcher(_on_enable_caching, _on_init)
 
 
-def install(mode: str = "cache", *, store=None, cache_key: str | None = None) -> None:
+def install(mode: str = "cache", *, store=None, cache_key: str | None = None,
+            require_hit=None) -> None:
     """Serve numba-cuda kernels from kcache in this process.
 
     ``mode``: "cache" -> every ``numba.cuda.jit(cache=True)`` kernel created from now on uses
     kcache instead of numba-cuda's cache; "all" -> every kernel created from now on, with or
     without ``cache=True`` (kernels that cannot be cached run uncached). ``store``: a
     ``kcache.Store`` (default: ``kcache.Store()``); ``cache_key``: str mixed into every key.
-    Dispatchers created before the call are not changed. Raises ValueError for another mode.
+    ``require_hit``: True -> a kernel call that would compile raises ``kcache.CacheMissError``
+    (every kcache kernel of the process, as ``KCACHE_REQUIRE_HIT=1``); "warn" -> warned once
+    per kernel, then compiled; False -> compiles allowed whatever ``KCACHE_REQUIRE_HIT`` says;
+    None (default) -> ``KCACHE_REQUIRE_HIT`` decides. Dispatchers created before the call are
+    not changed (but ``require_hit`` holds for them too). Raises ValueError for another mode
+    or ``require_hit`` value.
     """
     if mode not in MODES:
         raise ValueError(f"kcache.install: mode must be one of {MODES}, not {mode!r}")
+    from .require import set_mode
+    set_mode(require_hit)
     ensure_patched()
     _state["options"] = Options(store=store, cache=True, cache_key=cache_key)
     _state["mode"] = mode
@@ -62,8 +70,10 @@ def install(mode: str = "cache", *, store=None, cache_key: str | None = None) ->
 def uninstall() -> None:
     """Undo :func:`install`: numba-cuda's ``CUDADispatcher`` is restored; dispatchers already
     turned into KCacheDispatchers keep using kcache."""
+    from .require import set_mode
     _state["options"] = None
     _state["mode"] = None
+    set_mode(None)  # back to KCACHE_REQUIRE_HIT
     _compat.unpatch_dispatcher()
 
 

@@ -14,15 +14,14 @@ import builtins
 import sys
 
 from kcache import Entry
+from kcache.artifacts import KERNEL_FIELDS
 
 from . import _compat
 from .sigspec import format_or_none
 
-#: Metadata fields of an entry that ``_compat.rebuild_kernel`` reads (all plain data).
-STATE_FIELDS = (
-    "entry_name", "name", "cooperative", "needs_cudadevrt", "nrt", "max_registers", "lto",
-    "nvvm_options", "launch_config_sensitive", "shared_memory_carveout", "debug", "lineinfo",
-)
+#: Metadata fields of an entry that ``_compat.rebuild_kernel`` reads (all plain data); the
+#: core checks the artifacts of every entry holding them all (kcache.artifacts).
+STATE_FIELDS = KERNEL_FIELDS
 _PLAIN = (type(None), bool, int, float, str, bytes)
 
 
@@ -106,10 +105,12 @@ def decode_exceptions(table: dict) -> dict:
 
 
 def kernel_to_entry(kernel, cc, *, kernel_name: str, signature: str, arch: str,
-                    compile_seconds: float) -> Entry:
+                    compile_seconds: float, warnings: list | None = None) -> Entry:
     """Entry of a compiled, cacheable ``_Kernel`` for full cc ``cc`` (``kcache.arch.full_cc``).
 
-    ``compile_seconds``: wall time of the compile (seconds). Raises NotStorable with the reason
+    ``compile_seconds``: wall time of the compile (seconds); ``warnings``: what the compile
+    warned, in ``compile_warnings.encode`` form (kept only when there are some, so entries of
+    quiet kernels are unchanged). Raises NotStorable with the reason
     when the kernel needs live Python objects (``_compat.uncacheable_reason``) or its exception
     table cannot be encoded."""
     reason = _compat.uncacheable_reason(kernel)
@@ -128,6 +129,8 @@ def kernel_to_entry(kernel, cc, *, kernel_name: str, signature: str, arch: str,
                 compile_seconds=float(compile_seconds),
                 exceptions=encode_exceptions(state["exceptions"]),
                 sigspec=format_or_none(state["argtypes"]))  # replayable text (kcache warm)
+    if warnings:
+        meta["warnings"] = list(warnings)
     return Entry(artifacts=artifacts, meta=meta)
 
 
@@ -139,9 +142,11 @@ def marker_entry(*, kernel_name: str, signature: str, arch: str) -> Entry:
                                      "launch_config_sensitive": True, "marker": True})
 
 
-def entry_to_kernel(entry: Entry, argtypes: tuple, cc, *, extensions, use: str = "cubin"):
+def entry_to_kernel(entry: Entry, argtypes: tuple, cc, *, extensions, use: str = "cubin",
+                    compiled=None, py_func=None, launch_bounds=None):
     """A launchable ``_Kernel`` rebuilt from ``entry`` for full cc ``cc``, without numba's
-    typing or target context. ``use``: "cubin" or "ptx" (driver/nvJitLink link of the PTX).
+    typing or target context. ``use``: "cubin" or "ptx" (driver/nvJitLink link of the PTX);
+    ``compiled``, ``py_func``, ``launch_bounds``: see ``_compat.rebuild_kernel``.
     Raises NotStorable if the entry lacks a field or an exception class is not loaded."""
     meta = entry.meta
     missing = [f for f in STATE_FIELDS if f not in meta]
@@ -153,4 +158,5 @@ def entry_to_kernel(entry: Entry, argtypes: tuple, cc, *, extensions, use: str =
     state["ptx"] = ptx.decode("utf-8") if ptx else None
     exceptions = decode_exceptions(meta.get("exceptions"))
     return _compat.rebuild_kernel(state, argtypes, cc, extensions=extensions,
-                                  exceptions=exceptions, use=use)
+                                  exceptions=exceptions, use=use, compiled=compiled,
+                                  py_func=py_func, launch_bounds=launch_bounds)

@@ -13,7 +13,8 @@ The ``config`` key component (:func:`config_component`) holds the current value 
 """
 from __future__ import annotations
 
-__all__ = ["IN_KEY", "NOT_IN_KEY", "config_component", "config_variables", "unclassified"]
+__all__ = ["IN_KEY", "NOT_IN_KEY", "WARNINGS_IN_KEY", "BYPASS", "config_component", "config_variables",
+           "unclassified", "bypass_reason"]
 
 #: Variables whose value changes the code numba-cuda generates or links -> why.
 IN_KEY = {
@@ -52,8 +53,7 @@ NOT_IN_KEY = {
     ), _OUTPUT),
     # messages
     **dict.fromkeys((
-        "ALWAYS_WARN_UNINIT_VAR", "COLOR_SCHEME", "DEVELOPER_MODE",
-        "DISABLE_PERFORMANCE_WARNINGS", "FULL_TRACEBACKS", "SHOW_HELP",
+        "COLOR_SCHEME", "DEVELOPER_MODE", "FULL_TRACEBACKS", "SHOW_HELP",
         "CUDA_LOW_OCCUPANCY_WARNINGS", "CUDA_WARN_ON_IMPLICIT_COPY",
     ), _MESSAGES),
     # numba's CPU target
@@ -93,6 +93,45 @@ NOT_IN_KEY = {
     "NUMBA_CUDA_NRT_STATS": "read once at import into CUDA_NRT_STATS",
 }
 
+#: Diagnostic settings (a subset of NOT_IN_KEY: they do not change the code) under which the
+#: user asks to see the compiler work: while one is on, a kernel is compiled (and its entry
+#: stored) instead of served silently, counted as a bypass with the setting as its reason.
+BYPASS = (
+    "ANNOTATE", "HTML", "DEBUG", "DEBUG_FRONTEND", "DEBUG_INLINE_CLOSURE", "DEBUG_JIT",
+    "DEBUG_PRINT_AFTER", "DEBUG_PRINT_BEFORE", "DEBUG_PRINT_WRAP", "DEBUG_TYPEINFER", "DIFF_IR",
+    "DUMP_ASSEMBLY", "DUMP_BYTECODE", "DUMP_CFG", "DUMP_FUNC_OPT", "DUMP_IR", "DUMP_LLVM",
+    "DUMP_OPTIMIZED", "DUMP_SSA", "LLVM_PASS_TIMINGS", "TRACE", "CHROME_TRACE", "JIT_COVERAGE",
+)
+_OFF = (None, 0, False, "", "none")
+
+
+def bypass_reason(config=None) -> str | None:
+    """"NUMBA_<NAME> is on (...)" for the first :data:`BYPASS` setting of ``config`` (default:
+    the module numba-cuda reads) that is on, else None. A setting is off at numba's default:
+    0, False, None, "" or "none" (``DEBUG_PRINT_*``)."""
+    if config is None:
+        from . import _compat
+
+        config = _compat.numba_config()
+    for name in BYPASS:
+        value = getattr(config, name, None)
+        if isinstance(value, str):
+            value = value.strip().lower()
+        if value not in _OFF:
+            return f"NUMBA_{name} is on: the compiler's output is shown, so the kernel is compiled"
+    return None
+
+
+#: Settings that change only what a compile warns -> why. An entry says again what its
+#: compile warned (compile_warnings.py), so they are in the key, but only when set away from
+#: numba's default (0): keys made under the defaults are those of before.
+WARNINGS_IN_KEY = {
+    "ALWAYS_WARN_UNINIT_VAR": "makes numba-cuda warn of a variable that may be used "
+                              "uninitialised (NumbaWarning at compile)",
+    "DISABLE_PERFORMANCE_WARNINGS": "silences NumbaPerformanceWarning at compile",
+}
+
+
 def config_variables(config) -> list:
     """Names of the configuration variables of ``config`` (a module): its public upper-case
     attributes, as numba's ``_EnvReloader`` and numba-cuda's modules set them."""
@@ -101,7 +140,7 @@ def config_variables(config) -> list:
 
 def unclassified(config) -> list:
     """Variables of ``config`` (a module) in neither :data:`IN_KEY` nor :data:`NOT_IN_KEY`."""
-    known = IN_KEY.keys() | NOT_IN_KEY.keys()
+    known = IN_KEY.keys() | NOT_IN_KEY.keys() | WARNINGS_IN_KEY.keys()
     return [n for n in config_variables(config) if n not in known]
 
 
@@ -114,7 +153,12 @@ def config_component(config=None) -> dict:
         from . import _compat
 
         config = _compat.numba_config()
-    return {name: _plain(name, getattr(config, name, None)) for name in IN_KEY}
+    component = {name: _plain(name, getattr(config, name, None)) for name in IN_KEY}
+    for name in WARNINGS_IN_KEY:
+        value = getattr(config, name, 0)
+        if value:  # left out at the default, so the key does not change
+            component[name] = _plain(name, value)
+    return component
 
 
 def _plain(name: str, value):

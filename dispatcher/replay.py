@@ -9,7 +9,8 @@ accepted only when exact). The kernel is found again by ``components["kernel"]``
 ("module:qualname") in a worker, which checks that its code, options and links still match
 the entry's components before compiling (dispatcher/warm.py); otherwise the entry is listed
 as skipped with the reason. Nothing from an entry is executed: the signature text passes the
-sigspec grammar, and the module imported is the one named, as a program would import it.
+sigspec grammar, and a module is imported only if it was found in the TARGETs the user named
+(dispatcher/discover.py); the kernels of other modules are listed, never imported.
 """
 from __future__ import annotations
 
@@ -25,29 +26,56 @@ from .warm import Plan, Row
 __all__ = ["plan_replay"]
 
 
-def plan_replay(plan: Plan, store, ccs=None) -> Plan:
+#: Why a recorded kernel is listed, not replayed: warm imports only what the user named.
+NO_TARGETS = ("no TARGET named: replay imports only modules found in the TARGETs "
+              "(kcache warm --replay TARGET...)")
+OUTSIDE_TARGETS = "not in the TARGETs named: replay imports only modules found in them"
+
+
+def plan_replay(plan: Plan, store, ccs=None, modules=None) -> Plan:
     """Add to ``plan`` one task per stale (kernel, signature, cc, cache_key) of ``store``
-    (every root, read-only layers too), only for ``ccs`` when given ((major, minor) list).
-    Entries that cannot be replayed become skipped rows with the reason. Reads headers
-    only."""
+    (every root, read-only layers too) whose kernel is defined in ``modules``, only for
+    ``ccs`` when given ((major, minor) list). ``modules``: ``{module name: path entry}`` of
+    the modules found in the TARGETs (``Plan.modules``); None when no TARGET was named.
+
+    An entry's ``module:qualname`` is text from the cache (a bundle, a remote, another
+    user's layer): a module is imported (by the workers) only when discovery found it in a
+    TARGET, as plain ``kcache warm TARGET`` would import it. Every other stale entry, and
+    with ``modules`` None all of them, is a skipped row naming the kernel; so is one that
+    cannot be replayed, with the reason. Entries of ``modules``' kernels made by the
+    current toolchain are counted in ``plan.current`` (warm already), and those kernels
+    leave ``plan.without_signatures``. Reads headers only; imports nothing."""
     current = toolchain_components(_toolchain_memo(store))
     wanted = {tuple(cc[:2]) for cc in ccs} if ccs else None
     skipped: dict = {}
+    known: set = set()
     for info in store.entries():
         components = info.components if isinstance(info.components, dict) else {}
-        if not components or not is_stale(components, current):
+        if not components:
             continue
         kernel = components.get("kernel") or info.kernel or "?"
+        stale = is_stale(components, current)
         try:
             cc = _cc(components)
             if wanted is not None and tuple(cc[:2]) not in wanted:
                 continue
-            plan.add(**_replayable(info, components, kernel, cc))
+            module = _module(kernel)
+            if modules is None or module not in modules:
+                if stale:
+                    raise _Skip(NO_TARGETS if modules is None else OUTSIDE_TARGETS)
+                continue
+            known.add(kernel)
+            if not stale:
+                plan.current += 1
+                continue
+            plan.add(**_replayable(info, components, kernel, cc, modules[module]))
         except _Skip as why:
-            skipped.setdefault((kernel, info.signature, info.arch, str(why)), info.key)
+            if stale:
+                skipped.setdefault((kernel, info.signature, info.arch, str(why)), info.key)
     for (kernel, display, arch, reason), key in skipped.items():
         plan.rows.append(Row(kernel=kernel, status="skipped", origin="replay", display=display,
                              arch=arch, key=key, reason=reason))
+    plan.without_signatures[:] = [k for k in plan.without_signatures if k not in known]
     return plan
 
 
@@ -64,19 +92,25 @@ def _cc(components: dict) -> tuple:
         raise _Skip(f"unknown target {target.get('cc')!r}") from None
 
 
-def _replayable(info, components: dict, kernel: str, cc) -> dict:
-    """The ``Plan.add`` arguments that replay ``info``; raises _Skip with the reason."""
+def _module(kernel: str) -> str:
+    """The module of ``"module:qualname"``; _Skip for a name warm could not import."""
     try:
-        split_kernel(kernel)
+        return split_kernel(kernel)[0]
     except ValueError:
-        raise _Skip(f"kernel {kernel!r} is not a module-level name warm can import") from None
+        shown = repr(kernel) if len(kernel) <= 80 else f"{kernel[:60]!r}..."
+        raise _Skip(f"kernel {shown} is not a module-level name warm can import") from None
+
+
+def _replayable(info, components: dict, kernel: str, cc, path_entry) -> dict:
+    """The ``Plan.add`` arguments that replay ``info`` (its module found in a TARGET, on
+    ``sys.path`` with ``path_entry``); raises _Skip with the reason."""
     launch_config = components.get("launch_config")
     if launch_config not in (None, _compat.NO_LAUNCH_CONFIG):
         raise _Skip("compiled for one launch configuration of a launch-config-sensitive "
                     "kernel; it is compiled again on its first launch")
     argtypes, text = _signature(info, components)
     cache_key = components.get("cache_key")
-    return {"kernel": kernel, "path_entry": None, "argtypes": argtypes, "sigspec_text": text,
+    return {"kernel": kernel, "path_entry": path_entry, "argtypes": argtypes, "sigspec_text": text,
             "eager_index": None, "cc": cc, "origin": "replay",
             "cache_key": cache_key if isinstance(cache_key, str) else None,
             "own_cache_key": True, "expect": components}
@@ -87,14 +121,16 @@ def _signature(info, components: dict) -> tuple:
     nor the ``signature`` component gives them exactly."""
     meta = info.meta if isinstance(info.meta, dict) else {}
     text = meta.get("sigspec")
-    if isinstance(text, str):
+    if text is not None:
+        # Written by kcache from the very types of the entry: one that does not parse back
+        # to them is a damaged or hostile entry, skipped (never evaluated).
         try:
             argtypes = sigspec.parse_signature(text)
-        except ValueError:
-            argtypes = None  # not a sigspec (damaged or hostile): the component may still do
-        if argtypes is not None and _compat.signature_string(argtypes) == components.get(
-                "signature"):
-            return argtypes, text
+        except ValueError as exc:
+            raise _Skip(f"its recorded signature (meta.sigspec) is refused: {exc}") from None
+        if _compat.signature_string(argtypes) != components.get("signature"):
+            raise _Skip("its recorded signature (meta.sigspec) is not the one of its key")
+        return argtypes, text
     argtypes = sigspec.from_signature_component(components.get("signature"))
     if argtypes is None:
         raise _Skip("no replayable signature")

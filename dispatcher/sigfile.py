@@ -58,7 +58,8 @@ def split_kernel(name: str) -> tuple[str, str]:
     ok = sep and all(part.isidentifier() for part in module.split(".")) and all(
         part.isidentifier() for part in qualname.split("."))
     if not ok:
-        raise ValueError(f"{name!r} is not a kernel name (module:qualname, "
+        shown = repr(name) if len(name) <= 80 else f"{name[:60]!r}... ({len(name)} characters)"
+        raise ValueError(f"{shown} is not a kernel name (module:qualname, "
                          "e.g. 'examples.kernels:scaled_add')")
     return module, qualname
 
@@ -91,7 +92,7 @@ def parse_line(text: str) -> tuple[str, str] | None:
     split_kernel(kernel)
     signature = _strip_comment(rest).strip()
     if not signature:
-        raise ValueError(f"no signature after {kernel} ({_EXAMPLE})")
+        raise ValueError(f"no signature after {kernel[:80]} ({_EXAMPLE})")
     return kernel, signature
 
 

@@ -19,6 +19,9 @@ signatures files, entry metadata) and reads them back (``kcache warm``). Three f
 from __future__ import annotations
 
 import ast
+import io
+import keyword
+import tokenize
 
 from . import _compat
 
@@ -30,6 +33,8 @@ MAX_SIGNATURE_CHARS = 16384
 _MAX_DEPTH = 24          # nesting of calls/lists/subscripts in one sigspec
 _MAX_INT = 1 << 20       # array ndim, tuple counts, record offsets and sizes stay below this
 _MAX_STR = 256           # record field names and titles
+_MAX_NAME = 64           # a type or keyword-argument name (longer ones are not numba's)
+_MAX_NUMBER = 16         # characters of one number (the whole numbers allowed have 7 digits)
 #: Type classes a sigspec may call (their constructors only store their arguments).
 _CALLABLE_CLASSES = ("Array", "Record", "NestedArray", "UniTuple", "Tuple")
 _ACCEPTED = ("accepted: numba type names such as float32 or int64, arrays such as float32[::1] "
@@ -134,6 +139,7 @@ def parse_signature(text) -> tuple:
         raise ValueError(f"a signature must be text, not {type(text).__name__}")
     if len(text) > MAX_SIGNATURE_CHARS:
         raise ValueError(f"signature longer than {MAX_SIGNATURE_CHARS} characters")
+    _prescan(text.strip())
     try:
         tree = ast.parse(text.strip(), mode="eval")
     except SyntaxError as exc:
@@ -144,6 +150,81 @@ def parse_signature(text) -> tuple:
     except Exception as exc:  # numba raises TypeError/ValueError/KeyError from the types it builds
         raise ValueError(f"not a kernel signature: {type(exc).__name__}: "
                          f"{' '.join(str(exc).split())[:200]}") from None
+
+
+_OPENERS, _CLOSERS = frozenset("([{"), frozenset(")]}")
+_PUNCTUATION = frozenset(",:=")
+_TERMS = (tokenize.NAME, tokenize.NUMBER, tokenize.STRING)
+#: Bracket and trailer nesting the token scan lets through: above what :func:`_check`
+#: accepts (a bracket and its AST node are not one level each), far below what makes
+#: ``ast.parse`` recurse too deep.
+_PRESCAN_DEPTH = 2 * _MAX_DEPTH
+_HARMLESS = (tokenize.NEWLINE, tokenize.NL, tokenize.COMMENT, tokenize.ENDMARKER)
+
+
+def _prescan(text: str) -> None:
+    """Raise ValueError unless ``text``'s tokens can only make an expression of bounded
+    depth, before ``ast.parse`` sees it: CPython's parser recurses once per level (``-`` x
+    16,000, ``not `` x 4,000, ``[:]`` x 5,000 raise MemoryError or RecursionError there).
+    Reads tokens with :mod:`tokenize` (a loop, no recursion). Refused: operators other than
+    brackets, ``,``, ``:``, ``=``, ``.`` and star-arguments (the grammar has none); Python
+    keywords but True/False/None; two terms in a row; f-strings; over-long names and
+    numbers; brackets, chained calls, subscripts and attributes more than
+    ``_PRESCAN_DEPTH`` deep. What passes is then checked node by node (:func:`_check`)."""
+    stack: list = []   # per open bracket: its cost (1 + the trailers before it)
+    depth = chain = 0  # the sum of ``stack``; trailers applied to the current term
+    prev = None        # "term", "close", "dot", "star" or None (start, opener, punctuation)
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+            kind, word = tok.type, tok.string
+            if kind in _HARMLESS:
+                continue
+            if kind in _TERMS:
+                _check_term(kind, word, prev)
+                chain, prev = chain if prev == "dot" else 0, "term"
+            elif kind in (tokenize.INDENT, tokenize.DEDENT):
+                raise ValueError("not a signature: more than one line")
+            elif kind != tokenize.OP:
+                raise ValueError(f"{word[:20]!r} is not allowed ({_ACCEPTED})")
+            elif word in _OPENERS:
+                cost = chain + 1 if prev in ("term", "close") else 1
+                stack.append(cost)
+                depth, chain, prev = depth + cost, 0, None
+            elif word in _CLOSERS:
+                cost = stack.pop() if stack else 0  # unbalanced: ast.parse says so
+                depth, chain, prev = depth - cost, cost, "close"
+            elif word == "." and prev in ("term", "close"):
+                chain, prev = chain + 1, "dot"
+            elif word in ("*", "**") and prev is None:
+                prev = "star"
+            elif word in _PUNCTUATION:
+                chain, prev = 0, None
+            else:
+                raise ValueError(f"{word[:20]!r} is not allowed ({_ACCEPTED})")
+            if depth + chain > _PRESCAN_DEPTH:
+                raise ValueError(f"signature nested deeper than {_MAX_DEPTH} levels")
+    except tokenize.TokenError:  # at the end: a bracket or a string left open
+        raise ValueError("not a signature: a bracket or a string is not closed") from None
+    except SyntaxError as exc:  # a bad indentation: what follows was not scanned
+        raise ValueError(f"not a signature: {exc.msg}") from None
+
+
+def _check_term(kind: int, word: str, prev) -> None:
+    """One name, number or string token of :func:`_prescan`; ValueError if refused."""
+    if kind == tokenize.NAME and keyword.iskeyword(word) and word not in ("True", "False",
+                                                                          "None"):
+        raise ValueError(f"{word!r} is not allowed ({_ACCEPTED})")
+    if prev in ("term", "close"):
+        raise ValueError(f"{word[:20]!r} follows another term without a comma ({_ACCEPTED})")
+    if kind == tokenize.NAME:
+        if len(word) > _MAX_NAME:
+            raise ValueError(f"name {word[:20]}... longer than {_MAX_NAME} characters is "
+                             f"not a numba type name ({_ACCEPTED})")
+    elif kind == tokenize.NUMBER and len(word) > _MAX_NUMBER:
+        raise ValueError(f"number {word[:20]}... is not allowed (whole numbers "
+                         f"0..{_MAX_INT - 1})")
+    elif kind == tokenize.STRING and "f" in word[:len(word) - len(word.lstrip("rRbBuUfF"))].lower():
+        raise ValueError(f"f-strings are not allowed ({_ACCEPTED})")
 
 
 def _check(node, ns: dict, depth: int) -> None:

@@ -25,13 +25,15 @@ import queue
 import re
 import sys
 
+from kcache import arch as _arch
+
 from . import _compat, discover, sigspec
 from .aot import CompileForError, check_cc, compile_for_report
 from .components import Uncacheable, arch_name
 from .dispatcher import kernel_key
 
-__all__ = ["Task", "Row", "parse_cc_list", "cc_text", "plan_targets", "run_tasks",
-           "STATUSES", "default_jobs"]
+__all__ = ["Task", "Row", "parse_cc_list", "cc_text", "plan_targets", "find_modules",
+           "run_tasks", "STATUSES", "default_jobs"]
 
 #: Row statuses, in the order the summary lists them.
 STATUSES = ("compiled", "cached", "would_compile", "failed", "skipped")
@@ -53,7 +55,8 @@ def parse_cc_list(values) -> list:
             try:
                 cc = check_cc(item)
             except ValueError as exc:
-                raise ValueError(f"--cc {item!r}: {exc}") from None
+                problem = _arch.option_problem("--cc", item, _compat.supported_ccs())
+                raise ValueError(problem or f"--cc {item!r}: {exc}") from None
             if cc not in out:
                 out.append(cc)
     if not out:
@@ -134,11 +137,16 @@ def row_of(task: Task, outcome: dict) -> Row:
 class Plan:
     """What warm will do: ``tasks``; ``rows`` known before running (modules that failed to
     import, files that cannot be imported by name); ``without_signatures`` (kernels found
-    with no known signature); ``path_entries`` (folders workers put on sys.path)."""
+    with no known signature); ``path_entries`` (folders workers put on sys.path);
+    ``modules`` (``{module name: path entry}`` of the modules found in the TARGETs: the only
+    ones replay imports); ``current`` (replay: entries of those modules' kernels made by
+    the current toolchain already, warm without a compile)."""
     tasks: list = dataclasses.field(default_factory=list)
     rows: list = dataclasses.field(default_factory=list)
     without_signatures: list = dataclasses.field(default_factory=list)
     path_entries: list = dataclasses.field(default_factory=list)
+    modules: dict = dataclasses.field(default_factory=dict)
+    current: int = 0
     _seen: dict = dataclasses.field(default_factory=dict)
 
     def add(self, *, kernel, path_entry, argtypes, sigspec_text, eager_index, cc, origin,
@@ -161,9 +169,7 @@ def plan_targets(plan: Plan, targets, sig_lines, ccs, include_tests=False) -> Pl
     (their eager signatures) and every line of ``sig_lines`` (``sigfile.SigLine``), for
     each cc of ``ccs``. Imports the targets' modules (``discover.import_module``). Raises
     ``discover.TargetError`` for a TARGET that is no file, folder or module."""
-    refs, unimportable = discover.resolve_targets(targets, ccs[0], include_tests)
-    for what, reason in unimportable:
-        plan.rows.append(Row(kernel=what, status="skipped", origin="walk", reason=reason))
+    refs = find_modules(plan, targets, ccs[0], include_tests)
     by_kernel: dict = {}
     for line in sig_lines:
         by_kernel.setdefault(line.kernel, []).append(line)
@@ -194,6 +200,19 @@ def plan_targets(plan: Plan, targets, sig_lines, ccs, include_tests=False) -> Pl
                          sigspec_text=line.signature, eager_index=None, cc=cc,
                          origin=line.origin)
     return plan
+
+
+def find_modules(plan: Plan, targets, cc, include_tests=False) -> list:
+    """The modules of ``targets`` (``discover.resolve_targets``: files and folders are only
+    walked, a module name's parent packages are imported inside ``import_context(cc)``),
+    noted in ``plan.modules``; a skipped row for each file that cannot be imported by name.
+    Returns the ``discover.ModuleRef`` list. Raises ``discover.TargetError``."""
+    refs, unimportable = discover.resolve_targets(targets, cc, include_tests)
+    for what, reason in unimportable:
+        plan.rows.append(Row(kernel=what, status="skipped", origin="walk", reason=reason))
+    for ref in refs:
+        plan.modules.setdefault(ref.name, ref.path_entry)
+    return refs
 
 
 # --- running ----------------------------------------------------------------------------------

@@ -42,6 +42,11 @@ def _short(key) -> str:
     return key[:12] if key else "-"  # as `kcache ls` shows keys
 
 
+def _size(n: int) -> str:
+    from kcache.config import format_size
+    return format_size(n)  # as `kcache ls` shows sizes on a terminal: 21.3 KiB
+
+
 def _kcache(*args, env, cwd, check=True) -> subprocess.CompletedProcess:
     """``python -m kcache ARGS`` in ``cwd`` with stdout captured (stderr passes through).
     ``cwd`` is never the repository root: there ``python -m`` would import the kcache/ folder
@@ -175,15 +180,20 @@ def ship(env, root: Path, work: Path) -> Path:
     bundle, imported = work / "kernels.kcb", work / "imported"
     out = json.loads(_kcache("export", bundle, "--dir", root, "--json", env=env, cwd=work).stdout)
     how = "zstd" if out["compressed"] else "tar"
-    print(f"\nkcache export: {out['entries']} entries ({out['entry_bytes']} bytes) -> {bundle} "
-          f"({out['bundle_bytes']} bytes, {how})")
+    print(f"\nkcache export: {out['entries']} entries ({_size(out['entry_bytes'])}) -> {bundle} "
+          f"({_size(out['bundle_bytes'])}, {how})")
     got = json.loads(_kcache("import", bundle, "--into", imported, "--json", env=env,
                              cwd=work).stdout)
     again = f", {len(got['present'])} already there" if got["present"] else ""
     print(f"kcache import: {len(got['imported'])} entries added to {imported}{again}")
-    print("\nEntries in the imported root (kcache ls):")
-    print(_kcache("ls", "--sort", "name", "--dir", imported, env=env, cwd=work).stdout, end="")
     mine, theirs = listing(env, root, work), listing(env, imported, work)
+    print("\nEntries in the imported root (kcache ls):")
+    rows = sorted(theirs.values(), key=lambda e: (e["kernel"] or "", e["signature"] or "",
+                                                  e["arch"] or ""))
+    for e in rows:
+        name = (e["kernel"] or "-").rsplit(":", 1)[-1]
+        print(f"  {e['short_key']}  {name:<26} {e['arch'] or '-':<7} {_size(e['file_size']):>9}")
+    print(f"  {len(rows)} entries, {_size(sum(e['file_size'] for e in rows))}")
     same = {k: (e["kernel"], e["signature"], e["arch"], e["file_size"]) for k, e in mine.items()}
     if same != {k: (e["kernel"], e["signature"], e["arch"], e["file_size"])
                 for k, e in theirs.items()}:

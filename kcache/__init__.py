@@ -4,7 +4,9 @@ Every public name is loaded on first use (module ``__getattr__``), so ``import k
 the ``kcache`` command's start-up) costs almost nothing: ``kcache.Store`` imports the store,
 and ``kcache.jit``, ``kcache.install``, ``kcache.uninstall``, ``kcache.compile_for``,
 ``kcache.explain``, ``kcache.CompileForError`` and ``kcache.dispatcher`` import numba-cuda
-(see docs/design.md). Importing ``kcache`` never imports numba.
+(see docs/design.md), and ``kcache.ProgramCache`` and ``kcache.compile_program`` import
+``kcache.programs`` (and with it cuda.core: docs/programs.md). Importing ``kcache`` never
+imports numba or cuda.
 """
 import importlib
 
@@ -14,17 +16,21 @@ __version__ = "0.1.0"
 _WHERE = {
     "Entry": ".entry", "EntryInfo": ".entry",
     "ConfigError": ".errors", "CorruptEntry": ".errors", "KcacheError": ".errors",
+    "CacheMissError": ".errors",
     "LockTimeout": ".errors", "NewerFormat": ".errors",
     "make_key": ".keys",
     "NotRemoved": ".prune", "PruneReport": ".prune", "RemoveReport": ".prune",
     "VerifyReport": ".prune",
     "Stats": ".store", "Store": ".store", "CopyReport": ".store",
+    # cuda.core programs: kcache.programs imports cuda.core, so only when one is asked for
+    "ProgramCache": ".programs", "compile_program": ".programs",
 }
 _LAZY = ("jit", "install", "uninstall", "compile_for", "explain", "CompileForError")
 
 __all__ = ["make_key", "Entry", "EntryInfo", "Store", "Stats", "PruneReport", "VerifyReport",
            "RemoveReport", "NotRemoved", "CopyReport",
-           "KcacheError", "ConfigError", "LockTimeout", "CorruptEntry", "NewerFormat", *_LAZY]
+           "KcacheError", "ConfigError", "LockTimeout", "CorruptEntry", "NewerFormat",
+           "ProgramCache", "compile_program", "CacheMissError", *_LAZY]
 
 
 def __getattr__(name: str):

@@ -22,10 +22,23 @@ from __future__ import annotations
 import operator
 import re
 
-__all__ = ["parse_cc", "full_cc", "arch_name", "arch_matches", "ACCEPTED"]
+__all__ = ["parse_cc", "full_cc", "arch_name", "arch_matches", "option_problem", "BadCC",
+           "ACCEPTED", "OPTION_FORMS"]
 
 #: The accepted forms, as every error message names them.
 ACCEPTED = "(9, 0), (9, 0, 'a'), '9.0', '9.0a', 'sm_90', 'sm_90a', 'compute_90', 90 or '90'"
+#: The same, in the words of a command-line option (``--cc``).
+OPTION_FORMS = "use MAJOR.MINOR like 9.0 or sm_90 (also 90, 9.0a, sm_90a, compute_90)"
+
+
+class BadCC(ValueError):
+    """:func:`parse_cc`'s error. ``near``: the ``(major, minor)`` the value names around a
+    suffix that cannot be used (``sm_99x``, ``sm_80a``), else None; ``why``: that suffix's
+    problem in a few words, else None."""
+
+    def __init__(self, message: str, near: tuple | None = None, why: str | None = None):
+        super().__init__(message)
+        self.near, self.why = near, why
 
 # Arch names have one minor digit; majors have been one or two digits (sm_121 is 12.1).
 _MAX_MAJOR, _MAX_MINOR = 99, 9
@@ -84,6 +97,44 @@ def arch_matches(arch, cc: tuple) -> bool:
     return (major, minor) == tuple(cc[:2]) and (not cc[2] or suffix == cc[2])
 
 
+def option_problem(flag: str, text: str, supported=None) -> str | None:
+    """One line saying why ``flag TEXT`` (e.g. ``--cc sm_99x``) is not a compute capability
+    that can be used, in a command's words (no Python tuples), or None when it is one.
+
+    ``supported``: the ``(major, minor)`` list the toolkit compiles for (a compiling command:
+    ``kcache.dispatcher.check_cc``'s list) or None (a filter, which takes any well-formed cc).
+    A suggestion is only ever one that would be accepted."""
+    try:
+        major, minor, _suffix = parse_cc(text)
+    except BadCC as exc:
+        shown = f"{flag} {_echo(text)}"
+        if exc.near is None:
+            return f"{shown}: not a compute capability; {OPTION_FORMS}"
+        return f"{shown}: {exc.why}; use {_supported_hint(exc.near, supported)}"
+    if supported is not None and (major, minor) not in supported:
+        return (f"{flag} {_echo(text)}: cc {major}.{minor} is not supported by the installed "
+                f"CUDA toolkit (supported: {_listed(supported)})")
+    return None
+
+
+def _supported_hint(near: tuple, supported) -> str:
+    if supported is None or tuple(near) in supported:
+        return f"{near[0]}.{near[1]}"
+    return f"one the installed CUDA toolkit supports: {_listed(supported)}"
+
+
+def _listed(ccs) -> str:
+    return ", ".join(f"{a}.{b}" for a, b in ccs)
+
+
+def _echo(text: str) -> str:
+    """The user's text as typed when it is short and plain, else quoted and shortened."""
+    plain = text.isascii() and text.isprintable() and text.strip() and " " not in text
+    if plain and len(text) <= _MAX_TEXT:
+        return text
+    return repr(text) if len(text) <= _MAX_TEXT else repr(text[:_MAX_TEXT - 3]) + "..."
+
+
 # --- helpers ----------------------------------------------------------------------------------
 
 
@@ -112,12 +163,15 @@ def _checked(major: int, minor: int, suffix, given) -> tuple:
     if not (1 <= major <= _MAX_MAJOR and 0 <= minor <= _MAX_MINOR):
         raise _bad(given)
     if suffix not in (None, "a"):
-        raise ValueError(f"compute capability {_shown(given)} has suffix {suffix[:8]!r}: only "
-                         f"'a' (arch-specific, cc 9.0 and newer) is accepted; use e.g. "
-                         f"{major}.{minor}")
+        raise BadCC(f"compute capability {_shown(given)} has suffix {suffix[:8]!r}: only "
+                    f"'a' (arch-specific, cc 9.0 and newer) is accepted; use e.g. "
+                    f"{major}.{minor}", (major, minor),
+                    f"suffix {suffix[:8]!r} is not one kcache compiles for (only 'a', "
+                    "arch-specific, from cc 9.0)")
     if suffix == "a" and (major, minor) < ARCH_SPECIFIC_FROM:
-        raise ValueError(f"compute capability {_shown(given)}: the 'a' suffix exists from cc "
-                         f"9.0; use {major}.{minor}")
+        raise BadCC(f"compute capability {_shown(given)}: the 'a' suffix exists from cc "
+                    f"9.0; use {major}.{minor}", (major, minor),
+                    "the 'a' suffix exists from cc 9.0")
     return (major, minor, suffix)
 
 
@@ -145,5 +199,5 @@ def _shown(value) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _bad(value) -> ValueError:
-    return ValueError(f"bad compute capability cc={_shown(value)}: use {ACCEPTED}")
+def _bad(value) -> BadCC:
+    return BadCC(f"bad compute capability cc={_shown(value)}: use {ACCEPTED}")

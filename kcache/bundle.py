@@ -1,18 +1,25 @@
 """Bundles: many entries in one file, for container builds (``kcache export`` / ``import``).
 
-A bundle is a tar file (zstd-compressed when the ``zstandard`` package is installed) holding
+A bundle (format version 2, docs/containers.md "Bundle format") is an envelope whose
+signature sits outside what it carries, so that it is checked before anything is parsed:
 
-* ``manifest.json``: ``{"format": "kcache-bundle", "version": 1, "created", "entry_format",
-  "entries": [{"key", "kernel", "signature", "arch", "size", "blake2b", "toolchain"}]}``;
-* ``manifest.hmac``: HMAC-SHA256 (hex) of ``manifest.json``'s bytes, when exported with a
-  secret: the manifest carries each entry's BLAKE2b-256, so it covers every entry too;
-* ``entries/<key>.kce``: the entry files, byte for byte.
+* a fixed prefix, ``struct ">8sHBI"``: magic ``KCACHEBN``, version 2, flags (1: signed,
+  2: zstd), the header's length;
+* the header: a msgpack map (at most 64 KiB) ``{"format", "version", "created",
+  "entry_format", "entries", "plain_bytes"}``;
+* the payload: a stream of records, each a msgpack map ``{"key", "size", "blake2b" (32
+  bytes), "kernel", "signature", "arch", "toolchain", "created"}`` followed by the entry
+  file's ``size`` bytes; zstd-compressed as one frame when flag 2 is set;
+* the trailer, 32 bytes over everything before it: HMAC-SHA256 with the secret when
+  signed, else BLAKE2b-256 (a checksum: a truncated or altered file is refused whole).
 
-Read side, :class:`BundleTier`: one more tier (kcache.tier), read-only. Nothing in a bundle
-is trusted: no member is extracted by name, only regular members named exactly
-``entries/<key>.kce`` are read, as bytes, bounded by the entry size cap; each must match its
-manifest digest and then crosses the store's verification path like bytes from any tier
-(``Store.copy_in``). With a secret, a bundle without a valid signature is refused whole.
+Read side, :class:`BundleTier`: one more tier (kcache.tier), read-only. With a secret the
+file is streamed through the HMAC (into a private copy, so it cannot change afterwards)
+before its header is read; a bundle that cannot be checked first (unsigned, or version 1
+with its signature inside the tar) is refused. Every stage is bounded by the file's size
+(docs/security.md, "What a bundle can cost"). Each entry must match its record's digest and
+then crosses the store's verification path like bytes from any tier (``Store.copy_in``).
+Version-1 bundles (tar) stay importable without a secret: :mod:`kcache.bundle_v1`.
 """
 from __future__ import annotations
 
@@ -20,34 +27,44 @@ import dataclasses
 import hashlib
 import hmac
 import io
-import json
 import os
-import re
-import tarfile
+import struct
 import tempfile
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
+
+import msgpack
 
 from . import fsio
 from .entry import FORMAT_VERSION
 from .errors import CorruptEntry, KcacheError
+from .keys import KEY_RE
 from .tier import Blob, TierError
 
 BUNDLE_FORMAT = "kcache-bundle"
-BUNDLE_VERSION = 1
-MANIFEST = "manifest.json"
-SIGNATURE = "manifest.hmac"
-_ENTRY_RE = re.compile(r"entries/([0-9a-f]{8,128})\.kce")
+BUNDLE_VERSION = 2
+MAGIC = b"KCACHEBN"
+PREFIX = struct.Struct(">8sHBI")  # magic, version, flags, header length
+SIGNED, ZSTD = 1, 2  # flags
+TAG_SIZE = 32  # bytes of the trailer
+MAX_HEADER = 64 << 10  # bytes
+MAX_RECORD_HEAD = 4 << 10  # bytes of one record's msgpack map
+MAX_ENTRIES = 100_000  # records in one bundle: its index stays under ~50 MB
+MAX_BUNDLE = 1 << 40  # bytes of a bundle file
+MAX_INFLATED = 16 << 30  # bytes a bundle may decompress to, whatever its size
+INFLATE_RATIO = 32  # ... and at most this x its size + INFLATE_SLACK
+INFLATE_SLACK = 16 << 20  # bytes
+MAX_WINDOW = 8 << 20  # bytes: zstd's window (level 10 uses 4 MiB); a larger one is refused
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
-MAX_MANIFEST = 64 << 20  # bytes: ~300,000 entries
-MAX_BUNDLE = 1 << 40  # bytes a bundle may hold once decompressed
-_INFLATE_RATIO = 64  # a zstd bundle may not decompress to more than this x its size (+ slack)
+_CHUNK = 1 << 20  # bytes read at once
+_ZSTD_HINT = ("the zstandard package, a dependency of kcache (`pip install zstandard` "
+              "in an older install)")
 
 
 class BundleError(KcacheError):
-    """A bundle cannot be used at all (not a bundle, bad manifest, missing or wrong
-    signature); the message says what is wrong."""
+    """A bundle cannot be used at all (not a bundle, damaged, missing or wrong signature,
+    over a bound); the message names the file and says what is wrong."""
 
 
 def have_zstd() -> bool:
@@ -59,14 +76,22 @@ def have_zstd() -> bool:
     return True
 
 
-def sign(secret: bytes, manifest: bytes) -> str:
-    """HMAC-SHA256 of the manifest's bytes, hex."""
-    return hmac.new(secret, manifest, hashlib.sha256).hexdigest()
-
-
 def digest(data: bytes) -> str:
-    """The digest a manifest records for an entry's bytes: BLAKE2b-256, hex."""
+    """The digest recorded for an entry's bytes: BLAKE2b-256, hex."""
     return hashlib.blake2b(data, digest_size=32).hexdigest()
+
+
+def _tag_hash(secret: bytes | None):
+    """The trailer's hash: HMAC-SHA256 with ``secret``, or BLAKE2b-256 without one."""
+    if secret is not None:
+        return hmac.new(secret, digestmod=hashlib.sha256)
+    return hashlib.blake2b(digest_size=TAG_SIZE)
+
+
+def inflate_cap(stored: int) -> int:
+    """The most bytes ``stored`` compressed bytes may decompress to (INFLATE_RATIO x + slack,
+    at most MAX_INFLATED)."""
+    return min(MAX_INFLATED, stored * INFLATE_RATIO + INFLATE_SLACK)
 
 
 # --- writing ----------------------------------------------------------------------------------
@@ -85,62 +110,362 @@ class ExportReport:
     signed: bool
 
 
-def write_bundle(out: Path, items: list[tuple[dict, bytes]], *, secret: bytes | None = None,
-                 compress: bool | None = None) -> ExportReport:
-    """Write the bundle ``out`` from ``items``: (manifest record, verified entry bytes) pairs.
+class _Tee:
+    """A writable file that also feeds what is written to a hash."""
 
-    ``compress``: zstd when True, plain tar when False, zstd if installed when None.
-    ``secret``: sign the manifest (HMAC-SHA256). Written to a temp file beside ``out`` and
-    renamed, so ``out`` is whole or untouched. Raises OSError, BundleError (zstd asked for
-    but not installed)."""
+    def __init__(self, raw, mac):
+        self.raw, self.mac = raw, mac
+
+    def write(self, data) -> int:
+        self.mac.update(data)
+        return self.raw.write(data)
+
+    def flush(self) -> None:
+        self.raw.flush()
+
+
+def write_bundle(out: Path, items: list[tuple[dict, bytes]], *, secret: bytes | None = None,
+                 compress: bool | None = None,
+                 progress: Callable[[int, int], None] | None = None) -> ExportReport:
+    """Write the bundle ``out`` (format version 2) from ``items``: (record, verified entry
+    bytes) pairs; a record holds ``key`` and optionally ``kernel``, ``signature``, ``arch``,
+    ``toolchain``, ``created``.
+
+    ``compress``: zstd when True, none when False, zstd if installed when None. ``secret``:
+    sign the whole file (HMAC-SHA256, bytes; the caller checks its length).
+    ``progress(done, total)`` is called per entry written. Written to a temp file beside
+    ``out`` and renamed, so ``out`` is whole or untouched. Raises OSError, BundleError (zstd
+    asked for but not installed, more than MAX_ENTRIES entries)."""
     out = Path(out)
     compress = have_zstd() if compress is None else compress
     if compress and not have_zstd():
-        raise BundleError("zstd compression needs the zstandard package (pip install 'kcache[zstd]')")
-    records = [dict(rec, size=len(data), blake2b=digest(data)) for rec, data in items]
-    manifest = json.dumps({"format": BUNDLE_FORMAT, "version": BUNDLE_VERSION,
-                           "created": time.time(), "entry_format": FORMAT_VERSION,
-                           "entries": records}, indent=1, sort_keys=True).encode()
-    members = [(MANIFEST, manifest)]
-    if secret is not None:
-        members.append((SIGNATURE, sign(secret, manifest).encode()))
-    members += [(f"entries/{rec['key']}.kce", data) for rec, (_r, data) in zip(records, items)]
+        raise BundleError(f"zstd compression needs {_ZSTD_HINT}")
+    if len(items) > MAX_ENTRIES:
+        raise BundleError(f"{len(items)} entries are more than one bundle holds ({MAX_ENTRIES}): "
+                          "export them in parts (--kernel, --cc)")
+    heads = [msgpack.packb(_record(rec, data)) for rec, data in items]
+    plain = sum(len(h) + len(d) for h, (_r, d) in zip(heads, items))
+    header = msgpack.packb({"format": BUNDLE_FORMAT, "version": BUNDLE_VERSION,
+                            "created": time.time(), "entry_format": FORMAT_VERSION,
+                            "entries": len(items), "plain_bytes": plain})
+    flags = (SIGNED if secret is not None else 0) | (ZSTD if compress else 0)
     fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as raw:
-            if compress:
-                import zstandard
-                with zstandard.ZstdCompressor(level=10).stream_writer(raw, closefd=False) as z:
-                    _write_tar(z, members)
-            else:
-                _write_tar(raw, members)
+            tee = _Tee(raw, _tag_hash(secret))
+            tee.write(PREFIX.pack(MAGIC, BUNDLE_VERSION, flags, len(header)) + header)
+            _write_records(tee, heads, items, compress, plain, progress)
+            raw.write(tee.mac.digest())
             raw.flush()
             os.fsync(raw.fileno())
         os.replace(tmp, out)
     except BaseException:
         fsio.unlink_quietly(tmp)
         raise
-    return ExportReport(out, len(records), sum(r["size"] for r in records),
-                        out.stat().st_size, compress, secret is not None)
+    return ExportReport(out, len(items), sum(len(d) for _r, d in items), out.stat().st_size,
+                        compress, secret is not None)
 
 
-def _write_tar(fileobj, members) -> None:
-    with tarfile.open(fileobj=fileobj, mode="w|", format=tarfile.USTAR_FORMAT) as tar:
-        now = int(time.time())
-        for name, data in members:
-            info = tarfile.TarInfo(name)
-            info.size, info.mtime, info.mode = len(data), now, 0o644
-            tar.addfile(info, io.BytesIO(data))
+def _record(rec: dict, data: bytes) -> dict:
+    fields = ("key", "kernel", "signature", "arch", "toolchain", "created")
+    return dict({f: rec.get(f) for f in fields}, size=len(data),
+                blake2b=hashlib.blake2b(data, digest_size=32).digest())
 
 
-# --- reading ----------------------------------------------------------------------------------
+def _write_records(tee, heads, items, compress: bool, plain: int, progress) -> None:
+    if compress:
+        import zstandard
+        # the frame declares its size: a reader tells a cut stream from a whole one
+        with zstandard.ZstdCompressor(level=10).stream_writer(tee, size=plain, closefd=False) as z:
+            _write_pairs(z, heads, items, progress)
+    else:
+        _write_pairs(tee, heads, items, progress)
+
+
+def _write_pairs(sink, heads, items, progress) -> None:
+    for i, (head, (_rec, data)) in enumerate(zip(heads, items), 1):
+        sink.write(head)
+        sink.write(data)
+        if progress is not None:
+            progress(i, len(items))
+
+
+# --- reading: the file ------------------------------------------------------------------------
+
+
+class Region(io.RawIOBase):
+    """Bytes ``[start, start + length)`` of descriptor ``fd`` as a readable file (``pread``:
+    no shared position). The descriptor stays the caller's."""
+
+    def __init__(self, fd: int, start: int, length: int):
+        super().__init__()
+        self.fd, self.pos, self.end = fd, start, start + length
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        data = os.pread(self.fd, min(len(buffer), self.end - self.pos), self.pos)
+        buffer[:len(data)] = data
+        self.pos += len(data)
+        return len(data)
+
+
+def pread_exact(fd: int, n: int, offset: int) -> bytes:
+    """``n`` bytes of ``fd`` at ``offset`` (fewer only at the end of the file)."""
+    parts, got = [], 0
+    while got < n:
+        part = os.pread(fd, n - got, offset + got)
+        if not part:
+            break
+        parts.append(part)
+        got += len(part)
+    return b"".join(parts)
+
+
+def inflate(path: Path, source, cap: int):
+    """Decompress the zstd stream ``source`` (a readable file) into an anonymous temp file;
+    returns (that file, its size in bytes). Raises BundleError beyond ``cap`` bytes, for a
+    window over MAX_WINDOW, or for a stream zstd cannot read."""
+    try:
+        import zstandard
+    except ImportError:
+        raise BundleError(f"{path} is zstd-compressed; reading it needs {_ZSTD_HINT}") from None
+    plain = tempfile.TemporaryFile()
+    try:
+        reader = zstandard.ZstdDecompressor(max_window_size=MAX_WINDOW).stream_reader(
+            source, read_size=1 << 16, closefd=False)
+        copied = 0
+        with reader:
+            while chunk := reader.read(_CHUNK):
+                copied += len(chunk)
+                if copied > cap:
+                    raise BundleError(f"{path} decompresses to more than {cap} bytes (accepted: "
+                                      f"at most {INFLATE_RATIO} x its size + "
+                                      f"{INFLATE_SLACK >> 20} MiB): refused")
+                plain.write(chunk)
+        plain.flush()
+    except zstandard.ZstdError as exc:
+        plain.close()
+        raise BundleError(f"{path} is damaged: its zstd stream cannot be read ({exc})") from None
+    except BaseException:
+        plain.close()
+        raise
+    return plain, copied
+
+
+@dataclasses.dataclass
+class Contents:
+    """What a bundle reader found: ``fd`` (descriptor the entries are read from; ``owned``
+    are closed with the tier), ``index`` {key: (offset, size, BLAKE2b-256 bytes)},
+    ``records`` [{"key", "size", "blake2b"}], ``refused`` {key or record: reason} (records
+    that are not entries: refused, counted), ``notes`` {member: reason} (never read),
+    ``signed``, ``checked`` (the signature was checked), ``version``."""
+
+    fd: int
+    owned: list = dataclasses.field(default_factory=list)
+    index: dict = dataclasses.field(default_factory=dict)
+    records: list = dataclasses.field(default_factory=list)
+    refused: dict = dataclasses.field(default_factory=dict)
+    notes: dict = dataclasses.field(default_factory=dict)
+    signed: bool = False
+    checked: bool = False
+    version: int = BUNDLE_VERSION
+
+    def add(self, key: str, offset: int, size: int, blake: bytes) -> None:
+        """Index one entry; a key seen twice is refused (neither copy is read)."""
+        if key in self.index or key in self.refused:
+            self.index.pop(key, None)
+            self.refused[key] = "appears twice: the bundle is refused for this key"
+            return
+        self.index[key] = (offset, size, blake)
+        self.records.append({"key": key, "size": size, "blake2b": blake.hex()})
+
+
+def open_contents(path: Path, secret: bytes | None) -> Contents:
+    """Open, check and index the bundle file ``path`` (any version). Raises BundleError
+    naming the file and what was wrong."""
+    try:
+        fd, st = fsio.open_regular(path, MAX_BUNDLE)  # never a FIFO, a device or a folder
+    except CorruptEntry as exc:
+        what = {"not_regular": "is not a regular file (a folder, FIFO, socket or device)",
+                "symlink": "is a symlink that changed while it was opened",
+                "too_large": f"is larger than a bundle may be ({MAX_BUNDLE} bytes)"}
+        raise BundleError(f"{path} {what.get(exc.code, str(exc))}; accepted: a bundle file "
+                          "written by kcache export") from None
+    except FileNotFoundError:
+        raise BundleError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise BundleError(f"{path}: cannot open it ({exc.strerror or exc})") from None
+    try:
+        head = pread_exact(fd, PREFIX.size, 0)
+        if head.startswith(MAGIC):
+            found = _open_v2(path, fd, st.st_size, head, secret)
+        else:
+            from .bundle_v1 import open_v1  # old bundles only
+            found = open_v1(path, fd, st.st_size, head, secret)
+    except OSError as exc:
+        os.close(fd)
+        raise BundleError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    except BaseException:
+        os.close(fd)
+        raise
+    if fd not in found.owned:
+        found.owned.append(fd)  # closed with the tier
+    return found
+
+
+# --- reading: version 2 -----------------------------------------------------------------------
+
+
+def _open_v2(path: Path, fd: int, size: int, head: bytes, secret: bytes | None) -> Contents:
+    if len(head) < PREFIX.size:
+        raise BundleError(f"{path} is truncated: {size} bytes, shorter than a bundle's prefix")
+    _magic, version, flags, header_len = PREFIX.unpack(head)
+    if version != BUNDLE_VERSION or flags & ~(SIGNED | ZSTD):
+        raise BundleError(f"{path}: bundle version {version} (flags {flags}) is not one this "
+                          f"kcache reads ({BUNDLE_VERSION}): made by a newer kcache")
+    found = Contents(fd, signed=bool(flags & SIGNED))
+    if secret is not None and not found.signed:
+        raise BundleError(f"{path} is not signed, and a secret is set: refused (export it "
+                          "with the same KCACHE_SECRET or --secret-file)")
+    body = size - TAG_SIZE  # bytes the trailer covers
+    if header_len > MAX_HEADER or body < PREFIX.size + header_len:
+        raise BundleError(f"{path} is truncated or damaged: a {header_len}-byte header in a "
+                          f"{size}-byte file (accepted: at most {MAX_HEADER} bytes)")
+    if secret is not None:
+        found.fd = _verified_copy(path, fd, body, secret)
+        found.owned.append(found.fd)
+        found.checked = True
+    elif not found.signed:
+        _check_trailer(path, fd, body, None, None)
+    try:
+        _read_v2(path, found, header_len, body, compressed=bool(flags & ZSTD))
+    except BaseException:
+        for owned in found.owned:
+            os.close(owned)
+        raise
+    return found
+
+
+def _check_trailer(path: Path, fd: int, body: int, secret: bytes | None, copy) -> None:
+    """Stream bytes ``[0, body)`` of ``fd`` through the trailer's hash (and into ``copy``);
+    BundleError unless the trailer matches."""
+    mac, offset = _tag_hash(secret), 0
+    while offset < body:
+        chunk = os.pread(fd, min(_CHUNK, body - offset), offset)
+        if not chunk:
+            raise BundleError(f"{path} shrank while it was read: refused")
+        mac.update(chunk)
+        if copy is not None:
+            copy.write(chunk)
+        offset += len(chunk)
+    if not hmac.compare_digest(mac.digest(), pread_exact(fd, TAG_SIZE, body)):
+        if secret is not None:
+            raise BundleError(f"{path} has a wrong signature for this secret: refused (tampered, "
+                              "truncated, or signed with another secret)")
+        raise BundleError(f"{path} is damaged: its checksum does not match (truncated or "
+                          "altered): refused")
+
+
+def _verified_copy(path: Path, fd: int, body: int, secret: bytes) -> int:
+    """A private copy of the bundle's first ``body`` bytes, made while checking their HMAC:
+    what is parsed next is what was checked, whatever happens to the file meanwhile."""
+    copy = tempfile.TemporaryFile()
+    try:
+        _check_trailer(path, fd, body, secret, copy)
+        copy.flush()
+        return os.dup(copy.fileno())
+    finally:
+        copy.close()
+
+
+_HEADER_LIMITS = dict(max_str_len=1024, max_bin_len=1024, max_array_len=64, max_map_len=64,
+                      max_ext_len=0)
+_RECORD_LIMITS = dict(max_buffer_size=MAX_RECORD_HEAD, max_str_len=1024, max_bin_len=64,
+                      max_array_len=64, max_map_len=32, max_ext_len=0)
+_UNPACK_ERRORS = (ValueError, TypeError, msgpack.UnpackException)
+
+
+def _read_v2(path: Path, found: Contents, header_len: int, body: int, *, compressed: bool) -> None:
+    try:
+        header = msgpack.unpackb(pread_exact(found.fd, header_len, PREFIX.size), **_HEADER_LIMITS)
+    except _UNPACK_ERRORS as exc:
+        raise BundleError(f"{path}: its header is not a msgpack map ({exc})") from None
+    if (not isinstance(header, dict) or header.get("format") != BUNDLE_FORMAT
+            or header.get("version") != BUNDLE_VERSION
+            or not isinstance(header.get("plain_bytes"), int) or header["plain_bytes"] < 0):
+        raise BundleError(f"{path}: its header is not a kcache bundle header")
+    start, plain = PREFIX.size + header_len, header["plain_bytes"]
+    if compressed:
+        cap = inflate_cap(body - start)
+        if plain > cap:
+            raise BundleError(f"{path} says it decompresses to {plain} bytes, more than "
+                              f"{cap} (at most {INFLATE_RATIO} x its size + "
+                              f"{INFLATE_SLACK >> 20} MiB): refused")
+        tmp, got = inflate(path, Region(found.fd, start, body - start), plain)
+        found.owned.append(os.dup(tmp.fileno()))
+        tmp.close()
+        found.fd, start, length = found.owned[-1], 0, got
+    else:
+        length = body - start
+    if length != plain:
+        raise BundleError(f"{path} is truncated or damaged: {length} bytes of records, its "
+                          f"header says {plain}")
+    scan_records(path, found, start, length)
+
+
+def scan_records(path: Path, found: Contents, start: int, length: int) -> None:
+    """Index the records in bytes ``[start, start + length)`` of ``found.fd``. A record whose
+    key or digest is wrong is refused (named); a record that cannot be delimited ends the
+    scan (the entries before it stay usable); more than MAX_ENTRIES records: BundleError."""
+    pos, end, n = start, start + length, 0
+    while pos < end:
+        n += 1
+        if n > MAX_ENTRIES:
+            raise BundleError(f"{path} holds more than {MAX_ENTRIES} records: refused")
+        unpacker = msgpack.Unpacker(**_RECORD_LIMITS)
+        unpacker.feed(pread_exact(found.fd, min(MAX_RECORD_HEAD, end - pos), pos))
+        try:
+            rec = unpacker.unpack()
+        except msgpack.OutOfData:
+            found.refused[f"record {n}"] = (f"incomplete, or its description is over "
+                                            f"{MAX_RECORD_HEAD} bytes: it and any after it refused")
+            return
+        except _UNPACK_ERRORS as exc:
+            why = "nested too deeply" if isinstance(exc, msgpack.StackError) else str(exc)
+            found.refused[f"record {n}"] = f"not a msgpack record ({why}): it and any after it refused"
+            return
+        size = rec.get("size") if isinstance(rec, dict) else None
+        data_at = pos + unpacker.tell()
+        if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size <= end - data_at:
+            found.refused[f"record {n}"] = (f"declares {size!r} bytes, more than the bundle "
+                                            "holds: it and any after it refused")
+            return
+        _add_record(found, n, rec, data_at, size)
+        pos = data_at + size
+
+
+def _add_record(found: Contents, n: int, rec: dict, offset: int, size: int) -> None:
+    key, blake = rec.get("key"), rec.get("blake2b")
+    if not isinstance(key, str) or not KEY_RE.fullmatch(key):
+        found.refused[f"record {n}"] = "its key is not a kcache key (8-128 lowercase hex digits)"
+    elif not isinstance(blake, bytes) or len(blake) != 32:
+        found.refused[key] = "its BLAKE2b digest is not 32 bytes"
+    else:
+        found.add(key, offset, size, blake)
+
+
+# --- the tier ---------------------------------------------------------------------------------
 
 
 class BundleTier:
     """A bundle opened as a read-only tier. ``secret``: required signature key (bytes) or
     None; ``max_entry_size``: the largest entry accepted (bytes). Raises BundleError when
-    the bundle cannot be used at all, OSError when it cannot be read. Entries it cannot
-    read are listed in ``problems`` ({key or member name: reason})."""
+    the bundle cannot be used at all (it names the file). Records that are not usable
+    entries are in ``refused`` ({key or "record N": reason}); members never read (version
+    1) in ``notes``; ``problems`` is both. ``signed``: the bundle carries a signature;
+    ``checked``: it was checked with ``secret``."""
 
     kind = "bundle"
     writable = False
@@ -150,141 +475,40 @@ class BundleTier:
         self.path = Path(path)
         self.name = str(path)
         self.max_entry_size = max_entry_size
-        self.problems: dict[str, str] = {}
-        self.signed = False
-        self._file = self._open(self.path)
-        try:
-            self._tar = tarfile.open(fileobj=self._file, mode="r:")
-            members = self._tar.getmembers()
-        except (tarfile.TarError, EOFError, ValueError) as exc:
-            self.close()
-            raise BundleError(f"{path} is not a kcache bundle (not a readable tar: {exc})") from None
-        self._index = self._index_members(members)
-        self.manifest = self._manifest(members, secret)
+        self._c = open_contents(self.path, secret)
+        self.signed, self.checked, self.version = self._c.signed, self._c.checked, self._c.version
+        self.refused, self.notes = self._c.refused, self._c.notes
 
-    # -- opening -----------------------------------------------------------------------------
-    def _open(self, path: Path):
-        """The bundle as a seekable plain tar file object: the file itself, or a temp file
-        holding it decompressed (zstd), bounded by MAX_BUNDLE and _INFLATE_RATIO."""
-        fd, st = fsio.open_regular(path, MAX_BUNDLE)  # never a FIFO or device
-        raw = os.fdopen(fd, "rb")
-        if raw.read(4) != _ZSTD_MAGIC:
-            raw.seek(0)
-            return raw
-        raw.seek(0)
-        try:
-            import zstandard
-        except ImportError:
-            raw.close()
-            raise BundleError(f"{path} is zstd-compressed; reading it needs the zstandard "
-                              "package (pip install 'kcache[zstd]')") from None
-        cap = min(MAX_BUNDLE, st.st_size * _INFLATE_RATIO + (64 << 20))
-        plain = tempfile.TemporaryFile()
-        try:
-            with raw, zstandard.ZstdDecompressor().stream_reader(raw) as z:
-                copied = 0
-                while chunk := z.read(1 << 20):
-                    copied += len(chunk)
-                    if copied > cap:
-                        raise BundleError(f"{path} decompresses to more than {cap} bytes")
-                    plain.write(chunk)
-        except zstandard.ZstdError as exc:
-            plain.close()
-            raise BundleError(f"{path} is not a kcache bundle (zstd: {exc})") from None
-        except BaseException:
-            plain.close()
-            raise
-        plain.seek(0)
-        return plain
+    @property
+    def problems(self) -> dict[str, str]:
+        """Refused records and notes together ({name: reason})."""
+        return {**self._c.notes, **self._c.refused}
 
-    def _index_members(self, members) -> dict[str, tarfile.TarInfo]:
-        """key -> member for regular members named ``entries/<key>.kce``; every other member
-        (links, devices, other names, duplicates) is never read."""
-        index: dict[str, tarfile.TarInfo] = {}
-        for m in members:
-            found = _ENTRY_RE.fullmatch(m.name)
-            if m.name in (MANIFEST, SIGNATURE) and m.isreg():
-                continue
-            if found is None:
-                self.problems[m.name[:200]] = "not an entry of a bundle: never read"
-            elif not m.isreg():
-                self.problems[found.group(1)] = "not a regular member (link or device): never read"
-            elif found.group(1) in index:
-                self.problems[found.group(1)] = "appears twice: the bundle is refused for this key"
-                index[found.group(1)] = None
-            else:
-                index[found.group(1)] = m
-        return {k: m for k, m in index.items() if m is not None}
-
-    def _member_bytes(self, members, name: str, limit: int) -> bytes | None:
-        found = [m for m in members if m.name == name]
-        if not found:
-            return None
-        if len(found) > 1 or not found[0].isreg() or found[0].size > limit:
-            raise BundleError(f"{self.path}: {name} is not a single regular member of at most "
-                              f"{limit} bytes")
-        return self._tar.extractfile(found[0]).read(limit + 1)
-
-    def _manifest(self, members, secret: bytes | None) -> dict:
-        raw = self._member_bytes(members, MANIFEST, MAX_MANIFEST)
-        if raw is None:
-            raise BundleError(f"{self.path} is not a kcache bundle (no {MANIFEST})")
-        tag = self._member_bytes(members, SIGNATURE, 256)
-        self.signed = tag is not None
-        if secret is not None:
-            if tag is None:
-                raise BundleError(f"{self.path} is not signed, and a secret is set: refused "
-                                  "(export it with the same KCACHE_SECRET or --secret-file)")
-            if not hmac.compare_digest(tag.strip(), sign(secret, raw).encode()):
-                raise BundleError(f"{self.path} has a wrong signature for this secret: refused "
-                                  "(tampered, or signed with another secret)")
-        try:
-            doc = json.loads(raw)
-        except ValueError as exc:
-            raise BundleError(f"{self.path}: {MANIFEST} is not JSON ({exc})") from None
-        if (not isinstance(doc, dict) or doc.get("format") != BUNDLE_FORMAT
-                or not isinstance(doc.get("entries"), list)):
-            raise BundleError(f"{self.path}: {MANIFEST} is not a kcache bundle manifest")
-        if doc.get("version") != BUNDLE_VERSION:
-            raise BundleError(f"{self.path}: bundle version {doc.get('version')!r} is not "
-                              f"{BUNDLE_VERSION} (made by another kcache version)")
-        self._records = {}
-        for rec in doc["entries"]:
-            if (isinstance(rec, dict) and isinstance(rec.get("key"), str)
-                    and isinstance(rec.get("blake2b"), str)):
-                self._records[rec["key"]] = rec
-        return doc
-
-    # -- the tier protocol -----------------------------------------------------------------------
     def records(self) -> list[dict]:
-        """The manifest's entry records (key, kernel, signature, arch, size, toolchain)."""
-        return list(self._records.values())
+        """The bundle's entry records: ``{"key", "size", "blake2b"}`` (hex)."""
+        return list(self._c.records)
 
     def keys(self) -> Iterator[str]:
-        """Keys both listed in the manifest and present as entry members; a listed key with
-        no member is recorded in ``problems``."""
-        for key in self._records:
-            if key in self._index:
-                yield key
-            else:
-                self.problems.setdefault(key, "listed in the manifest but not in the bundle")
+        """Keys of the entries the bundle holds (refused records excluded)."""
+        yield from list(self._c.index)
 
     def read(self, key: str, limit: int) -> Blob | None:
-        """The entry bytes of ``key`` (None when absent). Raises CorruptEntry when the member
-        is larger than ``limit`` or its bytes differ from the manifest's digest."""
-        member = self._index.get(key)
-        if member is None or key not in self._records:
+        """The entry bytes of ``key`` (None when absent). Raises CorruptEntry when the entry
+        is larger than ``limit`` or its bytes differ from its record's digest."""
+        found = self._c.index.get(key)
+        if found is None:
             return None
+        offset, size, blake = found
         limit = min(limit, self.max_entry_size)
-        if member.size > limit:
-            raise CorruptEntry(f"file too large: {member.size} bytes (limit {limit})", "too_large")
+        if size > limit:
+            raise CorruptEntry(f"file too large: {size} bytes (limit {limit})", "too_large")
         try:
-            data = self._tar.extractfile(member).read(member.size)
-        except (tarfile.TarError, OSError, EOFError) as exc:
-            raise TierError("io", f"{self.path}: cannot read {member.name}: {exc}") from None
-        if len(data) != member.size:
-            raise CorruptEntry(f"truncated: {len(data)} of {member.size} bytes", "truncated")
-        if not hmac.compare_digest(digest(data), self._records[key]["blake2b"]):
+            data = pread_exact(self._c.fd, size, offset)
+        except OSError as exc:
+            raise TierError("io", f"{self.path}: cannot read {key}: {exc}") from None
+        if len(data) != size:
+            raise CorruptEntry(f"truncated: {len(data)} of {size} bytes", "truncated")
+        if not hmac.compare_digest(hashlib.blake2b(data, digest_size=32).digest(), blake):
             raise CorruptEntry("differs from the bundle's manifest", "checksum")
         return Blob(data)
 
@@ -295,12 +519,14 @@ class BundleTier:
         raise TierError("unavailable", f"{self.path} is a bundle: read-only")
 
     def close(self) -> None:
-        for f in (getattr(self, "_tar", None), getattr(self, "_file", None)):
-            if f is not None:
-                try:
-                    f.close()
-                except OSError:
-                    pass
+        c, self._c = getattr(self, "_c", None), None
+        if c is None:
+            return
+        for fd in {c.fd, *c.owned}:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
     def __enter__(self):
         return self

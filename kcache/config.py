@@ -10,6 +10,7 @@ default. The root itself comes from the argument, ``KCACHE_DIR`` or platformdirs
 | max_size | KCACHE_MAX_SIZE | max_size | 2 GiB | bytes, or number + K/M/G/T (binary), KiB.., KB.. (decimal); 1 .. 2**63-1 bytes |
 | readonly_roots | KCACHE_READONLY_DIRS | readonly_dirs | () | os.pathsep list / JSON list of directories |
 | lock_timeout | KCACHE_LOCK_TIMEOUT | lock_timeout | 600 s | seconds 0 .. 100 years, or a duration like 90s, 5m |
+| lock_stale | KCACHE_LOCK_STALE | - | 30 s | a duration as for lock_timeout; 0: never pass a stopped compiler |
 | disabled | KCACHE_DISABLE | - | False | 1/0, true/false, yes/no, on/off |
 | shared | KCACHE_SHARED | shared | False | 1/0, true/false, yes/no, on/off |
 | max_entry_size | KCACHE_MAX_ENTRY_SIZE | max_entry_size | 256 MiB | a size as for max_size (a larger entry file is refused unread) |
@@ -43,6 +44,7 @@ from .warn import warn_once
 
 DEFAULT_MAX_SIZE = 2 << 30  # bytes
 DEFAULT_LOCK_TIMEOUT = 600.0  # seconds; compiling one kernel can take minutes
+DEFAULT_LOCK_STALE = 30.0  # seconds without a compiler's heartbeat (kcache.locks): stopped
 DEFAULT_MAX_ENTRY_SIZE = 256 << 20  # bytes; a cubin is rarely above a few MiB
 DEFAULT_QUARANTINE_AGE = 30 * 86400.0  # seconds
 CONFIG_NAME = "config.json"
@@ -209,6 +211,7 @@ class Settings:
     origins: dict[str, str]
     max_entry_size: int = DEFAULT_MAX_ENTRY_SIZE
     quarantine_age: float = DEFAULT_QUARANTINE_AGE
+    lock_stale: float = DEFAULT_LOCK_STALE
     #: config.json's contents as read ({} when absent, broken or in an untrusted root): the
     #: remote tier's settings are read from it (kcache.remote.remote_settings)
     config: dict = dataclasses.field(default_factory=dict)
@@ -315,6 +318,7 @@ SOURCES: dict[str, Source] = {
     "shared": Source("KCACHE_SHARED", "shared", False),
     "max_entry_size": Source("KCACHE_MAX_ENTRY_SIZE", "max_entry_size", DEFAULT_MAX_ENTRY_SIZE),
     "quarantine_age": Source("KCACHE_QUARANTINE_AGE", "quarantine_age", DEFAULT_QUARANTINE_AGE),
+    "lock_stale": Source("KCACHE_LOCK_STALE", None, DEFAULT_LOCK_STALE),
 }
 ROOT_ENV = "KCACHE_DIR"
 
@@ -400,7 +404,7 @@ def _positive_size(value: Any, var: str) -> int:
 #: setting -> parser(raw, name for messages) -> value; each raises ConfigError.
 _PARSERS = {"max_size": _positive_size, "readonly_roots": _paths, "lock_timeout": parse_duration,
             "disabled": parse_bool, "shared": parse_bool, "max_entry_size": _positive_size,
-            "quarantine_age": parse_duration}
+            "quarantine_age": parse_duration, "lock_stale": parse_duration}
 
 
 def _report(raw: Any, origin: str, parse, var: str) -> SettingReport:

@@ -110,6 +110,18 @@ class EntryInfo:
     problem: str | None = None
 
 
+#: Kinds of entry (``kcache ls --kind``): numba-cuda kernels (kcache.dispatcher) and cuda.core
+#: programs (kcache.programs, whose key components name ``"producer": "program"``).
+KINDS = ("kernel", "program")
+
+
+def entry_kind(components: Any) -> str:
+    """``"program"`` for an entry whose key ``components`` name the producer ``program``
+    (kcache.programs), else ``"kernel"``."""
+    return ("program" if isinstance(components, dict) and components.get("producer") == "program"
+            else "kernel")
+
+
 #: Decoding limits (the trust rules, docs/security.md): a header or meta this deep, with this
 #: many container elements in all, or a string/bin this long, is corrupt. Real headers hold a
 #: few hundred elements, nested 4-5 deep; the limits bound the memory a hostile header can

@@ -19,6 +19,18 @@ class LockTimeout(KcacheError, TimeoutError):
     ``KCACHE_LOCK_TIMEOUT``."""
 
 
+class CacheMissError(KcacheError, RuntimeError):
+    """A kernel call would compile while compiling is forbidden (``KCACHE_REQUIRE_HIT=1``,
+    ``kcache.install(require_hit=True)``). ``kernel`` ("module:qualname"), ``signature``,
+    ``cc`` ((major, minor)) and ``reason`` (why there is no usable entry: the nearest entry's
+    differences, as KCACHE_EXPLAIN logs them, or why the kernel is not cached) say which."""
+
+    def __init__(self, message: str, *, kernel: str = "", signature: str = "", cc: tuple = (),
+                 reason: str = ""):
+        super().__init__(message)
+        self.kernel, self.signature, self.cc, self.reason = kernel, signature, tuple(cc), reason
+
+
 class CorruptEntry(KcacheError):
     """An entry's bytes (or the file holding them) failed a check.
 

@@ -12,6 +12,15 @@ compiles hold that key's lock, so the store's totals stay exact under concurrenc
 instances are process-wide singletons per path and reentrant, so a put inside
 ``get_or_create``'s lock does not deadlock. flock-based locks die with their process: a
 killed compiler never leaves a stale lock behind.
+
+A stopped one does (SIGSTOP, a debugger's breakpoint, a frozen container): its flock stays.
+So a compile's holder (``hold(..., flight=True)``) renews a heartbeat, the lock file's mtime,
+from a thread every ``stale / 4`` s (at least once a second), and a waiter that sees the mtime
+unchanged for ``stale`` seconds (KCACHE_LOCK_STALE) stops waiting: it is told
+:data:`STALE`, counted in ``lock_stale``, warned once, and compiles on its own. A running
+holder, however slow, keeps its waiters waiting up to the lock timeout. (The heartbeat is a
+Python thread: a compile step that held the GIL for longer than ``stale`` would look stopped,
+at worst costing one duplicate compile, never a wrong entry.)
 """
 from __future__ import annotations
 
@@ -19,6 +28,7 @@ import contextlib
 import errno
 import os
 import stat
+import threading
 import time
 from pathlib import Path
 from typing import Callable, Iterator
@@ -26,6 +36,12 @@ from typing import Callable, Iterator
 from .errors import LockTimeout
 from .layout import Layout
 from .paths import RootDirs
+from .warn import warn_once
+
+#: What ``KeyLocks.hold(..., flight=True)`` yields when the holder's heartbeat stopped.
+STALE = "stale"
+_POLL = 0.25  # seconds between a waiter's looks at the holder's heartbeat (at most)
+_BEAT = 1.0  # seconds between a holder's heartbeats (at most)
 
 
 def _filelock(dirs: RootDirs, path: Path, mode: int):
@@ -44,18 +60,23 @@ def _timeout_error():
 class KeyLocks:
     """Per-key file locks of the root of ``layout``.
 
-    ``count(name, n)`` is called for ``lock_waits`` / ``lock_timeouts``; ``on_error(exc)`` for
+    ``count(name, n)`` is called for ``lock_waits`` / ``lock_timeouts`` / ``lock_stale``;
+    ``stale``: seconds without a heartbeat after which a compile's holder is passed (0: never);
+    ``on_error(exc)`` for
     a lock folder that cannot be used (then the lock degrades to a no-op);
     ``ensure_folder(path)`` creates a folder of the root and raises OSError unless it is a
     real folder (``LocalTier.ensure_folder``)."""
 
     def __init__(self, layout: Layout, timeout: float, file_mode: int,
                  count: Callable[..., None], on_error: Callable[[OSError], None],
-                 ensure_folder: Callable[[Path], None], dirs: RootDirs | None = None):
+                 ensure_folder: Callable[[Path], None], dirs: RootDirs | None = None,
+                 stale: float = 0.0):
         self.layout = layout
         self.dirs = dirs or RootDirs(layout.root)
         self.dir = layout.locks
         self.timeout = timeout
+        self.stale = stale
+        self._passed = threading.local()  # .paths: locks this thread found stale and passed
         self.file_mode = file_mode
         self._count = count
         self._on_error = on_error
@@ -67,26 +88,70 @@ class KeyLocks:
 
     @contextlib.contextmanager
     def hold(self, key: str, timeout: float | None = None, *, key_for_stats: str | None = None,
-             blocking: bool = True) -> Iterator[bool | None]:
+             blocking: bool = True, flight: bool = False) -> Iterator[bool | str | None]:
         """Hold ``key``'s lock. Yields True when held; False when, with ``blocking=False``,
         another process holds it; None when the lock file cannot be used (a lock folder that
         is not writable, a symlink, ...: a no-op lock, warned once; callers go on as if
         alone, so a broken lock folder never stops a put or an eviction). Raises LockTimeout
-        after ``timeout`` seconds (default: the store's lock_timeout)."""
+        after ``timeout`` seconds (default: the store's lock_timeout).
+
+        ``flight=True`` (a compile): while held, the heartbeat runs; while waiting, a holder
+        whose heartbeat has not moved for ``stale`` seconds is passed: yields :data:`STALE`
+        (counted, warned once), and until the block ends this thread's other holds of the
+        same lock (the put of what it compiled) go on without it, as for a no-op lock."""
         path = self.path(key)
         lock = self._make(path)
         if lock is None:
             yield None
             return
+        if not flight and path in self._passing():
+            blocking = False  # the holder is stopped: never wait for it again
         timeout = self.timeout if timeout is None else timeout
-        acquired = self._acquire(lock, path, timeout, blocking, key_for_stats or key)
-        if not acquired:
-            yield acquired
+        skey = key_for_stats or key
+        acquired = self._acquire(lock, path, timeout, blocking, skey, self.stale if flight else 0.0)
+        if acquired == STALE:
+            yield from self._passing_block(path, skey)
             return
+        if not acquired:
+            yield None if acquired is False and path in self._passing() else acquired
+            return
+        beat = self._heartbeat(path) if flight else None
         try:
             yield True
         finally:
+            if beat is not None:
+                beat.stop()
             lock.release()
+
+    def _through_folder(self, path: Path) -> str:
+        """Lock file ``path`` named through its folder's descriptor (:meth:`RootDirs.path`),
+        so a heartbeat or a look at one never reaches outside the root after a swap."""
+        folder = path.parent.relative_to(self.dirs.root).as_posix()
+        return self.dirs.path(folder, path.name)
+
+    def _heartbeat(self, path: Path):
+        try:
+            return _Heartbeat(self._through_folder(path), self.stale)
+        except OSError:  # the folder went away meanwhile: no heartbeat (waiters time out)
+            return None
+
+    def _passing(self) -> set:
+        paths = getattr(self._passed, "paths", None)
+        if paths is None:
+            paths = self._passed.paths = set()
+        return paths
+
+    def _passing_block(self, path: Path, skey: str):
+        self._count(skey, now=True, lock_stale=1)
+        warn_once("lock-stale", f"kcache: the process holding lock file {path} shows no "
+                  f"heartbeat for {self.stale:g} s (stopped: SIGSTOP, a debugger, a frozen "
+                  f"container?); compiling here without it (KCACHE_LOCK_STALE)")
+        passing = self._passing()
+        passing.add(path)
+        try:
+            yield STALE
+        finally:
+            passing.discard(path)
 
     def _make(self, path: Path):
         try:
@@ -111,8 +176,10 @@ class KeyLocks:
             self._ensure_folder(folder)
         self._ready.add(folder)
 
-    def _acquire(self, lock, path: Path, timeout: float, blocking: bool, skey: str) -> bool | None:
-        """True when acquired, False when busy (``blocking=False``), None when unusable."""
+    def _acquire(self, lock, path: Path, timeout: float, blocking: bool, skey: str,
+                 stale: float = 0.0) -> bool | str | None:
+        """True when acquired, False when busy (``blocking=False``), None when unusable,
+        :data:`STALE` when (``stale`` > 0) the holder's heartbeat stood still that long."""
         try:
             lock.acquire(timeout=0)
             return True
@@ -125,6 +192,8 @@ class KeyLocks:
         self._count(skey, now=True, lock_waits=1)  # rare; written at once so waiters are visible
         start = time.monotonic()
         try:
+            if stale > 0 and stale < timeout:
+                return _wait_watching(lock, self._through_folder(path), timeout, stale)
             lock.acquire(timeout=timeout)
             return True
         except _timeout_error():
@@ -166,3 +235,66 @@ def _lstat_or_none(name: str, dir_fd: int) -> int:
         return os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode
     except FileNotFoundError:
         return 0
+
+
+def _beat_of(path: str) -> tuple | None:
+    """What a heartbeat changes: the lock file's mtime (and inode, should it be replaced)."""
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_ino
+
+
+def _wait_watching(lock, path: str, timeout: float, stale: float) -> bool | str:
+    """Wait for ``lock`` up to ``timeout`` s, looking at the holder's heartbeat between tries:
+    :data:`STALE` once it has not moved for ``stale`` s (measured on this process's clock
+    from when the wait began, so clocks of other machines and an old mtime never count).
+    Raises filelock.Timeout."""
+    start = time.monotonic()
+    moved, seen = start, _beat_of(path)
+    step = min(_POLL, stale / 4)
+    while True:
+        left = timeout - (time.monotonic() - start)
+        if left <= 0:
+            raise _timeout_error()(str(path))
+        try:
+            lock.acquire(timeout=min(step, left))
+            return True
+        except _timeout_error():
+            pass
+        now, beat = time.monotonic(), _beat_of(path)
+        if beat != seen:
+            moved, seen = now, beat
+        elif now - moved >= stale:
+            return STALE
+
+
+class _Heartbeat:
+    """Renews a held lock file's mtime every ``stale / 4`` s (at most every second, so that a
+    waiter with a shorter KCACHE_LOCK_STALE than this process's sees it too) from a daemon
+    thread, until stopped; as kcache.remote's lease renewer does for a Redis lease. A stopped
+    process stops renewing. ``os.utime(..., None)``: the time is now, which any writer of
+    the file may set (a shared root's files belong to several users); never through a
+    symlink."""
+
+    def __init__(self, path: str, stale: float):
+        self._stop = threading.Event()
+        if stale <= 0:
+            self._thread = None
+            return
+        self._thread = threading.Thread(target=self._run, args=(path, min(stale / 4, _BEAT)),
+                                        name="kcache-lock-heartbeat", daemon=True)
+        self._thread.start()
+
+    def _run(self, path: str, period: float) -> None:
+        while not self._stop.wait(period):
+            try:
+                os.utime(path, None, follow_symlinks=False)
+            except OSError:  # the lock folder went away or turned unwritable: waiters time out
+                return
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()

@@ -251,8 +251,9 @@ def sweep_locks(house: Housekeeping, max_age: float = TEMP_MAX_AGE) -> int:
 
     Each is unlinked while its lock is held (non-blocking), so no current holder loses it. (A
     process that opened the file in the microseconds before the unlink could still lock the
-    orphan inode: at worst one duplicate compile.) Lock files are never modified, so their
-    mtime is their creation time. Symlinked lock folders are never entered."""
+    orphan inode: at worst one duplicate compile.) A lock file's mtime is its creation time or
+    the last heartbeat of a compile that held it (kcache.locks). Symlinked lock folders are
+    never entered."""
     from .fsio import lstat_at
     from .layout import LOCK_SUFFIX, LOCKS, folder_listing
     cutoff = time.time() - max_age

@@ -53,7 +53,7 @@ COUNTERS = ("hits", "misses", "compiles", "puts", "evictions", "corrupt", "lock_
             "temp_swept", "remote_hits", "remote_misses", "remote_bad", "remote_puts",
             "remote_put_errors", "remote_errors_timeout", "remote_errors_refused",
             "remote_errors_auth", "remote_errors_bad_value", "remote_errors_io",
-            "remote_errors_unavailable", "remote_wait_seconds")
+            "remote_errors_unavailable", "remote_wait_seconds", "lock_stale", "artifacts_refused")
 TOTALS = ("entries", "bytes")
 FLOAT_COUNTERS = {"compile_seconds", "seconds_saved", "remote_wait_seconds"}
 FLUSH_INTERVAL = 1.0  # seconds

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import entry as fmt
-from . import fsio, maintenance
+from . import artifacts, fsio, maintenance
 from .config import Settings, resolve
 from .entry import Entry
 from .errors import CorruptEntry, KcacheError, NewerFormat
@@ -83,6 +83,8 @@ class Stats:
     corrupt: int = 0
     lock_waits: int = 0
     lock_timeouts: int = 0
+    lock_stale: int = 0
+    artifacts_refused: int = 0
     bytes_written: int = 0
     compile_seconds: float = 0.0
     seconds_saved: float = 0.0
@@ -154,7 +156,8 @@ class Store(VerificationPath, RemotePolicy, EntryListing):
         self._stats = StatsBook(self.layout, self._file_mode, self._ensure_root, self._fail,
                                 self._layout_gone, self._ready_folder, self.local.dirs)
         self._locks = KeyLocks(self.layout, self.lock_timeout, self._file_mode,
-                               self._count, self._lock_error, self._ready_folder, self.local.dirs)
+                               self._count, self._lock_error, self._ready_folder, self.local.dirs,
+                               stale=self.settings.lock_stale)
         self._totals: dict[int, tuple[int, int]] = {}
         self._totals_at = 0.0
         self._corrupt_seen: set[tuple] = set()
@@ -344,26 +347,51 @@ class Store(VerificationPath, RemotePolicy, EntryListing):
             return contextlib.nullcontext(False)  # disabled, untrusted or unwritable: no files
         return self._locks.hold(key, timeout)
 
+    def _compile_lock(self, key: str):
+        """:meth:`lock` for a compile: the holder renews a heartbeat; a holder without one for
+        KCACHE_LOCK_STALE seconds (stopped) is passed, counted in ``lock_stale`` (kcache.locks)."""
+        if not self._ensure_root():
+            return contextlib.nullcontext(False)
+        return self._locks.hold(key, flight=True)
+
     def put(self, key: str, entry: Entry, *, components: dict | None = None) -> bool:
         """Publish ``entry`` under ``key`` atomically; True if written.
 
         False (never an exception) if the store is disabled or the root is read-only,
-        missing, full or untrusted, or the entry's path is taken by something that is not an
-        entry file (counted in ``write_errors_*``, warned once). May evict least-recently-used
-        entries when the total crosses max_size. TypeError if the entry's meta or
-        ``components`` are not msgpack-encodable, ValueError if they hold what an entry may
-        not (a non-finite number, more than the decoding limits)."""
+        missing, full or untrusted, the entry's path is taken by something that is not an
+        entry file, or the encoded entry is larger than ``max_entry_size`` bytes (reads would
+        refuse it; neither stored nor published): counted in ``write_errors_*``, warned once;
+        or a kernel or program entry's artifact fails kcache.artifacts (``artifacts_refused``,
+        warned once). May evict least-recently-used entries when the total crosses max_size.
+        TypeError if the entry's meta or ``components`` are not msgpack-encodable, ValueError
+        if they hold what an entry may not (a non-finite number, more than the decoding
+        limits)."""
         check_key(key)
         if not isinstance(entry, Entry):
             raise TypeError(f"put() needs a kcache.Entry, not {type(entry).__name__}")
         if self.disabled:
             return False
+        why = artifacts.problem(entry.artifacts, entry.meta)
+        if why is not None:  # e.g. an empty cubin from the compile step: never published
+            self._count(key, now=True, artifacts_refused=1)
+            warn_once("artifact-refused", f"kcache: not storing the entry of {entry.meta.get('kernel', key)} "
+                      f"({why}); the kernel still runs, uncached")
+            return False
         data = fmt.encode(key, entry, components)
         return self._publish(key, data)
 
-    def _publish(self, key: str, data: bytes, *, remote: bool = True) -> bool:
+    def _publish(self, key: str, data: bytes, *, remote: bool = True,
+                 unless_same: bool = False) -> bool | None:
         """Publish verified entry bytes under ``key`` in the writable root (see put), then
-        (``remote``) to the writable remote tier, whether or not the root took them."""
+        (``remote``) to the writable remote tier, whether or not the root took them.
+        ``unless_same``: None, nothing written, when the root holds these very bytes
+        already (checked under the key's lock: concurrent importers count each entry once)."""
+        if len(data) > self.settings.max_entry_size:  # no read would accept it: store it nowhere
+            self._count(key, now=True, write_errors_other=1)
+            warn_once("put-too-large", f"kcache: entry of {key} not stored: {len(data)} bytes, more than the "
+                      f"max entry size that reads accept ({self.settings.max_entry_size} bytes: "
+                      "KCACHE_MAX_ENTRY_SIZE); that kernel runs uncached")
+            return False
         if remote:
             self._publish_remote(key, data)
         if not self.writable or not self._ensure_root():
@@ -372,6 +400,8 @@ class Store(VerificationPath, RemotePolicy, EntryListing):
             return False
         try:
             with self._locks.hold(key):
+                if unless_same and self._root_bytes(key) == data:
+                    return None
                 old = self.local.publish(key, data)
                 self._count(key, now=True, puts=1, bytes_written=len(data),
                             entries=0 if old is not None else 1, bytes=len(data) - (old or 0))
@@ -382,13 +412,23 @@ class Store(VerificationPath, RemotePolicy, EntryListing):
         self._maybe_evict()
         return True
 
+    def _root_bytes(self, key: str) -> bytes | None:
+        """The writable root's file of ``key`` as it is (None when absent or unreadable)."""
+        try:
+            blob = self.local.read(key, self.settings.max_entry_size, fresh=True)
+        except (CorruptEntry, OSError):
+            return None
+        return None if blob is None else blob.data
+
     def get_or_create(self, key: str, create: Callable[[], Entry], *,
                       components: dict | None = None, count: bool = True) -> tuple[Entry, bool]:
         """Single flight: the cached entry, or ``create()``'s, built by one process only.
 
         Looks up ``key``; on a miss takes its lock, looks again (another process may have
         created it meanwhile), else calls ``create()`` (-> Entry) and puts the result. Returns
-        ``(entry, was_hit)``; counts exactly one hit or one miss, or neither with
+        ``(entry, was_hit)``. A holder of the lock that is stopped (no heartbeat for
+        KCACHE_LOCK_STALE seconds) is not waited for: this process compiles and publishes too
+        (``lock_stale``, warned once). Counts exactly one hit or one miss, or neither with
         ``count=False`` (an existence check, e.g. ``compile_for``: not a use). Compiles are
         not counted here: the caller records them (``record(compiles=1, compile_seconds=...)``).
         Raises LockTimeout, or whatever ``create`` raises."""
@@ -398,7 +438,7 @@ class Store(VerificationPath, RemotePolicy, EntryListing):
         found = self._read(key, touch=count)
         if found is not None:
             return (self._hit(key, found) if count else found[1]), True
-        with self.lock(key):
+        with self._compile_lock(key):
             found = self._read(key, touch=count, remote=False)  # the remote was asked just now
             if found is not None:
                 return (self._hit(key, found) if count else found[1]), True
@@ -476,9 +516,13 @@ class Store(VerificationPath, RemotePolicy, EntryListing):
         if self.entry_bytes(key) == data:
             report.present.append(key)
             return None
-        if not self._publish(key, data, remote=False):
+        published = self._publish(key, data, remote=False, unless_same=True)
+        if published is None:  # another process published these bytes meanwhile
+            report.present.append(key)
+        elif not published:
             return f"not written: {self.write_problem or 'see the warning above'}"
-        report.copied.append(key)
+        else:
+            report.copied.append(key)
         return None
 
     def record(self, **counters: float) -> None:

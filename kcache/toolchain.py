@@ -54,6 +54,31 @@ def _versions() -> dict[str, str]:
     return out
 
 
+#: NVRTC's wheels (cu13 name first): cuda.core programs are keyed on the NVRTC they met.
+NVRTC_DISTS = ("nvidia-cuda-nvrtc", "nvidia-cuda-nvrtc-cu12")
+
+
+def program_versions() -> dict[str, str]:
+    """The toolchain of a cuda.core program entry (``kcache.programs``): ``cuda-core``,
+    ``cuda-bindings`` (from :func:`package_versions`) and ``nvrtc`` (the NVRTC wheel's
+    version), those installed. Package metadata only: no CUDA library is loaded. Cached per
+    process; the caller gets a copy."""
+    return dict(_program_versions())
+
+
+@functools.lru_cache(maxsize=1)
+def _program_versions() -> dict[str, str]:
+    from importlib import metadata
+    out = {k: v for k, v in _versions().items() if k in ("cuda-core", "cuda-bindings")}
+    for dist in NVRTC_DISTS:
+        try:
+            out["nvrtc"] = metadata.version(dist)
+            break
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
 def is_stale(components: dict, current: dict[str, str] | None = None) -> bool:
     """True when ``components["toolchain"]`` disagrees with ``current`` (default
     :func:`package_versions`) on any key they share."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import stat
 
+from . import artifacts
 from . import entry as fmt
 from .entry import Entry
 from .errors import CorruptEntry, NewerFormat
@@ -27,8 +28,14 @@ class VerificationPath:
     def verify_bytes(self, key: str, data: bytes) -> tuple[dict, Entry]:
         """The one check every value from any tier crosses before it is used: the entry
         format (kcache.entry.decode: bounds, checksum, header schema, decoding limits).
-        Returns (header, Entry); raises CorruptEntry (with ``code``) or NewerFormat."""
-        return fmt.decode(data, key)
+        A kernel or program entry's artifacts must also pass kcache.artifacts (never handed to
+        the driver otherwise). Returns (header, Entry); raises CorruptEntry (with ``code``) or
+        NewerFormat."""
+        header, ent = fmt.decode(data, key)
+        why = artifacts.problem(ent.artifacts, ent.meta)
+        if why is not None:
+            raise CorruptEntry(why, "artifacts")
+        return header, ent
 
     def _read(self, key: str, touch: bool, remote: bool = True):
         """(header, Entry, tier) of the first tier holding a valid entry for ``key``, or None.

@@ -1,5 +1,6 @@
 """Real servers for the remote-tier tests, all on 127.0.0.1: redis-server, moto's S3 server,
-a server that accepts connections and never answers, and a port that refuses connections.
+a server that accepts connections and never answers, one that answers one byte every 0.5 s,
+one that quotes what it was sent in its error answers, and a port that refuses connections.
 
 Session fixtures use the servers .ci/run started (``KCACHE_TEST_REDIS_URL``,
 ``KCACHE_TEST_S3_ENDPOINT``), else start their own on free loopback ports when the programs are
@@ -196,16 +197,16 @@ def http_answers(url: str) -> bool:
     return True
 
 
-class SilentServer:
-    """A TCP server on a loopback port that accepts every connection and never answers nor
-    closes (until closed itself): the hardest case for a client's timeouts."""
+class LoopbackServer:
+    """A TCP server of threads on a free loopback port: :meth:`serve` runs for each accepted
+    connection in a thread of its own until :meth:`close` (which waits for them all)."""
 
     def __init__(self):
         self.sock = socket.create_server((LOOPBACK, 0))
         self.port = self.sock.getsockname()[1]
-        self.accepted: list[socket.socket] = []
-        self._stop = threading.Event()
         self.sock.settimeout(0.1)
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
         self._thread = threading.Thread(target=self._accept, daemon=True)
         self._thread.start()
 
@@ -215,20 +216,111 @@ class SilentServer:
                 conn, _ = self.sock.accept()
             except OSError:
                 continue  # timeout: check the stop flag
-            self.accepted.append(conn)
+            thread = threading.Thread(target=self._serve, args=(conn,), daemon=True)
+            self._threads.append(thread)
+            thread.start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn:
+            self.serve(conn)
+
+    def serve(self, conn: socket.socket) -> None:  # pragma: no cover - each server's own
+        raise NotImplementedError
 
     def close(self) -> None:
         self._stop.set()
         self._thread.join()
-        for conn in self.accepted:
-            conn.close()
+        for thread in self._threads:
+            thread.join()
         self.sock.close()
 
-    def __enter__(self) -> "SilentServer":
+    def __enter__(self):
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class SilentServer(LoopbackServer):
+    """Accepts every connection and never answers nor closes (until closed itself): the
+    hardest case for a client's timeouts. ``accepted``: connections so far."""
+
+    accepted = property(lambda self: len(self._threads))
+
+    def serve(self, conn: socket.socket) -> None:
+        self._stop.wait()
+
+
+class DrippingServer(LoopbackServer):
+    """Answers whatever it is sent with a reply that never ends, one byte every ``interval``
+    seconds (by default 0.5 s: within any read timeout of 1 s): ``+OK`` then ``K``s (a Redis
+    simple string, or an FTP banner line, with no end of line); with ``greet`` without waiting
+    for a request (an FTP server speaks first). Only a deadline on the whole call ends a
+    client's wait. ``accepted``: connections so far; ``closed``: those the client closed."""
+
+    def __init__(self, interval: float = 0.5, greet: bool = False):
+        self.interval = interval
+        self.greet = greet
+        self.closed = 0
+        self._lock = threading.Lock()
+        super().__init__()
+
+    accepted = property(lambda self: len(self._threads))
+
+    def serve(self, conn: socket.socket) -> None:
+        try:
+            conn.settimeout(self.interval)
+            if not self.greet:
+                self._request(conn)
+            sent = 0
+            while not self._stop.is_set():
+                conn.sendall(b"+OK"[sent:sent + 1] or b"K")
+                sent += 1
+                self._stop.wait(self.interval)  # the server's behaviour: slow, not synchronisation
+                self._check_open(conn)
+        except OSError:
+            with self._lock:
+                self.closed += 1
+
+    def _request(self, conn: socket.socket) -> None:
+        while not self._stop.is_set():
+            try:
+                if not conn.recv(65536):
+                    raise ConnectionResetError  # closed before asking
+                return
+            except socket.timeout:
+                continue
+
+    def _check_open(self, conn: socket.socket) -> None:
+        """ConnectionResetError once the client has closed its end (more requests are ignored)."""
+        conn.setblocking(False)
+        try:
+            if conn.recv(65536) == b"":
+                raise ConnectionResetError
+        except BlockingIOError:
+            pass
+        finally:
+            conn.settimeout(self.interval)
+
+
+class EchoingServer(LoopbackServer):
+    """Answers every request with a Redis error quoting what it was sent (as a server does
+    for a command it does not know): a password sent in AUTH comes back in the error text."""
+
+    def serve(self, conn: socket.socket) -> None:
+        conn.settimeout(0.1)
+        while not self._stop.is_set():
+            try:
+                data = conn.recv(65536)
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            if not data:
+                return
+            quoted = b" ".join(data.split(b"\r\n"))[:300]
+            with contextlib.suppress(OSError):
+                conn.sendall(b"-ERR unknown command, with args beginning with: " + quoted + b"\r\n")
 
 
 @contextlib.contextmanager

@@ -106,3 +106,23 @@ def test_importing_arch_imports_no_numba():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_option_problem_speaks_the_command_line():
+    """--cc errors name the option and CLI forms, never Python tuples; a suggestion is always
+    one that would be accepted (issue 18)."""
+    assert arch.option_problem("--cc", "9.0") is None
+    line = arch.option_problem("--cc", "9")
+    assert line.startswith("--cc 9: not a compute capability; use MAJOR.MINOR like 9.0 or sm_90")
+    assert "(9, 0)" not in line
+    # a filter takes any well-formed cc: the suggestion for a bad suffix is its cc
+    assert arch.option_problem("--cc", "sm_99x").endswith("; use 9.9")
+    assert arch.option_problem("--cc", "9.9") is None
+    # a compiling command: only what the toolkit builds, suggested or accepted
+    supported = [(8, 0), (9, 0)]
+    line = arch.option_problem("--cc", "sm_99x", supported)
+    assert line.endswith("use one the installed CUDA toolkit supports: 8.0, 9.0"), line
+    assert arch.option_problem("--cc", "sm_90x", supported).endswith("; use 9.0")
+    assert "cc 9.9 is not supported" in arch.option_problem("--cc", "9.9", supported)
+    assert arch.option_problem("--cc", "sm_80a", supported).endswith("from cc 9.0; use 8.0")
+    assert len(arch.option_problem("--cc", "\x1b[31m" + "9" * 5000)) < 200

@@ -1,4 +1,6 @@
 """Bundles (kcache export / import): a bundle is one more tier behind the verification path."""
+import hashlib
+import hmac
 import io
 import json
 import os
@@ -11,9 +13,16 @@ import pytest
 
 from kcache import Entry, Store, make_key
 from kcache import entry as fmt
-from kcache.bundle import MANIFEST, BundleError, BundleTier, digest, have_zstd, sign, write_bundle
+from kcache.bundle import BundleError, BundleTier, digest, have_zstd, write_bundle
+from kcache.bundle_v1 import MANIFEST
 
 MiB = 1 << 20
+SECRET = b"bundle test secret 0123456789"
+
+
+def sign(secret: bytes, manifest: bytes) -> str:
+    """A version-1 bundle's ``manifest.hmac``."""
+    return hmac.new(secret, manifest, hashlib.sha256).hexdigest()
 
 
 def key(i) -> str:
@@ -81,13 +90,23 @@ def test_export_import_round_trip_twice_changes_nothing(tmp_path, compress):
 def test_signed_bundle_needs_the_right_secret(tmp_path):
     src = Store(tmp_path / "src")
     fill(src)
-    write_bundle(tmp_path / "s.kcb", items_of(src), secret=b"right", compress=False)
+    write_bundle(tmp_path / "s.kcb", items_of(src), secret=SECRET, compress=False)
     write_bundle(tmp_path / "u.kcb", items_of(src), compress=False)
-    BundleTier(tmp_path / "s.kcb", secret=b"right", max_entry_size=MiB).close()
+    with BundleTier(tmp_path / "s.kcb", secret=SECRET, max_entry_size=MiB) as tier:
+        assert tier.signed and tier.checked and len(list(tier.keys())) == 4
+    with BundleTier(tmp_path / "s.kcb", max_entry_size=MiB) as tier:
+        assert tier.signed and not tier.checked
     with pytest.raises(BundleError, match="wrong signature"):
-        BundleTier(tmp_path / "s.kcb", secret=b"wrong", max_entry_size=MiB)
+        BundleTier(tmp_path / "s.kcb", secret=SECRET + b"x", max_entry_size=MiB)
     with pytest.raises(BundleError, match="not signed"):
-        BundleTier(tmp_path / "u.kcb", secret=b"right", max_entry_size=MiB)
+        BundleTier(tmp_path / "u.kcb", secret=SECRET, max_entry_size=MiB)
+    data = bytearray((tmp_path / "s.kcb").read_bytes())
+    for at in (20, len(data) // 2, len(data) - 1):  # header, an entry, the trailer
+        flipped = bytearray(data)
+        flipped[at] ^= 1
+        (tmp_path / "f.kcb").write_bytes(bytes(flipped))
+        with pytest.raises(BundleError, match="wrong signature"):
+            BundleTier(tmp_path / "f.kcb", secret=SECRET, max_entry_size=MiB)
 
 
 def test_tampered_entry_is_refused_and_named(tmp_path):
@@ -201,12 +220,39 @@ def test_cli_export_import_json_and_filters(tmp_path):
 def test_cli_signing_with_secret_file_and_env(tmp_path):
     src = tmp_path / "src"
     fill(Store(src), 2)
-    (tmp_path / "secret").write_text("s3cret\n")
+    (tmp_path / "secret").write_text(SECRET.decode() + "\n")
     kc("--dir", str(src), "export", str(tmp_path / "s.kcb"), "--secret-file", str(tmp_path / "secret"), check=0)
-    done = kc("import", str(tmp_path / "s.kcb"), "--into", str(tmp_path / "d1"), env={"KCACHE_SECRET": "other"}, check=1)
+    done = kc("import", str(tmp_path / "s.kcb"), "--into", str(tmp_path / "d1"),
+              env={"KCACHE_SECRET": "another secret of 24 bytes"}, check=1)
     assert "wrong signature" in done.stderr and "nothing imported" in done.stderr
-    kc("import", str(tmp_path / "s.kcb"), "--into", str(tmp_path / "d1"), env={"KCACHE_SECRET": "s3cret"}, check=0)
+    done = kc("import", str(tmp_path / "s.kcb"), "--into", str(tmp_path / "d1"),
+              env={"KCACHE_SECRET": SECRET.decode()}, check=0)
+    assert done.stderr.endswith("signature checked\n")
     assert len(list(Store(tmp_path / "d1").entries())) == 2
+    # no secret: imported, and one line says the signature was not checked
+    done = kc("import", str(tmp_path / "s.kcb"), "--into", str(tmp_path / "d2"), "--json",
+              env={"KCACHE_SECRET": ""}, check=0)
+    doc = json.loads(done.stdout)
+    assert doc["signed"] is True and doc["signature_checked"] is False and len(doc["imported"]) == 2
+    assert done.stderr.count("\n") == 1 and "signature was not checked" in done.stderr
+
+
+@pytest.mark.parametrize("how", ["env", "file"])
+@pytest.mark.parametrize("command", ["export", "import"])
+def test_short_secret_is_refused_and_never_echoed(tmp_path, how, command):
+    src = tmp_path / "src"
+    fill(Store(src), 1)
+    kc("--dir", str(src), "export", str(tmp_path / "b.kcb"), check=0)
+    short = "Sh0rtSecret9"  # 12 bytes
+    (tmp_path / "secret").write_text(short)
+    env = {"KCACHE_SECRET": short} if how == "env" else {"KCACHE_SECRET": ""}
+    args = ["--secret-file", str(tmp_path / "secret")] if how == "file" else []
+    target = (["--dir", str(src), "export", str(tmp_path / "s.kcb")] if command == "export"
+              else ["import", str(tmp_path / "b.kcb"), "--into", str(tmp_path / "d")])
+    done = kc(*target, *args, env=env, check=2)
+    assert done.stderr.count("\n") == 1 and "too short for a signing secret (12 bytes)" in done.stderr
+    assert short not in done.stderr + done.stdout
+    assert not (tmp_path / "s.kcb").exists() and not (tmp_path / "d").exists()
 
 
 def test_imported_bundle_is_self_contained_in_a_fresh_process(tmp_path):
@@ -221,16 +267,65 @@ def test_imported_bundle_is_self_contained_in_a_fresh_process(tmp_path):
     assert done.stdout.strip() == "3"
 
 
-def test_signature_covers_the_entries_through_the_manifest(tmp_path):
+def test_version_1_bundles_import_without_a_secret_and_are_refused_with_one(tmp_path):
+    """A version-1 bundle's signature is a tar member: it cannot be checked before the tar is
+    parsed, so with a secret the bundle is refused unread; without one it imports."""
     src = Store(tmp_path / "src")
     keys = fill(src, 2)
     pairs = [(k, src.entry_bytes(k)) for k in keys]
     manifest = manifest_for(pairs)
-    other = fmt.encode(keys[0], Entry({"cubin": b"planted"}, {"kernel": "m:evil"}))
-    members = [({"name": MANIFEST}, manifest), ({"name": "manifest.hmac"}, sign(b"k", manifest).encode()),
-               ({"name": f"entries/{keys[0]}.kce"}, other), ({"name": f"entries/{keys[1]}.kce"}, pairs[1][1])]
-    raw_tar(tmp_path / "p.tar", members)
+    members = [({"name": MANIFEST}, manifest), ({"name": "manifest.hmac"}, sign(SECRET, manifest).encode())]
+    raw_tar(tmp_path / "p.tar", members + [({"name": f"entries/{k}.kce"}, d) for k, d in pairs])
+    with pytest.raises(BundleError, match="version-1 bundle.*a secret is set: refused"):
+        BundleTier(tmp_path / "p.tar", secret=SECRET, max_entry_size=MiB)
     dst = Store(tmp_path / "dst")
-    with BundleTier(tmp_path / "p.tar", secret=b"k", max_entry_size=MiB) as tier:
-        rep = dst.copy_in(tier)
-    assert rep.copied == [keys[1]] and rep.failed[0][0] == keys[0]  # a valid entry, but not the signed one
+    with BundleTier(tmp_path / "p.tar", max_entry_size=MiB) as tier:
+        assert tier.version == 1 and tier.signed and not tier.checked
+        assert sorted(dst.copy_in(tier).copied) == sorted(keys)
+
+
+def test_a_bad_record_is_one_refused_entry(tmp_path):
+    """Version 2: a record with a bad key or digest is refused and named; the others import."""
+    import msgpack
+    from kcache import bundle
+    src = Store(tmp_path / "src")
+    keys = fill(src, 3)
+    write_bundle(tmp_path / "b.kcb", items_of(src), compress=False)
+    raw = (tmp_path / "b.kcb").read_bytes()
+    # rewrite the record of keys[1] with a 'digest' of text, then fix the checksum trailer
+    data = src.entry_bytes(keys[1])
+    at = raw.index(data)
+    head_at = raw.rindex(msgpack.packb("key"), 0, at) - 1
+    rec = msgpack.unpackb(raw[head_at:at])
+    rec["blake2b"] = "é" * 64
+    body = raw[:head_at] + msgpack.packb(rec) + raw[at:-32]
+    hdr_len = bundle.PREFIX.unpack(body[:bundle.PREFIX.size])[3]
+    header = msgpack.unpackb(body[bundle.PREFIX.size:bundle.PREFIX.size + hdr_len])
+    header["plain_bytes"] += len(msgpack.packb(rec)) - (at - head_at)
+    new_header = msgpack.packb(header)
+    body = (bundle.PREFIX.pack(bundle.MAGIC, 2, 0, len(new_header)) + new_header
+            + body[bundle.PREFIX.size + hdr_len:])
+    (tmp_path / "r.kcb").write_bytes(body + hashlib.blake2b(body, digest_size=32).digest())
+    done = kc("import", str(tmp_path / "r.kcb"), "--into", str(tmp_path / "dst"), "--json", check=1)
+    doc = json.loads(done.stdout)
+    assert sorted(doc["imported"]) == sorted([keys[0], keys[2]])
+    assert doc["failed"] == [{"key": keys[1], "reason": "its BLAKE2b digest is not 32 bytes"}]
+    assert done.stderr.count("\n") == 1 and keys[1][:12] in done.stderr
+
+
+def test_version_1_record_with_a_non_ascii_digest_is_one_refused_entry(tmp_path):
+    src = Store(tmp_path / "src")
+    keys = fill(src, 3)
+    pairs = [(k, src.entry_bytes(k)) for k in keys]
+    doc = json.loads(manifest_for(pairs))
+    doc["entries"][1]["blake2b"] = "\u00e9" * 64
+    doc["entries"].append({"key": "../not-a-key"})
+    raw_tar(tmp_path / "a.tar", [({"name": MANIFEST}, json.dumps(doc).encode())]
+            + [({"name": f"entries/{k}.kce"}, d) for k, d in pairs])
+    done = kc("import", str(tmp_path / "a.tar"), "--into", str(tmp_path / "dst"), "--json", check=1)
+    out = json.loads(done.stdout)
+    assert sorted(out["imported"]) == sorted([keys[0], keys[2]])
+    assert out["failed"] == [
+        {"key": keys[1], "reason": "its blake2b digest in the manifest is not 64 hex digits"},
+        {"key": "record 4", "reason": "its key is not a kcache key (8-128 lowercase hex digits)"}]
+    assert done.stderr.count("\n") == 1 and "2 entries of" in done.stderr

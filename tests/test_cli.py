@@ -116,12 +116,65 @@ def assert_entry_schema(record: dict) -> None:
 
 # ------------------------------------------------------------------------------ basics
 
-def test_help_lists_every_command_and_no_command_is_a_usage_error():
+def test_help_lists_every_command_and_bare_kcache_prints_the_usage():
     done = kc("--help")
     assert done.returncode == 0
     for name in ("dir", "ls", "stats", "show", "prune", "rm", "clear", "verify", "config"):
         assert name in done.stdout
-    one_line_error(kc())
+    bare = kc()  # as `pip` alone: the help on stdout, exit 0
+    assert bare.returncode == 0 and bare.stdout == done.stdout and bare.stderr == ""
+    assert "COMMAND" in one_line_error(kc("--json"))  # options without a command: usage error
+
+
+def test_a_mistyped_command_gets_a_suggestion():
+    assert "did you mean 'ls'?" in one_line_error(kc("lss"))
+    assert "did you mean 'stats'?" in one_line_error(kc("stat"))
+    assert "did you mean" not in one_line_error(kc("zzzzzz"))
+    assert "did you mean 'show'?" in one_line_error(kc("config", "shwo"))
+
+
+def test_cache_dir_is_an_alias_of_dir_and_no_color_is_accepted(cache):
+    root, _ = cache
+    done = kc("--cache-dir", str(root), "ls", "--json", "--no-color")
+    assert done.returncode == 0, done.stderr
+    assert len(json.loads(done.stdout)["entries"]) == 4
+    done = kc("ls", "--cache-dir", str(root), "--json")
+    assert done.returncode == 0 and len(json.loads(done.stdout)["entries"]) == 4
+
+
+def test_completion_refuses_json():
+    assert "--json is not accepted" in one_line_error(kc("completion", "bash", "--json"))
+
+
+def test_rm_of_several_entries_needs_yes_off_a_terminal(cache):
+    root, paths = cache
+    line = one_line_error(kc("rm", "--kernel", "*", root=root))
+    assert "--yes" in line and all(p.exists() for p in paths.values())
+    line = one_line_error(kc("rm", "b2", "c3", "--json", root=root))
+    assert "--yes" in line and all(p.exists() for p in paths.values())
+    # a dry run lists what would go and removes nothing, without --yes
+    for flag in ("--dry-run", "-n"):
+        doc = kc_json("rm", "--kernel", "*", flag, root=root)
+        assert doc["dry_run"] is True and len(doc["removed"]) == 4
+        assert doc["bytes_freed"] == sum(p.stat().st_size for p in paths.values())
+    done = kc("rm", "--kernel", "*", "-n", root=root)
+    assert done.returncode == 0 and "would remove 4 entries" in done.stderr
+    assert all(p.exists() for p in paths.values())
+    assert kc_json("rm", "b2", root=root)["dry_run"] is False  # one entry: no --yes needed
+    assert len(kc_json("rm", "--kernel", "*", "-y", root=root)["removed"]) == 3
+    assert not any(p.exists() for p in paths.values())
+
+
+def test_rm_asks_on_a_terminal_before_removing_several(cache):
+    root, paths = cache
+    status, _, err = on_terminal("rm", "--kernel", "pkg.linalg:*", "--dir", str(root),
+                                 answer="n\n")
+    assert status == 1 and "Remove 2 entries? [y/N]" in err
+    assert all(p.exists() for p in paths.values())
+    status, _, err = on_terminal("rm", "--kernel", "pkg.linalg:*", "--dir", str(root),
+                                 answer="y\n")
+    assert status == 0, err
+    assert [k for k, p in paths.items() if p.exists()] == [K_SAXPY_80, K_STALE]
 
 
 def test_cli_never_imports_numba_or_rich_for_plain_output(cache):
@@ -188,8 +241,12 @@ def test_ls_json_schema_sort_and_filters(cache):
 def test_ls_piped_is_tab_separated_with_exact_bytes(cache):
     root, paths = cache
     done = kc("ls", root=root)
-    assert done.returncode == 0 and done.stderr == ""
+    # the count and total size (as `pip cache list` ends) on stderr: stdout holds rows only
+    from kcache.config import format_size
+    total = format_size(sum(p.stat().st_size for p in paths.values()))
+    assert done.returncode == 0 and done.stderr == f"kcache: 4 entries, {total}\n"
     lines = done.stdout.splitlines()
+    assert len(lines) == 5
     # The header names are the JSON field names; compile seconds rounded (exact in JSON).
     assert lines[0].split("\t") == ["short_key", "kernel", "signature", "arch", "file_size",
                                     "hits", "last_used", "compile_seconds"]
@@ -266,7 +323,8 @@ def test_clear_asks_on_a_terminal(cache):
 # ------------------------------------------------------------------------------ stats
 
 STATS_FIELDS = {"hits": int, "misses": int, "compiles": int, "puts": int, "evictions": int,
-                "corrupt": int, "lock_waits": int, "lock_timeouts": int,
+                "corrupt": int, "lock_waits": int, "lock_timeouts": int, "lock_stale": int,
+                "artifacts_refused": int,
                 "bytes_written": int, "compile_seconds": float, "seconds_saved": float,
                 "entries": int, "bytes": int, "max_size": int, "recounted": bool}
 
@@ -476,7 +534,8 @@ def test_bad_environment_and_config_file_are_one_line(cache, tmp_path):
     (root / "config.json").write_text("{not json")
     done = kc("ls", root=root)
     assert done.returncode == 0 and done.stdout
-    [line] = done.stderr.strip().splitlines()
+    [line, total] = done.stderr.strip().splitlines()
+    assert total.startswith("kcache: 4 entries, ")
     assert "config.json" in line and "ignored" in line
     done = kc("config", "show", root=root)
     assert done.returncode == 1 and line in done.stderr  # the same words
@@ -485,13 +544,27 @@ def test_bad_environment_and_config_file_are_one_line(cache, tmp_path):
     assert json.loads((root / "config.json").read_text()) == {"max_size": 2**30}
 
 
-def test_missing_root_reads_as_empty_and_is_not_created(tmp_path):
+def test_a_named_root_that_does_not_exist_is_said_and_not_created(tmp_path):
     root = tmp_path / "nowhere"
-    assert kc_json("ls", root=root) == {"entries": []}
-    assert kc_json("stats", root=root)["entries"] == 0
-    assert kc_json("prune", root=root)["removed"] == []
-    assert kc_json("verify", root=root)["ok"] is True
+    for args in (["ls"], ["stats"], ["prune"], ["verify"], ["show", "ab"], ["ls", "--json"]):
+        line = one_line_error(kc(*args, root=root), 1)
+        assert f"{root} (from --dir) does not exist" in line, line
+        line = one_line_error(kc(*args, env={"KCACHE_DIR": str(root)}), 1)
+        assert "(from KCACHE_DIR) does not exist" in line, line
     assert not root.exists()
+    # with a read-only dir there is something to read: the entries there are listed
+    layer = tmp_path / "layer"
+    fill(layer)
+    assert len(kc_json("ls", root=root, env={"KCACHE_READONLY_DIRS": str(layer)})["entries"]) == 4
+
+
+def test_the_default_root_before_its_first_use_reads_as_empty(tmp_path):
+    env = {"XDG_CACHE_HOME": str(tmp_path / "xdg"), "HOME": str(tmp_path / "home")}
+    for args in (["ls"], ["stats"], ["prune"], ["verify"]):
+        done = kc(*args, "--json", env=env)
+        assert done.returncode == 0, done.stderr
+    assert json.loads(kc("ls", "--json", env=env).stdout) == {"entries": []}
+    assert not (tmp_path / "xdg" / "kcache").exists()
 
 
 def test_readonly_layer_entries_are_listed_but_not_removed(cache, tmp_path):
@@ -593,10 +666,10 @@ def test_prune_without_flags_applies_the_configured_cap(cache):
 
 def test_rm_by_prefix_and_by_kernel(cache):
     root, paths = cache
-    doc = kc_json("rm", "b2", K_STALE[:8], root=root)
+    doc = kc_json("rm", "b2", K_STALE[:8], "--yes", root=root)
     assert {e["key"] for e in doc["removed"]} == {K_SAXPY_80, K_STALE}
     assert doc["bytes_freed"] == sum(e["file_size"] for e in doc["removed"])
-    doc = kc_json("rm", "--kernel", "pkg.linalg:*", root=root)
+    doc = kc_json("rm", "--kernel", "pkg.linalg:*", "--yes", root=root)
     assert {e["key"] for e in doc["removed"]} == {K_AXPY_90, K_AXPY_90A}
     assert not any(p.exists() for p in paths.values())
 
@@ -648,7 +721,8 @@ def test_config_show_get_set(cache):
     assert doc["root"] == str(root) and doc["config_file"] == str(root / "config.json")
     settings = doc["settings"]
     assert set(settings) == {"root", "max_size", "readonly_dirs", "readonly_roots",
-                             "lock_timeout", "disabled", "shared", "remote", "remote_namespace",
+                             "lock_timeout", "lock_stale", "disabled", "shared", "remote",
+                             "remote_namespace",
                              "remote_readonly", "remote_timeout", "remote_ttl", "remote_wait"}
     assert settings["readonly_roots"] == settings["readonly_dirs"]  # old name, same content
     assert settings["root"] == {"value": str(root), "origin": "argument"}
@@ -830,7 +904,7 @@ def test_unreadable_entries_are_listed_shown_and_removable(cache):
 
     done = kc("show", "c3", "--json", root=root)
     assert done.returncode == 1 and json.loads(done.stdout)["problem"]
-    doc = kc_json("rm", "c3", "b2", root=root)
+    doc = kc_json("rm", "c3", "b2", "--yes", root=root)
     assert {e["key"] for e in doc["removed"]} == {K_SAXPY_80, K_STALE}
     assert not paths[K_SAXPY_80].exists() and not paths[K_STALE].exists()
 
@@ -841,7 +915,7 @@ def test_root_under_a_file_is_reported_unwritable(tmp_path):
     env = {"KCACHE_DIR": str(afile / "sub")}
     assert kc_json_env("dir", env=env)["writable"] is False
     line = one_line_error(kc("stats", "--zero", env=env), 1)
-    assert "not zeroed" in line
+    assert "does not exist" in line  # a root under a file cannot exist (and is not made)
     assert afile.read_text() == "x"
 
 

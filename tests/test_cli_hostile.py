@@ -218,12 +218,12 @@ def test_hostile_header_show(hostile_lenient, case):
 def test_hostile_headers_rm(hostile):
     root, env = hostile
     prefixes = [key_of(case)[:10] for case in CASES]
-    done = kc("rm", *prefixes, root=root, env=env)
+    done = kc("rm", *prefixes, "--yes", root=root, env=env)
     assert_clean(done.stdout, done.stderr, done.returncode)
     assert_no_raw_controls(done.stdout + done.stderr)
     for case in CASES:
         write_entry(root, key_of(case), CASES[case])
-    done = kc("rm", *prefixes, "--json", root=root, env=env)
+    done = kc("rm", *prefixes, "--yes", "--json", root=root, env=env)
     assert_clean(done.stdout, done.stderr, done.returncode)
     assert sorted(e["key"] for e in strict_json(done.stdout)["removed"]) == sorted(
         key_of(case) for case in CASES)

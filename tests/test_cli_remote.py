@@ -254,8 +254,8 @@ def test_remote_check_json_says_what_is_wrong(tmp_path):
     assert "connection refused" in doc["error"]
 
 
-@pytest.mark.parametrize("module,url,extra", [("redis", "redis://127.0.0.1:6379/0", "kcache[redis]"),
-                                              ("s3fs", "s3://bucket/prefix", "kcache[s3]")])
+@pytest.mark.parametrize("module,url,extra", [("redis", "redis://127.0.0.1:6379/0", "kcache-cuda[redis]"),
+                                              ("s3fs", "s3://bucket/prefix", "kcache-cuda[s3]")])
 @pytest.mark.parametrize("command", ["remote", "push", "pull"])
 def test_missing_client_library_is_one_line_naming_the_extra(tmp_path, module, url, extra, command):
     fill(tmp_path / "a")
@@ -355,3 +355,44 @@ def test_no_command_prints_a_password_or_secret(tmp_path, make_redis):
                 status, text, err = on_terminal(*command, "--dir", str(root), env=env)
                 assert not any(v in text + err for v in (password, spare, secret, bundle_secret)), text + err
     assert not (root / "config.json").exists()  # `config set remote` with a password was refused
+
+
+@pytest.mark.parametrize("value", ["short", "too", "kcache", "a", "signing", "bytes"])
+def test_a_short_secret_is_named_never_echoed_and_messages_read_whole(tmp_path, value):
+    """A secret is never quoted, and no message is edited to hide one (replacing the secret's
+    text wherever it occurs garbled "too short" into "too ***" and so revealed the secret):
+    each command says the same with a secret of the same length that no message contains."""
+    root = tmp_path / "cache"
+    fill(root)
+    neutral = "Q" * len(value)
+    with refusing_port() as port:
+        base = {"KCACHE_REMOTE": f"redis://127.0.0.1:{port}/0", "KCACHE_REMOTE_TIMEOUT": "10"}
+        for command in (("remote", "check"), ("push",), ("pull",), ("dir",), ("config",)):
+            said = {}
+            for secret in (value, neutral):
+                done = kc(*command, root=root, env={**base, "KCACHE_REMOTE_SECRET": secret})
+                said[secret] = (done.returncode, done.stdout, done.stderr)
+                assert "***" not in done.stdout + done.stderr and "Traceback" not in done.stderr
+            assert said[value] == said[neutral], (command, said)
+            assert neutral not in "".join(said[neutral][1:]), said  # so neither is `value`
+    line = one_line_error(kc("remote", "check", root=root, env={**base, "KCACHE_REMOTE_SECRET": value}), 1)
+    assert line.startswith(f"kcache: KCACHE_REMOTE_SECRET is too short for a signing secret ({len(value)} "
+                           "bytes); accepted: at least 16 bytes"), line
+
+
+@pytest.mark.parametrize("password", ["Connection", "refused", "111", "kcache", "a"])
+def test_a_password_is_left_out_by_parsing_never_by_editing_text(tmp_path, password):
+    """A password in the URL (or KCACHE_REMOTE_PASSWORD) that also occurs in a message: the
+    URL is shown parsed, without it; a backend message that contains it is left out whole."""
+    pytest.importorskip("redis")
+    with refusing_port() as port:
+        for env in ({"KCACHE_REMOTE": f"redis://:{password}@127.0.0.1:{port}/0"},
+                    {"KCACHE_REMOTE": f"redis://127.0.0.1:{port}/0", "KCACHE_REMOTE_PASSWORD": password}):
+            line = one_line_error(kc("remote", "check", root=tmp_path / "c", env=env), 1)
+            head = ("kcache: remote check failed: connection refused or closed (is the server running and "
+                    f"reachable there?) (refused): redis://127.0.0.1:{port}/0: check: ")
+            assert line.startswith(head) and "***" not in line, line
+            words = line[len(head):]
+            plain = f"ConnectionError: Error 111 connecting to 127.0.0.1:{port}. Connection refused."
+            left_out = "ConnectionError (its message is not shown: it may contain a credential)"
+            assert words == (left_out if password in plain else plain), line

@@ -57,12 +57,12 @@ def test_ls_fits_and_never_breaks_a_word(long_names, columns):
     assert all(re.fullmatch(r"[0-9a-f]{12}", cells(row)[0]) for row in rows), rows
     kernels = {cells(row)[1] for row in rows}
     assert "examples.kernels:saxpy" in kernels  # short names whole
-    cut = [k for k in kernels if "…" in k]  # long ones shortened in their middle
+    cut = [k for k in kernels if "…" in k]  # long ones keep their end: the qualname
     assert cut and all(k in KERNELS for k in kernels - set(cut))
     for text in cut:
         head, tail = text.split("…")
-        assert any(k.startswith(head) and k.endswith(tail) for k in KERNELS), text
-        assert len(head) >= 8 and len(tail) >= 8, text
+        assert head == "" and len(tail) >= 15, text
+        assert any(k.endswith(tail) for k in KERNELS), text
     hidden = [h for h in HEADERS if h not in header]
     caption = " ".join(lines[1 + len(KERNELS):])
     assert hidden and all(h in caption for h in hidden) and "--wide" in caption
@@ -134,3 +134,91 @@ def test_layout_hides_by_rank_before_cutting_below_keep():
     assert shown == [0, 1] and widths[1] == 12  # all hidden, then cut below keep
     shown, widths = layout(columns, rows, 10, wide=True)
     assert shown == [0, 1, 2, 3] and widths[1] == 40  # --wide: everything
+
+
+# ------------------------------------------------------------------------------ 80 columns
+
+USECASES = "numba.cuda.tests.cudapy.cache_usecases"
+SAME_SIG = "(array(float64, 0d, C), array(float64, 0d, C), array(float64, 0d, C))"
+
+
+def drawn(monkeypatch, capsys, columns, rows, width=80) -> list[str]:
+    """``rows`` drawn by kcache.cli.table.draw at ``width`` columns: the table's lines."""
+    from kcache.cli.table import draw
+    monkeypatch.setenv("COLUMNS", str(width))
+    draw(columns, rows)
+    return capsys.readouterr().out.splitlines()
+
+
+def test_rows_that_differ_only_at_the_end_stay_apart_at_80_columns(monkeypatch, capsys):
+    """issue 18: warming cache_usecases, every row read `numba.cuda.te…ecase_kernel
+    (array(float6…t64, 0d, C))`: the end of the qualified name tells the kernels apart."""
+    from kcache.cli.cmd_warm import COLUMNS
+    names = [f"{USECASES}:{n}" for n in ("add_usecase_kernel", "add_nocache_usecase_kernel",
+                                        "simple_usecase_kernel", "outer_uncached_kernel")]
+    rows = [[name, SAME_SIG, arch, "already cached", ""] for name in names
+            for arch in ("sm_80", "sm_90a")]
+    lines = drawn(monkeypatch, capsys, COLUMNS, rows)
+    assert all(len(line.rstrip()) <= 80 for line in lines), lines
+    kernels = [cells(line)[0] for line in lines[1:1 + len(rows)]]
+    assert len(set(kernels)) == len(names), kernels
+    for name, shown in zip([n for n in names for _ in (0, 1)], kernels):
+        assert name.endswith(shown.lstrip("…")) and len(shown) >= 20, shown
+
+
+def test_overloads_keep_the_part_of_the_signature_that_differs(monkeypatch, capsys):
+    from kcache.cli.cmd_ls import COLUMNS, columns_for
+    sigs = ["(array(float64, 1d, C), array(float64, 1d, C), array(float64, 1d, C), int64)",
+            "(array(float32, 1d, C), array(float32, 1d, C), array(float32, 1d, C), int64)",
+            "(array(int16, 2d, A), array(int16, 2d, A), array(int16, 2d, A), int64)"]
+    rows = [["0123456789ab", f"{USECASES}:record_return", sig, "sm_90a", "18.3 KiB", "0",
+             "1 h ago", "0.22 s"] for sig in sigs]
+
+    class View:  # what columns_for reads of an entry
+        def __init__(self, sig):
+            self.kernel, self.arch, self.signature = f"{USECASES}:record_return", "sm_90a", sig
+
+    columns = columns_for([View(s) for s in sigs])
+    assert columns is not COLUMNS  # two rows of one kernel and arch: Signature is kept
+    lines = drawn(monkeypatch, capsys, columns, rows)
+    assert all(len(line.rstrip()) <= 80 for line in lines), lines
+    assert "Signature" in cells(lines[0])
+    shown = [cells(line)[2] for line in lines[1:4]]
+    assert len(set(shown)) == 3, shown
+    for sig, cut in zip(sigs, shown):
+        kind = sig[len("(array("):].split(",")[0]  # float64, float32, int16
+        assert kind[-2:] in cut, (cut, sig)
+
+
+def test_ls_hides_the_signature_last_and_only_when_rows_stay_apart():
+    from kcache.cli.cmd_ls import COLUMNS
+    order = sorted((c for c in COLUMNS if c.drop), key=lambda c: -c.drop)
+    assert [c.header for c in order] == ["Compile time", "Hits", "Last used", "Size",
+                                         "Signature"]
+
+
+def test_the_progress_bar_keeps_its_counters_whole(monkeypatch):
+    """issue 18: `warm ━╺ 1… 0… compiled` at 80 columns; the counters and the time stay."""
+    import io
+
+    from rich.console import Console
+
+    from kcache.cli.output import counting_progress
+    monkeypatch.setenv("COLUMNS", "80")
+    bar = counting_progress("warm", 124, transient=True)
+    task = bar.add_task("", total=124)
+    bar.update(task, advance=17,
+               description=bar.describe("already cached", f"{USECASES}:add_nocache_usecase_kernel"))
+    out = io.StringIO()
+    Console(file=out, width=80).print(bar.make_tasks_table(bar.tasks))
+    text = out.getvalue()
+    assert " 17/124 " in text and "0:00:0" in text and text.startswith("warm "), text
+    assert "add_nocache_usecase_kernel" in text, text
+    assert all(len(line) <= 80 for line in text.splitlines())
+
+
+def test_no_color_and_NO_COLOR_are_accepted_on_a_terminal(long_names):
+    for args, env in ((["--no-color", "ls"], None), (["ls"], {"NO_COLOR": "1"})):
+        status, text, err = on_terminal(*args, "--dir", str(long_names), columns=80, env=env)
+        assert status == 0 and "Traceback" not in err, err
+        assert not re.search(r"\x1b\[[0-9;]*3[0-9]", text)  # no foreground colour

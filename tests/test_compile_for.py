@@ -336,6 +336,9 @@ def test_cc_forms_and_lists(store):
     assert _cc_list((9, 0, "a")) == [(9, 0)] and _cc_list("sm_90a") == [(9, 0)]
     assert _cc_list(90) == [(9, 0)] and _cc_list([80, 90]) == [(8, 0), (9, 0)]
     assert _cc_list([(8, 0), "9.0a"]) == [(8, 0), (9, 0)]
+    # a list of one packed int is one cc, as the int alone is (issue 18): 80 -> 8.0, 120 -> 12.0
+    assert _cc_list([90]) == [(9, 0)] and _cc_list((80,)) == [(8, 0)]
+    assert _cc_list([120]) == [(12, 0)] and _cc_list([90, (8, 0)]) == [(9, 0), (8, 0)]
     with pytest.raises(ValueError, match=r"cc=\(9,\)"):
         _cc_list((9,))
     with pytest.raises(ValueError, match="compute capability"):

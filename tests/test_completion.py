@@ -64,7 +64,8 @@ def test_bash_completes_every_command_name(scripts):
 
 def test_bash_completes_options_nested_commands_and_choices(scripts, tmp_path):
     b = scripts["bash"]
-    assert bash_complete(b, "ls", "--k") == ["--kernel"]
+    assert bash_complete(b, "ls", "--k") == ["--kernel", "--kind"]
+    assert bash_complete(b, "ls", "--kind", "") == ["kernel", "program"]
     assert "--dry-run" in bash_complete(b, "prune", "--")
     assert "--kernel" not in bash_complete(b, "stats", "--")  # per command, not a global list
     assert bash_complete(b, "config", "s") == ["show", "set"]

@@ -63,7 +63,7 @@ def recipe():
             context = base / "context"
             shutil.copytree(REPO / "examples", context / "examples",
                             ignore=shutil.ignore_patterns("__pycache__"))
-            (context / "requirements.txt").write_text("kcache[cu13,zstd]\n")
+            (context / "requirements.txt").write_text("kcache-cuda[cu13,zstd]\n")
             r = Recipe()
             r.base, r.users, r.lines = base, users, {line.target: line for line in lines}
             r.builder = Build(blocks(text, DOCKERFILE_MARK), base=base, context=context,

@@ -9,6 +9,13 @@ opening fence is an HTML comment (invisible on GitHub) of this form:
     <!-- runnable: gpu -->             run it only under the gpu marker (needs a CUDA GPU)
     <!-- runnable: file=kernels.py --> write the block to that file instead (later blocks use it)
     <!-- runnable: exit=1 -->          the block must exit with that status (default 0)
+    <!-- runnable: output -->          a console block whose output, shown under each ``$``
+                                       line, must be what that command prints on stdout
+                                       (normalised: :func:`normalise`; a ``...`` line stands
+                                       for any lines)
+    <!-- runnable: output, terminal --> the same, with stdout on an 80-column terminal (as
+                                       tables are shown to people); stderr follows stdout,
+                                       without the progress lines a terminal shows as a bar
 
 Options combine with commas (``<!-- runnable: gpu, exit=1 -->``). In ``console`` blocks only
 the lines starting with ``$ `` are run (the rest is the output shown to the reader). The blocks
@@ -16,7 +23,9 @@ of one page run in order, each in a fresh process, sharing one fresh temporary f
 working directory (``file=`` blocks land there, and numba-cuda's own cache in its
 ``__pycache__``) with the cache root ``KCACHE_DIR=./cache``; no other ``KCACHE_*`` variable
 is set. ``$REPO`` is the repository root; the venv's ``python`` and ``kcache`` come first on
-``PATH``.
+``PATH``. The working directory looks like the reader's clone: ``.venv`` is the running
+interpreter's environment (so ``.venv/bin/python`` and ``.venv/bin/kcache`` work as written)
+and ``examples`` is the repository's.
 """
 from __future__ import annotations
 
@@ -55,6 +64,8 @@ class Block:
     gpu: bool = False
     file: str | None = None
     exit: int = 0
+    output: bool = False
+    terminal: bool = False
 
     def __str__(self):
         return f"{os.path.relpath(self.page, REPO)}:{self.line}"
@@ -69,8 +80,11 @@ def parse_options(text: str | None, where: str) -> dict:
             opts["file"] = part[len("file="):].strip()
         elif part.startswith("exit="):
             opts["exit"] = int(part[len("exit="):])
+        elif part in ("output", "terminal"):
+            opts[part] = True
         else:
-            raise ValueError(f"{where}: unknown runnable option {part!r} (accepted: gpu, file=NAME, exit=N)")
+            raise ValueError(f"{where}: unknown runnable option {part!r} (accepted: gpu, "
+                             "file=NAME, exit=N, output, terminal)")
     return opts
 
 
@@ -123,9 +137,134 @@ def block_env(work: Path) -> dict:
     return env
 
 
+#: What varies from run to run in a command's output, and what stands for it when a page's
+#: shown output is compared (``output`` blocks): paths, keys, sizes, seconds, alignment.
+NORMALISE = [
+    (re.compile(r"(?<![\w.])(?:/[\w.+-]+)+/?"), "PATH"),
+    (re.compile(r"\b[0-9a-f]{12}\b"), "KEY"),
+    (re.compile(r"\b\d+(?:\.\d+)? (?:B|KiB|MiB|GiB|bytes)\b"), "SIZE"),
+    (re.compile(r"\b\d+(?:\.\d+)? s\b"), "SECONDS"),
+    (re.compile(r"\b\d+ jobs?\b"), "JOBS"),
+    (re.compile(r"[ \t]+"), " "),
+]
+
+
+#: On a terminal, how much of a name or signature a table shows depends on the widths of
+#: the other cells (a compile of 10 s takes a column one cell wider): a kernel name stands
+#: as its qualname, a word cut in its middle as "…".
+NORMALISE_TERMINAL = [
+    (re.compile(r"\S*:(\w+)"), r"\1"),
+    (re.compile(r"\S*…\S*"), "…"),
+]
+
+
+def normalise(text: str, terminal: bool = False) -> list[str]:
+    """``text``'s lines with :data:`NORMALISE` (and for a terminal's text
+    :data:`NORMALISE_TERMINAL`) applied, stripped, blank lines dropped."""
+    out = []
+    for text_line in text.splitlines():
+        for pattern, stand_in in NORMALISE + (NORMALISE_TERMINAL if terminal else []):
+            text_line = pattern.sub(stand_in, text_line)
+        if text_line.strip():
+            out.append(text_line.strip())
+    return out
+
+
+def console_steps(code: str) -> list[tuple[str, str]]:
+    """``(command, output shown under it)`` for each ``$`` line of a console block."""
+    steps: list[tuple[str, list[str]]] = []
+    for text_line in code.splitlines():
+        if text_line.startswith("$ "):
+            steps.append((text_line[2:], []))
+        elif steps:
+            steps[-1][1].append(text_line)
+    return [(command, "\n".join(shown)) for command, shown in steps]
+
+
+def output_matches(shown: str, printed: str, terminal: bool = False) -> bool:
+    """True when ``printed`` is ``shown`` once both are normalised (:func:`normalise`); a
+    ``...`` line of ``shown`` stands for any lines."""
+    pattern = "".join(r"(?:[^\n]*\n)*?" if text_line == "..." else re.escape(text_line) + r"\n"
+                      for text_line in normalise(shown, terminal))
+    lines = normalise(printed, terminal)
+    return re.fullmatch(pattern, "".join(f"{text_line}\n" for text_line in lines)) is not None
+
+
+#: Columns of the terminal of ``terminal`` blocks.
+TERMINAL_COLUMNS = 80
+#: Lines a piped stderr gets instead of a progress bar (``kcache: warm: [3/12] ...``).
+PROGRESS_LINE = re.compile(r"^kcache: warm: \[\d+/\d+\] ")
+
+
+def on_terminal(argv: list[str], cwd: Path, env: dict) -> tuple[int, str, str]:
+    """Run ``argv`` with stdout on a pseudo-terminal of :data:`TERMINAL_COLUMNS` columns;
+    (status, what the terminal showed without styles, stderr)."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, TERMINAL_COLUMNS, 0, 0))
+    proc = subprocess.Popen(argv, cwd=cwd, stdout=slave, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL,
+                            env=dict(env, COLUMNS=str(TERMINAL_COLUMNS), TERM="xterm"))
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO once the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    err = proc.stderr.read().decode()
+    proc.stderr.close()
+    status = proc.wait(timeout=BLOCK_TIMEOUT)
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(chunks).decode()).replace("\r\n", "\n")
+    return status, text, err
+
+
+def run_output_block(block: Block, work: Path, env: dict) -> None:
+    """Run each ``$`` line of ``block`` and compare its stdout with the output shown."""
+    for n, (command, shown) in enumerate(console_steps(block.code)):
+        script = work / f".block{block.line}-{n}.sh"
+        script.write_text(command + "\n")
+        argv = ["bash", "-euo", "pipefail", str(script)]
+        if block.terminal:
+            status, out, err = on_terminal(argv, work, env)
+            out += "".join(f"{text_line}\n" for text_line in err.splitlines()
+                           if not PROGRESS_LINE.match(text_line))
+        else:
+            done = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True,
+                                  timeout=BLOCK_TIMEOUT)
+            status, out, err = done.returncode, done.stdout, done.stderr
+        assert status == block.exit, f"{block}: '{command}' exited {status}\n{err[-3000:]}"
+        assert output_matches(shown, out, block.terminal), (
+            f"{block}: '{command}' printed what the page does not show (normalised)\n--- shown\n"
+            + "\n".join(normalise(shown, block.terminal)) + "\n--- printed\n"
+            + "\n".join(normalise(out, block.terminal)))
+
+
+def like_a_clone(work: Path) -> None:
+    """Give ``work`` the reader's ``.venv`` (this interpreter's environment) and ``examples``."""
+    venv = work / ".venv"
+    if sys.prefix != sys.base_prefix:
+        venv.symlink_to(Path(sys.prefix), target_is_directory=True)
+    else:  # no virtual environment: its bin/ holds this interpreter and its kcache script
+        (venv / "bin").mkdir(parents=True)
+        (venv / "bin" / "python").symlink_to(sys.executable)
+        kcache = Path(sys.executable).parent / "kcache"
+        if kcache.exists():
+            (venv / "bin" / "kcache").symlink_to(kcache)
+    (work / "examples").symlink_to(REPO / "examples", target_is_directory=True)
+
+
 def run_page(page: Path, work: Path, gpu: bool) -> int:
     """Run the page's blocks in order (gpu ones only when ``gpu``); return how many ran."""
     env = block_env(work)
+    like_a_clone(work)
     ran = 0
     for block in blocks(page):
         if block.gpu and not gpu:
@@ -134,6 +273,10 @@ def run_page(page: Path, work: Path, gpu: bool) -> int:
             target = work / block.file
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(block.code)
+            continue
+        if block.output:
+            run_output_block(block, work, env)
+            ran += 1
             continue
         command, suffix, code = script_of(block)
         script = work / f".block{block.line}{suffix}"
@@ -194,6 +337,26 @@ def test_a_failing_block_fails_the_test(tmp_path):
     finally:
         REPO = saved
     assert (work / "mod.py").read_text() == "X = 41\n"
+
+
+def test_output_blocks_compare_what_is_printed(tmp_path):
+    """An ``output`` block passes when the command prints what is shown (paths, keys, sizes,
+    seconds and alignment aside; ``...`` for any lines) and fails when it prints otherwise."""
+    assert output_matches("Cache: /home/you/c (x)\n  k  1.5 KiB  key dc03b768fc79\n...\nend",
+                          "Cache: /tmp/w/cache (x)\n  k     22 B  key 0123456789ab\nA\nB\nend\n")
+    assert not output_matches("compiled in 0.5 s", "already cached\n")
+    assert not output_matches("a\nb", "a\n")
+    # on a terminal a cut name or signature may be cut elsewhere; the qualname must be the same
+    assert output_matches("…kernels:axpy  (array(f…32))  sm_80",
+                          "examples.kernels:axpy  (array(floa…2))  sm_80\n", terminal=True)
+    assert not output_matches("…kernels:axpy  sm_80", "…kernels:saxpy  sm_80\n", terminal=True)
+    page = tmp_path / "page.md"
+    page.write_text("<!-- runnable: output -->\n```console\n$ echo one 12 KiB\none 3 B\n"
+                    "$ echo two\nthree\n```\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    with pytest.raises(AssertionError, match=r"'echo two' printed what the page does not show"):
+        run_page(page, work, gpu=False)
 
 
 # --- the CLI reference and the environment variables ------------------------------------

@@ -321,3 +321,110 @@ def test_remote_tier_serves_an_empty_local_root(tmp_path):
         assert b["remote_hits"] >= len(b["kernels"]) and b["entries"] >= len(b["kernels"]), b
     finally:
         server.close()
+
+
+def test_served_kernels_behave_as_compiled_ones(tmp_path):
+    """numba-cuda's own suite, in one process pair: an eager kernel with two signatures called
+    with arguments that need a conversion (numba-cuda reads each overload's ``objectmode``),
+    inspect_llvm / inspect_asm / inspect_sass / type annotation of a served kernel, and the
+    compile's warnings said again on a hit."""
+    code = """
+        import json, re, warnings
+        import numpy as np
+        from numba import cuda
+        from numba.cuda.core.errors import NumbaWarning
+        import kcache
+        from kcache.dispatcher import process_counts
+        kcache.install("all")
+
+        @cuda.jit(["void(float64[::1], float64)", "void(int64[::1], int64)"])
+        def eager(r, x):
+            r[0] = x + 1
+
+        r = np.zeros(1, np.float64)
+        eager[1, 1](r, np.float32(1.5))    # float32 -> float64: a conversion search
+        assert r[0] == 2.5, r
+
+        @cuda.jit
+        def axpy(r, a, x):
+            i = cuda.grid(1)
+            if i < r.size:
+                r[i] = a * x[i] + r[i]
+
+        x = np.arange(32, dtype=np.float32)
+        out = np.zeros_like(x)
+        axpy[1, 32](out, np.float32(2), x)
+        assert np.all(out == 2 * x)
+        sig = axpy.signatures[0]
+        llvm = axpy.inspect_llvm(sig)
+        ptx = axpy.inspect_asm(sig)
+        try:
+            sass = axpy.inspect_sass(sig)
+        except Exception as exc:  # nvdisasm may be missing: numba-cuda raises the same
+            sass = "unavailable: %s" % exc
+        typemap = sorted(axpy.overloads[sig].type_annotation.typemap)
+
+        @cuda.jit
+        def chatty(a):
+            print(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20,
+                  21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33)
+            a[0] = 1
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            chatty[1, 1](np.zeros(1, np.int32))
+        cuda.synchronize()
+        said = [str(w.message) for w in seen if issubclass(w.category, NumbaWarning)
+                and "32 items" in str(w.message)]
+        print(json.dumps({"llvm": "define" in llvm and "fmul" in llvm,
+                          "ptx": ".entry" in ptx, "sass": sass[:40],
+                          "typemap": "a" in typemap and "x" in typemap,
+                          "warned": len(said), "counts": process_counts()}))
+    """
+    first = run_child(tmp_path, code)
+    second = run_child(tmp_path, code)
+    for run in (first, second):
+        assert run["llvm"] and run["ptx"] and run["typemap"] and run["warned"] == 1, run
+    assert second["counts"].get("hits", 0) >= 3 and second["counts"].get("compiles", 0) == 0
+    assert second["counts"].get("inspect_compiles", 0) == 1, second
+
+
+def test_require_hit_raises_or_warns_on_a_real_launch(tmp_path):
+    """KCACHE_REQUIRE_HIT with real launches: =1 on an empty cache raises CacheMissError at the
+    first launch (nothing compiled or stored); =warn warns once and the kernel runs; then =1
+    launches the entry warn stored, with no compile."""
+    code = """
+        import json, warnings
+        import numpy as np
+        import kcache
+        from numba import cuda
+
+        @kcache.jit
+        def add_one(a):
+            i = cuda.grid(1)
+            if i < a.size:
+                a[i] += 1
+
+        a = cuda.to_device(np.zeros(64, dtype=np.float32))
+        out = {}
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            try:
+                add_one[1, 64](a)
+                out["raised"] = None
+            except kcache.CacheMissError as exc:
+                out["raised"] = str(exc)
+        out["warned"] = [str(w.message) for w in seen if "KCACHE_REQUIRE_HIT" in str(w.message)]
+        out["ok"] = bool((a.copy_to_host() == (out["raised"] is None)).all())
+        out["hits_compiles"] = [sum(add_one.stats.cache_hits.values()), add_one.stats.compiles]
+        out["entries"] = len(list(kcache.Store().entries()))
+        print(json.dumps(out))
+    """
+    strict = run_child(tmp_path, code, name="strict.py", env_extra={"KCACHE_REQUIRE_HIT": "1"})
+    assert "add_one" in strict["raised"] and "no entry of this kernel yet" in strict["raised"]
+    assert strict["hits_compiles"] == [0, 0] and strict["entries"] == 0 and strict["ok"]
+    warned = run_child(tmp_path, code, name="warn.py", env_extra={"KCACHE_REQUIRE_HIT": "warn"})
+    assert warned["raised"] is None and warned["ok"] and len(warned["warned"]) == 1
+    assert warned["hits_compiles"] == [0, 1] and warned["entries"] == 1
+    served = run_child(tmp_path, code, name="served.py", env_extra={"KCACHE_REQUIRE_HIT": "1"})
+    assert served["raised"] is None and served["ok"] and served["warned"] == []
+    assert served["hits_compiles"] == [1, 0]

@@ -97,13 +97,15 @@ def test_without_gpu_warms_exports_and_imports(first_run):
     else:
         assert "skipping numba.cuda.tests.cudapy.cache_usecases" in out
     assert re.search(rf"^kcache warm: {n} compiled, 0 already cached, 0 failed in ", out, re.M)
-    assert re.search(rf"^kcache export: {n} entries \(\d+ bytes\) -> ", out, re.M)
+    size = r"\d+(\.\d)? (B|KiB|MiB)"
+    assert re.search(rf"^kcache export: {n} entries \({size}\) -> .*\({size}, ", out, re.M)
     assert re.search(rf"^kcache import: {n} entries added to {re.escape(str(base))}", out, re.M)
     assert f"Same {n} entries (key, kernel, signature, arch, size)" in out
-    # the listing printed is the imported root's: piped, TSV with one row per entry
+    # the listing printed is the imported root's: one row per entry, human sizes, a total
     listing = out.split("(kcache ls):\n", 1)[1].split("Same ", 1)[0].strip().splitlines()
-    assert listing[0].split("\t")[:2] == ["short_key", "kernel"] and len(listing) == n + 1
-    assert {line.split("\t")[0] for line in listing[1:]} == {r[3] for r in rows}
+    assert len(listing) == n + 1 and re.fullmatch(rf"{n} entries, {size}", listing[-1].strip())
+    assert {line.split()[0] for line in listing[:-1]} == {r[3] for r in rows}
+    assert all(re.search(rf"{size}$", line) for line in listing[:-1]), listing
     # and it is so: the two roots list the same entries, those warm reported
     cache, imported = _ls(base, base / "cache"), _ls(base, base / "work" / "imported")
     assert cache.keys() == imported.keys() and len(cache) == n

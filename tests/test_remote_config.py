@@ -148,10 +148,10 @@ def test_import_kcache_imports_no_client_library():
 
 
 @pytest.mark.parametrize("blocked, url, extra", [
-    (("redis",), "redis://127.0.0.1:6379/0", "kcache[redis]"),
-    (("redis",), "unix:///run/redis.sock", "kcache[redis]"),
-    (("fsspec",), "s3://bucket/prefix", "kcache[s3]"),
-    (("s3fs",), "s3://bucket/prefix", "kcache[s3]"),
+    (("redis",), "redis://127.0.0.1:6379/0", "kcache-cuda[redis]"),
+    (("redis",), "unix:///run/redis.sock", "kcache-cuda[redis]"),
+    (("fsspec",), "s3://bucket/prefix", "kcache-cuda[s3]"),
+    (("s3fs",), "s3://bucket/prefix", "kcache-cuda[s3]"),
 ])
 def test_missing_client_library(blocked, url, extra):
     out = run_python(f"""

@@ -5,6 +5,7 @@ cross-machine single-flight lease with real processes."""
 import multiprocessing as mp
 import os
 import signal
+import threading
 import time
 
 import pytest
@@ -13,8 +14,8 @@ from kcache import Entry, make_key
 from kcache import entry as fmt
 from kcache.remote import open_remote
 from kcache.tier import Tier, TierError
-from servers import (SilentServer, make_redis, redis_url, refusing_port,  # noqa: F401
-                     unique_namespace)
+from servers import (DrippingServer, EchoingServer, SilentServer, make_redis, redis_url, refusing_port,  # noqa: F401
+                     unique_namespace, wait_until)
 
 redis = pytest.importorskip("redis")
 
@@ -204,6 +205,25 @@ def test_name_and_errors_never_show_the_password(ns):
             assert all(secret not in t for t in texts), texts
 
 
+def test_a_server_quoting_the_password_back_is_not_shown(ns):
+    """A server that quotes a refused command (here every one: AUTH with the password too)
+    puts the password in its error text: that text is left out whole, never edited, and the
+    rest of the message reads as usual."""
+    with EchoingServer() as echo:
+        for password, kw in (("kcache", {}), ("a", {}), ("hunter2-Secret-Pw", {"password": "hunter2-Secret-Pw"})):
+            url = f"redis://127.0.0.1:{echo.port}/0" if kw else f"redis://:{password}@127.0.0.1:{echo.port}/0"
+            tier = open_remote(url, namespace=ns, timeout=T_OK, **kw)
+            err, _took = timed(tier.read, key("echo"), LIMIT)
+            text = str(err)
+            assert text == (f"redis://127.0.0.1:{echo.port}/0: read: ResponseError (its message is not "
+                            "shown: it may contain a credential)"), text
+            assert "***" not in text
+        # without a password, the server's words are shown as they are
+        tier = open_remote(f"redis://127.0.0.1:{echo.port}/0", namespace=ns, timeout=T_OK)
+        text = str(timed(tier.read, key("echo"), LIMIT)[0])
+        assert ": read: ResponseError: unknown command, with args beginning with: *" in text, text
+
+
 # -- a soft tier: bounded calls, classified errors, the switch-off ------------------------------
 
 def test_silent_server_every_call_bounded_then_switched_off(ns):
@@ -228,6 +248,31 @@ def test_silent_server_with_password_and_db_is_bounded_too(ns):
         tier = open_remote(f"redis://:pw@127.0.0.1:{silent.port}/5", namespace=ns, timeout=TIMEOUT)
         err, took = timed(tier.read, key("x"), LIMIT)
         assert err.kind == "timeout" and took < BOUND
+
+
+def test_dripping_server_is_cut_off_at_the_call_deadline(ns):
+    """A server that answers one byte every 0.25 s never trips a read timeout of 0.75 s: the
+    whole call's deadline (2 x timeout) ends each call, a timeout like any other, with its
+    connection closed (the call's thread ends; the next call connects afresh); three of them
+    switch the tier off."""
+    timeout = 0.75
+    with DrippingServer(interval=0.25) as drip:
+        tier = open_remote(f"redis://:pw@127.0.0.1:{drip.port}/2", namespace=ns, timeout=timeout)
+        k = key("drip")
+        for i, (fn, args) in enumerate([(tier.read, (k, LIMIT)), (tier.write, (k, b"v" * 100)), (tier.check, ())]):
+            err, took = timed(fn, *args)
+            assert isinstance(err, TierError) and err.kind == "timeout", err
+            assert "no complete answer within the call's deadline of 1.5 s" in str(err), err
+            assert 2 * timeout - 0.05 < took < 2 * timeout + 0.7, took
+            # the call left behind had its connection closed, so its thread ends
+            wait_until(lambda: drip.closed == drip.accepted == i + 1, 10, "the dripping connection closed")
+            wait_until(lambda: not [t for t in threading.enumerate() if t.name == "kcache-remote-call"], 10,
+                       "the abandoned call's thread to end")
+            assert (tier.disabled_reason is None) == (i < 2), tier.disabled_reason
+        assert "after 3 consecutive errors (last: timeout:" in tier.disabled_reason
+        err, took = timed(tier.read, k, LIMIT)
+        assert err.kind == "unavailable" and took < 0.05
+        assert drip.accepted == 3  # switched off: no new connection
 
 
 def test_connection_refused(ns):

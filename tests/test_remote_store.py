@@ -9,6 +9,7 @@ remote never written; the server killed mid-run and restarted; a server that nev
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -19,12 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from kcache import Store, make_key, signing
+from kcache import Entry, Store, make_key, signing
 from kcache import entry as fmt
 from kcache.layout import Layout
 from kcache.remote import open_remote
-from servers import (SilentServer, aws_env, make_redis, redis_url, s3_bucket,  # noqa: F401
-                     s3_endpoint, unique_namespace, wait_until)
+from kcache.warn import KcacheWarning
+from servers import (DrippingServer, SilentServer, aws_env, make_redis, redis_url,  # noqa: F401
+                     refusing_port, s3_bucket, s3_endpoint, unique_namespace, wait_until)
 
 CHILD = Path(__file__).resolve().parent / "remote_child.py"
 LIMIT = fmt.MAX_FILE + signing.OVERHEAD  # bytes: any value
@@ -280,6 +282,42 @@ def test_a_server_that_never_answers_bounds_every_call(tmp_path, server, request
     assert len([w for w in out["warnings"] if "switched off" in w]) == 1, out["warnings"]
 
 
+@pytest.mark.parametrize("server", ["redis-dripping", "ftp-refusing", "ftp-silent", "ftp-dripping"])
+def test_a_slow_or_refusing_server_is_a_miss_within_the_deadline(tmp_path, server):
+    """At the default timeout (1 s), a server answering one byte every 0.5 s (each read in
+    time, the answer never complete), one that never answers, and a refused port (an fsspec
+    backend that connects when opened: ftp://) each cost a call at most its deadline (2 s),
+    never raise out of the store, and are counted and warned once; the tier is switched off
+    after 3 such calls (Redis), or after the first when it could not even be opened (ftp)."""
+    scheme, kind = server.split("-")
+    pytest.importorskip("redis" if scheme == "redis" else "fsspec")
+    with contextlib.ExitStack() as stack:
+        if kind == "refusing":
+            port = stack.enter_context(refusing_port())
+        else:
+            srv = DrippingServer(greet=scheme == "ftp") if kind == "dripping" else SilentServer()
+            port = stack.enter_context(srv).port
+        url = f"redis://127.0.0.1:{port}/0" if scheme == "redis" else f"ftp://127.0.0.1:{port}/cache"
+        env = {"KCACHE_REMOTE": url, "KCACHE_REMOTE_NAMESPACE": unique_namespace()}
+        ops = [["get", key("slow", server, 0)], ["put", key("slow", server, 1)],
+               ["get_or_create", key("slow", server, 2)], ["get", key("slow", server, 1)]]
+        out = machine(tmp_path, tmp_path / "a", ops, env)
+    results, stats = out["results"], out["stats"]
+    assert max(r["seconds"] for r in results) < 5, results  # each lookup, each kernel call
+    assert [r["hit"] for r in results] == [False, True, False, True], results  # misses; local puts
+    errors = {n: v for n, v in stats.items() if n.startswith("remote_errors_") and v}
+    first = {"dripping": "timeout", "silent": "timeout", "refusing": "refused"}[kind]
+    calls = 3 if scheme == "redis" else 1  # then switched off
+    assert sum(r["seconds"] for r in results) < 2 * calls + 2, results
+    assert errors.get(f"remote_errors_{first}") == calls and errors.get("remote_errors_unavailable", 0) >= 1, stats
+    assert stats["remote_puts"] == 0 and stats["remote_put_errors"] >= 1, stats
+    said = remote_warnings(out)
+    assert len([w for w in said if "remote tier error" in w]) == 1, out["warnings"]
+    assert len([w for w in out["warnings"] if "switched off" in w]) == 1, "\n".join(out["warnings"])
+    if kind == "dripping":
+        assert any("deadline of 2 s" in w for w in said), out["warnings"]
+
+
 def test_eight_processes_over_two_roots_compile_once(tmp_path, redis_backend):
     k = key("fleet")
     signals = tmp_path / "signals"
@@ -305,8 +343,8 @@ def test_eight_processes_over_two_roots_compile_once(tmp_path, redis_backend):
 
 
 @pytest.mark.parametrize("library,url,extra", [
-    ("redis", "redis://127.0.0.1:9/0", "kcache[redis]"),
-    ("s3fs", "s3://some-bucket/prefix", "kcache[s3]")])
+    ("redis", "redis://127.0.0.1:9/0", "kcache-cuda[redis]"),
+    ("s3fs", "s3://some-bucket/prefix", "kcache-cuda[s3]")])
 def test_missing_client_library_warns_once_and_kernels_still_work(tmp_path, library, url, extra):
     k = key("missing", library)
     env = {"KCACHE_REMOTE": url}
@@ -317,3 +355,29 @@ def test_missing_client_library_warns_once_and_kernels_still_work(tmp_path, libr
     said = remote_warnings(out)
     assert len(said) == 1 and f"pip install '{extra}'" in said[0], out["warnings"]
     assert not any(v for n, v in out["stats"].items() if n.startswith("remote_") and n != "remote_wait_seconds")
+
+
+def test_an_entry_larger_than_reads_accept_is_neither_stored_nor_published(tmp_path, monkeypatch):
+    """With KCACHE_MAX_ENTRY_SIZE=1 every read refuses every entry: a put must not say True
+    for an entry that can never be read, nor publish it for other machines to refuse."""
+    pytest.importorskip("fsspec")
+    remote = tmp_path / "remote"
+    monkeypatch.setenv("KCACHE_REMOTE", remote.as_uri())
+    monkeypatch.setenv("KCACHE_REMOTE_NAMESPACE", unique_namespace())
+    k, ent = key("too large"), Entry({"cubin": b"\x7fELF" * 100}, {"kernel": "m:k", "arch": "sm_90"})
+    size = len(fmt.encode(k, ent))
+    monkeypatch.setenv("KCACHE_MAX_ENTRY_SIZE", "1")
+    with pytest.warns(KcacheWarning) as caught:
+        store = Store(tmp_path / "a")
+        assert store.put(k, ent) is False and store.put(k, ent) is False
+        assert store.get(k) is None
+    said = [str(w.message) for w in caught if "not stored" in str(w.message)]
+    assert len(said) == 1 and f"{size} bytes, more than the max entry size that reads accept (1 bytes" in said[0]
+    stats = store.stats()
+    assert (stats.puts, stats.write_errors_other, stats.remote_puts) == (0, 2, 0), stats
+    assert not list(remote.rglob("*.kce")) and not list((tmp_path / "a").rglob("*.kce"))
+    # at the bound, the same entry is stored, published and read back
+    monkeypatch.setenv("KCACHE_MAX_ENTRY_SIZE", str(size))
+    store = Store(tmp_path / "b")
+    assert store.put(k, ent) is True and store.get(k) == ent
+    assert store.stats().remote_puts == 1 and len(list(remote.rglob("*.kce"))) == 1

@@ -104,7 +104,7 @@ def test_nothing_outside_the_root_is_deleted_moved_or_written(tmp_path, which):
     runs = [run_py(WORKLOAD, root, keys, bad, fresh),
             run_cli("--dir", root, "verify", "--fix"),
             run_cli("--dir", root, "stats", "--recount"),
-            run_cli("--dir", root, "rm", t[:20], others[0][:20]),
+            run_cli("--dir", root, "rm", "--yes", t[:20], others[0][:20]),
             run_cli("--dir", root, "prune", "--max-size", "1"),
             run_py(WORKLOAD, root, keys, bad, fresh),
             run_cli("--dir", root, "clear", "--yes")]

@@ -279,6 +279,51 @@ def test_a_module_that_fails_to_import_is_reported(tmp_path):
 
 
 
+# --- a warm that warms nothing fails the build --------------------------------------------------
+
+def test_warm_without_signatures_or_kernels_exits_1(tmp_path):
+    """The user forgot --signatures, or named an empty folder: nothing compiled and nothing
+    cached is exit status 1 with a line saying so, not a passing build step."""
+    root, home = tmp_path / "cache", tmp_path / "home"
+    for extra in ((), ("--dry-run",)):
+        proc = kcache("warm", "examples", "--cc", "9.0", *extra, root=root, home=home)
+        assert proc.returncode == 1, proc.stderr
+        last = proc.stderr.strip().splitlines()[-2:]
+        assert last[0].startswith("kcache: warm: 3 kernels without a known signature, not "
+                                  "compiled: examples.kernels:"), proc.stderr
+        done = "would be compiled" if extra else "was compiled"
+        assert last[1] == f"kcache: warm: warmed nothing: no kernel {done} and none is cached"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    doc = warm_json(empty, "--cc", "9.0", root=root, home=home, expect_rc=1)
+    assert doc["results"] == [] and doc["summary"]["compiled"] == 0
+    proc = kcache("warm", empty, "--cc", "9.0", root=root, home=home)
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines() == [
+        "kcache: warm: 0 compiled, 0 already cached, 0 failed in "
+        + proc.stderr.split(" failed in ", 1)[1].splitlines()[0],
+        "kcache: warm: warmed nothing: no kernel was compiled and none is cached"]
+    assert not root.exists()  # and nothing was written
+
+
+def test_strict_fails_on_a_kernel_without_a_known_signature(tmp_path, examples_warm):
+    pkg = make_package(tmp_path)
+    root, home = tmp_path / "cache", tmp_path / "home"
+    doc = warm_json(pkg, "--cc", "9.0", "--dry-run", "--strict", root=root, home=home,
+                    cwd=tmp_path, expect_rc=1)
+    assert doc["strict"] is True and doc["without_signatures"] == ["mypkg.kernels:lazy"]
+    assert doc["summary"]["would_compile"] == 4
+    proc = kcache("warm", pkg, "--cc", "9.0", "--dry-run", "--strict", root=root, home=home,
+                  cwd=tmp_path)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "kcache: warm: --strict: 1 kernel found without a known signature")
+    # every kernel has its signature: --strict passes
+    warmed, home, _ = examples_warm
+    again = warm_json("examples", "--signatures", EXAMPLE_SIGS, "--cc", "9.0", "--strict",
+                      root=warmed, home=home)
+    assert statuses(again) == {"cached": 3} and again["without_signatures"] == []
+
+
 DIES_IN_WORKERS = '''
 import multiprocessing, os
 from numba import cuda
@@ -317,7 +362,8 @@ def test_a_worker_that_dies_fails_its_task_and_the_rest_compile(tmp_path):
     (["not a module", "--cc", "9.0"], "not a module name"),
     (["examples"], "warm needs --cc"),
     (["--cc", "9.0"], "warm needs a TARGET, --signatures FILE or --replay"),
-    (["examples", "--cc", "ninety"], "--cc 'ninety': bad compute capability"),
+    (["examples", "--cc", "ninety"], "--cc ninety: not a compute capability; use MAJOR.MINOR"),
+    (["examples", "--cc", "sm_99x"], "use one the installed CUDA toolkit supports: "),
     (["examples", "--cc", "8.0,,9.0"], "empty compute capability"),
     (["examples", "--cc", "99.9"], "cc 99.9 is not supported by the installed CUDA toolkit"),
     (["examples", "--cc", "9.0", "--jobs", "0"], "must be 1 to 256"),

@@ -1,7 +1,8 @@
-"""``kcache warm --replay``: entries made by an earlier toolchain are compiled again for the
-current one; entries that cannot be replayed (module gone, source changed, no readable
-signature, one launch configuration) are listed as skipped with the reason; nothing read
-from an entry is executed."""
+"""``kcache warm --replay TARGET``: entries made by an earlier toolchain of the kernels defined
+in the TARGETs are compiled again for the current one; entries that cannot be replayed
+(module outside the TARGETs, source changed, no readable signature, one launch
+configuration) are listed as skipped with the reason; nothing read from an entry is executed
+or imported: a module an entry names is imported only if it is inside the TARGETs."""
 from __future__ import annotations
 
 import copy
@@ -69,9 +70,14 @@ def test_replay_recompiles_entries_of_an_earlier_toolchain(tmp_path):
     age(store, key_of["clamp_square", "sm_90a"], changes={"source": changed})
     # a kernel whose module no longer exists
     age(store, key_of["clamp_square", "sm_80"], changes={"kernel": "gone.module:clamp_square"})
-    # a signature component that cannot be turned back into types
-    age(store, key_of["scaled_add", "sm_80"], signature="(SomethingNew(1),)")
-    # a hostile sigspec in meta is never evaluated (the component still gives the signature)
+    # a signature component that cannot be turned back into types (and no sigspec: a type
+    # without a text form)
+    age(store, key_of["scaled_add", "sm_80"], signature="(SomethingNew(1),)",
+        meta={"sigspec": None})
+    # a sigspec in meta that is not the signature of the entry's key: damaged, skipped
+    age(store, key_of["block_sum", "sm_80"], meta={"sigspec": "void(float64[::1], float32[::1])"},
+        changes={"toolchain": {**OLD, "numba-cuda": "0.0.2"}})  # another old key
+    # a hostile sigspec in meta is never evaluated: the entry is skipped, named
     canary = tmp_path / "canary"
     age(store, key_of["block_sum", "sm_90a"],
         meta={"sigspec": f"__import__('os').system('touch {canary}')"})
@@ -79,33 +85,170 @@ def test_replay_recompiles_entries_of_an_earlier_toolchain(tmp_path):
     age(store, key_of["clamp_square", "sm_80"], changes={"launch_config": [[1, 1, 1], [32, 1, 1], 0]})
     store.flush()
 
-    dry = warm_json(tmp_path, "--replay", "--dry-run", root=root)
+    dry = warm_json(tmp_path, "--replay", "examples", "--dry-run", root=root)
     assert dry["replay"] is True
     assert {(r["kernel"].split(":")[1], r["arch"], r["status"]) for r in dry["results"]
             if r["status"] != "skipped"} == {
-        ("scaled_add", "sm_90a", "would_compile"), ("block_sum", "sm_80", "cached"),
-        ("block_sum", "sm_90a", "cached")}
+        ("scaled_add", "sm_90a", "would_compile"), ("block_sum", "sm_80", "cached")}
+    assert dry["current_entries"] == 5  # examples' entries of today's toolchain
     assert Store(root).header(current) is None  # a dry run compiles nothing
 
-    doc = warm_json(tmp_path, "--replay", "--jobs", "1", root=root)
+    doc = warm_json(tmp_path, "--replay", "examples", "--jobs", "1", root=root)
     by = {(r["kernel"], r["arch"], r["status"]): r for r in doc["results"]}
     done = by["examples.kernels:scaled_add", "sm_90a", "compiled"]
     assert done["key"] == current and done["origin"] == "replay"  # today's key again
     assert done["signature"] == "void(float32[::1], float32[::1], float32[::1])"
     assert by["examples.kernels:block_sum", "sm_80", "cached"]["key"] == key_of["block_sum", "sm_80"]
-    assert by["examples.kernels:block_sum", "sm_90a", "cached"]
-    skipped = {(r["kernel"], r["arch"]): r["reason"] for r in doc["results"]
-               if r["status"] == "skipped"}
-    assert "changed since the entry was made" in skipped["examples.kernels:clamp_square", "sm_90a"]
-    assert "cannot import gone.module" in skipped["gone.module:clamp_square", "sm_80"]
-    assert skipped["examples.kernels:scaled_add", "sm_80"] == "no replayable signature"
-    assert "one launch configuration" in skipped["examples.kernels:clamp_square", "sm_80"]
-    assert len(skipped) == 4 and doc["summary"]["failed"] == 0
+    skipped = {}
+    for r in doc["results"]:
+        if r["status"] == "skipped":
+            skipped.setdefault((r["kernel"], r["arch"]), []).append(r["reason"])
+
+    def only(kernel, arch):  # the one skipped row of (kernel, arch), taken out of `skipped`
+        [reason] = skipped.pop((kernel if ":" in kernel else f"examples.kernels:{kernel}", arch))
+        return reason
+    assert "changed since the entry was made" in only("clamp_square", "sm_90a")
+    assert "not in the TARGETs named" in only("gone.module:clamp_square", "sm_80")
+    assert only("scaled_add", "sm_80") == "no replayable signature"
+    assert "one launch configuration" in only("clamp_square", "sm_80")
+    assert "meta.sigspec) is refused" in only("block_sum", "sm_90a")
+    assert "is not the one of its key" in only("block_sum", "sm_80")
+    assert skipped == {} and doc["summary"]["failed"] == 0
     assert not canary.exists()
     assert Store(root).header(old) is not None  # replay adds; pruning the old is prune's job
 
     # only the ccs asked for; and a second replay finds everything in place
-    again = warm_json(tmp_path, "--replay", "--cc", "9.0", root=root)
+    again = warm_json(tmp_path, "--replay", "examples", "--cc", "9.0", root=root)
     assert {r["status"] for r in again["results"] if r["arch"] == "sm_90a"} <= {"cached", "skipped"}
     assert all(r["arch"] == "sm_90a" for r in again["results"] if r["status"] != "skipped")
     assert again["summary"]["compiled"] == 0
+
+
+# --- entries name modules: only those inside the TARGETs are ever imported ---------------------
+
+#: Imported, it leaves a marker file (a user's own deploy script in the current folder).
+DEPLOY = "import pathlib\npathlib.Path(__file__).with_name('deployed').write_text('ran')\n"
+#: A module inside the TARGET: one kernel without a known signature (nothing to compile).
+LAZY = "from numba import cuda\n\n\n@cuda.jit\ndef lazy(a):\n    a[0] = 1\n"
+ZEN = "Beautiful is better than ugly"  # what importing the stdlib's `this` prints
+HOSTILE_KERNELS = ("deploy:k", "this:k")
+
+
+@pytest.fixture(scope="module")
+def one_entry(tmp_path_factory):
+    """A real entry (examples.kernels:clamp_square for sm_90a) in a root of its own:
+    (root, key)."""
+    base = tmp_path_factory.mktemp("replay-one")
+    sigs = base / "one.sigs"
+    sigs.write_text("examples.kernels:clamp_square void(float64[::1])\n")
+    doc = warm_json(base, "--signatures", sigs, "--cc", "9.0", "--jobs", "1", root=base / "cache")
+    [row] = doc["results"]
+    return base / "cache", row["key"]
+
+
+def plant(one_entry, dest: Path) -> None:
+    """Copies of the entry made by an earlier toolchain, naming ``deploy:k`` and ``this:k``,
+    put in ``dest`` (as any writer of a root, a layer or a remote could)."""
+    source_root, key = one_entry
+    source = Store(source_root)
+    entry, header = source.load(key), source.header(key)
+    store = Store(dest)
+    for kernel in HOSTILE_KERNELS:
+        components = copy.deepcopy(header.components)
+        components["toolchain"].update(OLD)
+        components["kernel"] = kernel
+        entry.meta["kernel"] = kernel
+        assert store.put(make_key(components), entry, components=components)
+    store.flush()
+
+
+def run_in(work: Path, tmp_path, *args, root, env=None):
+    """``python -m kcache ARGS --dir ROOT`` with ``work`` as the current folder."""
+    full = {k: v for k, v in os.environ.items() if not k.startswith("KCACHE_")}
+    full["HOME"] = full["XDG_CACHE_HOME"] = str(tmp_path / "home")
+    full.update(env or {})
+    return subprocess.run([sys.executable, "-m", "kcache", *map(str, args), "--dir", str(root)],
+                          cwd=work, env=full, capture_output=True, text=True, timeout=300)
+
+
+def hostile_cache(form: str, one_entry, tmp_path, monkeypatch) -> tuple:
+    """A cache whose stale entries name ``deploy:k`` and ``this:k``, reached in ``form``;
+    returns (root, env for the warm commands)."""
+    root = tmp_path / "cache"
+    if form == "root":  # as a remote backfill or any writer of the root leaves them
+        plant(one_entry, root)
+        return root, {}
+    if form == "shared":
+        monkeypatch.setenv("KCACHE_SHARED", "1")
+        plant(one_entry, root)
+        return root, {"KCACHE_SHARED": "1"}
+    if form == "readonly":
+        plant(one_entry, tmp_path / "layer")
+        return root, {"KCACHE_READONLY_DIRS": str(tmp_path / "layer")}
+    plant(one_entry, tmp_path / "elsewhere")
+    if form == "bundle":
+        bundle = tmp_path / "hostile.kcache"
+        steps = [("export", bundle, tmp_path / "elsewhere"), ("import", bundle, root)]
+        env = {}
+    else:  # a remote tier, pulled from
+        env = {"KCACHE_REMOTE": f"file://{tmp_path / 'remote'}"}
+        steps = [("push", None, tmp_path / "elsewhere"), ("pull", None, root)]
+    for command, arg, where in steps:
+        done = run_in(tmp_path, tmp_path, command, *([arg] if arg else []), root=where, env=env)
+        assert done.returncode == 0, done.stderr
+    assert {h.kernel for h in Store(root).entries()} == set(HOSTILE_KERNELS)
+    return root, {}
+
+
+@pytest.mark.parametrize("form", ["root", "bundle", "remote", "readonly", "shared"])
+def test_replay_never_imports_a_module_an_entry_names(form, one_entry, tmp_path, monkeypatch):
+    root, env = hostile_cache(form, one_entry, tmp_path, monkeypatch)
+    work = tmp_path / "work"
+    (work / "src").mkdir(parents=True)
+    (work / "deploy.py").write_text(DEPLOY)
+    (work / "src" / "lazy.py").write_text(LAZY)
+    marker = work / "deployed"
+    # Every command form against the root; one per other source (they differ only in how
+    # the entries got there: replay reads them all alike).
+    forms = [("--replay", "src", "--cc", "9.0")]
+    if form == "root":
+        forms += [("--replay",), ("--replay", "--dry-run"),
+                  ("--replay", "src", "--cc", "9.0", "--dry-run"), ("--replay", "src")]
+    for args in forms:
+        done = run_in(work, tmp_path, "warm", *args, "--json", root=root, env=env)
+        assert not marker.exists(), (args, done.stderr)
+        assert ZEN not in done.stdout + done.stderr, args
+        assert "Traceback" not in done.stderr, done.stderr
+        # nothing warmed (src's one kernel has no signature), so exit 1, with one line
+        assert done.returncode == 1, (args, done.stderr)
+        doc = json.loads(done.stdout)
+        listed = {r["kernel"]: r for r in doc["results"]}
+        assert set(listed) == set(HOSTILE_KERNELS), (args, doc["results"])
+        assert all(r["status"] == "skipped" and r["origin"] == "replay" for r in listed.values())
+        if "src" in args:
+            assert all("not in the TARGETs named" in r["reason"] for r in listed.values())
+            assert doc["without_signatures"] == (["lazy:lazy"] if "--cc" in args else [])
+            assert done.stderr.strip().splitlines()[-1] == (
+                "kcache: warm: warmed nothing: no kernel "
+                f"{'would be' if '--dry-run' in args else 'was'} compiled and none is cached")
+        else:
+            assert all("no TARGET named" in r["reason"] for r in listed.values())
+            [line] = done.stderr.strip().splitlines()
+            assert line.startswith("kcache: warm: --replay imports only modules found in the "
+                                   "TARGETs named: name them, e.g. kcache warm --replay src/")
+    # the module named is importable from there: a plain import does run it
+    assert subprocess.run([sys.executable, "-c", "import deploy"], cwd=work).returncode == 0
+    assert marker.exists()
+
+
+def test_bare_replay_lists_without_json(one_entry, tmp_path):
+    plant(one_entry, tmp_path / "cache")
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "deploy.py").write_text(DEPLOY)
+    done = run_in(work, tmp_path, "warm", "--replay", root=tmp_path / "cache")
+    assert done.returncode == 1 and not (work / "deployed").exists()
+    rows = [line.split("\t") for line in done.stdout.strip().splitlines()[1:]]
+    assert sorted(r[0] for r in rows) == sorted(HOSTILE_KERNELS)
+    assert all(r[3] == "skipped" for r in rows)
+    assert done.stderr.strip().splitlines()[-1].startswith("kcache: warm: --replay imports only")

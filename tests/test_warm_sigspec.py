@@ -72,7 +72,7 @@ def test_types_without_a_text_form_are_unexpressible(t):
     ("void(float32[1])", "array dimensions"),
     ("void(float32[::1]", "not a signature"),
     ("float32(int32)", "must return void"),
-    ("void([x for x in ()])", "ListComp expressions are not allowed"),
+    ("void([x for x in ()])", "'for' is not allowed"),
     ("void(" + "UniTuple(" * 40 + "int32" + ", 1)" * 40 + ")", "nested deeper"),
     ("void(" + "int32, " * 4000 + ")", "longer than"),
 ])
@@ -85,6 +85,42 @@ def test_hostile_or_bad_text_is_refused_before_evaluation(text, complaint, monke
         sigspec.parse_signature(text)
     if complaint != "must return void":
         assert evaluated == []  # refused by the grammar, never handed to eval
+
+
+#: Texts under MAX_SIGNATURE_CHARS that made CPython's parser raise MemoryError or
+#: RecursionError before the token scan (issue 17, item 5).
+DEEP = {
+    "minus": "-" * 16000,
+    "not": "not " * 4000,
+    "subscripts": "[:]" * 5000,
+    "calls": "()" * 5000,
+    "subscripts-of-a-type": "void(float32" + "[:]" * 5000 + ")",
+    "attributes": "void(" + "a." * 5000 + "a)",
+    "lambdas": "lambda: " * 2000 + "int32",
+    "parentheses": "void(" + "(" * 5000 + "int32" + ")" * 5000 + ")",
+    "unclosed": "void(" + "[" * 8000,
+    "fstring": "void(f'{" + "a." * 3000 + "a}')",
+    "long-number": "void(UniTuple(int32, " + "9" * 5000 + "))",
+}
+
+
+@pytest.mark.parametrize("text", DEEP.values(), ids=DEEP.keys())
+def test_deep_or_long_text_is_one_short_error_before_the_parser(text, monkeypatch):
+    assert len(text) < sigspec.MAX_SIGNATURE_CHARS
+    monkeypatch.setattr(_compat, "normalize_signature",
+                        lambda s: pytest.fail("handed to numba's eval"))
+    with pytest.raises(ValueError) as info:
+        sigspec.parse_signature(text)
+    message = str(info.value)
+    assert type(info.value) is ValueError and len(message) < 400 and "\n" not in message
+    assert sigspec.from_signature_component(text) is None  # never raises either
+
+
+def test_token_scan_keeps_what_the_grammar_accepts():
+    deep_record = "void(" + "UniTuple(" * 20 + "int32" + ", 1)" * 20 + ")"
+    assert sigspec.parse_signature(deep_record)[0].count == 1
+    text = "void(Array(Record([('a#b', {'type': int8, 'offset': 0})], 1, False), 1, 'C'))"
+    assert sigspec.parse_signature(text)[0].ndim == 1
 
 
 def test_component_inversion_refuses_what_it_cannot_invert_exactly():
@@ -145,6 +181,35 @@ def test_bad_line_is_one_error_naming_file_and_line(tmp_path, line, complaint):
     assert "\n" not in message
 
 
+@pytest.mark.parametrize("name", ["minus", "not", "subscripts", "calls"])
+def test_hostile_line_is_one_cli_line_exit_2(tmp_path, name):
+    """``kcache warm --signatures`` with a line under 16 KB that reached CPython's parser:
+    one ``kcache: FILE:LINE: ...`` line, exit status 2, nothing compiled (a real process)."""
+    import subprocess
+    import sys
+    path = write(tmp_path, f"pkg.mod:ok void()\npkg.mod:kern {DEEP[name]}\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KCACHE_")}
+    env["HOME"] = env["XDG_CACHE_HOME"] = str(tmp_path / "home")
+    proc = subprocess.run([sys.executable, "-m", "kcache", "warm", "--signatures", str(path),
+                           "--cc", "9.0", "--dir", str(tmp_path / "cache")], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"kcache: {path}:2: "), proc.stderr[-2000:]
+    assert len(lines[0]) < 500 and proc.stdout == ""
+    assert not (tmp_path / "cache").exists()
+
+
+def test_long_kernel_name_is_not_echoed_whole(tmp_path):
+    for number, line in enumerate(["a" * 16000 + " void()", "b-" * 8000 + " void()",
+                                   "m:" + "k" * 16000 + " # no signature"], 1):
+        path = write(tmp_path, "pkg.mod:ok void()\n" * number + line + "\n")
+        with pytest.raises(sigfile.SignatureFileError) as info:
+            sigfile.read_signatures(path)
+        message = str(info.value)
+        assert message.startswith(f"{path}:{number + 1}: ") and len(message) < 400, message
+
+
 def test_unreadable_files_are_one_error(tmp_path):
     missing = tmp_path / "missing.sigs"
     with pytest.raises(sigfile.SignatureFileError, match="cannot read the signatures file"):
@@ -179,7 +244,7 @@ def test_cc_list_forms_and_errors():
     from kcache.dispatcher.warm import parse_cc_list
     assert parse_cc_list(["8.0,9.0"]) == [(8, 0), (9, 0)]
     assert parse_cc_list(["sm_80", "90", "sm_90a", " 9.0 "]) == [(8, 0), (9, 0)]
-    with pytest.raises(ValueError, match=r"--cc 'ninety': bad compute capability"):
+    with pytest.raises(ValueError, match=r"--cc ninety: not a compute capability"):
         parse_cc_list(["8.0,ninety"])
     with pytest.raises(ValueError, match="empty compute capability"):
         parse_cc_list(["8.0,"])

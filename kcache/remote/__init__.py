@@ -21,8 +21,10 @@ from typing import Any, Mapping
 from ..config import parse_bool, parse_duration
 from ..errors import ConfigError, KcacheError
 from ..warn import warn_once
+from ..tier import TierError
 from .base import (DEFAULT_LEASE_TTL, DEFAULT_MAX_ERRORS, DEFAULT_MAX_WAIT, DEFAULT_NAMESPACE,
-                   DEFAULT_TIMEOUT, NAMESPACE_ACCEPTED, NAMESPACE_RE, Flight, redact, shown)
+                   DEFAULT_TIMEOUT, NAMESPACE_ACCEPTED, NAMESPACE_RE, Flight, Unopened, describe, redact,
+                   shown, url_credentials)
 
 __all__ = ["open_remote", "open_settings", "open_configured", "remote_settings", "check_setting", "RemoteSettings", "MissingClient",
            "Flight", "redact", "DEFAULT_NAMESPACE", "DEFAULT_TIMEOUT", "DEFAULT_MAX_WAIT",
@@ -38,7 +40,7 @@ _SCHEME_RE = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 
 class MissingClient(KcacheError, ImportError):
     """The client library for a remote URL is not installed; the message names the extra
-    (``pip install 'kcache[redis]'`` / ``'kcache[s3]'``) or fsspec's backend package."""
+    (``pip install 'kcache-cuda[redis]'`` / ``'kcache-cuda[s3]'``) or fsspec's backend package."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,7 +51,7 @@ class RemoteSettings:
     url: str = dataclasses.field(repr=False)
     namespace: str = DEFAULT_NAMESPACE
     readonly: bool = False
-    timeout: float = DEFAULT_TIMEOUT  # seconds, each connect and each read
+    timeout: float = DEFAULT_TIMEOUT  # seconds, each connect and each read (a whole call: 2 x)
     ttl: float | None = None  # seconds a Redis value lives; None: no expiry
     max_wait: float = DEFAULT_MAX_WAIT  # seconds a waiter waits for another machine's compile
     password: str | None = dataclasses.field(default=None, repr=False)
@@ -158,11 +160,14 @@ def open_remote(url: str, *, namespace: str = DEFAULT_NAMESPACE, readonly: bool 
                 timeout: float = DEFAULT_TIMEOUT, ttl: float | None = None,
                 password: str | None = None, max_wait: float | None = None,
                 options: dict | None = None):
-    """The tier for ``url`` (connects lazily: nothing is sent before the first call).
+    """The tier for ``url`` (connects lazily: nothing is sent before the first call, except
+    by fsspec backends that connect when opened, such as ftp://: opened within one call's
+    deadline, and when that fails a tier whose first call raises the failure as a TierError,
+    switched off from then on).
 
     ``namespace``: prefix of every key (letters, digits, ``._-``); ``readonly``: never write
     (writes raise TierError); ``timeout``: seconds for each connect and each read (default
-    1 s); ``ttl``: seconds a Redis value lives (None: forever; object stores: use a bucket
+    1 s), and for each call as a whole 2 x timeout + 1 s per MiB it transfers; ``ttl``: seconds a Redis value lives (None: forever; object stores: use a bucket
     lifecycle rule, ignored with a warning); ``password``: Redis password when the URL has
     none; ``max_wait``: seconds a Redis single-flight waiter waits (default 60 s);
     ``options``: fsspec storage options (e.g. ``{"endpoint_url": ...}``).
@@ -178,7 +183,7 @@ def open_remote(url: str, *, namespace: str = DEFAULT_NAMESPACE, readonly: bool 
             from .redis_tier import RedisTier
         except ImportError as exc:
             raise MissingClient(f"remote {redact(url)} needs the Redis client (redis-py), which is "
-                                f"not installed ({exc}); install it with: pip install 'kcache[redis]'") from None
+                                f"not installed ({exc}); install it with: pip install 'kcache-cuda[redis]'") from None
         return RedisTier(url, namespace=namespace, readonly=readonly, timeout=timeout, ttl=ttl,
                          password=password, max_wait=DEFAULT_MAX_WAIT if max_wait is None else max_wait)
     return _open_fsspec(url, scheme, namespace=namespace, readonly=readonly, timeout=timeout,
@@ -188,7 +193,7 @@ def open_remote(url: str, *, namespace: str = DEFAULT_NAMESPACE, readonly: bool 
 def _open_fsspec(url: str, scheme: str, *, namespace: str, readonly: bool, timeout: float,
                  ttl: float | None, options: dict | None):
     extra = "s3" if scheme in ("s3", "s3a") else None
-    hint = f"pip install 'kcache[{extra}]'" if extra else "pip install 'kcache[s3]' and fsspec's package for it"
+    hint = f"pip install 'kcache-cuda[{extra}]'" if extra else "pip install 'kcache-cuda[s3]' and fsspec's package for it"
     try:
         import fsspec
     except ImportError as exc:
@@ -213,7 +218,10 @@ def _open_fsspec(url: str, scheme: str, *, namespace: str, readonly: bool, timeo
     except ImportError as exc:
         raise MissingClient(f"remote {redact(url)}: {exc}; install it with: {hint}") from None
     except (ValueError, TypeError) as exc:
-        raise ConfigError(f"remote {redact(url)} cannot be opened: {exc}") from None
+        raise ConfigError(f"remote {redact(url)} cannot be opened: "
+                          f"{describe(exc, url_credentials(url))}") from None
+    except TierError as err:  # refused, timed out: a tier whose first call says so, then off
+        return Unopened(redact(url), FsspecTier.kind, err, readonly=readonly, timeout=timeout)
 
 
 def open_settings(settings: RemoteSettings, *, options: dict | None = None):

@@ -1,10 +1,13 @@
 """What the remote tiers share: error accounting (the switch-off), naming without secrets,
 key names, and the single-flight result type.
 
-A remote tier is a *soft* tier: every call is bounded by the backend's connect and read
-timeouts, every failure is a :class:`~kcache.tier.TierError` with a kind, and after
-``max_errors`` consecutive failures the tier switches itself off for the rest of the process
-(every later call raises ``TierError("unavailable")`` at once, with no network traffic). A new
+A remote tier is a *soft* tier: each connect and each read is bounded by the timeout, and every
+call as a whole by a :class:`Deadline` (2 x timeout, plus 1 s per MiB it transfers: a server
+that answers one byte at a time within each read's timeout is still cut off). Every failure is
+a :class:`~kcache.tier.TierError` with a kind (a call cut off at its deadline: ``timeout``);
+after ``max_errors`` consecutive failures the tier switches itself off for the rest of the
+process (every later call raises ``TierError("unavailable")`` at once, with no network
+traffic), at once when a call cut off may still be using the backend's only connection. A new
 tier object (a new process) tries the server again.
 """
 from __future__ import annotations
@@ -14,6 +17,7 @@ import errno
 import contextlib
 import re
 import threading
+import time
 from typing import Callable, Iterator, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
@@ -25,6 +29,8 @@ T = TypeVar("T")
 
 DEFAULT_NAMESPACE = "kcache"
 DEFAULT_TIMEOUT = 1.0  # seconds: each connect and each read of one operation
+CALL_TIMEOUTS = 2  # a whole call (connect, every read) ends within this many timeouts ...
+TRANSFER_RATE = 1 << 20  # ... plus 1 s per this many bytes it transfers (bytes per second at worst)
 DEFAULT_MAX_ERRORS = 3  # consecutive failures before the tier switches itself off
 DEFAULT_LEASE_TTL = 10.0  # seconds; renewed every third of it while held, so a crash frees it fast
 DEFAULT_MAX_WAIT = 60.0  # seconds a waiter polls for another machine's compile before its own
@@ -99,12 +105,92 @@ def os_kind(exc: BaseException) -> str | None:
     return None
 
 
-def describe(exc: BaseException) -> str:
-    """One line for a backend error: its type and first line, at most 300 characters."""
+def describe(exc: BaseException, hidden: tuple[str, ...] = ()) -> str:
+    """One line for a backend error: its type and first line, at most 300 characters. When
+    the backend's words contain one of ``hidden`` (the credentials the tier sends: a server
+    may echo a command it refused), they are left out whole, never edited."""
     text = str(exc).strip().splitlines()
     if not text and isinstance(exc, TimeoutError):
         text = ["no answer before the call's deadline"]
+    if text and any(secret and secret in text[0] for secret in hidden):
+        return f"{type(exc).__name__} (its message is not shown: it may contain a credential)"
     return (f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__)[:300]
+
+
+def url_credentials(url: str) -> tuple[str, ...]:
+    """What :func:`redact` leaves out of ``url`` that may be a credential: the user name and
+    password, the values of query parameters other than ``db``. Never raises."""
+    try:
+        parts = urlsplit(url)
+        found = [parts.username, parts.password]
+        found += [v for k, v in parse_qsl(parts.query) if k not in _SHOWN_QUERY]
+    except ValueError:
+        return ()
+    return tuple(v for v in found if v)
+
+
+class Deadline:
+    """The end of one tier call: CALL_TIMEOUTS x ``timeout`` seconds after it starts, pushed
+    back by 1 s per TRANSFER_RATE bytes the call transfers (:meth:`transfer`)."""
+
+    def __init__(self, timeout: float):
+        self.start = time.monotonic()
+        self.at = self.start + CALL_TIMEOUTS * timeout
+
+    def transfer(self, nbytes: int) -> None:
+        """Allow ``nbytes`` more bytes to be transferred before the deadline."""
+        self.at += max(0, nbytes) / TRANSFER_RATE
+
+    def left(self) -> float:
+        """Seconds until the deadline (0 or less: passed)."""
+        return self.at - time.monotonic()
+
+    @property
+    def seconds(self) -> float:
+        return self.at - self.start
+
+
+class Overrun(TimeoutError):
+    """A call ran past its :class:`Deadline` (its thread was abandoned)."""
+
+
+_current = threading.local()
+
+
+def current_deadline() -> Deadline | None:
+    """The deadline of the tier call running in this thread (None outside a call): an
+    operation that learns how many bytes it will transfer extends it."""
+    return getattr(_current, "deadline", None)
+
+
+def run_within(fn: Callable[[], T], deadline: Deadline, name: str = "kcache-remote-call") -> T:
+    """``fn()`` in a daemon thread: its result, or its exception re-raised; Overrun when the
+    deadline passes first (the thread is left behind: the caller closes what it uses, so
+    that its blocked read ends). The one way to bound a blocking client library as a whole:
+    its own timeouts are per read."""
+    done = threading.Event()
+    box: dict = {}
+
+    def work() -> None:
+        _current.deadline = deadline
+        try:
+            box["out"] = fn()
+        except BaseException as exc:  # handed to the caller, which re-raises it
+            box["exc"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=work, name=name, daemon=True).start()
+    while not done.is_set():
+        left = deadline.left()
+        if left <= 0:
+            break
+        done.wait(left)  # the deadline may move (transfer), so wait again
+    if not done.is_set():
+        raise Overrun(f"no complete answer within the call's deadline ({deadline.seconds:.3g} s)")
+    if "exc" in box:
+        raise box.pop("exc")
+    return box["out"]
 
 
 @dataclasses.dataclass
@@ -126,15 +212,21 @@ class RemoteTier:
     """Base of the remote tiers: the tier protocol's attributes, the error guard, key checks.
 
     Subclasses implement ``_classify(exc) -> TierError`` and the protocol's methods, each
-    wrapping its backend calls in :meth:`_call`."""
+    wrapping its backend calls in :meth:`_call`; a blocking backend sets ``threaded`` (each
+    call runs in a thread of its own, abandoned at its deadline: :meth:`_abandon` then closes
+    its connections); ``hidden``: the credentials it sends (never shown)."""
 
     kind = "remote"
     backfill = True
+    threaded = True
 
-    def __init__(self, name: str, *, readonly: bool, max_errors: int = DEFAULT_MAX_ERRORS):
+    def __init__(self, name: str, *, readonly: bool, timeout: float,
+                 max_errors: int = DEFAULT_MAX_ERRORS, hidden: tuple[str, ...] = ()):
         self.name = name
         self.writable = not readonly
+        self.timeout = timeout
         self.max_errors = max_errors
+        self.hidden = hidden
         #: why the tier switched itself off (None while it is on); for the store's one warning
         self.disabled_reason: str | None = None
         self._errors = 0  # consecutive failures
@@ -146,14 +238,22 @@ class RemoteTier:
     def _classify(self, exc: BaseException) -> TierError:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def _call(self, what: str, fn: Callable[[], T]) -> T:
-        """Run one backend operation: TierError("unavailable") at once when switched off;
-        any exception becomes a TierError (kind from ``_classify``), counted towards the
-        switch-off unless it is ``bad_value`` (the server answered)."""
+    def _call(self, what: str, fn: Callable[[], T], *, nbytes: int = 0, bounded: bool = True) -> T:
+        """Run one backend operation within its :class:`Deadline` (``nbytes``: bytes it sends;
+        ``bounded=False``: a listing of unknown length, bounded per read only):
+        TierError("unavailable") at once when switched off; any exception becomes a
+        TierError (kind from ``_classify``), counted towards the switch-off unless it is
+        ``bad_value`` (the server answered); running past the deadline is a ``timeout``,
+        counted alike (:meth:`_overrun`)."""
         if self.disabled_reason is not None:
             raise TierError("unavailable", f"{self.name}: {self.disabled_reason}")
+        deadline = None
         try:
-            out = fn()
+            self._prepare()
+            if bounded:
+                deadline = Deadline(self.timeout)
+                deadline.transfer(nbytes)
+            out = self._within(fn, deadline)
         except TierError as err:  # raised by the subclass itself, already named
             if err.kind == "bad_value":
                 self._answered()
@@ -161,6 +261,8 @@ class RemoteTier:
                 self._failed(err)
             raise
         except Exception as exc:  # the backends raise many types: all become TierError
+            if deadline is not None and (isinstance(exc, Overrun) or deadline.left() <= 0):
+                raise self._overrun(what, deadline) from None
             err = self._classify(exc)
             err.args = (f"{self.name}: {what}: {err}",)
             if err.kind == "bad_value":
@@ -171,14 +273,56 @@ class RemoteTier:
         self._answered()
         return out
 
+    def _within(self, fn: Callable[[], T], deadline: Deadline | None) -> T:
+        if deadline is None:
+            return fn()
+        if self.threaded:
+            return run_within(fn, deadline)
+        _current.deadline = deadline  # the backend bounds each step by what is left of it
+        try:
+            return fn()
+        finally:
+            _current.deadline = None
+
+    def _overrun(self, what: str, deadline: Deadline) -> TierError:
+        """A call ran past its deadline: a ``timeout``, counted towards the switch-off; its
+        connections are closed (:meth:`_abandon`), or, where that cannot be done, the tier is
+        switched off at once (the call left behind may still be using them)."""
+        err = self._overrun_error(what, deadline)
+        try:
+            closed = self._abandon()
+        except Exception:  # closing failed: nothing else can be done with that connection
+            closed = False
+        self._failed(err, at_once=not closed)
+        return err
+
+    def _overrun_error(self, what: str, deadline: Deadline) -> TierError:
+        return TierError("timeout", f"{self.name}: {what}: no complete answer within the call's "
+                                    f"deadline of {deadline.seconds:.3g} s ({CALL_TIMEOUTS} x "
+                                    f"KCACHE_REMOTE_TIMEOUT {self.timeout:g} s, + 1 s per MiB "
+                                    "transferred)")
+
+    def _prepare(self) -> None:
+        """CPU work a call needs first, outside its deadline (s3fs's client)."""
+
+    def _abandon(self) -> bool:
+        """Close the connections of a call left behind at its deadline, so that its thread
+        ends and the next call starts afresh; False when that cannot be done."""
+        return False
+
     def _answered(self) -> None:
         with self._mutex:
             self._errors = 0
 
-    def _failed(self, err: TierError) -> None:
+    def _failed(self, err: TierError, at_once: bool = False) -> None:
         with self._mutex:
             self._errors += 1
-            if self._errors >= self.max_errors and self.disabled_reason is None:
+            if self.disabled_reason is not None:
+                return
+            if at_once:
+                self.disabled_reason = (f"switched off for this process after a call ran past its "
+                                        f"deadline, leaving its connection in use ({err})")
+            elif self._errors >= self.max_errors:
                 self.disabled_reason = (f"switched off for this process after {self._errors} "
                                         f"consecutive errors (last: {err.kind}: {err})")
 
@@ -208,3 +352,43 @@ class RemoteTier:
     def _too_large(self, key: str, size: int | str, limit: int) -> TierError:
         return TierError("bad_value", f"{self.name}: value of {key} is {size} bytes, larger than "
                                       f"the limit of {limit} bytes; not read")
+
+
+class Unopened(RemoteTier):
+    """A remote that could not be opened (an fsspec backend that connects in its constructor
+    and was refused, timed out, ...): the first call raises that error (counted like any
+    call's), and the tier is switched off from then on."""
+
+    def __init__(self, name: str, kind: str, error: TierError, *, readonly: bool, timeout: float):
+        super().__init__(name, readonly=readonly, timeout=timeout)
+        self.kind = kind
+        self._error = error
+
+    def _call(self, what: str, fn=None, **_kw):
+        if self.disabled_reason is None:
+            self.disabled_reason = f"switched off for this process: it could not be opened ({self._error.kind})"
+            raise self._error
+        raise TierError("unavailable", f"{self.name}: {self.disabled_reason}")
+
+    def read(self, key: str, limit: int) -> Blob | None:
+        self._key(key)
+        return self._call("read")
+
+    def write(self, key: str, data: bytes) -> None:
+        self._key(key)
+        self._check_writable("write")
+        self._call("write")
+
+    def remove(self, key: str) -> bool:
+        self._key(key)
+        self._check_writable("remove")
+        return self._call("remove")
+
+    def keys(self) -> Iterator[str]:
+        yield from self._call("keys")
+
+    def check(self) -> None:
+        self._call("check")
+
+    def close(self) -> None:
+        """Nothing was opened."""

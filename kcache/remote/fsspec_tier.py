@@ -9,6 +9,7 @@ it and renamed. Imported only when such a URL is opened.
 from __future__ import annotations
 
 import contextlib
+import os
 import posixpath
 import secrets
 from typing import Iterator
@@ -17,14 +18,19 @@ import fsspec
 
 from ..layout import SUFFIX, entry_key
 from ..tier import Blob, TierError
-from .base import RemoteTier, causes, describe, os_kind, redact, version_tag
+from .base import (Deadline, Overrun, RemoteTier, causes, current_deadline, describe, os_kind, redact,
+                   run_within, url_credentials, version_tag)
 
 S3_PROTOCOLS = ("s3", "s3a")
-# Besides the connect and read timeouts, each call to an asynchronous backend (s3fs, gcsfs, ...)
-# is bounded as a whole: 2 x timeout, plus 1 s per MiB transferred. The read timeout alone does
-# not bound a PUT: botocore sends "Expect: 100-continue" and aiohttp waits for the interim
-# answer with no timeout at all (a server that accepts and never answers hangs it for good).
-TRANSFER_RATE = 1 << 20  # bytes per second assumed at worst for the whole-call bound
+# Besides the connect and read timeouts, each call is bounded as a whole (base.Deadline: 2 x
+# timeout, plus 1 s per MiB transferred): an asynchronous backend (s3fs, gcsfs, ...) runs each
+# step on fsspec's loop with what is left of it, a blocking one (ftp, sftp, file) runs the call
+# in a thread of its own. The read timeout alone does not bound a PUT: botocore sends "Expect:
+# 100-continue" and aiohttp waits for the interim answer with no timeout at all (a server that
+# accepts and never answers hangs it for good).
+#: storage options naming a credential (never shown)
+_CREDENTIAL_OPTIONS = ("password", "secret", "token", "key", "passphrase")
+_AWS_CREDENTIALS = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
 
 try:  # botocore comes with s3fs; other backends do without it
     import botocore.exceptions as _bx
@@ -42,6 +48,8 @@ def storage_options(protocol: str, timeout: float, given: dict | None = None) ->
     (``timeout`` seconds) with one attempt (no retry storm against a dead endpoint). ``given``
     (e.g. ``endpoint_url``) wins over these defaults."""
     options = {"skip_instance_cache": True, "use_listings_cache": False}
+    if protocol == "ftp":
+        options["timeout"] = timeout  # ftplib's socket timeout: each connect and each read
     if protocol in S3_PROTOCOLS:
         options["config_kwargs"] = {"connect_timeout": timeout, "read_timeout": timeout,
                                     "retries": {"total_max_attempts": 1, "mode": "standard"}}
@@ -56,25 +64,49 @@ class FsspecTier(RemoteTier):
     """An fsspec file system as a tier. ``url``: any fsspec URL; its path is the prefix the
     values go under. Credentials and endpoints come from the backend's usual sources (for S3
     the AWS environment variables, profiles, ``AWS_ENDPOINT_URL``) or ``options`` (fsspec
-    storage options). ``timeout``: seconds for each connect and each read (applied to S3;
-    other backends use their own settings). Raises ImportError when the backend's package
-    is missing (``open_remote`` turns it into MissingClient)."""
+    storage options). ``timeout``: seconds for each connect and each read (applied to S3 and
+    FTP; other backends use their own settings), and each call, as well as the opening (some
+    backends connect in their constructor), as a whole within 2 x timeout + 1 s per MiB.
+    Raises ImportError when the backend's package is missing (``open_remote`` turns it into
+    MissingClient), ValueError or TypeError for options it refuses, TierError when it could
+    not be opened (``open_remote`` turns it into an :class:`~kcache.remote.base.Unopened`)."""
 
     kind = "fsspec"
 
     def __init__(self, url: str, *, namespace: str, readonly: bool, timeout: float,
                  options: dict | None = None):
-        super().__init__(redact(url), readonly=readonly)
         protocol = fsspec.core.split_protocol(url)[0] or "file"
-        fs, root = fsspec.core.url_to_fs(url, **storage_options(protocol, timeout, options))
+        options = storage_options(protocol, timeout, options)
+        hidden = url_credentials(url) + tuple(v for k, v in options.items()
+                                              if k in _CREDENTIAL_OPTIONS and isinstance(v, str) and v)
+        if protocol in S3_PROTOCOLS:
+            hidden += tuple(v for v in map(os.environ.get, _AWS_CREDENTIALS) if v)
+        super().__init__(redact(url), readonly=readonly, timeout=timeout, hidden=hidden)
+        fs, root = self._open(url, options)
         if protocol in S3_PROTOCOLS:
             fs.retries = 1  # s3fs's own retry loop (5 attempts with back-off by default)
         self._fs = fs
         self._root = root
-        self._timeout = timeout
         self._local = "file" in _protocols(fs)
+        self.threaded = not getattr(fs, "async_impl", False)
         self._session = not hasattr(fs, "set_session")  # s3fs: client made on first use
         self._base = posixpath.join(root, namespace, version_tag()) if root else f"{namespace}/{version_tag()}"
+
+    def _open(self, url: str, options: dict):
+        """``fsspec.core.url_to_fs(url, **options)`` within one call's deadline (FTP, SFTP,
+        SMB connect in their constructor). ImportError, ValueError, TypeError pass; any other
+        failure is a TierError of its kind."""
+        deadline = Deadline(self.timeout)
+        try:
+            return run_within(lambda: fsspec.core.url_to_fs(url, **options), deadline, "kcache-remote-open")
+        except (ImportError, ValueError, TypeError):
+            raise
+        except Exception as exc:  # refused, timed out, rejected: the program goes on without it
+            if isinstance(exc, Overrun) or deadline.left() <= 0:
+                raise self._overrun_error("open", deadline) from None
+            err = self._classify(exc)
+            err.args = (f"{self.name}: open: {err}",)
+            raise err from None
 
     # -- names --------------------------------------------------------------------
     def path(self, key: str) -> str:
@@ -82,22 +114,35 @@ class FsspecTier(RemoteTier):
         key = self._key(key)
         return f"{self._base}/{key[:2]}/{key}{SUFFIX}"
 
-    def _run(self, method: str, *args, nbytes: int = 0, bounded: bool = True, **kwargs):
+    def _run(self, method: str, *args, **kwargs):
         """``fs.<method>(*args, **kwargs)``; for an asynchronous backend run on fsspec's loop
-        with a deadline for the whole call (2 x timeout + nbytes / TRANSFER_RATE seconds;
-        ``bounded=False`` for a listing of unknown length, bounded per page by the backend)."""
+        with what is left of the call's deadline (none in a listing of unknown length: bounded
+        per page by the backend)."""
         fs = self._fs
-        if not getattr(fs, "async_impl", False):
+        if self.threaded:
             return getattr(fs, method)(*args, **kwargs)
         from fsspec.asyn import sync
+        from fsspec.exceptions import FSTimeoutError
 
+        deadline = current_deadline()
+        left = deadline.left() if deadline is not None else None
+        if left is not None and left <= 0:
+            raise FSTimeoutError  # (sync() takes a timeout of 0 for none)
+        return sync(fs.loop, getattr(fs, "_" + method), *args, timeout=left, **kwargs)
+
+    def _abandon(self) -> bool:
+        # an asynchronous call was cancelled at its deadline (sync's timeout), and a local
+        # file system has no connection to share; a blocking backend's call left behind (ftp:
+        # one connection per file system) may still be using it
+        return not self.threaded or self._local
+
+    def _prepare(self) -> None:
         if not self._session:
             # s3fs builds its botocore client here: CPU work (0.3-0.6 s, reading botocore's
             # service models), no request, so it is kept out of the first call's deadline
-            sync(fs.loop, fs.set_session)
+            from fsspec.asyn import sync
+            sync(self._fs.loop, self._fs.set_session)
             self._session = True
-        deadline = 2 * self._timeout + nbytes / TRANSFER_RATE if bounded else None
-        return sync(fs.loop, getattr(fs, "_" + method), *args, timeout=deadline, **kwargs)
 
     # -- the tier protocol ----------------------------------------------------------
     def read(self, key: str, limit: int) -> Blob | None:
@@ -120,8 +165,9 @@ class FsspecTier(RemoteTier):
                 raise self._too_large(key, size, limit)
             if size == 0:
                 return None  # an empty object is no entry (and a ranged read of it fails)
+            current_deadline().transfer(size)
             try:
-                data = self._run("cat_file", path, start=0, end=limit + 1, nbytes=size)
+                data = self._run("cat_file", path, start=0, end=limit + 1)
             except FileNotFoundError:
                 return None  # removed meanwhile
             if len(data) > limit:
@@ -135,11 +181,11 @@ class FsspecTier(RemoteTier):
         a temp file beside it renamed over it."""
         path = self.path(key)
         self._check_writable("write")
-        self._call("write", lambda: self._put(path, data))
+        self._call("write", lambda: self._put(path, data), nbytes=len(data))
 
     def _put(self, path: str, data: bytes) -> None:
         if not self._local:
-            self._run("pipe_file", path, data, nbytes=len(data))
+            self._run("pipe_file", path, data)
             return
         parent = posixpath.dirname(path)
         self._fs.makedirs(parent, exist_ok=True)
@@ -173,12 +219,12 @@ class FsspecTier(RemoteTier):
         names that are not ``<ab>/<key>.kce`` are skipped."""
         def op() -> list[str]:
             try:
-                return self._run("find", self._base, bounded=False)
+                return self._run("find", self._base)
             except FileNotFoundError:
                 return []
 
         prefix = self._base.rstrip("/") + "/"
-        for path in self._call("keys", op):
+        for path in self._call("keys", op, bounded=False):
             parts = path[len(prefix):].split("/") if path.startswith(prefix) else ()
             key = entry_key(*parts) if len(parts) == 2 else None
             if key is not None:
@@ -206,7 +252,7 @@ class FsspecTier(RemoteTier):
         """Nothing to release beyond what fsspec manages (its event loop is shared)."""
 
     def _classify(self, exc: BaseException) -> TierError:
-        return TierError(_kind(exc), describe(exc))
+        return TierError(_kind(exc), describe(exc, self.hidden))
 
 
 def _protocols(fs) -> tuple:

@@ -23,7 +23,8 @@ from redis.retry import Retry
 from ..errors import ConfigError
 from ..keys import KEY_RE
 from ..tier import Blob, TierError
-from .base import DEFAULT_LEASE_TTL, DEFAULT_MAX_WAIT, Flight, RemoteTier, describe, os_kind, redact, version_tag
+from .base import (DEFAULT_LEASE_TTL, DEFAULT_MAX_WAIT, Flight, RemoteTier, current_deadline, describe, os_kind,
+                   redact, url_credentials, version_tag)
 
 POLL_FIRST, POLL_GROWTH, POLL_CAP = 0.02, 1.5, 0.5  # seconds: waiters' back-off
 SCAN_COUNT = 1000  # keys per SCAN page
@@ -41,16 +42,20 @@ class RedisTier(RemoteTier):
     """A Redis server as a tier. ``url``: ``redis://[[user]:password@]host:port/db``,
     ``rediss://...`` (TLS; redis-py's ``ssl_*`` query options apply), ``unix:///path?db=N``.
     ``password`` is used when the URL has none (redis-py's from_url: the URL's wins);
-    ``timeout``: seconds for each connect and each read; ``ttl``: seconds a value lives
-    (None: forever), renewed by a hit unless read-only. Raises ConfigError for a URL redis-py
-    cannot parse. Connects lazily: nothing is sent before the first call."""
+    ``timeout``: seconds for each connect and each read (redis-py's socket timeouts), and
+    each call as a whole within 2 x timeout + 1 s per MiB (base.Deadline: the call runs in a
+    thread of its own, and at the deadline its connections are closed; a call cut off so is
+    a ``timeout`` like any other); ``ttl``: seconds a
+    value lives (None: forever), renewed by a hit unless read-only. Raises ConfigError for a
+    URL redis-py cannot parse. Connects lazily: nothing is sent before the first call."""
 
     kind = "redis"
 
     def __init__(self, url: str, *, namespace: str, readonly: bool, timeout: float,
                  ttl: float | None = None, password: str | None = None,
                  lease_ttl: float = DEFAULT_LEASE_TTL, max_wait: float = DEFAULT_MAX_WAIT):
-        super().__init__(redact(url), readonly=readonly)
+        super().__init__(redact(url), readonly=readonly, timeout=timeout,
+                         hidden=url_credentials(url) + ((password,) if password else ()))
         options = dict(
             socket_timeout=timeout, socket_connect_timeout=timeout,
             # one attempt per call: a retry would multiply the time a dead server costs
@@ -82,8 +87,9 @@ class RedisTier(RemoteTier):
     def read(self, key: str, limit: int) -> Blob | None:
         """``key``'s value or None. STRLEN first: a value above ``limit`` bytes is a
         TierError("bad_value") without being transferred; then GETRANGE 0..limit, so a value
-        replaced meanwhile by a larger one still costs at most limit + 1 bytes. With a TTL and
-        a writable tier a hit renews the TTL (same MULTI)."""
+        replaced meanwhile by a larger one still costs at most limit + 1 bytes (the call's
+        deadline grows by 1 s per MiB of the size). With a TTL and a writable tier a hit
+        renews the TTL (same MULTI)."""
         name = self.redis_key(key)
 
         def op() -> Blob | None:
@@ -92,6 +98,7 @@ class RedisTier(RemoteTier):
                 return None  # absent (an empty value is no entry either)
             if size > limit:
                 raise self._too_large(key, size, limit)
+            current_deadline().transfer(size)
             pipe = self._redis.pipeline(transaction=True)
             pipe.getrange(name, 0, limit)
             if self._ttl_ms and self.writable:
@@ -107,7 +114,7 @@ class RedisTier(RemoteTier):
         """SET ``key``'s value (atomic in Redis), with PX = the TTL when one is set."""
         name = self.redis_key(key)
         self._check_writable("write")
-        self._call("write", lambda: self._redis.set(name, data, px=self._ttl_ms))
+        self._call("write", lambda: self._redis.set(name, data, px=self._ttl_ms), nbytes=len(data))
 
     def remove(self, key: str) -> bool:
         """DEL ``key``'s value; True if it existed."""
@@ -133,6 +140,13 @@ class RedisTier(RemoteTier):
         """Close the connection pool."""
         with contextlib.suppress(Exception):
             self._redis.close()
+
+    def _abandon(self) -> bool:
+        # closes every connection of the pool, also the one in use by the call left behind:
+        # its blocked read returns at once (redis-py shuts the socket down) and its thread
+        # ends; the next call connects afresh
+        self._redis.connection_pool.disconnect()
+        return True
 
     def ttl(self, key: str) -> float | None:
         """Seconds left before ``key``'s value expires; None without expiry or when absent."""
@@ -218,7 +232,7 @@ class RedisTier(RemoteTier):
             self._call("release lease", lambda: _quietly(lock.release))
 
     def _classify(self, exc: BaseException) -> TierError:
-        return TierError(_kind(exc), describe(exc))
+        return TierError(_kind(exc), describe(exc, self.hidden))
 
 
 def _quietly(fn) -> bool:

@@ -1,0 +1,376 @@
+"""cuda.core programs through kcache's store: :class:`ProgramCache` and :func:`compile_program`.
+
+``cuda.core.Program`` (NVRTC for CUDA C++, NVVM, PTX) is the CUDA Python stack's other way to
+make kernels. This module serves it from the same store as numba-cuda's kernels, in two ways
+(docs/programs.md):
+
+* :class:`ProgramCache`, a ``cuda.core.utils.ProgramCacheResource``:
+  ``Program(...).compile("cubin", cache=kcache.ProgramCache())``. cuda.core derives the key
+  and does get, compile, set: kcache sees only an opaque key and bytes, so this way cannot be
+  single-flight and keeps no symbol mapping (cuda.core refuses ``name_expressions`` with
+  ``cache=``).
+* :func:`compile_program`: kcache builds the ``Program`` itself, compiles once across
+  processes (``Store.get_or_create``), keeps the symbol mapping of ``name_expressions``, the
+  compile's log and its time.
+
+Imported only when ``kcache.ProgramCache`` or ``kcache.compile_program`` is first used:
+``import kcache`` never imports cuda.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import threading
+import time
+from typing import Any
+
+from cuda.core import ObjectCode, Program, ProgramOptions
+from cuda.core.utils import ProgramCacheResource, make_program_cache_key
+
+from . import artifacts
+from .entry import Entry, entry_kind
+from .config import environment_snapshot
+from .errors import KcacheError
+from .keys import make_key
+from .store import Store
+from .toolchain import program_versions
+from .warn import warn_once
+
+__all__ = ["ProgramCache", "compile_program", "program_components", "KIND", "PRODUCER"]
+
+#: ``components["producer"]`` and ``meta["kind"]`` of every program entry.
+PRODUCER = KIND = "program"
+#: Artifacts an entry may hold, as ``ObjectCode.code_type`` names them.
+TARGETS = ("cubin", "ptx", "ltoir")
+MAX_LOG = 64 << 10  # characters of a compile log kept in an entry's header
+MAX_SYMBOLS = 4096  # name expressions kept per entry
+NO_SUCH_ENTRY = "no such entry"  # Store.remove_many's reason for a key it does not hold
+_MAX_PENDING = 1024  # misses remembered per ProgramCache (to time the compile that follows)
+_MAX_COMPILE = 3600.0  # seconds: a longer gap between a miss and its set is no compile
+
+
+# --- keys -------------------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=1)
+def _toolchain() -> dict:
+    """:func:`kcache.toolchain.program_versions`, and NVRTC's own version when no wheel names
+    it (a system CUDA toolkit): what ``prune --stale`` compares."""
+    out = program_versions()
+    if "nvrtc" not in out:
+        try:
+            from cuda.bindings import nvrtc
+            _err, major, minor = nvrtc.nvrtcVersion()
+            out["nvrtc"] = f"{major}.{minor}"
+        except Exception:  # no NVRTC: compiling fails loudly elsewhere
+            out["nvrtc"] = "unavailable"
+    return out
+
+
+def program_components(program_key: bytes, **named: Any) -> tuple[str, dict]:
+    """``(kcache key, components)`` of a program: cuda.core's key (``program_key``, the bytes
+    of ``make_program_cache_key``: source, code type, options, target type, name
+    expressions, extra digest, NVRTC/NVVM/linker version) inside kcache's named components,
+    with ``producer`` "program", the ``toolchain`` (cuda-core, cuda-bindings, nvrtc) and the
+    ``named`` ones (compile_program: code_type, target_type, arch)."""
+    components = {"producer": PRODUCER, "program_key": bytes(program_key).hex(),
+                  "toolchain": _toolchain(), **named}
+    return make_key(components), components
+
+
+@functools.lru_cache(maxsize=4096)
+def _cache_key(program_key: bytes, code_type=None, target_type=None, arch=None) -> tuple[str, dict]:
+    """:func:`program_components`, remembered per process (every hit asks it): the
+    ``cache=`` way names no more, compile_program names the three."""
+    if code_type is None:
+        return program_components(program_key)
+    return program_components(program_key, code_type=code_type, target_type=target_type,
+                              arch=arch)
+
+
+def _key_bytes(key: Any) -> bytes:
+    """A ``ProgramCacheResource`` key: bytes, or str (UTF-8), as cuda.core's caches take it."""
+    if isinstance(key, (bytes, bytearray)):
+        return bytes(key)
+    if isinstance(key, str):
+        return key.encode("utf-8")
+    raise TypeError(f"cache keys must be bytes or str, got {type(key).__name__}")
+
+
+# --- entries ----------------------------------------------------------------------------------
+
+def _meta(artifact: str, data: bytes, *, name: str | None, arch: str | None, via: str,
+          symbol_mapping=None, **more: Any) -> dict:
+    """An entry's meta: what is known of the program, read from the artifact when not given
+    (``arch`` from the cubin's ELF header or the PTX's ``.target``; entry points)."""
+    seen = artifacts.describe(artifact, data)
+    meta = {"kind": KIND, "via": via, "artifact": artifact,
+            "kernel": name if isinstance(name, str) and name else None,
+            "arch": arch or seen["arch"], "entry_points": seen["entry_points"]}
+    if symbol_mapping:
+        meta["symbol_mapping"] = [[k, v] for k, v in symbol_mapping.items()]
+    meta.update({k: v for k, v in more.items() if v is not None})
+    return meta
+
+
+def _looks_like(artifact: str, data: bytes) -> bool:
+    """The artifact check of a hit: the store's one validator (kcache.artifacts.check) for
+    cubin, PTX and LTO-IR; other artifacts (fatbin, object, ...) are returned as stored."""
+    return artifacts.check(artifact, data) is None
+
+
+def _artifact(entry: Entry) -> tuple[str, bytes] | None:
+    """``(name, bytes)`` of a program entry's artifact, or None when ``entry`` is not a sound
+    program entry (another producer's, or damaged in a way the checksums cannot see)."""
+    meta = entry.meta
+    name = meta.get("artifact")
+    if meta.get("kind") != KIND or not isinstance(name, str) or name not in entry.artifacts:
+        return None
+    data = entry.artifacts[name]
+    return (name, data) if _looks_like(name, data) else None
+
+
+def _symbol_mapping(meta: dict) -> dict | None:
+    """The ``symbol_mapping`` of ``ObjectCode`` kept in ``meta``: ``[[name expression,
+    mangled name], ...]``, each str or bytes as NVRTC gave them (msgpack keeps the two apart,
+    so ``"k<int>"`` and ``b"k<int>"`` stay distinct keys). None when malformed."""
+    pairs = meta.get("symbol_mapping", [])
+    if not isinstance(pairs, list) or len(pairs) > MAX_SYMBOLS:
+        return None
+    out = {}
+    for pair in pairs:
+        if (not isinstance(pair, list) or len(pair) != 2
+                or not all(isinstance(p, (str, bytes)) for p in pair)):
+            return None
+        out[pair[0]] = pair[1]
+    return out
+
+
+def _object_code(entry: Entry, target_type: str | None = None) -> ObjectCode | None:
+    """A fresh ``ObjectCode`` from a program entry (public constructors ``from_cubin`` /
+    ``from_ptx`` / ``from_ltoir`` with the name and symbol mapping), or None."""
+    found = _artifact(entry)
+    if found is None or (target_type is not None and found[0] != target_type):
+        return None
+    mapping = _symbol_mapping(entry.meta)
+    make = {"cubin": ObjectCode.from_cubin, "ptx": ObjectCode.from_ptx,
+            "ltoir": ObjectCode.from_ltoir}.get(found[0])
+    if mapping is None or make is None:
+        return None
+    name = entry.meta.get("kernel")
+    return make(found[1], name=name if isinstance(name, str) else "", symbol_mapping=mapping)
+
+
+def _value(value: Any) -> tuple[str, bytes, str | None, dict | None]:
+    """``(artifact name, bytes, name, symbol mapping)`` of a value given to ProgramCache:
+    bytes-like (its kind sniffed), or an ``ObjectCode`` (a path-backed one is read now, as
+    cuda.core's caches do, so the entry holds the bytes)."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        data = bytes(value)
+        return artifacts.sniff(data) or "binary", data, None, None
+    if isinstance(value, ObjectCode):
+        code = value.code
+        if isinstance(code, str):
+            with open(code, "rb") as f:
+                code = f.read()
+        mapping = value.symbol_mapping
+        plain = all(isinstance(x, (str, bytes)) for pair in mapping.items() for x in pair)
+        return str(value.code_type), bytes(code), value.name, mapping if plain else None
+    raise TypeError(f"cache values must be bytes-like or ObjectCode, got {type(value).__name__}")
+
+
+# --- stores -----------------------------------------------------------------------------------
+
+_stores: dict = {}  # root (None: the default) -> (environment snapshot, Store)
+_stores_lock = threading.Lock()
+
+
+def _store(root) -> Store:
+    """One Store per root and settings environment (``root=None``: the root kernels use,
+    settings as for kernels; ``kcache.config.environment_snapshot``: the variables, folder
+    and user settings are resolved from); made again when one of them changed."""
+    where, snapshot = None if root is None else os.fspath(root), environment_snapshot()
+    with _stores_lock:
+        known = _stores.get(where)
+        if known is None or known[0] != snapshot:
+            known = _stores[where] = (snapshot, Store(root))
+        return known[1]
+
+
+# --- the cache= way ---------------------------------------------------------------------------
+
+class ProgramCache(ProgramCacheResource):
+    """A ``cuda.core.utils.ProgramCacheResource`` backed by kcache's store:
+    ``Program(src, "c++", options=opts).compile("cubin", cache=kcache.ProgramCache())``.
+
+    ``root`` (str or path; None: the root kernels use, with the same settings). Every read
+    goes through the store's verification path, counters, size cap and LRU, read-only layers,
+    remote tier and trust rules. Keys are cuda.core's (bytes, or str as UTF-8) inside
+    kcache's key (:func:`program_components`). Values: bytes or an ``ObjectCode``; reads
+    return the stored bytes unchanged. Not single-flight: cuda.core calls get, compiles, then
+    sets, and the protocol has no hook around the compile (use :func:`compile_program`).
+    A broken or unreachable cache is a miss (``KeyError``), never an error. ``len()``,
+    ``clear()`` and ``del`` concern the program entries of the writable root only (kernel
+    entries and read-only layers are untouched). Raises ConfigError for bad settings."""
+
+    def __init__(self, root=None):
+        self.store = _store(root)
+        self._misses: dict[bytes, float] = {}  # key -> monotonic time of its miss
+
+    def __repr__(self) -> str:
+        return f"kcache.ProgramCache({str(self.store.root)!r})"
+
+    def __getitem__(self, key) -> bytes:
+        program_key = _key_bytes(key)
+        entry = self.store.get(_cache_key(program_key)[0])
+        if entry is not None:
+            found = _artifact(entry)
+            if found is not None:
+                return found[1]
+            warn_once("program-entry", f"kcache: the entry of program key {program_key.hex()} "
+                      "is not a usable program entry; treated as a miss")
+        if len(self._misses) >= _MAX_PENDING:
+            self._misses.clear()
+        self._misses[program_key] = time.monotonic()
+        raise KeyError(key)
+
+    def __setitem__(self, key, value) -> None:
+        program_key = _key_bytes(key)
+        artifact, data, name, mapping = _value(value)
+        # cuda.core compiles between its miss and this set: that time is the compile's.
+        began = self._misses.pop(program_key, None)
+        seconds = None if began is None else time.monotonic() - began
+        if seconds is not None and seconds > _MAX_COMPILE:
+            seconds = None  # a set long after its miss (by hand, not cuda.core): not a compile
+        meta = _meta(artifact, data, name=name, arch=None, via="ProgramCache",
+                     symbol_mapping=mapping, compile_seconds=seconds)
+        kkey, components = _cache_key(program_key)
+        if seconds is not None:
+            self.store.record(compiles=1, compile_seconds=seconds)
+        try:
+            self.store.put(kkey, Entry({artifact: data}, meta), components=components)
+        except (TypeError, ValueError) as exc:  # e.g. over the header's limits: not stored
+            warn_once("program-put", f"kcache: program key {program_key.hex()} not stored "
+                      f"({exc})")
+
+    def __delitem__(self, key) -> None:
+        program_key = _key_bytes(key)
+        report = self.store.remove_many([_cache_key(program_key)[0]])
+        if report.failed and report.failed[0].reason == NO_SUCH_ENTRY:
+            raise KeyError(key)
+        if report.failed:  # busy past the lock timeout, read-only root, ...
+            raise KcacheError(f"cannot remove the entry of program key {program_key.hex()}: "
+                              f"{report.failed[0].reason}")
+
+    def _keys(self) -> list[str]:
+        return [info.key for info in self.store.entries(readonly=False)
+                if entry_kind(info.components) == KIND]
+
+    def __len__(self) -> int:
+        """Program entries in the writable root (headers read, kernels not counted)."""
+        return len(self._keys())
+
+    def clear(self):
+        """Remove every program entry of the writable root; kernel entries stay. Returns the
+        store's RemoveReport (an int: how many removed; ``failed`` says what stayed, why)."""
+        return self.store.remove_many(self._keys())
+
+    def close(self) -> None:
+        """Write this process's counters (the store keeps nothing else open)."""
+        self.store.flush()
+
+
+# --- the way with everything ------------------------------------------------------------------
+
+def compile_program(code, code_type: str, options: ProgramOptions | None, target_type: str,
+                    name_expressions=(), extra_digest: bytes | None = None, root=None, *,
+                    logs=None) -> ObjectCode:
+    """``Program(code, code_type, options).compile(target_type, name_expressions)``, served
+    from kcache's store and compiled once across processes and machines.
+
+    ``code``: str (bytes for NVVM); ``code_type``: "c++", "ptx" or "nvvm"; ``options``: a
+    ``cuda.core.ProgramOptions`` (its ``arch`` set; None: ``ProgramOptions()``, which asks the
+    current device); ``target_type``: "cubin", "ptx" or "ltoir"; ``name_expressions``:
+    str or bytes (C++ templates: ``get_kernel("k<int>")`` works on a hit); ``extra_digest``:
+    bytes that fingerprint what the key cannot see (included headers, PCH, libdevice), as
+    cuda.core's ``make_program_cache_key`` takes it; ``root``: as :class:`ProgramCache`;
+    ``logs``: an object with ``write`` that receives the compile's log (on a hit: the log of
+    the compile that made the entry).
+
+    N processes asking for one program compile it once (``Store.get_or_create``: the key's
+    lock, and the Redis lease across machines); the others load its entry. Returns a fresh
+    ``ObjectCode``. Raises what cuda.core raises for the inputs (``ValueError`` from
+    ``make_program_cache_key`` for options it cannot key, e.g. ``include_path`` without
+    ``extra_digest``; NVRTC's error for bad source); a bad setting, or a broken, full or
+    unreachable cache, only costs a compile (warned once)."""
+    options = options if options is not None else ProgramOptions()
+    ct, tt = str(code_type).lower(), str(target_type).lower()
+    names = tuple(name_expressions)
+    program_key = make_program_cache_key(code=code, code_type=ct, options=options,
+                                         target_type=tt, name_expressions=names,
+                                         extra_digest=extra_digest)
+    key, components = _cache_key(program_key, ct, tt, getattr(options, "arch", None))
+    try:
+        store = _store(root)
+    except Exception as exc:  # a bad setting or an unusable root: compile uncached
+        warn_once("program-store", f"kcache: cannot open the cache ({exc}); programs are "
+                  "compiled uncached")
+        obj, log, _seconds = _compile(code, ct, options, tt, names)
+        _write_log(logs, log)
+        return obj
+    built: dict = {}
+
+    def create() -> Entry:
+        try:
+            built["object"], built["log"], seconds = _compile(code, ct, options, tt, names)
+        except Exception as exc:
+            raise _CompileError(exc) from exc
+        try:
+            store.record(compiles=1, compile_seconds=seconds)
+        except Exception:  # a counter that cannot be written is not the compile's failure
+            pass
+        obj = built["object"]
+        return Entry({tt: bytes(obj.code)},
+                     _meta(tt, bytes(obj.code), name=obj.name, arch=components["arch"],
+                           via="compile_program", symbol_mapping=obj.symbol_mapping,
+                           code_type=ct, compile_seconds=seconds, log=built["log"][:MAX_LOG]))
+
+    try:
+        entry, _hit = store.get_or_create(key, create, components=components)
+    except _CompileError as failed:
+        raise failed.args[0] from None  # the user's error (bad source), as cuda.core raises it
+    except Exception as exc:  # lock timeout, unusable store: the program still compiles
+        warn_once("program-store-error", f"kcache: cache store failed ({type(exc).__name__}: "
+                  f"{exc}); programs still compile")
+        entry = None
+    if "object" in built:
+        _write_log(logs, built["log"])
+        return built["object"]
+    obj = _object_code(entry, tt) if entry is not None else None
+    if obj is None:
+        if entry is not None:
+            warn_once("program-entry", f"kcache: the entry {key} is not a usable program "
+                      "entry; compiled again")
+        obj, log, _seconds = _compile(code, ct, options, tt, names)
+        _write_log(logs, log)
+        return obj
+    _write_log(logs, entry.meta.get("log"))
+    return obj
+
+
+class _CompileError(Exception):
+    """Wraps what the compile raised, so that it is told apart from a store failure."""
+
+
+def _compile(code, code_type: str, options, target_type: str, names: tuple):
+    """``(ObjectCode, log text, seconds)`` of one NVRTC/NVVM/linker compile."""
+    import io
+    log = io.StringIO()
+    start = time.perf_counter()
+    obj = Program(code, code_type, options=options).compile(target_type, name_expressions=names,
+                                                              logs=log)
+    return obj, log.getvalue(), time.perf_counter() - start
+
+
+def _write_log(logs, text) -> None:
+    if logs is not None and isinstance(text, str) and text:
+        logs.write(text)

@@ -1,0 +1,139 @@
+"""Never publish a broken artifact: kcache.artifacts' checks, the store's put refusing a bad
+kernel entry, a bad artifact read back being a miss, and the producers (dispatcher,
+compile_for) on a fake GPU whose compile step returns an empty or truncated cubin."""
+import struct
+
+import pytest
+
+import kcache
+from kcache import Entry, artifacts, make_key
+from kcache.artifacts import EM_CUDA, KERNEL_FIELDS, LTOIR_MAGIC
+from kcache.warn import KcacheWarning
+
+pytest.importorskip("numba.cuda")
+
+from kcache.dispatcher import CompileForError, _compat, compile_for_report  # noqa: E402
+
+from test_dispatcher_fakegpu import _kernels, fake_gpu  # noqa: E402
+
+
+def elf(size=256, machine=EM_CUDA, shoff=64, shnum=1):
+    """A minimal ELF64 little-endian file of ``size`` bytes: header, section headers at
+    ``shoff``; each section's contents at offset 0, size 0."""
+    head = b"\x7fELF" + bytes([2, 1, 1]) + bytes(9)
+    head += struct.pack("<HHIQQQIHHHHHH", 2, machine, 1, 0, 0, shoff, 0, 64, 0, 0, 64, shnum, 0)
+    return (head + bytes(size))[:size]
+
+
+@pytest.mark.parametrize("kind,data,expected", [
+    ("cubin", elf(), None),
+    ("cubin", b"", "0 bytes, shorter than an ELF64 header"),
+    ("cubin", elf(63), "shorter than an ELF64 header"),
+    ("cubin", b"\x7fELF" + bytes(60), "not an ELF64 little-endian file"),
+    ("cubin", elf(machine=62), "e_machine 62, not EM_CUDA (190)"),
+    ("cubin", elf(shnum=0), "no usable section header table"),
+    ("cubin", elf(100), "truncated: its section header table ends at byte 128, the cubin has 100"),
+    ("ptx", b"//\n.version 8.5\n.target sm_90\n", None),
+    ("ptx", b"", "no .version or .target directive (0 bytes)"),
+    ("ptx", b".version 8.5\n", "no .target directive"),
+    ("ltoir", LTOIR_MAGIC + bytes(12), None),
+    ("ltoir", LTOIR_MAGIC, "4 bytes, shorter than an LTO-IR header"),
+    ("ltoir", b"BC\xc0\xde" + bytes(12), "not NVVM LTO-IR's 0x7F4E43ED"),
+    ("other", b"", None),
+])
+def test_each_kind_is_checked(kind, data, expected):
+    got = artifacts.check(kind, data)
+    assert got == expected if expected is None else expected in got
+
+
+def test_a_section_past_the_end_is_truncation():
+    data = bytearray(elf(256))
+    struct.pack_into("<IIQQQQ", data, 64, 0, 1, 0, 0, 200, 100)  # PROGBITS at 200, 100 bytes
+    assert "its sections end at byte 300, the cubin has 256" in artifacts.check("cubin", bytes(data))
+    struct.pack_into("<I", data, 68, 8)  # NOBITS (.bss): occupies nothing in the file
+    assert artifacts.check("cubin", bytes(data)) is None
+
+
+META = dict.fromkeys(KERNEL_FIELDS, None) | {"kernel": "m:k"}
+
+
+def test_put_refuses_a_kernel_entry_with_a_bad_cubin_and_keeps_other_entries_opaque(store):
+    with pytest.warns(KcacheWarning, match=r"not storing the entry of m:k \(bad cubin: 0 bytes"):
+        assert store.put(make_key({"k": 1}), Entry({"cubin": b""}, META)) is False
+    assert store.put(make_key({"k": 2}), Entry({"cubin": elf()}, META)) is True
+    assert store.put(make_key({"k": 3}), Entry({"cubin": b""}, {"kernel": "m:k"})) is True
+    st = store.stats()
+    assert (st.artifacts_refused, st.puts, st.entries) == (1, 2, 2)
+
+
+def _sig():
+    from numba.cuda import types
+    return (types.float32[::1],)
+
+
+@pytest.fixture(params=["empty", "truncated"])
+def bad_compile(request, monkeypatch):
+    """The compile step returns an empty or truncated cubin."""
+    real = _compat.kernel_state
+
+    def kernel_state(kernel, cc):
+        state = real(kernel, cc)
+        cubin = state["cubin"]
+        state["cubin"] = b"" if request.param == "empty" else cubin[: len(cubin) // 2]
+        return state
+
+    monkeypatch.setattr(_compat, "kernel_state", kernel_state)
+    return request.param
+
+
+def test_a_kernel_with_a_bad_cubin_runs_and_is_not_stored(store, bad_compile):
+    with fake_gpu((9, 0)) as bound:
+        k = _kernels(store)
+        with pytest.warns(KcacheWarning, match="bad cubin"):
+            k.compile(_sig())
+        assert len(bound) == 1  # the kernel this process compiled is still launched
+        fresh = _kernels(store)  # as a fresh process would: not a hit
+        fresh.compile(_sig())
+    assert fresh.stats.cache_misses[_sig()] == 1 and fresh.stats.compiles == 1
+    assert list(store.entries()) == []
+    st = store.stats()
+    assert (st.artifacts_refused, st.puts, st.hits) == (2, 0, 0)
+
+
+def test_compile_for_report_does_not_say_cached_for_a_bad_cubin(store, bad_compile):
+    k = _kernels(store)
+    with pytest.warns(KcacheWarning, match="bad cubin"):
+        with pytest.raises(CompileForError, match="the compile step returned a bad cubin") as info:
+            compile_for_report(k, [_sig()], cc=(9, 0), store=store)
+    assert info.value.results == [] and len(info.value.failures) == 1
+    assert list(store.entries()) == []
+    with pytest.raises(CompileForError):  # still nothing cached: compiled (and refused) again
+        compile_for_report(k, [_sig()], cc=(9, 0), store=store)
+
+
+def test_a_stored_truncated_cubin_is_a_corrupt_entry_and_a_miss(store, monkeypatch):
+    good_check = artifacts.problem
+    monkeypatch.setattr(artifacts, "problem", lambda arts, meta: None)  # an older writer
+    real = _compat.kernel_state
+
+    def truncated(kernel, cc):
+        state = real(kernel, cc)
+        state["cubin"] = state["cubin"][:-100]
+        return state
+
+    with fake_gpu((9, 0)):
+        monkeypatch.setattr(_compat, "kernel_state", truncated)
+        _kernels(store).compile(_sig())
+        monkeypatch.setattr(_compat, "kernel_state", real)
+        monkeypatch.setattr(artifacts, "problem", good_check)
+        (info,) = store.entries()
+        _header, stored = kcache.entry.decode(store.local.read(info.key, 1 << 30).data, info.key)
+        assert "truncated" in good_check(stored.artifacts, stored.meta)  # it is on disk
+        fresh = _kernels(store)
+        with pytest.warns(KcacheWarning, match="corrupt cache entry.*bad cubin: truncated"):
+            fresh.compile(_sig())
+    assert fresh.stats.cache_hits[_sig()] == 0 and fresh.stats.compiles == 1
+    st = store.stats()
+    assert (st.corrupt, st.quarantine_files, st.hits) == (1, 1, 0)
+    (again,) = store.entries()  # recompiled and stored whole
+    assert artifacts.check("cubin", store.load(again.key).artifacts["cubin"]) is None
