@@ -281,6 +281,7 @@ def test_stats_shows_the_remote_counters(tmp_path, redis_env):
                 "temp files swept"):
         assert row in text, text
     # without a remote and with its counters at 0 the terminal leaves them out (JSON never does)
+    (tmp_path / "b").mkdir()  # an existing empty root (a missing --dir is an error)
     status, text, err = on_terminal("stats", "--dir", str(tmp_path / "b"))
     assert status == 0 and "remote hits" not in text and "write errors" in text
 
