@@ -275,7 +275,10 @@ def run_page(page: Path, work: Path, gpu: bool) -> int:
             target.write_text(block.code)
             continue
         if block.output:
-            run_output_block(block, work, env)
+            # the output a page shows for a machine without a GPU is checked as such on a GPU
+            # machine too: numba-cuda is shown no device
+            shown_for = env if block.gpu or not gpu else {**env, "CUDA_VISIBLE_DEVICES": ""}
+            run_output_block(block, work, shown_for)
             ran += 1
             continue
         command, suffix, code = script_of(block)
