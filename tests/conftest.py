@@ -1,48 +1,60 @@
-"""Shared fixtures: a clean kcache environment and a store in a temp dir; the suite's layout
-on pytest-xdist's workers (pyproject.toml runs it with ``-n auto``)."""
+"""Shared fixtures: a clean kcache environment and a store in a temp dir; how the tests are
+spread over pytest-xdist's workers (pyproject.toml runs the suite with ``-n auto``)."""
+import ast
+import functools
 import os
+from pathlib import Path
 
 import pytest
 
 from kcache import warn
 
 
-def _shared_fixture_modules(item) -> set[str]:
-    """Modules (their ``__name__``) that define a module-, package- or session-scoped fixture
-    ``item`` uses; fixtures imported from a helper (servers.redis_url) count for the helper."""
-    info = getattr(item, "_fixtureinfo", None)
-    modules = set()
-    for defs in (info.name2fixturedefs.values() if info is not None else ()):
-        for fixturedef in defs:
-            if fixturedef.scope != "function":
-                modules.add(getattr(fixturedef.func, "__module__", "") or "")
-    return modules
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks
-def pytest_collection_modifyitems(config, items):
-    """Under xdist (``--dist loadgroup``), the tests that share a module- or session-scoped
-    fixture of a test module run on one worker: the fixture is built once, as in a serial run
-    (the main job, the container recipe, the relocated cache, the hostile corpus), and never
-    by two workers at once. Helpers' session fixtures (servers: a Redis URL, an S3 endpoint)
-    are cheap and shared by every worker; they group nothing. A test's own ``xdist_group``
-    mark wins.
-
-    On a worker, the modules holding ``slow`` tests are collected first (each module's own
-    order kept), so the long tests start early and the last ones to finish are short."""
-    for item in items:
-        if item.get_closest_marker("xdist_group") is not None:
+@functools.lru_cache(maxsize=None)
+def shares_a_fixture(path: str) -> bool:
+    """Whether the test module at ``path`` defines a fixture of a scope wider than a function
+    (``@pytest.fixture(scope="module")``, ``"session"``, ...), read from its source."""
+    try:
+        tree = ast.parse(Path(path).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return False
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
             continue
-        module = _module_name(item)
-        if module and module in _shared_fixture_modules(item):
-            item.add_marker(pytest.mark.xdist_group(name=module))
+        name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+        scopes = [kw.value for kw in node.keywords if kw.arg == "scope"]
+        if name == "fixture" and scopes and getattr(scopes[0], "value", None) != "function":
+            return True
+    return False
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``-n N`` (xdist's ``--dist load``), except that the tests of a module defining a module-
+    or session-scoped fixture run on one worker: the fixture is built once, as in a serial run
+    (the main job, the container recipe, the relocated cache, the hostile corpus), never by two
+    workers at once. Every other test goes to whichever worker is free. (``xdist_group`` marks
+    are not used: with pytest 9.2 and xdist 3.8 they group nothing, pytest-xdist issue 1386.)
+    Any other ``--dist`` is xdist's own."""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedFixtureScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return module if shares_a_fixture(str(config.rootpath / module)) else nodeid
+
+    return SharedFixtureScheduling(config, log)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """On an xdist worker, ``slow`` tests come first (otherwise in collection order): the long
+    tests start early and the last ones to finish are short. A module that shares a fixture
+    still runs as one unit (the scheduler above), so no module fixture is built twice."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
-        slow = {_module_name(item) for item in items if item.get_closest_marker("slow")}
-        items.sort(key=lambda item: _module_name(item) not in slow)  # stable
-
-
-def _module_name(item):
-    return getattr(getattr(item, "module", None), "__name__", None)
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable
 
 
 @pytest.fixture(autouse=True)

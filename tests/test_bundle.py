@@ -182,6 +182,7 @@ def test_fifo_as_bundle_does_not_hang(tmp_path):
     assert "not a regular file" in done.stderr
 
 
+@pytest.mark.slow
 def test_cli_export_import_json_and_filters(tmp_path):
     src = tmp_path / "src"
     keys = fill(Store(src))
@@ -198,6 +199,7 @@ def test_cli_export_import_json_and_filters(tmp_path):
     assert not (tmp_path / "none.kcb").exists()
 
 
+@pytest.mark.slow
 def test_cli_signing_with_secret_file_and_env(tmp_path):
     src = tmp_path / "src"
     fill(Store(src), 2)
@@ -209,6 +211,7 @@ def test_cli_signing_with_secret_file_and_env(tmp_path):
     assert len(list(Store(tmp_path / "d1").entries())) == 2
 
 
+@pytest.mark.slow
 def test_imported_bundle_is_self_contained_in_a_fresh_process(tmp_path):
     src = tmp_path / "src"
     keys = fill(Store(src), 3)

@@ -26,6 +26,8 @@ from kcache.remote import open_remote
 from servers import (SilentServer, aws_env, make_redis, redis_url, s3_bucket,  # noqa: F401
                      s3_endpoint, unique_namespace, wait_until)
 
+pytestmark = pytest.mark.slow  # real processes through each backend
+
 CHILD = Path(__file__).resolve().parent / "remote_child.py"
 LIMIT = fmt.MAX_FILE + signing.OVERHEAD  # bytes: any value
 T_OK = 10.0  # seconds: the remote timeout of tests that are not about timeouts (a loaded machine)

@@ -87,6 +87,7 @@ def run_together(commands, env) -> list[str]:
                 p.kill()
 
 
+@pytest.mark.slow
 def test_a_recorded_run_warms_the_same_keys(tmp_path):
     rec = tmp_path / "used.sigs"
     root = tmp_path / "cache"
@@ -122,6 +123,7 @@ def test_a_recorded_run_warms_the_same_keys(tmp_path):
     assert sorted(r["key"] for r in fresh) == keys[0]
 
 
+@pytest.mark.slow
 def test_concurrent_appends_keep_whole_lines_once(tmp_path):
     rec = tmp_path / "many.sigs"
     n = 4
