@@ -1,15 +1,71 @@
-"""Shared fixtures: a clean kcache environment and a store in a temp dir."""
+"""Shared fixtures: a clean kcache environment and a store in a temp dir; how the tests are
+spread over pytest-xdist's workers (pyproject.toml runs the suite with ``-n auto``)."""
+import ast
+import functools
+import os
+from pathlib import Path
+
 import pytest
 
 from kcache import warn
+
+# The thousands of Python processes the tests start (the CLI, children, servers) import kcache
+# as a user's install does, from bytecode: with PYTHONDONTWRITEBYTECODE set (as some machines
+# have it) every one of them would compile kcache's modules from source again (~0.5 s each).
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
+
+@functools.lru_cache(maxsize=None)
+def shares_a_fixture(path: str) -> bool:
+    """Whether the test module at ``path`` defines a fixture of a scope wider than a function
+    (``@pytest.fixture(scope="module")``, ``"session"``, ...), read from its source."""
+    try:
+        tree = ast.parse(Path(path).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return False
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+        scopes = [kw.value for kw in node.keywords if kw.arg == "scope"]
+        if name == "fixture" and scopes and getattr(scopes[0], "value", None) != "function":
+            return True
+    return False
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``-n N`` (xdist's ``--dist load``), except that the tests of a module defining a module-
+    or session-scoped fixture run on one worker: the fixture is built once, as in a serial run
+    (the main job, the container recipe, the relocated cache, the hostile corpus), never by two
+    workers at once. Every other test goes to whichever worker is free. (``xdist_group`` marks
+    are not used: with pytest 9.2 and xdist 3.8 they group nothing, pytest-xdist issue 1386.)
+    Any other ``--dist`` is xdist's own."""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedFixtureScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return module if shares_a_fixture(str(config.rootpath / module)) else nodeid
+
+    return SharedFixtureScheduling(config, log)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """On an xdist worker, ``slow`` tests come first (otherwise in collection order): the long
+    tests start early and the last ones to finish are short. A module that shares a fixture
+    still runs as one unit (the scheduler above), so no module fixture is built twice."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable
 
 
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch, tmp_path_factory):
     """No KCACHE_* from the caller's environment; default root inside a temp dir; fresh
     warn-once state."""
-    import os
-
     for name in list(os.environ):
         if name.startswith("KCACHE_"):
             monkeypatch.delenv(name)

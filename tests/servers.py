@@ -397,13 +397,21 @@ def s3_bucket(s3_endpoint, aws_env, monkeypatch) -> str:
     import boto3
 
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", s3_endpoint)
-    name = f"kcache-test-{uuid.uuid4().hex[:12]}"
+    name = f"kcache-test-{worker_tag()}{uuid.uuid4().hex[:12]}"
     boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1").create_bucket(Bucket=name)
     return name
 
 
+def worker_tag() -> str:
+    """``gw0-`` in pytest-xdist's worker gw0, empty in a serial run: the prefix of every Redis
+    namespace and S3 bucket a worker makes, so workers sharing .ci/run's servers never meet
+    (and a leftover key names the worker that left it)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    return f"{worker}-" if worker else ""
+
+
 def unique_namespace() -> str:
-    return f"t{uuid.uuid4().hex[:12]}"
+    return f"t{worker_tag()}{uuid.uuid4().hex[:12]}"
 
 
 def repo_root() -> Path:

@@ -22,6 +22,7 @@ def run_bench(*args, timeout=900):
                           text=True, timeout=timeout, cwd=REPO)
 
 
+@pytest.mark.slow
 def test_gpu_flow_without_a_gpu(tmp_path):
     pytest.importorskip("numba.cuda")
     out = tmp_path / "gpu.json"
@@ -51,6 +52,7 @@ def test_gpu_flow_without_a_gpu(tmp_path):
     assert all(f["met"] is None for f in doc["figures"])
 
 
+@pytest.mark.slow
 def test_gpu_part_refuses_to_run_without_a_gpu(tmp_path):
     pytest.importorskip("numba.cuda")
     from numba import cuda
@@ -63,6 +65,7 @@ def test_gpu_part_refuses_to_run_without_a_gpu(tmp_path):
         (tmp_path / "gpu.json").read_text())["figures"]
 
 
+@pytest.mark.slow
 def test_cpu_part_runs(tmp_path):
     out = tmp_path / "cpu.json"
     done = run_bench("cpu", "--quick", "--only", "store,scale", "--out", str(out))
@@ -105,6 +108,7 @@ def test_render_fills_the_gpu_part_from_its_json_and_says_where_a_goal_is_missed
     assert "- first kernel call: 2.00 ms (median of 5), goal <= 1.5 ms." in with_gpu
 
 
+@pytest.mark.slow
 def test_plots_are_written(tmp_path):
     pytest.importorskip("matplotlib")
     paths = render.plots(fake_gpu_doc(), tmp_path)

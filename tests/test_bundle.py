@@ -201,6 +201,7 @@ def test_fifo_as_bundle_does_not_hang(tmp_path):
     assert "not a regular file" in done.stderr
 
 
+@pytest.mark.slow
 def test_cli_export_import_json_and_filters(tmp_path):
     src = tmp_path / "src"
     keys = fill(Store(src))
@@ -217,6 +218,7 @@ def test_cli_export_import_json_and_filters(tmp_path):
     assert not (tmp_path / "none.kcb").exists()
 
 
+@pytest.mark.slow
 def test_cli_signing_with_secret_file_and_env(tmp_path):
     src = tmp_path / "src"
     fill(Store(src), 2)
@@ -255,6 +257,7 @@ def test_short_secret_is_refused_and_never_echoed(tmp_path, how, command):
     assert not (tmp_path / "s.kcb").exists() and not (tmp_path / "d").exists()
 
 
+@pytest.mark.slow
 def test_imported_bundle_is_self_contained_in_a_fresh_process(tmp_path):
     src = tmp_path / "src"
     keys = fill(Store(src), 3)

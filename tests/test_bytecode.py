@@ -63,6 +63,7 @@ def _codes_under(root):
         yield from _all_code(top)
 
 
+@pytest.mark.slow
 def test_same_references_as_dis_on_the_stdlib_and_numba_cuda():
     checked = 0
     for code in _corpus():

@@ -116,6 +116,7 @@ def assert_entry_schema(record: dict) -> None:
 
 # ------------------------------------------------------------------------------ basics
 
+@pytest.mark.slow
 def test_help_lists_every_command_and_bare_kcache_prints_the_usage():
     done = kc("--help")
     assert done.returncode == 0
@@ -189,6 +190,7 @@ def test_cli_never_imports_numba_or_rich_for_plain_output(cache):
     assert "LOADED []" in done.stderr
 
 
+@pytest.mark.slow
 def test_dir_json_and_plain(cache, tmp_path):
     root, _ = cache
     layer = tmp_path / "layer"
@@ -213,6 +215,7 @@ def kc_json_env(*args, env):
 
 # ------------------------------------------------------------------------------ ls
 
+@pytest.mark.slow
 def test_ls_json_schema_sort_and_filters(cache):
     root, _ = cache
     entries = kc_json("ls", root=root)["entries"]
@@ -292,6 +295,7 @@ def on_terminal(*args: str, answer: str | None = None, columns: int = 200,
     return proc.wait(timeout=60), b"".join(chunks).decode(), stderr
 
 
+@pytest.mark.slow
 def test_ls_on_a_terminal_draws_a_table_with_human_units(cache):
     root, _ = cache
     status, text, err = on_terminal("ls", "--dir", str(root))
@@ -300,6 +304,7 @@ def test_ls_on_a_terminal_draws_a_table_with_human_units(cache):
     assert K_AXPY_90[:12] in text and "\t" not in text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args", [["dir"], ["stats"], ["show", "b2"], ["verify"],
                                   ["config"], ["prune", "--dry-run", "--max-size", "1"],
                                   ["config", "get", "max_size"]])
@@ -310,6 +315,7 @@ def test_every_command_works_on_a_terminal(cache, args):
     assert (text + err).strip()
 
 
+@pytest.mark.slow
 def test_clear_asks_on_a_terminal(cache):
     root, paths = cache
     status, _, err = on_terminal("clear", "--dir", str(root), answer="n\n")
@@ -329,6 +335,7 @@ STATS_FIELDS = {"hits": int, "misses": int, "compiles": int, "puts": int, "evict
                 "entries": int, "bytes": int, "max_size": int, "recounted": bool}
 
 
+@pytest.mark.slow
 def test_stats_json_zero_and_recount(cache):
     root, paths = cache
     store = Store(root)
@@ -363,6 +370,7 @@ def test_stats_json_zero_and_recount(cache):
     assert "hits\t0" in plain.stdout.splitlines()
 
 
+@pytest.mark.slow
 def test_plain_seconds_are_rounded_and_json_keeps_them_exact(cache):
     root, _ = cache
     store = Store(root)
@@ -377,6 +385,7 @@ def test_plain_seconds_are_rounded_and_json_keeps_them_exact(cache):
 
 # ------------------------------------------------------------------------------ show
 
+@pytest.mark.slow
 def test_show_json_ptx_extract(cache, tmp_path):
     root, _ = cache
     out = tmp_path / "out"
@@ -397,6 +406,7 @@ def test_show_json_ptx_extract(cache, tmp_path):
     assert fields["key"] == K_SAXPY_80 and fields["components.target.cc"] == "sm_80"
 
 
+@pytest.mark.slow
 def test_show_sass_uses_a_disassembler_on_path_or_says_none_is_there(cache, tmp_path):
     root, _ = cache
     empty = tmp_path / "empty-bin"
@@ -476,6 +486,7 @@ def test_limit_accepts_leading_zeros_without_converting_them_all(cache):
     assert len(kc_json("ls", "--limit", "0" * 5000 + "2", root=root)["entries"]) == 2
 
 
+@pytest.mark.slow
 def test_readonly_dirs_is_the_one_name(cache, tmp_path):
     root, _ = cache
     layer = tmp_path / "layer"
@@ -507,6 +518,7 @@ def test_config_set_readonly_dirs_to_a_missing_folder_warns_and_sets(cache, tmp_
     assert json.loads((root / "config.json").read_text()) == {"readonly_dirs": [str(missing)]}
 
 
+@pytest.mark.slow
 def test_unknown_and_ambiguous_prefixes_name_the_candidates(cache):
     root, paths = cache
     # A well-formed prefix that no key has is "not found" (1), not a usage error (2).
@@ -521,6 +533,7 @@ def test_unknown_and_ambiguous_prefixes_name_the_candidates(cache):
     assert K_AXPY_90[:12] in line and K_AXPY_90A[:12] in line
 
 
+@pytest.mark.slow
 def test_bad_environment_and_config_file_are_one_line(cache, tmp_path):
     root, _ = cache
     afile = tmp_path / "afile"
@@ -544,6 +557,7 @@ def test_bad_environment_and_config_file_are_one_line(cache, tmp_path):
     assert json.loads((root / "config.json").read_text()) == {"max_size": 2**30}
 
 
+@pytest.mark.slow
 def test_a_named_root_that_does_not_exist_is_said_and_not_created(tmp_path):
     root = tmp_path / "nowhere"
     for args in (["ls"], ["stats"], ["prune"], ["verify"], ["show", "ab"], ["ls", "--json"]):
@@ -567,6 +581,7 @@ def test_the_default_root_before_its_first_use_reads_as_empty(tmp_path):
     assert not (tmp_path / "xdg" / "kcache").exists()
 
 
+@pytest.mark.slow
 def test_readonly_layer_entries_are_listed_but_not_removed(cache, tmp_path):
     root, _ = cache
     writable = tmp_path / "mine"
@@ -593,6 +608,7 @@ def test_a_real_bug_keeps_its_traceback(cache, tmp_path):
     assert "Traceback" in done.stderr and "RuntimeError: injected bug" in done.stderr
 
 
+@pytest.mark.slow
 def test_dir_that_is_a_file(tmp_path):
     afile = tmp_path / "afile"
     afile.write_text("x")
@@ -602,6 +618,7 @@ def test_dir_that_is_a_file(tmp_path):
     assert afile.read_text() == "x"
 
 
+@pytest.mark.slow
 def test_newer_format_entry_is_reported_and_left_untouched(cache):
     root, paths = cache
     path = paths[K_SAXPY_80]
@@ -626,6 +643,7 @@ def test_newer_format_entry_is_reported_and_left_untouched(cache):
 
 # ------------------------------------------------------------------------------ prune / rm
 
+@pytest.mark.slow
 def test_prune_removes_exactly_the_least_recently_used(cache):
     root, paths = cache
     sizes = {k: p.stat().st_size for k, p in paths.items()}
@@ -646,6 +664,7 @@ def test_prune_removes_exactly_the_least_recently_used(cache):
     assert {k for k, p in paths.items() if p.exists()} == {K_AXPY_90, K_AXPY_90A}
 
 
+@pytest.mark.slow
 def test_prune_older_than_and_stale(cache):
     root, paths = cache
     doc = kc_json("prune", "--older-than", "5d", "--dry-run", root=root)
@@ -664,6 +683,7 @@ def test_prune_without_flags_applies_the_configured_cap(cache):
     assert [k for k, p in paths.items() if p.exists()] == [K_AXPY_90]
 
 
+@pytest.mark.slow
 def test_rm_by_prefix_and_by_kernel(cache):
     root, paths = cache
     doc = kc_json("rm", "b2", K_STALE[:8], "--yes", root=root)
@@ -674,6 +694,7 @@ def test_rm_by_prefix_and_by_kernel(cache):
     assert not any(p.exists() for p in paths.values())
 
 
+@pytest.mark.slow
 def test_clear_needs_yes_when_not_on_a_terminal(cache):
     root, paths = cache
     one_line_error(kc("clear", root=root))
@@ -687,6 +708,7 @@ def test_clear_needs_yes_when_not_on_a_terminal(cache):
 
 # ------------------------------------------------------------------------------ verify
 
+@pytest.mark.slow
 def test_verify_reports_then_quarantines_a_corrupt_entry(cache):
     root, paths = cache
     assert kc_json("verify", root=root) == {"checked": 4, "ok": True, "bad": [], "newer": []}
@@ -715,6 +737,7 @@ def test_verify_reports_then_quarantines_a_corrupt_entry(cache):
 
 # ------------------------------------------------------------------------------ config
 
+@pytest.mark.slow
 def test_config_show_get_set(cache):
     root, _ = cache
     doc = kc_json("config", root=root, env={"KCACHE_LOCK_TIMEOUT": "90s"})
@@ -765,6 +788,7 @@ def test_the_shim_really_blocks_writes(readonly):
     assert not (root / "config.json").exists()
 
 
+@pytest.mark.slow
 def test_ls_stats_and_dry_run_work_read_only(readonly):
     root, env = readonly
     done = kc("dir", "--json", root=root, env=env)
@@ -814,6 +838,7 @@ def held_lock():
 FAST_LOCKS = {"KCACHE_LOCK_TIMEOUT": "0.2"}
 
 
+@pytest.mark.slow
 def test_prune_reports_what_it_removed_when_an_entry_is_busy(cache, held_lock):
     root, paths = cache
     held_lock(root, K_AXPY_90)
@@ -831,6 +856,7 @@ def test_prune_reports_what_it_removed_when_an_entry_is_busy(cache, held_lock):
     assert [k for k, p in paths.items() if p.exists()] == [K_AXPY_90]
 
 
+@pytest.mark.slow
 def test_clear_and_rm_name_the_busy_entry_and_count_the_rest(cache, held_lock):
     root, paths = cache
     held_lock(root, K_AXPY_90)
@@ -859,6 +885,7 @@ def test_clear_reports_an_entry_that_is_not_a_file(cache):
     assert not any(p.exists() for p in paths.values()) and odd.is_dir()
 
 
+@pytest.mark.slow
 def test_empty_dir_option_is_a_usage_error_and_paths_are_absolute(tmp_path):
     work = tmp_path / "project"
     work.mkdir()
@@ -873,6 +900,7 @@ def test_empty_dir_option_is_a_usage_error_and_paths_are_absolute(tmp_path):
     assert json.loads(done.stdout)["root"] == str(work / "rel")
 
 
+@pytest.mark.slow
 def test_show_checks_the_checksum(cache):
     root, paths = cache
     path = paths[K_SAXPY_80]
@@ -890,6 +918,7 @@ def test_show_checks_the_checksum(cache):
     assert "corrupt" in line
 
 
+@pytest.mark.slow
 def test_unreadable_entries_are_listed_shown_and_removable(cache):
     root, paths = cache
     paths[K_SAXPY_80].write_bytes(paths[K_SAXPY_80].read_bytes()[:40])  # truncated
@@ -909,6 +938,7 @@ def test_unreadable_entries_are_listed_shown_and_removable(cache):
     assert not paths[K_SAXPY_80].exists() and not paths[K_STALE].exists()
 
 
+@pytest.mark.slow
 def test_root_under_a_file_is_reported_unwritable(tmp_path):
     afile = tmp_path / "afile"
     afile.write_text("x")
@@ -940,6 +970,7 @@ def test_verify_fix_on_a_read_only_root_says_nothing_was_moved(tmp_path):
     assert path.exists()
 
 
+@pytest.mark.slow
 def test_prune_dry_run_previews_the_real_prune(cache):
     root, paths = cache
     paths[K_STALE].write_bytes(b"garbage")  # a broken entry: removed and counted like others
@@ -953,6 +984,7 @@ def test_prune_dry_run_previews_the_real_prune(cache):
     assert status == 0 and "nothing to remove" in err and "Key" not in text
 
 
+@pytest.mark.slow
 def test_a_bad_setting_does_not_block_dir_or_config(cache):
     root, _ = cache
     env = {"KCACHE_MAX_SIZE": "9" * 400, "KCACHE_LOCK_TIMEOUT": "90s"}
@@ -977,6 +1009,7 @@ def test_a_bad_setting_does_not_block_dir_or_config(cache):
     assert json.loads((root / "config.json").read_text()) == {}
 
 
+@pytest.mark.slow
 def test_plain_output_uses_json_names_and_spellings(cache, tmp_path):
     root, _ = cache
     fields = dict(line.split("\t", 1) for line in kc("show", "b2", root=root).stdout.splitlines())
@@ -1003,6 +1036,7 @@ def test_library_warnings_are_printed_once(cache):
 
 # ------------------------------------------------------------------------------ trial 2
 
+@pytest.mark.slow
 def test_entry_path_that_is_a_directory_is_left_to_verify_fix(cache):
     root, paths = cache
     path = paths[K_SAXPY_80]
@@ -1021,6 +1055,7 @@ def test_entry_path_that_is_a_directory_is_left_to_verify_fix(cache):
     assert bad["quarantined"] and not path.exists(), done.stdout
 
 
+@pytest.mark.slow
 def test_prune_and_rm_plain_headers_are_json_names(cache):
     root, _ = cache
     done = kc("prune", "--max-size", "0", "--dry-run", root=root)
@@ -1031,6 +1066,7 @@ def test_prune_and_rm_plain_headers_are_json_names(cache):
                                                        "file_size"]
 
 
+@pytest.mark.slow
 def test_one_wording_per_problem_in_ls_show_and_verify(cache):
     root, paths = cache
     full = paths[K_SAXPY_80].stat().st_size

@@ -27,6 +27,8 @@ import pytest
 
 from test_cli import kc, on_terminal
 
+pytestmark = pytest.mark.slow  # hostile files through CLI processes
+
 KEY = "e7" + "3" * 62
 #: The entry file's fixed prefix (kcache/entry.py): magic, version, flags, header length,
 #: body length, BLAKE2b-128 of the header.

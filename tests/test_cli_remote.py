@@ -19,6 +19,8 @@ from servers import (SilentServer, aws_env, make_redis, redis_url, refusing_port
                      s3_bucket, s3_endpoint, unique_namespace)
 from test_cli import K_AXPY_90, K_AXPY_90A, K_SAXPY_80, K_STALE, SPECS, fill, kc, on_terminal, one_line_error
 
+pytestmark = pytest.mark.slow  # the CLI against real servers, in processes
+
 LIMIT = fmt.MAX_FILE + signing.OVERHEAD
 SECRET = "cli-secret-0123456789abcdefgh"
 REMOTE_FIELDS = {"remote_hits", "remote_misses", "remote_bad", "remote_puts", "remote_put_errors",

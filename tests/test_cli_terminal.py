@@ -46,6 +46,7 @@ def cells(line: str) -> list[str]:
     return [c for c in re.split(r" {2,}", line.strip()) if c]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("columns", [80, 60])
 def test_ls_fits_and_never_breaks_a_word(long_names, columns):
     lines = screen("ls", "--dir", str(long_names), columns=columns)
@@ -68,6 +69,7 @@ def test_ls_fits_and_never_breaks_a_word(long_names, columns):
     assert hidden and all(h in caption for h in hidden) and "--wide" in caption
 
 
+@pytest.mark.slow
 def test_ls_wide_shows_everything(long_names):
     lines = screen("ls", "--wide", "--dir", str(long_names), columns=60)
     assert set(cells(lines[0])) == HEADERS
@@ -76,6 +78,7 @@ def test_ls_wide_shows_everything(long_names):
     assert len(lines) == 1 + len(KERNELS) and "…" not in text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("columns", [80, 60])
 @pytest.mark.parametrize("args", [["show", "KEY"], ["stats"], ["config"], ["dir"],
                                   ["prune", "--dry-run", "--max-size", "1"], ["verify"]],
@@ -102,6 +105,7 @@ def test_every_table_fits(long_names, columns, args):
         assert fields["key"].startswith(args[1])
 
 
+@pytest.mark.slow
 def test_show_wide_prints_the_full_key_and_path(long_names):
     info = Store(long_names).find("")[0]
     lines = screen("show", info.key[:8], "--wide", "--dir", str(long_names), columns=60)

@@ -40,6 +40,7 @@ def _ptx_target(entry):
     return [line.split()[1] for line in lines if line.startswith(".target")]
 
 
+@pytest.mark.slow
 def test_examples_round_trip_for_each_cc(store):
     from examples import kernels
     for kernel, sigs in kernels.SIGNATURES.items():
@@ -66,6 +67,7 @@ def _rebuild(entry, sig, cc):
                            extensions=[])
 
 
+@pytest.mark.slow
 def test_present_entries_are_not_recompiled(store):
     from examples import kernels
     sig = kernels.SIGNATURES[kernels.scaled_add]
@@ -110,6 +112,7 @@ def _usecase_kernels():
     return [(k, tuple(k.typeof_pyval(a) for a in args)) for k, args in cases]
 
 
+@pytest.mark.slow
 def test_numba_cuda_cache_usecases_compile_for_80_and_90(store):
     pytest.importorskip("filecheck")  # numba.cuda.testing (imported by cache_usecases) needs it
     keys_by_case = []
@@ -206,6 +209,7 @@ _CHILD = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_gpu_process_hits_compile_for_entries_without_target_context_or_pickle(tmp_path):
     """Entries warmed by compile_for are hit by a process that computes keys itself
     (same key), rebuilt without refreshing numba's contexts and without pickle."""
@@ -378,6 +382,7 @@ _DEVMOD = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_explain_names_a_changed_device_function_for_compile_for(tmp_path):
     """KCACHE_EXPLAIN=1: a compile_for miss after a device function in another module changed
     logs (and kcache.explain(kernel) returns) 'dependency devmod.step changed'."""

@@ -48,6 +48,7 @@ def bash_complete(path, *words: str) -> list[str]:
     return [w for w in done.stdout.splitlines() if w]
 
 
+@pytest.mark.slow
 def test_bash_script_is_valid_bash(scripts):
     done = subprocess.run([need("bash"), "-n", str(scripts["bash"])], capture_output=True,
                           text=True, timeout=30)

@@ -26,6 +26,8 @@ from dockerrecipe import Build, RecipeError, blocks, parse_build_lines  # noqa: 
 from kcache import Store  # noqa: E402
 from trustkit import entry, key, readonly_env, snapshot  # noqa: E402
 
+pytestmark = pytest.mark.slow  # builds the documented container recipe
+
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "containers.md"
 DOCKERFILE_MARK = "tests/test_containers.py runs this Dockerfile"

@@ -307,6 +307,7 @@ def test_markers_are_well_formed():
         assert any(not b.gpu and not b.file for b in found[name]), name
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("page", pages_with(gpu=False), ids=lambda p: p.name)
 def test_runnable_blocks(page, tmp_path):
     assert run_page(page, tmp_path, gpu=False) > 0

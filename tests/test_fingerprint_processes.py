@@ -13,6 +13,8 @@ from fixtures_keys import key_in_subprocess, write_modules
 
 pytest.importorskip("numba.cuda")
 
+pytestmark = pytest.mark.slow  # keys computed in fresh processes
+
 KERNELS = """
     import numpy as np
     from numba import cuda

@@ -91,6 +91,7 @@ def changes(*items) -> dict:
     return {"CHANGES": json.dumps([list(item) for item in items])}
 
 
+@pytest.mark.slow
 def test_store_opened_at_definition_is_kept_when_settings_are_unchanged(tmp_path, numba_cuda):
     root = tmp_path / "a"
     res = finish(run_child(KERNEL_CHILD, {"KCACHE_DIR": str(root)}))
@@ -100,6 +101,7 @@ def test_store_opened_at_definition_is_kept_when_settings_are_unchanged(tmp_path
     assert kcache.Store(root).header(res["key"]) is not None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["KCACHE_DIR", "relative KCACHE_DIR, chdir", "XDG_CACHE_HOME"])
 def test_a_root_changed_before_the_first_call_is_the_one_used(tmp_path, numba_cuda, how):
     cwd = None
@@ -123,6 +125,7 @@ def test_a_root_changed_before_the_first_call_is_the_one_used(tmp_path, numba_cu
     assert kcache.Store(first).header(res["key"]) is None  # nothing went to the old root
 
 
+@pytest.mark.slow
 def test_config_json_changed_before_the_first_call_is_read(tmp_path, numba_cuda):
     root, layer = tmp_path / "a", tmp_path / "layer"
     root.mkdir(mode=0o700)
@@ -155,12 +158,14 @@ BAD_THEN = """
 """
 
 
+@pytest.mark.slow
 def test_a_bad_setting_at_definition_fixed_before_the_call_warns_nothing(tmp_path, numba_cuda):
     res = finish(run_child(BAD_THEN, {"KCACHE_DIR": str(tmp_path / "c"),
                                       "KCACHE_MAX_SIZE": "bogus", "THEN": "1G"}))
     assert res == {"definition": [], "call": [], "uncached": []}
 
 
+@pytest.mark.slow
 def test_a_bad_setting_is_reported_as_the_first_call_finds_it(tmp_path, numba_cuda):
     res = finish(run_child(BAD_THEN, {"KCACHE_DIR": str(tmp_path / "c"),
                                       "KCACHE_MAX_SIZE": "bogus", "THEN": "0"}))
@@ -206,6 +211,7 @@ def _wait_for_hits(root, n, deadline_s=20.0):
     return False
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fork", [False, True], ids=["process", "forked-child"])
 def test_hits_reach_the_disk_while_the_process_runs(tmp_path, fork):
     if fork and not hasattr(os, "fork"):

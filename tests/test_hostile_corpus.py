@@ -27,6 +27,8 @@ import pytest
 
 from hostile import corpus, harness
 
+pytestmark = pytest.mark.slow  # about 1,400 cases, each in its own processes
+
 IS_ROOT = os.geteuid() == 0
 
 #: (kind, command) -> why it still breaks a rule of issue 7. Empty: every case passes.

@@ -93,6 +93,7 @@ def _run_child(tmp_path, env):
                           capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("value, expect", [
     (None, "False CUDADispatcher CUDADispatcher False"),
     ("0", "True CUDADispatcher CUDADispatcher False"),  # hook imported, does nothing
@@ -109,6 +110,7 @@ def test_kcache_enable_hook(value, expect, tmp_path):
     assert proc.stdout.split("\n")[-2] == expect
 
 
+@pytest.mark.slow
 def test_kcache_enable_typo_is_one_message_not_a_crash(tmp_path):
     env = dict(os.environ, KCACHE_ENABLE="yes please", KCACHE_DIR=str(tmp_path))
     proc = _run_child(tmp_path, env)
@@ -118,6 +120,7 @@ def test_kcache_enable_typo_is_one_message_not_a_crash(tmp_path):
     assert proc.stdout.split()[1] == "CUDADispatcher"
 
 
+@pytest.mark.slow
 def test_hook_installs_when_numba_cuda_already_imported(tmp_path):
     code = ("import numba.cuda, os; os.environ['KCACHE_ENABLE'] = 'all'; import kcache._hook;"
             "from kcache.dispatcher import installed; print(installed())")
@@ -126,6 +129,7 @@ def test_hook_installs_when_numba_cuda_already_imported(tmp_path):
     assert proc.stdout.strip() == "all", proc.stderr[-2000:]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("first", ["import kcache; kcache.jit",
                                    "import kcache.dispatcher.warm"])  # as kcache warm does
 def test_hook_waits_when_kcache_imports_numba_cuda_itself(tmp_path, first):

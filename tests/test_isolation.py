@@ -124,6 +124,7 @@ def test_stats_folder_that_is_a_file_counts_in_memory_and_keeps_the_cap(root, re
     assert len([m for m in msgs if "statistics" in m]) == 1, msgs
 
 
+@pytest.mark.slow
 def test_evict_lock_that_is_a_folder_still_enforces_the_cap(root, rec):
     lay = Layout(root)
     lay.evict_lock.mkdir(parents=True)
@@ -261,6 +262,7 @@ def _quarantine_worker(root: str, k: str, first: int, n: int, barrier, results) 
     results.put(sizes)
 
 
+@pytest.mark.slow
 def test_fifty_corrupt_copies_leave_fifty_quarantined_files(root, monkeypatch, rec):
     k = key(0)
     s = Store(root)
@@ -289,6 +291,7 @@ def test_fifty_corrupt_copies_leave_fifty_quarantined_files(root, monkeypatch, r
     assert st.corrupt == 50
 
 
+@pytest.mark.slow
 def test_prune_removes_quarantined_files_older_than_quarantine_age(root, rec):
     k = key(0)
     s = Store(root)
@@ -331,6 +334,7 @@ Store(root).put(key(0), entry(0, 50_000))
 """
 
 
+@pytest.mark.slow
 def test_temp_files_of_killed_writers_are_swept_by_eviction(root):
     s = Store(root)
     assert s.put(key(100), entry(100))
@@ -429,6 +433,7 @@ def _bad_entry_file(path, size: int) -> None:
         f.truncate(size)
 
 
+@pytest.mark.slow
 def test_bad_layer_file_is_read_once(tmp_path, monkeypatch, rec):
     layer = tmp_path / "layer"
     size = 100 << 20
@@ -508,6 +513,7 @@ print(json.dumps({"result": result, "stdout": out.getvalue()[-2000:]}))
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs /proc (Linux)")
 @pytest.mark.parametrize("op", ["get", "ls", "show", "verify", "verify --fix"])
 def test_peak_memory_on_a_valid_entry_of_empty_maps(root, op):

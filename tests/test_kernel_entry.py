@@ -86,6 +86,7 @@ _ATTACK = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_a_name_never_imports_a_module_nor_runs_a_module_getattr():
     """numpy's module ``__getattr__`` imports ``numpy.f2py`` for ``numpy.f2py``: an entry
     naming "numpy:f2py.X" must not trigger it; an unloaded module is not imported either."""

@@ -79,6 +79,7 @@ print(make_key(shuffle(comps)))
 """
 
 
+@pytest.mark.slow
 def test_key_stable_across_processes_and_hash_seeds():
     import json
 

@@ -170,6 +170,7 @@ def _function_lines(fn):
     return {line for _s, _e, line in fn.__code__.co_lines() if line is not None}
 
 
+@pytest.mark.slow
 def test_served_entries_carry_the_loc_lines_of_their_source(tmp_path):
     """compile_for before and after the shift: the second is compiled (not served from the
     first's entry) and each entry's .loc lines for innermod.py are those of its source."""

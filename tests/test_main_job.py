@@ -17,6 +17,8 @@ import pytest
 
 pytest.importorskip("numba.cuda")
 
+pytestmark = pytest.mark.slow  # the main job compiles every example for two ccs
+
 REPO = Path(__file__).resolve().parents[1]
 MAIN = REPO / "examples" / "main.py"
 TESTS = Path(__file__).resolve().parent

@@ -147,6 +147,7 @@ DEVMOD = """
 """
 
 
+@pytest.mark.slow
 def test_nrt_from_the_environment_changes_the_key_across_processes(tmp_path):
     """NUMBA_CUDA_ENABLE_NRT=1 in one process, unset in another: different keys (the kernel
     and the device function it calls are compiled with NRT in the first only)."""
@@ -175,6 +176,7 @@ _WARM = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_an_nrt_entry_is_not_served_to_a_process_without_nrt(tmp_path):
     directory = write_modules(tmp_path / "p", {"kernels": KERNELS, "devmod": DEVMOD})
     root = tmp_path / "cache"

@@ -27,6 +27,8 @@ pytest.importorskip("numba.cuda")
 
 from userkit import run_as, shared_base, users, probe  # noqa: E402
 
+pytestmark = pytest.mark.slow  # warms, exports and imports as other users
+
 REPO = Path(__file__).resolve().parents[1]
 CCS = "8.0,9.0"
 SECRET = "relocation test secret"

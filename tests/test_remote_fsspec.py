@@ -54,6 +54,7 @@ def listing(url: str) -> set[str]:
 
 # -- the protocol --------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_round_trip_namespaced_and_versioned(url):
     tier = open_remote(url, timeout=T_OK, namespace="team-a")
     assert isinstance(tier, Tier)
@@ -71,6 +72,7 @@ def test_round_trip_namespaced_and_versioned(url):
     assert tier.read(k, LIMIT) is None
 
 
+@pytest.mark.slow
 def test_keys_lists_only_entry_names_of_this_namespace(url):
     import fsspec
 
@@ -107,6 +109,7 @@ def test_value_larger_than_limit_is_refused_unread(url, monkeypatch):
         assert seen == ["info"]  # the size said no: the value itself was never read
 
 
+@pytest.mark.slow
 def test_value_grown_after_the_size_check_is_read_within_the_bound(url, monkeypatch):
     tier = open_remote(url, timeout=T_OK)
     k = key("grown")
@@ -143,6 +146,7 @@ def test_value_grown_after_the_size_check_is_read_within_the_bound(url, monkeypa
     assert reads == [1001]  # a ranged read of limit + 1 bytes, not 2 MiB
 
 
+@pytest.mark.slow
 def test_read_only_tier_refuses_writes(url):
     k = key("ro")
     open_remote(url, timeout=T_OK).write(k, b"published")
@@ -157,6 +161,7 @@ def test_read_only_tier_refuses_writes(url):
     ro.check()  # something there to read
 
 
+@pytest.mark.slow
 def test_check(url):
     open_remote(url, timeout=T_OK).check()  # writable: a probe written and removed
     assert listing(url) <= {f"kcache/{V}"}  # no probe left (file:// keeps the folder)
@@ -218,6 +223,7 @@ def timed(fn, *args):
     return out, time.monotonic() - t0
 
 
+@pytest.mark.slow
 def test_s3_silent_server_every_call_bounded_then_switched_off(aws_env):
     with SilentServer() as silent:
         tier = s3_tier(f"http://127.0.0.1:{silent.port}")
@@ -234,6 +240,7 @@ def test_s3_silent_server_every_call_bounded_then_switched_off(aws_env):
             assert err.kind == "unavailable" and took < 0.05
 
 
+@pytest.mark.slow
 def test_s3_put_to_a_silent_server_is_bounded(aws_env):
     """botocore sends "Expect: 100-continue" with a PUT and aiohttp waits for the interim
     answer without any timeout: the whole-call deadline is what bounds it."""
@@ -252,6 +259,7 @@ def test_s3_connection_refused(aws_env):
         assert kinds == ["refused"] * 3 + ["unavailable"]
 
 
+@pytest.mark.slow
 def test_s3_missing_credentials_is_auth(s3_endpoint, aws_env, monkeypatch):
     monkeypatch.delenv("AWS_ACCESS_KEY_ID")
     monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")

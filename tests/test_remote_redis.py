@@ -417,6 +417,7 @@ def test_crashed_holder_lease_expires_and_another_takes_it(redis_url, ns):
     assert not raw.exists(tier.lease_key(k))
 
 
+@pytest.mark.slow
 def test_live_holder_renews_its_lease_and_waiters_give_up_at_the_cap(redis_url, ns):
     k = key("renewed")
     held, release = CTX.Event(), CTX.Event()

@@ -12,6 +12,8 @@ from kcache.layout import Layout
 from kcache.remote import open_remote
 from servers import aws_env, redis_url, s3_bucket, s3_endpoint, unique_namespace  # noqa: F401
 
+pytestmark = pytest.mark.slow  # real processes through each backend
+
 CTX = mp.get_context("fork")
 SECRET = b"fleet-secret-0123456789abcdef"
 LIMIT = fmt.MAX_FILE + signing.OVERHEAD  # bytes: the largest entry, signed

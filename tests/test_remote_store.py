@@ -28,6 +28,8 @@ from kcache.warn import KcacheWarning
 from servers import (DrippingServer, SilentServer, aws_env, make_redis, redis_url,  # noqa: F401
                      refusing_port, s3_bucket, s3_endpoint, unique_namespace, wait_until)
 
+pytestmark = pytest.mark.slow  # real processes through each backend
+
 CHILD = Path(__file__).resolve().parent / "remote_child.py"
 LIMIT = fmt.MAX_FILE + signing.OVERHEAD  # bytes: any value
 T_OK = 10.0  # seconds: the remote timeout of tests that are not about timeouts (a loaded machine)

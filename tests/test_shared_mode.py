@@ -28,8 +28,9 @@ import importlib
 from kcache.layout import Layout
 from trustkit import IS_ROOT, age, entry, key, snapshot
 
-pytestmark = pytest.mark.skipif(not IS_ROOT or not shutil.which("useradd"),
-                                reason="creating two users needs root and useradd/groupadd")
+pytestmark = [pytest.mark.skipif(not IS_ROOT or not shutil.which("useradd"),
+                                 reason="creating two users needs root and useradd/groupadd"),
+              pytest.mark.slow]  # processes of two users
 
 CTX = mp.get_context("fork")
 cli_main = importlib.import_module("kcache.cli.main")

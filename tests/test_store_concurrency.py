@@ -11,6 +11,8 @@ import pytest
 from kcache import Entry, LockTimeout, Store, make_key
 from kcache.layout import Layout
 
+pytestmark = pytest.mark.slow  # real processes racing, SIGKILLed mid-write
+
 CTX = mp.get_context("fork")
 
 

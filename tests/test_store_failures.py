@@ -128,6 +128,7 @@ def test_disk_full_on_put(root, monkeypatch):
 
 # -- corruption ---------------------------------------------------------------------------
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(st.booleans(), st.integers(0, 10**9), st.integers(0, 7)), min_size=1, max_size=12))
 def test_random_flips_and_truncations_are_detected(damage):

@@ -134,6 +134,7 @@ KILLED = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("what", ["prune", "clear", "evict"])
 def test_killed_bulk_removal_leaves_totals_off_by_at_most_one_batch(root, what):
     s = Store(root)

@@ -78,6 +78,7 @@ def _fill_canary(canary, shard_keys) -> None:
             age(folder / name, 60 * DAY)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("which", list(LINKED))
 def test_nothing_outside_the_root_is_deleted_moved_or_written(tmp_path, which):
     root, canary = tmp_path / "cache", tmp_path / "canary"
@@ -236,6 +237,7 @@ def _untrusted_lines(stderr: str, path) -> list[str]:
     return [line for line in stderr.splitlines() if f"{path} is not trusted" in line]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", list(FOLDERS))
 @pytest.mark.parametrize("how", list(UNTRUSTED))
 def test_untrusted_root_is_not_used(tmp_path, how, where):
@@ -272,6 +274,7 @@ def test_untrusted_root_is_not_used(tmp_path, how, where):
     assert snapshot(root) == before
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", list(FOLDERS))
 @pytest.mark.parametrize("how", list(UNTRUSTED))
 def test_untrusted_readonly_layer_is_not_used(tmp_path, how, where):

@@ -15,6 +15,8 @@ import pytest
 
 pytest.importorskip("numba.cuda")
 
+pytestmark = pytest.mark.slow  # each test compiles kernels in `kcache warm` processes
+
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE_SIGS = REPO / "examples" / "kernels.sigs"
 USECASE_SIGS = REPO / "examples" / "cache_usecases.sigs"

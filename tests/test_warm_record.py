@@ -15,6 +15,7 @@ import pytest
 pytest.importorskip("numba.cuda")
 
 from kcache.dispatcher import record, sigfile  # noqa: E402
+from kcache.warn import KcacheWarning  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -86,6 +87,7 @@ def run_together(commands, env) -> list[str]:
                 p.kill()
 
 
+@pytest.mark.slow
 def test_a_recorded_run_warms_the_same_keys(tmp_path):
     rec = tmp_path / "used.sigs"
     root = tmp_path / "cache"
@@ -121,6 +123,7 @@ def test_a_recorded_run_warms_the_same_keys(tmp_path):
     assert sorted(r["key"] for r in fresh) == keys[0]
 
 
+@pytest.mark.slow
 def test_concurrent_appends_keep_whole_lines_once(tmp_path):
     rec = tmp_path / "many.sigs"
     n = 4
@@ -150,8 +153,10 @@ def test_what_cannot_be_recorded_is_skipped_with_a_reason(tmp_path, caplog):
     rec = tmp_path / "r.sigs"
     record.start(rec)
     try:
-        record.note(_local_kernel(), (T.float32[::1],))
-        record.note(module_kernel, (T.CPointer(T.int32),))
+        with pytest.warns(KcacheWarning, match="defined inside a function"):
+            record.note(_local_kernel(), (T.float32[::1],))
+        with pytest.warns(KcacheWarning, match="no signature-string form"):
+            record.note(module_kernel, (T.CPointer(T.int32),))
         record.note(module_kernel, (T.Array(T.float32, 2, "F", readonly=True),))
         record.note(module_kernel, (T.Array(T.float32, 2, "F", readonly=True),))  # once
     finally:

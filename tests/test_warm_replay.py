@@ -18,6 +18,8 @@ pytest.importorskip("numba.cuda")
 
 from kcache import Store, make_key  # noqa: E402
 
+pytestmark = pytest.mark.slow  # compiles kernels under two toolchains
+
 REPO = Path(__file__).resolve().parents[1]
 SIGS = REPO / "examples" / "kernels.sigs"
 OLD = {"numba-cuda": "0.0.1", "nvvm": "0.0.1"}
