@@ -501,8 +501,7 @@ class KCacheDispatcher(_compat.CUDADispatcher):
             return None, f"the cached entry cannot be used here ({exc})"
         try:
             kernel.bind()
-            # what the compile said, said again (naming this process's function)
-            _warnings.replay(entry.meta.get("warnings"), repr(self.py_func))
+            self._kcache_say_again(entry)
             return kernel, None
         except Exception as exc:  # e.g. CUDA_ERROR_UNSUPPORTED_PTX_VERSION / NO_BINARY_FOR_GPU
             self._kcache_counts["fallbacks"] += 1
@@ -514,13 +513,20 @@ class KCacheDispatcher(_compat.CUDADispatcher):
             kernel = entry_to_kernel(entry, argtypes, full, extensions=extensions, use="ptx",
                                      **served)
             kernel.bind()
-            _warnings.replay(entry.meta.get("warnings"), repr(self.py_func))
+            self._kcache_say_again(entry)
             return kernel, None
         except Exception as exc:  # no PTX, or a PTX ISA newer than this driver
             warn_once("dispatcher-ptx", f"kcache: the cached PTX of {self._kcache_name()} "
                       f"does not load either ({exc}); compiling instead")
             return None, (f"the driver refused the cached cubin ({cubin_error}) and its PTX "
                           f"({exc})")
+
+    def _kcache_say_again(self, entry) -> None:
+        """What the entry's compile warned, said again (naming this process's function); a
+        hit of a quiet kernel does nothing here."""
+        said = entry.meta.get("warnings")
+        if said:
+            _warnings.replay(said, repr(self.py_func))
 
     def _kcache_inspection(self, argtypes):
         """The kernel for ``argtypes`` compiled (never bound or launched) to answer what a

@@ -15,6 +15,7 @@ import pytest
 
 from kcache import Entry, Store
 from kcache.toolchain import package_versions
+import ptykit
 from trustkit import READONLY_SHIM
 
 NOW = time.time()
@@ -266,12 +267,7 @@ def on_terminal(*args: str, answer: str | None = None, columns: int = 200,
     ``columns`` columns (also in $COLUMNS, which rich reads first).
 
     ``answer`` is typed on the terminal. Returns (status, terminal output, stderr)."""
-    import fcntl
-    import pty
-    import struct
-    import termios
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
+    master, slave = ptykit.open_terminal(columns)
     full_env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")
                 and not k.startswith("KCACHE_")}
     full_env.update(env or {}, COLUMNS=str(columns))
@@ -280,19 +276,10 @@ def on_terminal(*args: str, answer: str | None = None, columns: int = 200,
     os.close(slave)
     if answer is not None:
         os.write(master, answer.encode())
-    chunks = []
-    while True:
-        try:
-            data = os.read(master, 65536)
-        except OSError:  # EIO once the child closed the terminal
-            break
-        if not data:
-            break
-        chunks.append(data)
-    os.close(master)
+    shown = ptykit.drain(master)
     stderr = proc.stderr.read().decode()
     proc.stderr.close()
-    return proc.wait(timeout=60), b"".join(chunks).decode(), stderr
+    return proc.wait(timeout=60), shown.decode(), stderr
 
 
 @pytest.mark.slow

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+import ptykit
 from kcache import signing
 from kcache import entry as fmt
 from kcache.layout import Layout
@@ -157,27 +158,13 @@ def test_push_needs_a_writable_remote(tmp_path, redis_env):
 
 def all_on_a_terminal(*args: str, env: dict) -> tuple[int, str]:
     """``kcache ARGS`` with stdin, stdout and stderr on one pseudo-terminal; (status, text)."""
-    import fcntl
     import os
-    import pty
-    import struct
-    import termios
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 100, 0, 0))
+    master, slave = ptykit.open_terminal(100)
     proc = subprocess.Popen([sys.executable, "-m", "kcache", *args], stdin=slave, stdout=slave,
                             stderr=slave, env={**_env(env), "COLUMNS": "100"})
     os.close(slave)
-    chunks = []
-    while True:
-        try:
-            data = os.read(master, 65536)
-        except OSError:  # EIO once the child closed the terminal
-            break
-        if not data:
-            break
-        chunks.append(data)
-    os.close(master)
-    return proc.wait(timeout=60), b"".join(chunks).decode()
+    shown = ptykit.drain(master)
+    return proc.wait(timeout=60), shown.decode()
 
 
 def test_push_and_pull_on_a_terminal_draw_a_progress_bar(tmp_path, redis_env):

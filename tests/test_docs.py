@@ -39,6 +39,8 @@ from pathlib import Path
 
 import pytest
 
+import ptykit
+
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
 PAGES = [REPO / "README.md", *sorted(DOCS.glob("*.md"))]
@@ -199,30 +201,16 @@ PROGRESS_LINE = re.compile(r"^kcache: warm: \[\d+/\d+\] ")
 def on_terminal(argv: list[str], cwd: Path, env: dict) -> tuple[int, str, str]:
     """Run ``argv`` with stdout on a pseudo-terminal of :data:`TERMINAL_COLUMNS` columns;
     (status, what the terminal showed without styles, stderr)."""
-    import fcntl
-    import pty
-    import struct
-    import termios
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, TERMINAL_COLUMNS, 0, 0))
+    master, slave = ptykit.open_terminal(TERMINAL_COLUMNS)
     proc = subprocess.Popen(argv, cwd=cwd, stdout=slave, stderr=subprocess.PIPE,
                             stdin=subprocess.DEVNULL,
                             env=dict(env, COLUMNS=str(TERMINAL_COLUMNS), TERM="xterm"))
     os.close(slave)
-    chunks = []
-    while True:
-        try:
-            data = os.read(master, 65536)
-        except OSError:  # EIO once the child closed the terminal
-            break
-        if not data:
-            break
-        chunks.append(data)
-    os.close(master)
+    shown = ptykit.drain(master)
     err = proc.stderr.read().decode()
     proc.stderr.close()
     status = proc.wait(timeout=BLOCK_TIMEOUT)
-    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(chunks).decode()).replace("\r\n", "\n")
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", shown.decode()).replace("\r\n", "\n")
     return status, text, err
 
 
