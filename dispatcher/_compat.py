@@ -39,7 +39,7 @@ __all__ = [
     "current_cc", "current_launch_config", "compile_kernel", "uncacheable_reason",
     "kernel_state", "rebuild_kernel", "ServedKernel", "ServedCodeLibrary", "make_call_helper", "offline_target", "patch_dispatcher",
     "unpatch_dispatcher", "is_patched", "supported_ccs", "launch_config_key",
-    "overload_implementations", "numba_config",
+    "overload_implementations", "numba_config", "numba_cache_refusal",
 ]
 
 
@@ -137,6 +137,26 @@ def uncacheable_reason(kernel) -> str | None:
                     "argument to cache it")
     if lib._setup_functions or lib._teardown_functions:
         return "the kernel links LinkableCode with setup/teardown callbacks (Python callables)"
+    return None
+
+
+def numba_cache_refusal(kernel):
+    """The exception numba-cuda's own cache raises when it is asked to save ``kernel``
+    (``cache=True``), or None when it would save it. Mirrors ``CUDACodeLibrary._reduce_states``
+    (numba-cuda 0.30), which ``CUDACache.save_overload`` calls right after the compile: a
+    library referencing a device array (a captured or global one) -> ``PicklingError``; linking
+    files other than NRT (``link=``, ``declare_device(link=...)``) -> ``RuntimeError``. Same
+    types and texts; the ``PicklingError`` class is the one numba-cuda's codegen raises (kcache
+    pickles nothing)."""
+    lib = kernel._codelibrary
+    if any(getattr(obj, "__cuda_array_interface__", None) is not None
+           for obj in (lib.referenced_objects or {}).values()):
+        return _codegen.pickle.PicklingError(
+            "Cannot serialize kernels or device functions referencing global device arrays. "
+            "Pass the array(s) as arguments to the kernel instead.")
+    files = lib._linking_files
+    if files and not (len(files) == 1 and NRT_LIBRARY in files):
+        return RuntimeError("Cannot pickle CUDACodeLibrary with linking files")
     return None
 
 

@@ -288,8 +288,17 @@ class KCacheDispatcher(_compat.CUDADispatcher):
 
     def enable_caching(self):
         """Caching is always on for a KCacheDispatcher made with ``cache=True``; turns it on
-        otherwise (numba-cuda's ``enable_caching`` contract)."""
-        self._kcache.cache = True
+        otherwise (numba-cuda's ``enable_caching`` contract). Reached from
+        ``numba.cuda.jit(cache=True)`` when mode "all" made this one a KCacheDispatcher
+        already: see ``install.caching_asked``."""
+        from .install import caching_asked
+        caching_asked(self)
+
+    #: True when the program asked numba-cuda's own cache for this kernel
+    #: (``numba.cuda.jit(cache=True)`` under ``install()`` / ``KCACHE_ENABLE``, not kcache.jit):
+    #: what numba-cuda's cache refuses to save (``_compat.numba_cache_refusal``) is compiled,
+    #: then refused with numba-cuda's own error, as without kcache.
+    _kcache_numba_cache = False
 
     def specialize(self, *args):
         """A new KCacheDispatcher specialized for the types of ``args`` (its kernel cached too).
@@ -318,6 +327,8 @@ class KCacheDispatcher(_compat.CUDADispatcher):
             dispatcher._launch_config_is_specialized = True
             dispatcher._launch_config_specialization_key = key
             dispatcher._launch_config_default_key = key
+            # numba-cuda gives these its cache when the parent has it (enable_caching()).
+            dispatcher._kcache_numba_cache = self._kcache_numba_cache
             self._launch_config_specializations[key] = dispatcher
         return dispatcher
 
@@ -354,6 +365,11 @@ class KCacheDispatcher(_compat.CUDADispatcher):
         store = self._kcache.get_store()
         if store is None:
             return self._kcache_uncached_build(sig, "caching is off for this kernel")
+        if self._kcache_numba_cache and self.targetoptions.get("link"):
+            # Never served, even where kcache.jit stored this kernel: numba-cuda compiles it,
+            # then its cache refuses it (raised by _kcache_build).
+            return self._kcache_uncached_build(sig, "numba-cuda's cache (cache=True) refuses "
+                                               "kernels that link files; compiled as it does")
         cc = _compat.current_cc()
         try:
             key, components = self.kcache_key(argtypes, cc, store=store)
@@ -472,6 +488,14 @@ class KCacheDispatcher(_compat.CUDADispatcher):
         for counts in (self._kcache_counts, _process_counts):
             counts["compiles"] += 1
             counts["compile_seconds"] += seconds
+        if self._kcache_numba_cache:
+            refusal = _compat.numba_cache_refusal(kernel)
+            if refusal is not None:  # numba-cuda's save_overload raises it after its compile
+                if explain_enabled():
+                    self._kcache_log([f"{self._kcache_name()} "
+                                      f"{_compat.signature_display(argtypes)}: refused as "
+                                      f"numba-cuda's cache (cache=True) refuses it: {refusal}"])
+                raise refusal
         return kernel, seconds
 
     def _kcache_uncached_build(self, sig, reason):

@@ -24,6 +24,8 @@ line info carries theirs too (docs/keys.md, "Line numbers").
 
 Functions of library modules (numba, numpy, llvmlite, cuda-python, the standard library)
 are identified by module and qualname only: their versions are in the toolchain component.
+Not those made at run time inside a function (``<locals>`` in the qualname: numba-cuda's test
+helpers make a new one per call under one name): they are walked like user code.
 Anything else that cannot be hashed by content gets a stable identity (type module+qualname,
 plus its repr when that looks deterministic) and is listed in ``Fingerprint.opaque``.
 A captured device array (an object with ``__cuda_array_interface__``) raises
@@ -302,6 +304,19 @@ def _is_library(module_name) -> bool:
     return module_name.partition(".")[0] in _LIBRARY_ROOTS
 
 
+def _named_by_library(obj, module_name=None) -> bool:
+    """True when ``obj`` (a function, dispatcher, intrinsic or class) may be identified by its
+    library name alone: it lives in a library module and is not made at run time inside a
+    function (``<locals>`` in its qualname). Such a local function (a closure built by a test
+    helper, a factory's product) is a new object, with other closure cells and ``@overload``
+    registrations, each time the enclosing function runs, under the very same name."""
+    module_name = _origin_module(obj) if module_name is None else module_name
+    if not _is_library(module_name):
+        return False
+    inner = getattr(obj, "py_func", None) or getattr(obj, "_defn", None) or obj
+    return "<locals>" not in (getattr(inner, "__qualname__", None) or "")
+
+
 def _qualified(obj) -> str:
     module = getattr(obj, "__module__", None) or "?"
     qualname = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None) or "?"
@@ -498,8 +513,8 @@ class _Walk:
 
     def _is_dep(self, obj) -> bool:
         if _is_dispatcher(obj) or _is_intrinsic(obj):
-            return not _is_library(_origin_module(obj))
-        return isinstance(obj, types.FunctionType) and not _is_library(obj.__module__)
+            return not _named_by_library(obj)
+        return isinstance(obj, types.FunctionType) and not _named_by_library(obj)
 
     # -- values --------------------------------------------------------------------------
 
@@ -531,7 +546,7 @@ class _Walk:
         if scalar is not None:
             return scalar
         if _is_dispatcher(value):  # before the device-array probe: a dependency, the usual case
-            if _is_library(_origin_module(value)):
+            if _named_by_library(value):
                 return ["function", _qualified(value)]
             return ["dep", self._dispatcher_digest(value, where, acc)]
         if _has_cai(value):
@@ -559,14 +574,14 @@ class _Walk:
             items = [[self.encode(k, where, acc, depth + 1), self.encode(v, where, acc, depth + 1)]
                      for k, v in value.items()]
             return ["dict", sorted(items, key=_sort_key)]
-        if (_is_dispatcher(value) or _is_intrinsic(value)) and _is_library(_origin_module(value)):
+        if (_is_dispatcher(value) or _is_intrinsic(value)) and _named_by_library(value):
             return ["function", _qualified(value)]
         if _is_dispatcher(value):
             return ["dep", self._dispatcher_digest(value, where, acc)]
         if _is_intrinsic(value):
             return ["dep", digest_of(["intrinsic", self._function_digest(value._defn, acc)])]
         if isinstance(value, types.FunctionType):
-            if _is_library(value.__module__):
+            if _named_by_library(value, value.__module__):
                 return ["function", _qualified(value)]
             return ["dep", self._plain_function_digest(value, acc)]
         if isinstance(value, types.ModuleType):
@@ -657,7 +672,7 @@ class _Walk:
 
     def _overload_payload(self, impl, jit_options, acc):
         options = self.encode(jit_options, "overload options", _Acc(), 0)
-        if isinstance(impl, types.FunctionType) and not _is_library(impl.__module__):
+        if isinstance(impl, types.FunctionType) and not _named_by_library(impl, impl.__module__):
             digest = self._function_digest(impl, acc)
             if _with_line_info(jit_options):
                 acc.add_lines(_qualified(impl), (line_digest(impl),))

@@ -27,7 +27,23 @@ def _on_enable_caching(dispatcher, original) -> None:
     if dispatcher.targetoptions.get("device"):
         return None  # device functions reach the cache through the kernels that call them
     adopt(dispatcher, options)
+    if getattr(_local, "options", None) is None:
+        dispatcher._kcache_numba_cache = True  # numba.cuda.jit(cache=True) in transparent mode
     return None
+
+
+def caching_asked(dispatcher) -> None:
+    """``enable_caching()`` called on a KCacheDispatcher: by ``numba.cuda.jit(cache=True)``
+    on a kernel mode "all" adopted when it was made (inside ``kcache.jit``: that call's own
+    settings are taken, as in every other mode), or by the program itself."""
+    options = getattr(_local, "options", None)
+    if options is not None:
+        if dispatcher._kcache is not options:
+            dispatcher._kcache_setup(options)
+        return
+    dispatcher._kcache.cache = True
+    if _state["mode"] is not None:
+        dispatcher._kcache_numba_cache = True  # numba.cuda.jit(cache=True): numba-cuda's rules
 
 
 def _on_init(dispatcher) -> None:

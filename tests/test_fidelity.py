@@ -5,7 +5,10 @@ Without a GPU (``fake_gpu``): a kernel served from an entry answers ``inspect_ll
 on demand, counted apart, never replacing the served kernel); carries the attributes
 numba-cuda's dispatcher reads (``objectmode``); says again what its compile warned; is compiled
 instead of served while a numba dump setting is on; ``recompile()`` sees changed globals; and
-``@overload(strict=...)`` is in the key. The launch of each class is in tests/test_gpu.py.
+``@overload(strict=...)`` is in the key; a function made at run time in a library module
+(numba-cuda's test helpers) is keyed by content, not by its name; a ``numba.cuda.jit(cache=True)``
+kernel under transparent mode gets numba-cuda's cache refusals (``link=``, device arrays). The
+launch of each class is in tests/test_gpu.py.
 """
 import io
 import warnings
@@ -216,3 +219,167 @@ def test_a_warning_naming_the_function_names_this_process_s_function():
         warnings.simplefilter("always")
         compile_warnings.replay([record], repr(foo))
     assert str(seen[0].message) == f"Could not find source for function: {foo!r}."
+
+
+def _overloaded_kernel(store, strict, module=None):
+    """numba-cuda's test_extending pattern: a helper makes a new function to overload, with
+    the same qualname each time, and a kernel calling it (closure cell)."""
+    from numba.cuda.extending import overload
+
+    from kcache.dispatcher import jit
+
+    def gen():
+        def myoverload(a, kw=None):
+            pass
+
+        def ol(a, **kws):  # **kws in the typing function: strict=True refuses it
+            def impl(a, kw=10):
+                return a
+            return impl
+
+        if module is not None:  # as if defined inside a numba-cuda test module
+            myoverload.__module__ = ol.__module__ = module
+        overload(myoverload, strict=strict)(ol)
+
+        @jit(store=store)
+        def foo(a, b):
+            myoverload(a, kw=11)
+        return foo
+
+    return gen()
+
+
+@pytest.mark.parametrize("module", [None, "numba.cuda.tests.cudapy.test_extending"])
+def test_a_function_made_at_run_time_in_a_library_module_is_keyed_by_content(store, module):
+    # numba-cuda's own TestHighLevelExtending.test_typing_vs_impl_signature_mismatch_
+    # handling_var_keyword: functions local to a library module were keyed by their name
+    # alone, so the strict=True kernel hit the strict=False one's entry and no TypingError
+    # was raised.
+    from numba.core import errors
+    from numba.cuda import types
+    sig = (types.int64, types.int64)
+    with fake_gpu((9, 0)):
+        lax = _overloaded_kernel(store, False, module)
+        lax.compile(sig)
+        strict = _overloaded_kernel(store, True, module)
+        assert strict.kcache_key(sig, (9, 0))[0] != lax.stats.keys[sig]
+        with pytest.raises(errors.TypingError, match="VAR_KEYWORD"):
+            strict.compile(sig)
+        again = _overloaded_kernel(store, False, module)
+        again.compile(sig)
+    assert again.stats.cache_hits[sig] == 1  # the same content still hits
+
+
+def test_run_time_closures_of_a_library_module_are_hashed_not_named():
+    from kcache.dispatcher.fingerprint import fingerprint
+
+    def make(n):
+        def dev(x):
+            return x + n
+        dev.__module__ = "numba.cuda.tests.fixture"
+
+        def kern(a):
+            a[0] = dev(a[0])
+        return kern
+
+    assert fingerprint(make(1)).digest != fingerprint(make(2)).digest
+    assert fingerprint(make(1)).digest == fingerprint(make(1)).digest
+
+
+def _jitlink_ptx():
+    from pathlib import Path
+
+    from numba import cuda
+    path = Path(cuda.__file__).parent / "tests" / "data" / "jitlink.ptx"
+    if not path.exists():
+        pytest.skip("numba-cuda's tests/data/jitlink.ptx is not installed")
+    return str(path)
+
+
+class FakeDeviceArray:
+    """A device array as numba-cuda types and lowers a captured one (no device needed)."""
+    __cuda_array_interface__ = {"shape": (3,), "typestr": "<f4", "data": (0x10000, False),
+                                "version": 3, "strides": None}
+
+
+CAPTURED = FakeDeviceArray()
+
+
+@pytest.fixture(params=["cache", "all"])
+def transparent(request, store):
+    from kcache.dispatcher import install, uninstall
+    install(request.param, store=store)
+    yield request.param
+    uninstall()
+
+
+def test_cache_true_link_kernel_is_refused_as_numba_cuda_refuses_it(transparent, store):
+    # numba-cuda's test_caching.test_cannot_cache_linking_libraries, under KCACHE_ENABLE
+    from numba import cuda
+    link = _jitlink_ptx()
+    with fake_gpu((9, 0)):
+        with pytest.raises(RuntimeError, match="Cannot pickle CUDACodeLibrary with linking files"):
+            @cuda.jit("void()", cache=True, link=[link])
+            def f():
+                pass
+
+        @cuda.jit("void()", link=[link])  # no cache=True: numba-cuda runs it, uncached
+        def g():
+            pass
+    if transparent == "all":
+        assert g.stats.compiles == 1 and not g.stats.uncached  # kcache caches it
+
+
+def test_a_cache_true_link_kernel_is_not_served_from_a_kcache_jit_entry(store):
+    from kcache.dispatcher import install, jit, uninstall
+    link = _jitlink_ptx()
+
+    def body():
+        pass
+
+    with fake_gpu((9, 0)):
+        first = jit("void()", store=store, link=[link])(body)  # kcache.jit caches link= kernels
+        assert first.stats.compiles == 1 and store.stats()["entries"] == 1
+        install("cache", store=store)
+        try:
+            from numba import cuda
+            with pytest.raises(RuntimeError, match="linking files"):
+                cuda.jit("void()", cache=True, link=[link])(body)
+        finally:
+            uninstall()
+
+
+def test_cache_true_kernel_capturing_a_device_array_is_refused(transparent, store, caplog):
+    # numba-cuda's test_cannot_cache_captured/global_device_array, under KCACHE_ENABLE
+    from pickle import PicklingError  # the class numba-cuda raises; nothing is pickled
+
+    from numba import cuda
+    from numba.cuda import types
+    sig = (types.float32[::1],)
+    captured = FakeDeviceArray()
+    kcache.explain(True)
+    try:
+        with fake_gpu((9, 0)):
+            @cuda.jit(cache=True)
+            def closure_kernel(out):
+                out[0] = captured[0] * 2.0
+
+            @cuda.jit(cache=True)
+            def global_kernel(out):
+                out[0] = CAPTURED[0] * 2.0
+
+            for kern in (closure_kernel, global_kernel):
+                with pytest.raises(PicklingError, match="global device arrays"):
+                    kern.compile(sig)
+                assert sig not in kern.overloads
+
+            @cuda.jit  # without cache=True numba-cuda runs it (uncached); so does kcache
+            def plain(out):
+                out[0] = CAPTURED[0] * 2.0
+            plain.compile(sig)
+    finally:
+        kcache.explain(False)
+    assert any("refuses it" in r.getMessage() for r in caplog.records)
+    assert store.stats()["entries"] == 0
+    if transparent == "all":
+        assert "device array" in plain.stats.uncached[sig]

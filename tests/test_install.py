@@ -58,6 +58,19 @@ def test_install_all_mode_routes_every_kernel(restore):
     assert type(cuda.jit(device=True)(lambda x: x)) is _compat.CUDADispatcher
 
 
+def test_kcache_jit_keeps_its_own_settings_under_mode_all(restore, tmp_path):
+    import kcache
+    install("all", cache_key="r1")
+    mine = kcache.Store(tmp_path / "mine")
+    k = kcache.jit(store=mine, cache_key="mine")(lambda a: None)
+    assert k._kcache.store is mine and k._kcache.cache_key == "mine"
+    off = kcache.jit(cache=False)(lambda a: None)
+    assert off._kcache.cache is False  # numba.cuda.jit(cache=True) inside does not turn it on
+    assert not k._kcache_numba_cache and not off._kcache_numba_cache  # kcache.jit's rules
+    assert _kernel(cache=True)._kcache_numba_cache  # numba.cuda.jit(cache=True): numba-cuda's
+    assert not _kernel()._kcache_numba_cache
+
+
 def test_install_rejects_unknown_mode(restore):
     with pytest.raises(ValueError, match="mode must be one of"):
         install("sometimes")
