@@ -156,16 +156,20 @@ def merge_into(doc: dict, old: dict, keep) -> None:
 
 
 def merge(docs: list[dict]) -> dict:
-    """One results document from several of the same part: each section from the last
-    document that has it; the run's own fields (date, machine, versions) from the last one."""
-    out = json.loads(json.dumps(docs[-1]))
+    """One results document from several of the same part: each section from the document
+    that measured it last (the section's own date; a section a run only kept from its
+    results file carries its older date); the run's own fields (date, machine, versions)
+    from the newest document."""
+    def when(doc, name):
+        return doc["sections"][name].get("date") or doc.get("date") or ""
+    newest = max(docs, key=lambda d: d.get("date") or "")
+    out = json.loads(json.dumps(newest))
     out["sections"], out["figures"] = {}, []
-    seen = set()
-    for doc in reversed(docs):
-        merge_into(out, doc, keep=lambda name: name not in seen)
-        seen |= set(doc.get("sections", {}))
-    order = [n for d in docs for n in d.get("sections", {})]
-    out["sections"] = {n: out["sections"][n] for n in dict.fromkeys(order)}
+    order = list(dict.fromkeys(n for d in docs for n in d.get("sections", {})))
+    for name in order:
+        source = max((d for d in docs if name in d.get("sections", {})),
+                     key=lambda d: when(d, name))
+        merge_into(out, source, keep=lambda n: n == name)
     out["complete"] = all(d.get("complete") for d in docs)
     return out
 

@@ -150,13 +150,17 @@ def test_a_section_run_alone_replaces_only_itself(tmp_path):
     assert fake.doc["figures"] == [] and fake.doc["sections"] == {}
 
 
-def test_merge_takes_each_section_from_the_last_file_that_has_it():
-    def doc(date, sections):
+def test_merge_takes_each_section_from_the_run_that_measured_it_last():
+    def doc(date, sections, kept=()):
+        secs = {s: {"seconds": 1.0, "error": None, "date": date} for s in sections}
+        secs.update({s: {"seconds": 1.0, "error": None, "date": "d0"} for s in kept})
         return {"part": "gpu", "fake": False, "date": date, "versions": {"kcache_commit": date},
-                "install": "wheel, bytecode compiled", "complete": True,
-                "sections": {s: {"seconds": 1.0, "error": None} for s in sections},
-                "figures": [figure(f"{s}.x", s, s, [float(date[-1])], "s") for s in sections]}
-    merged = merge([doc("d1", ["first_calls", "fleet", "app"]), doc("d2", ["app"])])
+                "install": "wheel, bytecode compiled", "complete": True, "sections": secs,
+                "figures": [figure(f"{s}.x", s, s, [float(secs[s]["date"][-1])], "s")
+                            for s in secs]}
+    # two device calls: the second ran the app alone and kept older first_calls and fleet
+    merged = merge([doc("d1", ["first_calls", "fleet"]), doc("d2", ["app"], kept=["first_calls",
+                                                                                   "fleet"])])
     assert list(merged["sections"]) == ["first_calls", "fleet", "app"]
     assert {f["id"]: f["values"] for f in merged["figures"]} == \
         {"first_calls.x": [1.0], "fleet.x": [1.0], "app.x": [2.0]}
