@@ -6,7 +6,10 @@ A results file:
     {"part": "gpu" | "cpu", "fake": bool, "date": ISO 8601 UTC, "seconds": wall time of the run,
      "machine": {...}, "versions": {...}, "load_average": {"before": [1, 5, 15 min], "after": ...},
      "complete": bool (false while a run is in progress or was cut short),
-     "sections": {name: {"seconds": float, "error": str | null, "notes": [str]}},
+     "install": how kcache was installed for the timed processes ("wheel, bytecode compiled"),
+     "install_detail": {...} (bench/install.py),
+     "sections": {name: {"seconds": float, "error": str | null, "notes": [str], "date": str,
+                         "kcache_commit": str, "install": str}},
      "figures": [figure, ...]}
 
     figure = {"id": str, "section": str, "label": str, "mode": str | null, "unit": "ms" | "s" |
@@ -99,18 +102,29 @@ class Results:
     """A results file being written: figures are added as sections finish, and the file is
     rewritten after each section, so a run cut short still leaves what it measured."""
 
-    def __init__(self, path: Path, part: str, fake: bool = False):
+    def __init__(self, path: Path, part: str, fake: bool = False, install: dict | None = None,
+                 sections=None):
         self.path = path
+        install = install or {}
         self.doc = {"part": part, "fake": fake,
                     "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
                     "seconds": 0.0, "machine": machine(), "versions": versions(),
                     "load_average": {"before": list(os.getloadavg()), "after": None},
-                    "complete": False, "sections": {}, "figures": []}
+                    "complete": False, "install": install.get("install"),
+                    "install_detail": install, "sections": {}, "figures": []}
+        if sections is not None:  # some sections only: the others' figures are kept
+            old = load(path) if path.exists() else None
+            if old is not None and old.get("part") == part and bool(old.get("fake")) == fake:
+                merge_into(self.doc, old, keep=lambda name: name not in sections)
         self._start = _now()
 
     def section(self, name: str, seconds: float, error: str | None = None, notes=()):
+        v = self.doc["versions"]
         self.doc["sections"][name] = {"seconds": seconds, "error": error, "notes": list(notes),
-                                      "load_average": list(os.getloadavg())}
+                                      "load_average": list(os.getloadavg()),
+                                      "date": self.doc["date"],
+                                      "kcache_commit": v.get("kcache_commit"),
+                                      "install": self.doc["install"]}
         self.save()
 
     def add(self, *figures: dict) -> None:
@@ -124,6 +138,40 @@ class Results:
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(self.doc, indent=1) + "\n")
         os.replace(tmp, self.path)
+
+
+def merge_into(doc: dict, old: dict, keep) -> None:
+    """Copy into ``doc`` the sections of ``old`` (and their figures) for which ``keep(name)``
+    holds, each with the date and commit it was measured at (a section run alone replaces
+    only itself in the results file)."""
+    for name, sec in old.get("sections", {}).items():
+        if not keep(name):
+            continue
+        sec = dict(sec)
+        sec.setdefault("date", old.get("date"))
+        sec.setdefault("kcache_commit", old.get("versions", {}).get("kcache_commit"))
+        sec.setdefault("install", old.get("install"))
+        doc["sections"][name] = sec
+        doc["figures"].extend(f for f in old.get("figures", []) if f["section"] == name)
+
+
+def merge(docs: list[dict]) -> dict:
+    """One results document from several of the same part: each section from the document
+    that measured it last (the section's own date; a section a run only kept from its
+    results file carries its older date); the run's own fields (date, machine, versions)
+    from the newest document."""
+    def when(doc, name):
+        return doc["sections"][name].get("date") or doc.get("date") or ""
+    newest = max(docs, key=lambda d: d.get("date") or "")
+    out = json.loads(json.dumps(newest))
+    out["sections"], out["figures"] = {}, []
+    order = list(dict.fromkeys(n for d in docs for n in d.get("sections", {})))
+    for name in order:
+        source = max((d for d in docs if name in d.get("sections", {})),
+                     key=lambda d: when(d, name))
+        merge_into(out, source, keep=lambda n: n == name)
+    out["complete"] = all(d.get("complete") for d in docs)
+    return out
 
 
 def _now() -> float:

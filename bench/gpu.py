@@ -20,10 +20,23 @@ Sections, in this order (each writes its figures to the results file when it end
 * ``fleet``: ``--fleet`` processes start together (released at once through their stdin)
   on an empty cache and call the five kernels; compiles counted in all of them, and the wall
   time from the release to the last process done.
-* ``app``: an application-sized module of N generated kernels (sizes ``--app-sizes``, the
-  largest >= 100): time from process start to every kernel launched once and finished, warm
-  cache (kcache, numba) and no cache. Sizes that would not fit in ``--budget`` seconds are
-  dropped, largest first, keeping one of >= 100 kernels.
+* ``app``: an application's kernels: modules of N generated kernels (sizes ``--app-sizes``,
+  100 and 1,000), time from process start to every kernel launched once and done, in four
+  modes: ``kcache`` and ``numba`` on a filled cache, ``none`` and the ``floor``. The floor is
+  the same process (interpreter, imports, ``@cuda.jit`` definitions, launches, clock from
+  process start) in which each kernel's overload is rebuilt from its cubin, all of them read
+  from one file at start (with kcache's ``_compat.rebuild_kernel`` and nothing else of kcache:
+  no key, no store), and put into the dispatcher's overloads, so every launch goes through
+  numba-cuda's dispatch of an overload it holds: what remains when a cache costs nothing. Each
+  run is split (timers in the child) into interpreter start, imports, kernel definitions
+  (the module's import), CUDA context and arrays, lookups (``dispatcher.compile``: a cache
+  read, or the compile without a cache; the floor's file read and rebuilds), module loads
+  (``cuModuleLoadData``, in ``get_cufunc``) and launches. kcache's cache is filled by
+  ``kcache.compile_for`` for the device's cc, numba-cuda's by one launch of every kernel, both
+  in parallel processes on disjoint kernels; the floor's file holds the cubins of kcache's
+  entries. Modes alternate run by run; the no-cache runs come last (one run from
+  ``NONE_ONCE_FROM`` kernels), each left out with a note when its estimate would overrun
+  ``--budget``. Goal: kcache within 10 % of the floor (medians), at each size.
 
 ``--fake`` runs the same flow without a GPU: kernels are compiled for cc 9.0 through
 kcache's offline target (``kcache.dispatcher._compat.offline_target``; ``_Kernel.bind``
@@ -491,79 +504,311 @@ def fleet(b: Bench) -> list[dict]:
     return out
 
 
-def app_sizes(b: Bench, elapsed: float) -> tuple[list[int], list[str]]:
-    """The sizes that fit in the budget, from an estimate of a compile and a process start
-    measured in first_calls (largest dropped first; one of >= 100 kernels kept)."""
+# --- the application section ----------------------------------------------------------------
+
+#: The app kernels' one signature (``APP_KERNEL``: an input and an output array).
+APP_SIGNATURE = "void(float32[::1], float32[::1])"
+APP_MODES = ("kcache", "numba", "none", "floor")
+#: The parts of an app run, in process order; they add up to the run's time.
+APP_PARTS = ("interpreter", "imports", "definitions", "context", "lookups", "loads", "launches")
+#: From this many kernels the no-cache mode runs once (each run compiles every kernel).
+NONE_ONCE_FROM = 1000
+
+APP_CHILD = textwrap.dedent('''
+    import time
+    T_START = time.time()                  # the first statement: the interpreter has started
+    import contextlib, importlib, json, os, sys
+    mode, role, opts = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+    fake = opts["fake"]
+    hook = "kcache._hook" in sys.modules   # imported by kcache-hook.pth when KCACHE_ENABLE is set
+    if mode == "kcache" and not hook:
+        import kcache._hook                 # that line's work (a --target install runs no .pth)
+    import numpy as np
+    from numba import cuda
+    if mode == "floor":
+        # The rebuild alone: kcache's numba-cuda-facing module (dispatcher/_compat.py) loaded
+        # by itself, not the kcache.dispatcher package, whose imports are a cache's cost.
+        import importlib.util
+        import msgpack
+        found = importlib.util.find_spec("kcache.dispatcher")   # imports kcache, not this one
+        where = os.path.join(found.submodule_search_locations[0], "_compat.py")
+        spec = importlib.util.spec_from_file_location("bench_floor_compat", where)
+        compat = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(compat)
+    T_IMPORTS = time.time()
+    module = importlib.import_module(opts["module"])
+    kernels = module.KERNELS[opts["part"]::opts["parts"]]
+    T_DEFS = time.time()
+
+    if role == "fill" and mode == "kcache":  # the cache filled ahead of time, no launch
+        from kcache.dispatcher import compile_for_report
+        cc = (9, 0) if fake else tuple(cuda.get_current_device().compute_capability)
+        done = [r for k in kernels for r in compile_for_report(k, opts["signature"], cc=[cc])]
+        print(json.dumps({"dispatcher": type(kernels[0]).__name__, "compiled": sum(
+            not r.cached for r in done), "compile_seconds": [r.compile_seconds for r in done
+                                                              if not r.cached]}))
+        sys.exit(0)
+
+    stack = contextlib.ExitStack()
+    if fake:                               # no GPU: compile for cc 9.0, "launch" = compile
+        from kcache.dispatcher import _compat
+        stack.enter_context(_compat.offline_target((9, 0)))
+        _compat.current_cc = lambda: (9, 0)
+        def bind(self):
+            self._codelibrary.get_cubin()
+        _compat.Kernel.bind = bind
+        from numba.cuda.codegen import JITCUDACodegen   # numba-cuda's cache index asks the device
+        JITCUDACodegen.magic_tuple = lambda self: ((13, 0), (9, 0))
+        cc = (9, 0)
+        to_device, sync = (lambda a: a), (lambda: None)
+    else:
+        cuda.current_context()
+        cc = tuple(cuda.get_current_device().compute_capability)
+        to_device, sync = cuda.to_device, cuda.synchronize
+    n = 1 << 16
+    x, out = to_device(np.ones(n, np.float32)), to_device(np.zeros(n, np.float32))
+    sync()
+
+    # Timers: the lookup (dispatcher.compile, entered on a dispatcher's first call) and the
+    # module load (CUDACodeLibrary.get_cufunc: its first call per library loads the cubin;
+    # within a lookup for kcache and no cache, within the launch for numba-cuda's cache).
+    from numba.cuda.codegen import CUDACodeLibrary
+    acc = {"lookups": 0.0, "loads": 0.0, "loads_in_lookups": 0.0}
+    depth = [0]
+    def timed_compile(real):
+        def compile(self, *a, **k):
+            depth[0] += 1
+            t = time.perf_counter()
+            try:
+                return real(self, *a, **k)
+            finally:
+                acc["lookups"] += time.perf_counter() - t
+                depth[0] -= 1
+        return compile
+    cls = type(kernels[0])
+    cls.compile = timed_compile(cls.compile)
+    real_cufunc = CUDACodeLibrary.get_cufunc
+    def get_cufunc(self):
+        t = time.perf_counter()
+        try:
+            return real_cufunc(self)
+        finally:
+            dt = time.perf_counter() - t
+            acc["loads"] += dt
+            if depth[0]:
+                acc["loads_in_lookups"] += dt
+    CUDACodeLibrary.get_cufunc = get_cufunc
+    T_CONTEXT = time.time()
+
+    if mode == "floor":                    # every overload from the one file: no key, no store
+        import numba
+        with open(opts["cubins"], "rb") as f:
+            table = msgpack.unpackb(f.read())
+        argtypes = (numba.types.Array(numba.from_dtype(np.float32), 1, "C"),) * 2
+        full = compat.full_cc(cc)
+        for k in kernels:
+            state = table[f"{k.py_func.__module__}:{k.py_func.__qualname__}"]
+            kernel = compat.rebuild_kernel(state, argtypes, full,
+                                           extensions=k.targetoptions.get("extensions"),
+                                           exceptions={}, py_func=k.py_func)
+            k.add_overload(kernel, argtypes)
+    T_LOOP = time.time()
+    for k in kernels:
+        if fake:
+            k.compile(tuple(k.typeof_pyval(a) for a in (x, out)))
+        else:
+            k[n // 128, 128](x, out)
+            sync()
+    T_DONE = time.time()
+
+    def compiles(d):
+        if hasattr(d.stats, "compile_seconds"):      # a kcache dispatcher
+            return d.stats.compiles
+        return sum(d.stats.cache_misses.values())    # numba-cuda compiles on each miss
+    spawn = float(os.environ["BENCH_SPAWN"])
+    in_loop = acc["lookups"] + acc["loads"] - acc["loads_in_lookups"]
+    kc = sys.modules.get("kcache")
+    print(json.dumps({
+        "dispatcher": type(kernels[0]).__name__, "hook_from_pth": hook,
+        "kcache_file": getattr(kc, "__file__", None),
+        "parts": {"interpreter": T_START - spawn, "imports": T_IMPORTS - T_START,
+                  "definitions": T_DEFS - T_IMPORTS, "context": T_CONTEXT - T_DEFS,
+                  "lookups": (T_LOOP - T_CONTEXT) + acc["lookups"] - acc["loads_in_lookups"],
+                  "loads": acc["loads"], "launches": (T_DONE - T_LOOP) - in_loop},
+        "compiles": sum(compiles(d) for d in kernels),
+        "overloads": sum(len(d.overloads) for d in kernels), "kernels": len(kernels),
+        "ready_s": T_DONE - spawn}))
+''')
+
+
+def app_child(b: Bench, mode: str, role: str, cache: Path, module: str, **extra) -> dict:
+    """One app process: ``role`` "app" (timed; every kernel of ``module``) or "fill" (the
+    kernels ``part::parts``: compile_for for kcache, a launch for numba-cuda)."""
+    # the floor and no cache declare their kernels without a cache (BENCH_CACHE=0)
+    env = dict(b.env("none" if mode == "floor" else mode, cache), BENCH_SPAWN=repr(time.time()))
+    opts = json.dumps({"fake": b.opts.fake, "module": module, "part": 0, "parts": 1,
+                       "signature": APP_SIGNATURE, **extra})
+    proc = subprocess.Popen([sys.executable, str(b.work / "app_child.py"), mode, role, opts],
+                            cwd=b.work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    return proc if extra.get("parts", 1) > 1 else b.finish(proc, mode)
+
+
+def fill_jobs() -> int:
+    """Processes that fill a cache together (on disjoint kernels): half the cores, up to 8."""
+    return max(1, min(8, (os.cpu_count() or 2) // 2))
+
+
+def app_fill(b: Bench, mode: str, cache: Path, module: str, n: int) -> list[dict]:
+    """Fill ``mode``'s cache with every kernel of ``module``, in parallel processes."""
+    parts = min(fill_jobs(), n)
+    if parts == 1:
+        return [app_child(b, mode, "fill", cache, module)]
+    procs = [app_child(b, mode, "fill", cache, module, part=i, parts=parts) for i in range(parts)]
+    return [b.finish(p, mode) for p in procs]
+
+
+def write_cubins(cache: Path, module: str, n: int, path: Path) -> None:
+    """The floor's one file: every kernel's cubin and the plain fields a rebuild reads
+    (``kcache.artifacts.KERNEL_FIELDS``), from the kcache entries that ``compile_for`` wrote,
+    as one msgpack map {"module:qualname": state}."""
+    import msgpack
+    from kcache import Store
+    from kcache.artifacts import KERNEL_FIELDS
+    store = Store(cache / "kcache")
+    table = {}
+    for info in store.entries():
+        entry = store.get(info.key)
+        if entry is None or entry.meta.get("marker") or not info.kernel.startswith(module + ":"):
+            continue
+        if entry.meta.get("exceptions"):
+            raise RuntimeError(f"{info.kernel}: the floor rebuilds kernels without exceptions")
+        table[info.kernel] = {"cubin": entry.artifacts["cubin"],
+                              **{f: entry.meta[f] for f in KERNEL_FIELDS}}
+    if len(table) != n:
+        raise RuntimeError(f"the kcache fill left {len(table)} entries of {module}, not {n}")
+    path.write_bytes(msgpack.packb(table, use_bin_type=True))
+
+
+def app(b: Bench) -> tuple[list[dict], list[str]]:
+    """The application section: (figures, notes)."""
+    (b.work / "app_child.py").write_text(APP_CHILD)
+    runs, notes = b.opts.runs, []
+    site = json.loads(os.environ.get("BENCH_INSTALL", "{}")).get("site")
+    raw = {}           # (mode, n) -> [child docs]
+    compile_s = []     # seconds per kernel compile, from the kcache fills
     sizes = sorted(set(b.opts.app_sizes))
-    notes = []
-    raw = getattr(b, "raw_first_calls", None)
-    if raw is None or b.opts.budget <= 0:
-        return sizes, notes
-    compile_s = statistics.median(t for w in raw["none"]["warm"] for t in list(w["times"].values())[1:])
-    start_s = statistics.median(w["interpreter_s"] + w["imports_s"] + w["setup_s"]
-                                for w in raw["kcache"]["warm"]) + 0.3
-    runs = b.opts.runs
-
-    def cost(n):  # fills (kcache, numba), warm runs (kcache, numba), no-cache runs
-        return 2 * (start_s + n * compile_s) + 2 * runs * (start_s + 1.0) + runs * (start_s + n * compile_s)
-
-    left = b.opts.budget - elapsed
-    while len(sizes) > 1 and sum(cost(n) for n in sizes) > left:
-        big = [n for n in sizes if n >= 100]
-        # the largest goes first, unless it is the only size of >= 100 kernels left
-        drop = max(sizes) if len(big) != 1 else max(n for n in sizes if n < 100)
-        sizes.remove(drop)
-        notes.append(f"size {drop} dropped to stay within --budget {b.opts.budget:.0f} s "
-                     f"(estimated {cost(drop):.0f} s)")
-    return sizes, notes
-
-
-def app(b: Bench, sizes: list[int]) -> list[dict]:
-    out = []
     for n in sizes:
         module = f"bench_app{n}"
         (b.work / f"{module}.py").write_text(app_module(n))
-        caches = {}
-        for mode in ("kcache", "numba"):             # fill the caches once
-            caches[mode] = b.new_cache()
-            b.child(mode, "app", caches[mode], module)
-        caches["none"] = b.new_cache()
-        for mode in MODES:
-            docs = [b.child(mode, "app", caches[mode], module) for _ in range(b.opts.runs)]
+        caches = {m: b.new_cache() for m in ("kcache", "numba")}
+        caches["none"] = caches["floor"] = b.new_cache()   # no cache: nothing is read
+        t = time.perf_counter()
+        filled = app_fill(b, "kcache", caches["kcache"], module, n)
+        compile_s += [s for d in filled for s in d["compile_seconds"]]
+        cubins = b.work / f"cubins{n}.msgpack"
+        write_cubins(caches["kcache"], module, n, cubins)
+        t_kcache = time.perf_counter() - t
+        t = time.perf_counter()
+        app_fill(b, "numba", caches["numba"], module, n)
+        notes.append(f"{n} kernels: kcache's cache filled by compile_for in {t_kcache:.0f} s, "
+                     f"numba-cuda's by a launch of each kernel in {time.perf_counter() - t:.0f} s "
+                     f"({min(fill_jobs(), n)} processes at a time)")
+        for _ in range(runs):              # modes alternate: drift meets every mode alike
+            for mode in ("kcache", "numba", "floor"):
+                raw.setdefault((mode, n), []).append(
+                    app_child(b, mode, "app", caches[mode], module, cubins=str(cubins)))
+    per_kernel = statistics.median(compile_s) if compile_s else 0.5
+    for n in sizes:                        # the no-cache runs last: the budget drops them first
+        module = f"bench_app{n}"
+        want = 1 if n >= NONE_ONCE_FROM else runs
+        start_s = max(d["ready_s"] for d in raw[("kcache", n)])
+        estimate = start_s + n * per_kernel
+        for i in range(want):
+            elapsed = time.perf_counter() - b.part_start
+            if b.opts.budget > 0 and elapsed + estimate > b.opts.budget:
+                notes.append(f"no cache, {n} kernels: {want - i} of {want} runs left out to stay "
+                             f"within --budget {b.opts.budget:.0f} s (estimated {estimate:.0f} s "
+                             f"each, {elapsed:.0f} s spent)")
+                break
+            raw.setdefault(("none", n), []).append(
+                app_child(b, "none", "app", b.new_cache(), module))
+    check_app_runs(raw, site)
+    return app_figures(raw, sizes), notes
+
+
+def check_app_runs(raw: dict, site: str | None) -> None:
+    """What the figures claim: warm and floor runs compiled nothing, every kernel ran once,
+    kcache came from the install being measured."""
+    for (mode, n), docs in raw.items():
+        for d in docs:
+            if d["kernels"] != n or d["overloads"] != n:
+                raise RuntimeError(f"{mode}, {n} kernels: {d['overloads']} overloads in "
+                                   f"{d['kernels']} kernels")
+            if mode != "none" and d["compiles"]:
+                raise RuntimeError(f"{mode}, {n} kernels: {d['compiles']} compiles on a "
+                                   "filled cache")
+            if mode == "kcache" and site and not (d["kcache_file"] or "").startswith(site):
+                raise RuntimeError(f"kcache was imported from {d['kcache_file']}, not {site}")
+
+
+def app_figures(raw: dict, sizes: list[int]) -> list[dict]:
+    out = []
+    for n in sizes:
+        floor = raw.get(("floor", n))
+        floor_med = statistics.median(d["ready_s"] for d in floor) if floor else None
+        for mode in APP_MODES:
+            docs = raw.get((mode, n))
+            if not docs:
+                continue
+            ready = [d["ready_s"] for d in docs]
+            vs = statistics.median(ready) / floor_med if floor_med else None
+            goal = "<= 1.10 x floor (issue 19)" if mode == "kcache" else None
             out.append(figure(f"app_ready.{mode}.{n}", "app",
-                              f"process start to all {n} kernels launched and done",
-                              [d["ready_s"] for d in docs], "s", mode=mode, kernels=n,
-                              compiles=statistics.median(d["compiles"] for d in docs)))
-            out.append(figure(f"app_imports.{mode}.{n}", "app",
-                              f"of which interpreter start and imports ({n} kernels)",
-                              [d["interpreter_s"] + d["imports_s"] for d in docs], "s", mode=mode,
-                              kernels=n))
+                              f"{mode}, {n} kernels: process start to all launched and done",
+                              ready, "s", mode=mode, goal=goal,
+                              met=(vs <= 1.10) if goal and vs is not None else None, kernels=n,
+                              compiles=statistics.median(d["compiles"] for d in docs),
+                              vs_floor=vs, floor_median=floor_med))
+            for part in APP_PARTS:
+                out.append(figure(f"app_phase.{part}.{mode}.{n}", "app",
+                                  f"{mode}, {n} kernels: {part}",
+                                  [1e3 * d["parts"][part] for d in docs], "ms", mode=mode,
+                                  kernels=n, part=part))
     return out
+
+
+def refused(opts) -> bool:
+    """True (said on stderr) when there is no GPU to run on and ``--fake`` is not given."""
+    if opts.fake:
+        return False
+    from numba import cuda
+    if cuda.is_available():
+        return False
+    log("bench: no CUDA GPU here; run the GPU part on the GPU machine, or --fake to "
+        "exercise it without one")
+    return True
 
 
 def run(opts, results: Results) -> int:
     """Run the GPU part into ``results``; return an exit status."""
-    if not opts.fake:
-        from numba import cuda
-        if not cuda.is_available():
-            log("bench: no CUDA GPU here; run the GPU part on the GPU machine, or --fake to "
-                "exercise it without one")
-            return 2
+    if refused(opts):
+        return 2
     if opts.runs < MIN_RUNS and not opts.fake:
         log(f"bench: note: --runs {opts.runs} is below {MIN_RUNS}: figures need >= {MIN_RUNS} runs")
     start = time.perf_counter()
+    chosen = [name for name in SECTIONS if not opts.sections or name in opts.sections]
     with tempfile.TemporaryDirectory(prefix="kcache-bench-gpu-") as tmp:
         b = Bench(opts, results, Path(tmp))
-        for name, fn in (("first_calls", lambda: first_calls(b)), ("fleet", lambda: fleet(b)),
-                         ("app", None)):
+        b.part_start = start
+        for name in chosen:
             t = time.perf_counter()
             notes = []
             try:
                 if name == "app":
-                    sizes, notes = app_sizes(b, time.perf_counter() - start)
-                    figures = app(b, sizes)
+                    figures, notes = app(b)
                 else:
-                    figures = fn()
+                    figures = SECTIONS[name](b)
                 if opts.fake:  # timings of a run without a GPU say nothing about a goal
                     for f in figures:
                         f["met"] = None
@@ -575,4 +820,9 @@ def run(opts, results: Results) -> int:
                                 notes=notes)
                 log(f"bench: gpu {name} failed: {exc}")
         results.save(complete=True)  # before the temp folder's (long) removal
-    return 1 if any(s["error"] for s in results.doc["sections"].values()) else 0
+    return 1 if any(s["error"] for name, s in results.doc["sections"].items()
+                    if name in chosen) else 0
+
+
+#: The sections, in the order they run (``--sections`` picks some).
+SECTIONS = {"first_calls": first_calls, "fleet": fleet, "app": app}

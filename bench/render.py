@@ -11,8 +11,15 @@ from pathlib import Path
 
 MODES = ("kcache", "numba", "none")
 MODE_NAMES = {"kcache": "kcache (`KCACHE_ENABLE=1`)", "numba": "numba-cuda `cache=True`",
-              "none": "no cache"}
-GPU_COMMAND = "python bench/run.py gpu --out $OUT/gpu.json"
+              "none": "no cache", "floor": "floor (a cache that costs nothing)"}
+APP_MODES = ("kcache", "numba", "none", "floor")
+APP_PARTS = [("interpreter start", "interpreter"), ("imports (numpy, numba.cuda, kcache's hook)", "imports"),
+             ("kernel definitions (the module's import)", "definitions"),
+             ("CUDA context and arrays", "context"),
+             ("lookups (a cache read; without a cache, the compile)", "lookups"),
+             ("module loads (`cuModuleLoadData`)", "loads"), ("launches and synchronize", "launches")]
+APP_GOAL = "<= 1.10 x floor (issue 19)"
+GPU_COMMAND = "bash bench/gpu_run.sh"
 CPU_COMMAND = "python bench/run.py cpu"
 BACKENDS = {"redis": "Redis", "s3": "S3 (moto)"}
 IMAGES = {"first_call": "img/bench-first-call.png", "app": "img/bench-app-ready.png"}
@@ -66,6 +73,19 @@ def header(doc: dict, part: str) -> list[str]:
              f"{doc['seconds']:.0f} s (its measurements "
              f"{sum(sec['seconds'] for sec in doc['sections'].values()):.0f} s); 1-minute load "
              f"average {load['before'][0]:.1f} at the start, {load['after'][0]:.1f} at the end."]
+    if doc.get("install"):
+        lines += ["", f"kcache as the timed processes imported it: {doc['install']} "
+                      "(bench/install.py)."]
+    else:
+        source = (", every module compiled from source in every process "
+                  "(PYTHONDONTWRITEBYTECODE=1)" if part == "GPU" else "")
+        lines += ["", f"kcache as the timed processes imported it: the editable install{source} "
+                      "(a run from before issue 19)."]
+    for name, sec in doc["sections"].items():
+        if sec.get("date") and sec["date"] != doc["date"]:
+            lines += ["", f"Section `{name}` is from an earlier run: {sec['date']}, commit "
+                          f"{sec.get('kcache_commit') or '?'}, kcache installed "
+                          f"{sec.get('install') or 'editable, no bytecode'}."]
     if doc.get("fake"):
         lines += ["", "**This is a `--fake` run (no GPU): kernels were compiled, never "
                       "launched; the timings mean nothing.**"]
@@ -217,19 +237,29 @@ def gpu_section(doc: dict | None, plots: bool, earlier: dict | None = None) -> l
     out += mode_table(figs, [("compiles in all the processes", "fleet_compiles"),
                              ("release to the last process done", "fleet_wall")]) + [""]
     sizes = app_sizes(doc)
-    out += ["### An application-sized module", "",
+    out += ["### An application's kernels", "",
             "A module of N generated kernels (each calling a shared device function): time from "
-            "process start to every kernel launched once and finished.", ""]
+            "process start to every kernel launched once and done, split into its parts (timers "
+            "in the process; they add up to the total). The floor is the same process with each "
+            "kernel's overload rebuilt from its cubin, all read from one file at start, and put "
+            "into the dispatcher's overloads: no key, no store, no cache's imports; the launches "
+            "go through numba-cuda's dispatch as a hit's do. Caches were filled before the "
+            "timed runs (kcache's by `kcache.compile_for` for the device's cc, numba-cuda's by "
+            "a launch of each kernel). Median **bold**, (min - max).", ""]
     if sizes:
-        out += app_table(figs, sizes)
+        for n in sizes:
+            out += app_table(figs, n)
         if plots:
-            out += [f"![time to all kernels ready vs number of kernels]({IMAGES['app']})", ""]
+            out += [f"![time to all kernels launched against the number of kernels, per mode]"
+                    f"({IMAGES['app']})", ""]
     elif earlier is not None and app_sizes(earlier):
         v = earlier["versions"]
         out += [f"Not measured in this run: it ended at its time limit before this section. "
                 f"From the last run that measured it ({earlier['date']}, commit "
-                f"{v.get('kcache_commit', '?')}, `bench/results/gpu-earlier.json`):", ""]
-        out += app_table(index(earlier), app_sizes(earlier))
+                f"{v.get('kcache_commit', '?')}, `bench/results/gpu-earlier.json`; no floor, "
+                f"no split, kcache editable and without bytecode):", ""]
+        for n in app_sizes(earlier):
+            out += app_table(index(earlier), n)
     else:
         out += ["Not measured in this run.", ""]
     return out
@@ -239,11 +269,31 @@ def app_sizes(doc: dict) -> list[int]:
     return sorted({f["extra"]["kernels"] for f in doc["figures"] if f["id"].startswith("app_ready.")})
 
 
-def app_table(figs: dict, sizes: list[int]) -> list[str]:
-    out = ["| kernels | " + " | ".join(MODE_NAMES[m] for m in MODES) + " |",
-           "| --- |" + " --- |" * len(MODES)]
-    for n in sizes:
-        out.append(f"| {n} | " + " | ".join(cell(figs.get(f"app_ready.{m}.{n}")) for m in MODES) + " |")
+def app_table(figs: dict, n: int) -> list[str]:
+    """One size: a column per mode, the total, its parts, the compiles and the ratio to the
+    floor (of the medians)."""
+    modes = [m for m in APP_MODES if f"app_ready.{m}.{n}" in figs]
+    out = [f"**{n} kernels**", "", "| | " + " | ".join(MODE_NAMES[m] for m in modes) + " |",
+           "| --- |" + " --- |" * len(modes),
+           "| **process start to all launched** | " +
+           " | ".join(cell(figs[f"app_ready.{m}.{n}"]) for m in modes) + " |"]
+    for label, part in APP_PARTS:
+        if any(f"app_phase.{part}.{m}.{n}" in figs for m in modes):
+            out.append(f"| of which: {label} | " + " | ".join(
+                cell(figs.get(f"app_phase.{part}.{m}.{n}")) for m in modes) + " |")
+    runs = [figs[f"app_ready.{m}.{n}"]["n"] for m in modes]
+    compiles = [figs[f"app_ready.{m}.{n}"]["extra"].get("compiles") for m in modes]
+    out.append("| runs | " + " | ".join(str(r) for r in runs) + " |")
+    out.append("| compiles per run (median) | " +
+               " | ".join(num(c, "count") if c is not None else "-" for c in compiles) + " |")
+    ratios = [figs[f"app_ready.{m}.{n}"]["extra"].get("vs_floor") for m in modes]
+    if any(r is not None for r in ratios):
+        out.append("| against the floor (medians) | " +
+                   " | ".join(num(r, "x") if r is not None else "-" for r in ratios) + " |")
+    kc = figs.get(f"app_ready.kcache.{n}")
+    if kc and kc.get("goal"):
+        out.append(f"| goal (kcache) | {kc['goal']}: {verdict(kc) or 'not judged (fake run)'} |" +
+                   " |" * (len(modes) - 1))
     return out + [""]
 
 
@@ -330,6 +380,19 @@ def goals(gpu: dict | None, cpu: dict | None) -> list[str]:
                                     "own_cold_pct.kcache": "<= 3 % (issue 8)",
                                     "fleet_compiles.kcache": "each kernel once"}[fid]
         rows.append(f"| {label} | {goal} | {cell(f)} | {verdict(f) if f else 'pending (GPU run)'} |")
+    sizes = app_sizes(gpu) if gpu else []
+    for n in sizes or [100, 1000]:
+        f = g.get(f"app_ready.kcache.{n}")
+        label = f"{n} kernels, process start to all launched (kcache against the floor)"
+        if f is None:
+            rows.append(f"| {label} | {APP_GOAL} | - | pending (GPU run) |")
+            continue
+        vs = f["extra"].get("vs_floor")
+        floor = f["extra"].get("floor_median")
+        against = (f": **{vs:.2f}x** the floor's {num(floor, f['unit'])}" if vs is not None
+                   else ": no floor measured")
+        rows.append(f"| {label} | {f['goal'] or APP_GOAL} | {cell(f)}{against} | "
+                    f"{verdict(f) if f.get('goal') else 'not judged'} |")
     for f in (cpu or {}).get("figures", []):
         if f.get("goal") and f["section"] != "cli":
             rows.append(f"| {f['label']} | {f['goal']} | {cell(f)} | {verdict(f)} |")
@@ -349,8 +412,10 @@ def missed(gpu: dict | None, cpu: dict | None) -> list[str]:
     for doc in (gpu, cpu):
         for f in (doc or {}).get("figures", []):
             if f.get("met") is False:
-                out.append(f"- {f['label']}: {num(f['median'], f['unit'])} (median of {f['n']}), "
-                           f"goal {f['goal']}.")
+                vs = f["extra"].get("vs_floor")
+                against = f", {vs:.2f}x the floor" if vs is not None else ""
+                out.append(f"- {f['label']}: {num(f['median'], f['unit'])} (median of {f['n']}"
+                           f"{against}), goal {f['goal']}.")
     if not out:
         return []
     return ["## Where a goal is missed", "",
@@ -372,7 +437,14 @@ def render_markdown(gpu: dict | None, cpu: dict | None, plots: bool = True,
         "- **kcache**: the transparent switch, `KCACHE_ENABLE=1`, kernels declared "
         "`@cuda.jit(cache=True)` (no code change);",
         "- **numba-cuda `cache=True`**: numba-cuda's own cache (`__pycache__/*.nbi`, `*.nbc`);",
-        "- **no cache**: `@cuda.jit`, every process compiles.",
+        "- **no cache**: `@cuda.jit`, every process compiles;",
+        "- **floor** (the application section): the same process with every overload rebuilt "
+        "from a cubin read from one file, no key and no store: what a cache that cost nothing "
+        "would leave.",
+        "",
+        "The timed processes import kcache as a user's install does: a wheel of the tree, "
+        "bytecode compiled, `PYTHONDONTWRITEBYTECODE` unset (`--install wheel`, "
+        "bench/install.py; each part's header says how its run installed it).",
         "",
         "Generated by `python bench/run.py render` from `bench/results/gpu.json` and "
         "`bench/results/cpu.json` (plots need `pip install matplotlib`); do not edit by hand. "
@@ -416,9 +488,13 @@ NOTES = [
     "2026-12-01 (this page's before and after table is one) the first call was lower in four "
     "and the lookups in three.",
     "- Imports on the GPU machine: its Python runs with `PYTHONDONTWRITEBYTECODE=1` and the "
-    "carried packages are installed without bytecode, so every module (numba-cuda's in every "
-    "mode, kcache's ~60 in kcache mode) is compiled from source in every process; kcache's "
-    "share of the imports row (0.3-0.55 s there) is mostly that. With bytecode, on the CPU "
+    "carried packages are installed without bytecode; in runs made before issue 19 (the "
+    "part's header says which) every module (numba-cuda's in every mode, kcache's ~60 in "
+    "kcache mode) was therefore compiled from source in every process, and kcache's share of "
+    "the imports row (0.3-0.55 s there) was mostly that. Since, bench/install.py installs "
+    "kcache from a wheel and compiles the bytecode of everything the timed processes import "
+    "(next to the sources, or under one `PYTHONPYCACHEPREFIX` where a folder is not "
+    "writable), and the timed processes run without `PYTHONDONTWRITEBYTECODE`. With bytecode, on the CPU "
     "machine, `KCACHE_ENABLE=1` adds 0.1-0.2 s to `import numpy, numba.cuda` and the kernels' "
     "module (kcache.dispatcher and the store it opens; `-X importtime`).",
     "- Cold totals (five first calls on an empty cache) vary between 1.1 and 2.3 s for "
@@ -480,10 +556,11 @@ def plots(gpu: dict | None, images: Path) -> list[Path]:
     plt.close(fig)
     written.append(path)
 
-    sizes = sorted({f["extra"]["kernels"] for f in gpu["figures"] if f["id"].startswith("app_ready.")})
+    sizes = app_sizes(gpu)
     if sizes:
-        fig, ax = plt.subplots(figsize=(8, 4.2))
-        for mode in MODES:
+        colors["floor"] = "#222222"
+        fig, ax = plt.subplots(figsize=(8, 4.6))
+        for mode in APP_MODES:
             pts = [(n, figs[f"app_ready.{mode}.{n}"]) for n in sizes if f"app_ready.{mode}.{n}" in figs]
             if not pts:
                 continue
@@ -491,13 +568,15 @@ def plots(gpu: dict | None, images: Path) -> list[Path]:
                         yerr=[[f["median"] - f["min"] for _, f in pts],
                               [f["max"] - f["median"] for _, f in pts]],
                         marker="o", capsize=3, label=MODE_NAMES[mode].replace("`", ""),
-                        color=colors[mode])
+                        color=colors[mode], linestyle="--" if mode == "floor" else "-")
+        ax.set_xscale("log")
+        ax.set_yscale("log")  # no cache at 1,000 kernels is ~30x the others
+        ax.set_xticks(sizes, [f"{n:,}" for n in sizes])
         ax.set_xlabel("kernels in the module")
-        ax.set_ylabel("seconds from process start")
+        ax.set_ylabel("seconds from process start (log scale)")
         ax.set_title("Time until every kernel has been launched once (median, min-max)")
         ax.legend(frameon=False)
-        ax.grid(alpha=0.3)
-        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3, which="both")
         fig.tight_layout()
         path = images / Path(IMAGES["app"]).name
         fig.savefig(path, dpi=110, metadata={"Software": None})
