@@ -39,7 +39,7 @@ __all__ = [
     "current_cc", "current_launch_config", "compile_kernel", "uncacheable_reason",
     "kernel_state", "rebuild_kernel", "ServedKernel", "ServedCodeLibrary", "make_call_helper", "offline_target", "patch_dispatcher",
     "unpatch_dispatcher", "is_patched", "supported_ccs", "launch_config_key",
-    "overload_implementations", "numba_config", "numba_cache_refusal",
+    "overload_implementations", "numba_config", "numba_cache_refusal", "fixed_signatures",
 ]
 
 
@@ -424,6 +424,15 @@ def launch_config_key(dispatcher, launch_config):
 # list of (function, typing Function type) pairs, each type's ``templates`` carry
 # ``_overload_func`` (the Python implementation) and ``_jit_options``.
 _overload_index: dict = {"n": -1, "by_id": {}}
+
+
+def fixed_signatures(disp) -> list | None:
+    """The signatures a dispatcher (CUDA or CPU) is limited to when it was given explicit ones
+    (numba's ``Dispatcher._can_compile`` is False: typing picks among them, converting the
+    arguments), as strings in the order given; None when it compiles on demand."""
+    if getattr(disp, "_can_compile", True):
+        return None
+    return [str(sig) for sig in getattr(disp, "nopython_signatures", ())]
 
 
 def overload_implementations(fn) -> list:

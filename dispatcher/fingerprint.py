@@ -692,8 +692,14 @@ class _Walk:
         if _with_line_info(options):
             # A device function compiled with line info brings its line table into the kernel.
             acc.add_lines(_qualified(fn), (line_digest(fn),))
-        return digest_of(["dispatcher", fn_digest,
-                          self._options_digest(disp, options, snapshot, where, acc)])
+        parts = ["dispatcher", fn_digest, self._options_digest(disp, options, snapshot, where, acc)]
+        fixed = _fixed_signatures(disp)
+        if fixed is not None:
+            # @jit("(i4, i4)") types a call against these alone (or refuses it, as a CPU
+            # function on the device): the same body without them is another dependency.
+            parts.append(["signatures", fixed])
+            acc.check(lambda: _fixed_signatures(disp), fixed, by_equality=True)
+        return digest_of(parts)
 
     def _options_digest(self, disp, options, snapshot, where, acc) -> str:
         """Digest of a dispatcher's target options, remembered per dispatcher while they
@@ -799,6 +805,12 @@ def _global_getter(fn, name):
 
 def _attr_getter(obj, attr):
     return lambda: getattr(obj, attr)
+
+
+def _fixed_signatures(disp) -> list | None:
+    from . import _compat
+
+    return _compat.fixed_signatures(disp)
 
 
 def _overload_implementations(fn) -> list:

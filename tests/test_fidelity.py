@@ -286,6 +286,41 @@ def test_run_time_closures_of_a_library_module_are_hashed_not_named():
     assert fingerprint(make(1)).digest == fingerprint(make(1)).digest
 
 
+def _cpu_function_kernel(store, signature):
+    """numba-cuda's TestDeviceFunc._check_cpu_dispatcher: a kernel calling a CPU ``@jit``
+    function, made by a helper (the same qualname each time)."""
+    import numba
+
+    from kcache.dispatcher import jit
+
+    def make():
+        def add(a, b):
+            return a + b
+        cpu = numba.jit(signature)(add) if signature else numba.jit(add)
+
+        @jit(store=store)
+        def add_kernel(ary):
+            ary[0] = cpu(ary[0], 1)
+        return add_kernel
+    return make()
+
+
+def test_a_cpu_function_with_explicit_signatures_is_another_dependency(store):
+    # numba-cuda's own TestDeviceFunc.test_cpu_dispatcher_invalid: a CPU function given
+    # explicit signatures cannot be compiled for the device (TypingError); keyed by its body
+    # alone, its kernel hit the entry of the same body without signatures.
+    from numba.cuda.core import errors
+    from numba.cuda import types
+    sig = (types.int64[::1],)
+    with fake_gpu((9, 0)):
+        lazy = _cpu_function_kernel(store, None)
+        lazy.compile(sig)
+        fixed = _cpu_function_kernel(store, "(i4, i4)")
+        assert fixed.kcache_key(sig, (9, 0))[0] != lazy.stats.keys[sig]
+        with pytest.raises(errors.TypingError, match="using cpu function on device"):
+            fixed.compile(sig)
+
+
 def _jitlink_ptx():
     from pathlib import Path
 
