@@ -24,6 +24,7 @@ import threading
 import time
 from typing import Any
 
+import filelock  # noqa: F401  (see below)
 from cuda.core import ObjectCode, Program, ProgramOptions
 from cuda.core.utils import ProgramCacheResource, make_program_cache_key
 
@@ -35,6 +36,11 @@ from .keys import make_key
 from .store import Store
 from .toolchain import program_versions
 from .warn import warn_once
+
+# filelock is imported here, with cuda.core, as kcache.dispatcher imports it with numba: a
+# process that only hits takes no lock until its counters are written at exit, and importing
+# filelock then fails (filelock 3.32 imports concurrent.futures.thread, which registers a
+# threading exit hook: "can't register atexit after shutdown"), losing the process's hits.
 
 __all__ = ["ProgramCache", "compile_program", "program_components", "KIND", "PRODUCER"]
 
@@ -112,21 +118,17 @@ def _meta(artifact: str, data: bytes, *, name: str | None, arch: str | None, via
     return meta
 
 
-def _looks_like(artifact: str, data: bytes) -> bool:
-    """The artifact check of a hit: the store's one validator (kcache.artifacts.check) for
-    cubin, PTX and LTO-IR; other artifacts (fatbin, object, ...) are returned as stored."""
-    return artifacts.check(artifact, data) is None
-
-
 def _artifact(entry: Entry) -> tuple[str, bytes] | None:
-    """``(name, bytes)`` of a program entry's artifact, or None when ``entry`` is not a sound
-    program entry (another producer's, or damaged in a way the checksums cannot see)."""
+    """``(name, bytes)`` of a program entry's artifact, or None when ``entry`` is not a program
+    entry naming one of its artifacts (another producer's). The artifact check is not repeated
+    here: every entry the store hands out crossed ``Store.verify_bytes``, which runs the one
+    validator (kcache.artifacts.problem) on every artifact of a ``kind: program`` entry (a bad
+    cubin, PTX or LTO-IR is a corrupt entry: a miss, quarantined)."""
     meta = entry.meta
     name = meta.get("artifact")
     if meta.get("kind") != KIND or not isinstance(name, str) or name not in entry.artifacts:
         return None
-    data = entry.artifacts[name]
-    return (name, data) if _looks_like(name, data) else None
+    return name, entry.artifacts[name]
 
 
 def _symbol_mapping(meta: dict) -> dict | None:

@@ -233,13 +233,15 @@ class StatsBook:
         hits)`` may change them further; returns True if written."""
         if not self.enabled or shard in self._broken or not self._ensure() or not self._folder_ready():
             return False
+        # Imported before the counts are taken out: an import that fails (at exit, see
+        # flush_all) leaves them pending, so stats() and the exit warning still count them.
+        import filelock  # imported on the first write: reading counters takes no lock
         cpath, hpath, lpath = self._paths(shard)
         pend = self._pending.pop(shard, None) or collections.Counter()
         phits = self._pending_hits.pop(shard, None) or collections.Counter()
         forget = self._forget.pop(shard, None) or set()
         self.dirs.check(STATS)  # a stats folder or bucket swapped meanwhile is never written
         try:
-            import filelock  # imported on the first write: reading counters takes no lock
             # filelock takes a path: /proc/self/fd/N/NAME names the lock inside the stats
             # folder's descriptor, so a swapped stats folder or bucket is never followed
             with filelock.FileLock(self.dirs.path(STATS, lpath.name), mode=self.file_mode,
@@ -425,12 +427,33 @@ _FLUSHER = _Flusher()
 
 
 def flush_all() -> None:
-    """Flush every live StatsBook (run at exit)."""
+    """Flush every live StatsBook (run at exit). A book that cannot be written is said, once
+    (its counts die with the process), never raised: interpreter shutdown must not fail."""
     for book in list(_BOOKS):
         try:
             book.flush()
-        except Exception:  # never fail interpreter shutdown
-            pass
+        except Exception as exc:
+            _lost_at_exit(book, exc)
+
+
+def _lost_at_exit(book: "StatsBook", exc: Exception) -> None:
+    """Say which counts of ``book`` the exit flush could not write (counters tell the truth:
+    a silent loss reads as "no hits"). The usual cause is an import at exit: a module that
+    registers a threading exit hook (filelock 3.32 imports concurrent.futures.thread) cannot
+    be imported once the interpreter shuts down, so whatever counts must import filelock
+    before (kcache.dispatcher and kcache.programs do, with numba and cuda.core)."""
+    try:
+        lost = collections.Counter()
+        for pend in book._pending.values():
+            lost.update(pend)
+        hits = sum(sum(c.values()) for c in book._pending_hits.values())
+        if not lost and not hits:
+            return
+        what = ", ".join(f"{k}={v:g}" for k, v in sorted(lost.items()))
+        warn_once("stats-exit", f"kcache: the counters of this process ({what}) could not be "
+                  f"written to {book.dir} at exit ({type(exc).__name__}: {exc}); they are lost")
+    except Exception:  # never fail interpreter shutdown
+        pass
 
 
 def _after_fork_in_child() -> None:

@@ -40,14 +40,18 @@ def opts(**kw):
     return ProgramOptions(arch=kw.pop("arch", "sm_90"), **kw)
 
 
-def child(code: str, *args, root: Path, env: dict | None = None) -> dict:
-    """Run ``code`` in a fresh interpreter with KCACHE_DIR=root; the JSON of its last line."""
+def child(code: str, *args, root: Path, env: dict | None = None, stderr: bool = False) -> dict:
+    """Run ``code`` in a fresh interpreter with KCACHE_DIR=root; the JSON of its last line
+    (with ``stderr``: and what it wrote there, exit warnings included, under "stderr")."""
     e = {k: v for k, v in os.environ.items() if not k.startswith("KCACHE_")}
     e.update(KCACHE_DIR=str(root), **(env or {}))
     done = subprocess.run([sys.executable, "-c", textwrap.dedent(code), *map(str, args)],
                           capture_output=True, text=True, env=e, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    if stderr:
+        out["stderr"] = done.stderr[-3000:]
+    return out
 
 
 def kc(*args, root: Path, check: int | None = 0, env: dict | None = None):
@@ -129,6 +133,47 @@ def test_program_cache_hits_in_a_fresh_process(root):
     assert first == second
     stats = counters(root)
     assert (stats["compiles"], stats["hits"], stats["misses"]) == (1, 1, 1)
+
+
+# What filelock 3.32 (the GPU image's) does when imported: it imports concurrent.futures.thread,
+# which registers a threading exit hook, and that raises once the interpreter shuts down. A
+# child that has not imported filelock before its exit flush loses its counts there.
+LATE_IMPORT = """
+    import importlib.abc, sys, threading
+
+    class LikeFilelock332(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name == "filelock":
+                threading._register_atexit(lambda: None)  # raises after shutdown began
+            return None
+
+    sys.meta_path.insert(0, LikeFilelock332())
+"""
+
+HIT_ONLY = LATE_IMPORT + """
+    import json
+    import kcache
+    from cuda.core import Program, ProgramOptions
+    src, mode = sys.argv[1], sys.argv[2]
+    options = ProgramOptions(arch="sm_90", name="scale")
+    if mode == "cache":
+        Program(src, "c++", options=options).compile("cubin", cache=kcache.ProgramCache())
+    else:
+        kcache.compile_program(src, "c++", options, "cubin", name_expressions=("scale<int>",))
+    print(json.dumps({"filelock": "filelock" in sys.modules}))
+"""
+
+
+@pytest.mark.parametrize("mode", ["cache", "compile"])
+def test_hits_of_a_process_that_only_hits_are_written_at_its_exit(root, mode):
+    runs = [child(HIT_ONLY, TEMPLATE, mode, root=root, stderr=True) for _ in range(2)]
+    stats = counters(root)
+    seen = f"children: {runs}; the root's counters after they exited: {stats}"
+    assert (stats["compiles"], stats["misses"], stats["hits"]) == (1, 1, 1), seen
+    assert not any("could not be written" in run["stderr"] for run in runs), seen
+    assert all(run["filelock"] for run in runs), seen  # imported before the exit flush
+    (info,) = Store(root).entries()
+    assert info.hits == 1, seen
 
 
 def test_program_cache_plain_mapping_use_with_extra_digest(root):
@@ -453,9 +498,9 @@ LAUNCH = """
     else:
         launch(stream, LaunchConfig(grid=1, block=32), kernel, buf, np.int32(3))
     stream.sync()
-    stats = kcache.Store().stats()
-    print(json.dumps({"values": host[:4].tolist(), "hits": stats.hits,
-                      "compiles": stats.compiles}))
+    stats = kcache.Store().stats()  # another Store: the disk, before this process's exit flush
+    print(json.dumps({"values": host[:4].tolist(), "disk_hits": stats.hits,
+                      "disk_compiles": stats.compiles, "filelock": "filelock" in sys.modules}))
 """
 
 
@@ -467,15 +512,23 @@ def test_gpu_launches_programs_from_the_cache_and_from_a_bundle(tmp_path):
     except Exception as exc:  # no driver or no device
         pytest.skip(f"needs a CUDA GPU and driver ({type(exc).__name__})")
     root, other = tmp_path / "cache", tmp_path / "other"
+    runs = []
     for mode, want in (("cache", [7, 1, 2, 3]), ("compile", [0, 3, 6, 9])):
-        first = child(LAUNCH, TEMPLATE, mode, root=root)
-        second = child(LAUNCH, TEMPLATE, mode, root=root)
-        assert first["values"] == second["values"] == want
+        first = child(LAUNCH, TEMPLATE, mode, root=root, stderr=True)
+        second = child(LAUNCH, TEMPLATE, mode, root=root, stderr=True)
+        runs += [(mode, first), (mode, second)]
+        assert first["values"] == second["values"] == want, runs
     stats = counters(root)
-    assert stats["compiles"] == 2 and stats["hits"] == 2
+    assert (stats["compiles"], stats["hits"]) == (2, 2), (
+        f"root's counters after the children exited: compiles={stats['compiles']}, "
+        f"hits={stats['hits']} (want 2, 2); the children, in order: {runs}")
     kc("export", tmp_path / "b.kcb", root=root)
     kc("import", tmp_path / "b.kcb", "--into", other, root=other)
+    runs = []
     for mode, want in (("cache", [7, 1, 2, 3]), ("compile", [0, 3, 6, 9])):
-        assert child(LAUNCH, TEMPLATE, mode, root=other)["values"] == want
+        runs.append((mode, child(LAUNCH, TEMPLATE, mode, root=other, stderr=True)))
+        assert runs[-1][1]["values"] == want, runs
     stats = counters(other)
-    assert stats["compiles"] == 0 and stats["hits"] == 2
+    assert (stats["compiles"], stats["hits"]) == (0, 2), (
+        f"imported root's counters after the children exited: compiles={stats['compiles']}, "
+        f"hits={stats['hits']} (want 0, 2); the children, in order: {runs}")

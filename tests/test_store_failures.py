@@ -265,3 +265,40 @@ def test_pickle_payload_is_inert_bytes(store, tmp_path):
     _forge(store.root, k2, _header(k2, meta={"blob": payload}), GOOD_BODY)
     got = store.get(k2)
     assert got.meta == {"blob": payload} and not marker.exists()
+
+
+# A hit-only process takes no lock until its exit flush; a lock library that cannot be imported
+# at exit (filelock 3.32 imports concurrent.futures.thread, whose threading exit hook raises once
+# shutdown began) then costs its counts. kcache.dispatcher and kcache.programs import filelock
+# up front; a plain Store user who does not is told what was lost, never silently.
+_EXIT_CHILD = r"""
+import importlib.abc, sys, threading
+
+class LikeFilelock332(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "filelock":
+            threading._register_atexit(lambda: None)  # raises after shutdown began
+        return None
+
+sys.meta_path.insert(0, LikeFilelock332())
+if sys.argv[3] == "early":
+    import filelock  # noqa: F401
+import kcache
+assert kcache.Store(sys.argv[1]).get(sys.argv[2]) is not None
+"""
+
+
+@pytest.mark.parametrize("when", ["early", "at-exit"])
+def test_counts_of_an_exit_flush_that_cannot_import_its_lock_are_said(store, when):
+    k = key(1)
+    assert store.put(k, entry(1))
+    done = subprocess.run([sys.executable, "-c", _EXIT_CHILD, str(store.root), k, when],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    hits = Store(store.root).stats().hits
+    if when == "early":
+        assert hits == 1 and "could not be written" not in done.stderr, done.stderr
+    else:
+        assert hits == 0, done.stderr
+        assert "counters of this process (hits=1, seconds_saved=1) could not be written" in done.stderr
+        assert "can't register atexit after shutdown" in done.stderr
