@@ -153,6 +153,9 @@ class StatsBook:
         self._pending_hits: dict[int, collections.Counter] = collections.defaultdict(collections.Counter)
         self._forget: dict[int, set] = collections.defaultdict(set)
         self._last_flush = time.monotonic()
+        #: called first by every flush: what else is written with the counters (the entries'
+        #: uses, kcache.localtier.LocalTier.flush_touches)
+        self.on_flush: Callable[[], None] = lambda: None
         _BOOKS.add(self)
 
     # -- updates ---------------------------------------------------------------
@@ -200,7 +203,8 @@ class StatsBook:
             self._pending_hits[s].pop(key, None)
 
     def flush(self) -> None:
-        """Write every shard with pending counts."""
+        """Write every shard with pending counts (and, first, what ``on_flush`` writes)."""
+        self.on_flush()
         with self._mutex:
             self._last_flush = time.monotonic()
             for shard in [s for s in range(SHARDS) if self._pending.get(s) or self._pending_hits.get(s) or self._forget.get(s)]:
