@@ -159,6 +159,30 @@ def floor_table(figs: dict) -> list[str]:
             f"| goal (issue 8) | 1.5 ms | 0.5 ms |", ""]
 
 
+def own_table(figs: dict) -> list[str]:
+    """kcache's own part of a hit, timed inside the call, with its phases."""
+    first, further = figs.get("own_first.kcache"), figs.get("own_further.kcache")
+    if first is None or further is None:
+        return []
+
+    def phase(fig, name):
+        values = sorted(fig["extra"].get(name) or [])
+        return f"{values[len(values) // 2]:.2f} ms" if values else "-"
+    rows = [("key (fingerprint, components, digest)", "key"), ("store read (open, read, verify, "
+            "count)", "read"), ("rebuild the kernel object", "rebuild")]
+    out = ["### kcache's own part of a hit, timed inside the call", "",
+           "`kcache.dispatcher.own_phases()`: each overload lookup timed phase by phase inside "
+           "`KCacheDispatcher.compile` (perf_counter_ns), in the warm-cache processes of the first "
+           "table; kcache's own part is the lookup minus the driver's module load. Median "
+           "**bold**, (min - max); the phases are medians.", "",
+           "| | first kernel of a process | each further kernel |", "| --- | --- | --- |"]
+    out += [f"| of which: {label} | {phase(first, p)} | {phase(further, p)} |" for label, p in rows]
+    out += [f"| **kcache's own part** | {cell(first)} | {cell(further)} |",
+            f"| goal (issue 19) | {first['goal'] or ''} {verdict(first)} | "
+            f"{further['goal'] or ''} {verdict(further)} |", ""]
+    return out
+
+
 def before_after_table(figs: dict) -> list[str]:
     """This tree against an earlier revision (``bench/run.py gpu --baseline DIR``)."""
     base = figs.get("before_after.first_call.kcache-base")
@@ -200,6 +224,17 @@ def gpu_section(doc: dict | None, plots: bool, earlier: dict | None = None) -> l
         out += [f"![first-call latency per mode]({IMAGES['first_call']})", ""]
     out += phase_table(figs)
     out += floor_table(figs)
+    out += own_table(figs)
+    imp = figs.get("import_dispatcher.kcache")
+    if imp is not None:
+        out += ["### What `KCACHE_ENABLE=1` adds to the imports", "",
+                "Fresh processes, timed inside each after `import numba.cuda` (bytecode written by "
+                "a first process): the hook, `import kcache.dispatcher` and `install`; then the "
+                "first `cache=True` kernel's definition, where kcache opens the store.", "",
+                "| figure | median (min - max) | goal | |", "| --- | --- | --- | --- |",
+                f"| import kcache.dispatcher | {cell(imp)} | {imp['goal'] or ''} | {verdict(imp)} |",
+                f"| the first cached kernel's definition | "
+                f"{cell(figs.get('first_definition.kcache'))} | | |", ""]
     out += before_after_table(figs)
     own, pct = figs.get("own_cold.kcache"), figs.get("own_cold_pct.kcache")
     out += ["### kcache's own share of a cold miss", "",
@@ -303,6 +338,15 @@ def cpu_section(doc: dict | None) -> list[str]:
         out += ["### `kcache warm` throughput, `--jobs 1` against `--jobs 2`", "",
                 "Generated kernels, each compiled for cc 8.0 and 9.0 into a fresh root per run, "
                 "the two settings alternating.", ""] + took("warm") + table(by_section["warm"])
+    if "import" in by_section:
+        out += ["### What `KCACHE_ENABLE=1` adds to the imports", "",
+                "In fresh processes (bytecode compiled), timed inside each after `import "
+                "numba.cuda`: `import kcache._hook`, which with numba.cuda imported is `import "
+                "kcache.dispatcher` and `install(\"cache\")`, as the `.pth` line does; then the "
+                "definition of the first `cache=True` kernel, where kcache opens the store and "
+                "imports what a hit needs (the rest comes with a miss, a write or maintenance), "
+                "against the same definition with numba-cuda's own cache.", ""] + took("import") + \
+            table(by_section["import"])
     sec = doc["sections"].get("remote", {})
     out += ["### Remote hit against local hit", ""]
     if "remote" in by_section:
@@ -320,6 +364,9 @@ def goals(gpu: dict | None, cpu: dict | None) -> list[str]:
     rows = []
     gpu_ids = [("first_call.kcache", "first kernel call, warm cache (kcache)"),
                ("further_first_call.kcache", "each further kernel's first call (kcache)"),
+               ("own_first.kcache", "kcache's own part of the first kernel's hit"),
+               ("own_further.kcache", "kcache's own part of each further kernel's hit"),
+               ("import_dispatcher.kcache", "import kcache.dispatcher, KCACHE_ENABLE=1 (H200)"),
                ("own_cold_pct.kcache", "kcache's own share of a cold miss"),
                ("fleet_compiles.kcache", "compiles when processes start together (kcache)")]
     g = index(gpu)
@@ -328,6 +375,9 @@ def goals(gpu: dict | None, cpu: dict | None) -> list[str]:
         goal = f["goal"] if f else {"first_call.kcache": "<= 1.5 ms (issue 8)",
                                     "further_first_call.kcache": "<= 0.5 ms (issue 8)",
                                     "own_cold_pct.kcache": "<= 3 % (issue 8)",
+                                    "own_first.kcache": "<= 0.5 ms (issue 19)",
+                                    "own_further.kcache": "<= 0.2 ms (issue 19)",
+                                    "import_dispatcher.kcache": "<= 15 ms (H200)",
                                     "fleet_compiles.kcache": "each kernel once"}[fid]
         rows.append(f"| {label} | {goal} | {cell(f)} | {verdict(f) if f else 'pending (GPU run)'} |")
     for f in (cpu or {}).get("figures", []):
