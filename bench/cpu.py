@@ -13,6 +13,11 @@ Sections (each figure min / median / max over ``--runs`` runs, >= 5):
   remove, and a dry run selecting 10 % by LRU.
 * ``warm``: ``kcache warm`` of ``--warm-kernels`` generated kernels for two ccs, ``--jobs 1``
   and ``--jobs 2`` alternating (bench/bench_warm.py), and the speed-up per pair of runs.
+* ``import``: what ``KCACHE_ENABLE=1`` adds to a process's imports: ``import kcache._hook``
+  (with numba.cuda imported: ``import kcache.dispatcher`` and ``install``) timed inside 9
+  fresh processes (at least ``--runs``) after ``import numba.cuda``, bytecode compiled; and
+  the definition of the first ``cache=True`` kernel, with kcache and with numba-cuda's own
+  cache (bench/bench_import.py).
 * ``remote``: remote hit vs local hit for Redis and S3 (moto) on loopback, 10 KB and 5 MB
   entries, through bench/bench_remote.py's ``latency`` when that file is present (servers
   started by tests/servers.py; skipped with the reason otherwise).
@@ -185,6 +190,26 @@ def remote(opts, tmp: Path, shared: dict) -> list[dict]:
     return out
 
 
+IMPORT_RUNS = 9  # fresh processes per mode (issue 19: the median of 9)
+
+
+def imports(opts, tmp: Path, shared: dict) -> list[dict]:
+    bi = _load("bench_import")
+    res = bi.measure(max(IMPORT_RUNS, opts.runs) if not opts.quick else opts.runs)
+    imp = [d["import_ms"] for d in res["kcache"]]
+    sec = "import"
+    return [
+        figure("import_dispatcher.kcache", sec, "import kcache.dispatcher (KCACHE_ENABLE=1), after "
+               "import numba.cuda", imp, "ms", goal="<= 20 ms (2-core)",
+               met=statistics.median(imp) <= 20.0, modules=len(res["kcache"][0]["modules"])),
+        figure("first_definition.kcache", sec, "definition of the first cache=True kernel, kcache "
+               "(opens the store, imports the hit path)",
+               [d["define_ms"] for d in res["kcache"]], "ms"),
+        figure("first_definition.numba", sec, "definition of the first cache=True kernel, "
+               "numba-cuda's own cache", [d["define_ms"] for d in res["numba"]], "ms"),
+    ]
+
+
 def argparse_namespace(**kw):
     import argparse
     return argparse.Namespace(**kw)
@@ -194,7 +219,8 @@ class Skip(Exception):
     """A section that cannot run here (the reason is recorded)."""
 
 
-SECTIONS = {"store": store, "cli": cli, "scale": scale, "warm": warm, "remote": remote}
+SECTIONS = {"store": store, "cli": cli, "scale": scale, "warm": warm, "import": imports,
+            "remote": remote}
 
 
 def run(opts, results: Results) -> int:

@@ -254,6 +254,12 @@ CHILD = textwrap.dedent('''
         times[name] = time.perf_counter() - start
     T_DONE = time.time()
 
+    own = None                             # kcache's own phases, timed inside each lookup
+    if mode.startswith("kcache"):
+        from kcache.dispatcher import dispatcher as kcache_dispatcher
+        if hasattr(kcache_dispatcher, "own_phases"):  # not in a baseline before it
+            own = kcache_dispatcher.own_phases()
+
     def compiles(d):
         if hasattr(d.stats, "compile_seconds"):      # a kcache dispatcher
             return d.stats.compiles
@@ -262,7 +268,7 @@ CHILD = textwrap.dedent('''
         "dispatcher": type(calls[0][1]).__name__, "hook_from_pth": hook,
         "interpreter_s": T_START - float(os.environ["BENCH_SPAWN"]),
         "imports_s": T_IMPORTS - T_START, "setup_s": T_READY - T_IMPORTS,
-        "times": times, "lookups": lookups, "phases": phases, "typing": typing,
+        "times": times, "lookups": lookups, "phases": phases, "typing": typing, "own": own,
         "compile_seconds": {name: d.stats.compile_seconds for name, d, *_ in calls
                             if hasattr(d.stats, "compile_seconds")},
         "compiles": sum(compiles(d) for _, d, *_ in calls),
@@ -380,6 +386,8 @@ def first_calls(b: Bench) -> list[dict]:
                        "call's arguments", [1e3 * s["typing"][n] for s in split for n in names[1:]],
                        "ms", mode=mode),
             ]
+    out += own_figures(raw["kcache"]["warm"], sec)
+    out += import_figures(b, sec)
     out += phase_figures(raw["kcache"]["split"], sec)
     out += floor_figures(raw["kcache"]["preloaded"], sec)
     out += baseline_figures(b, sec)
@@ -398,6 +406,42 @@ def first_calls(b: Bench) -> list[dict]:
                    own_pct, "%", mode="kcache", goal="<= 3 % (issue 8)",
                    met=statistics.median(own_pct) <= 3.0)]
     return out
+
+
+def own_figures(warm: list[dict], sec: str) -> list[dict]:
+    """kcache's own part of each hit, timed inside the call (kcache.dispatcher.own_phases:
+    the lookup minus the driver's module load), in the warm processes (no phase wrappers):
+    the first kernel of each process, and each further one. Each figure keeps the phases
+    (key, store read, rebuild) of every value in ``extra``."""
+    runs = [w["own"] for w in warm if w.get("own")]
+    if not runs or not all(o["hit"] for own in runs for o in own):
+        return []
+    first = [own[0] for own in runs]
+    further = [o for own in runs for o in own[1:]]
+
+    def phases(items):
+        return {p: [o[p] for o in items] for p in ("key", "read", "rebuild", "load")}
+    return [figure("own_first.kcache", sec, "kcache's own part of the first kernel's hit "
+                   "(timed inside the call)", [o["own"] for o in first], "ms", mode="kcache",
+                   goal="<= 0.5 ms (issue 19)",
+                   met=statistics.median(o["own"] for o in first) <= 0.5, **phases(first)),
+            figure("own_further.kcache", sec, "kcache's own part of each further kernel's hit "
+                   "(timed inside the call)", [o["own"] for o in further], "ms", mode="kcache",
+                   goal="<= 0.2 ms (issue 19)",
+                   met=statistics.median(o["own"] for o in further) <= 0.2, **phases(further))]
+
+
+def import_figures(b: Bench, sec: str) -> list[dict]:
+    """What KCACHE_ENABLE=1 adds to the imports: ``import kcache.dispatcher`` (the hook) after
+    ``import numba.cuda``, timed inside fresh processes (bench/bench_import.py)."""
+    import bench_import  # bench/ is on the path (bench/run.py's folder)
+    docs = bench_import.measure(max(9, b.opts.runs), modes=("kcache",))["kcache"]
+    imp = [d["import_ms"] for d in docs]
+    return [figure("import_dispatcher.kcache", sec, "import kcache.dispatcher (KCACHE_ENABLE=1), "
+                   "after import numba.cuda", imp, "ms", mode="kcache", goal="<= 15 ms (H200)",
+                   met=statistics.median(imp) <= 15.0),
+            figure("first_definition.kcache", sec, "definition of the first cache=True kernel "
+                   "(kcache opens the store)", [d["define_ms"] for d in docs], "ms", mode="kcache")]
 
 
 def floor_figures(pre: list[dict], sec: str) -> list[dict]:

@@ -2,25 +2,48 @@
 docs/dispatcher.md).
 
 Public API: :func:`jit`, :func:`install`, :func:`uninstall`, :func:`compile_for`,
-:func:`explain`, :class:`KCacheDispatcher`. Importing this package imports numba-cuda.
+:func:`explain`, :class:`KCacheDispatcher`. Importing this package imports numba-cuda (not
+the store: that comes with the first cached kernel).
 """
 from __future__ import annotations
 
+import importlib as _importlib
 import sys as _sys
 
-from ._compat import CUDADispatcher as _CUDADispatcher
-from .aot import (CompiledEntry, CompileForError, NotStored, check_cc, compile_for,
-                  compile_for_report, parse_cc)
-from .dispatcher import (KCacheDispatcher, KCacheStats, Options, explain_enabled, process_counts,
-                         set_explain)
-from .fingerprint import Uncacheable
+# Only what ``install`` needs is imported with the package (``KCACHE_ENABLE=1`` imports it in
+# every process that imports numba.cuda, kernels or not): the dispatcher, the store and the
+# key are imported when the first cached kernel is defined (``install.adopt``), compile_for
+# and the rest when first asked for (module ``__getattr__``, as ``kcache`` itself does).
 from .install import install, installed, uninstall
 from .jit import jit
+
+#: public name -> the submodule that defines it
+_WHERE = {
+    "CompiledEntry": ".aot", "CompileForError": ".aot", "NotStored": ".aot",
+    "check_cc": ".aot", "compile_for": ".aot", "compile_for_report": ".aot", "parse_cc": ".aot",
+    "KCacheDispatcher": ".dispatcher", "KCacheStats": ".dispatcher", "Options": ".dispatcher",
+    "explain_enabled": ".dispatcher", "process_counts": ".dispatcher",
+    "set_explain": ".dispatcher", "own_phases": ".dispatcher",
+    "Uncacheable": ".fingerprint",
+}
 
 __all__ = ["jit", "install", "uninstall", "installed", "compile_for", "compile_for_report",
            "CompileForError", "CompiledEntry", "NotStored", "parse_cc", "check_cc", "explain",
            "KCacheDispatcher", "KCacheStats", "Options", "Uncacheable", "process_counts",
-           "explain_enabled"]
+           "explain_enabled", "own_phases"]
+
+
+def __getattr__(name: str):
+    where = _WHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(_importlib.import_module(where, __name__), name)
+    globals()[name] = value  # later look-ups are plain attribute reads
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
 
 
 def explain(target=True):
@@ -33,10 +56,12 @@ def explain(target=True):
     for that kernel's misses and uncached compiles (list of str). Raises TypeError for
     anything else.
     """
+    from ._compat import CUDADispatcher
+    from .dispatcher import KCacheDispatcher, set_explain
     if isinstance(target, bool):
         set_explain(target)
         return None
-    if isinstance(target, _CUDADispatcher):
+    if isinstance(target, CUDADispatcher):
         lines = list(getattr(target, "kcache_explanations", ()))
         if isinstance(target, KCacheDispatcher):
             lines += [f"{sig}: not cached: {why}" for sig, why in target.stats.uncached.items()

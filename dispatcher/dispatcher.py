@@ -16,7 +16,6 @@ import threading
 import time
 from pathlib import Path
 
-import filelock  # noqa: F401
 import kcache.store  # noqa: F401
 from kcache import arch as _arch
 from kcache.config import environment_snapshot
@@ -24,9 +23,13 @@ from kcache.layout import BUCKET
 from kcache import toolchain as _toolchain  # noqa: F401
 from kcache.warn import held_back, warn_once
 
-# ``import kcache`` loads nothing (the CLI starts fast); a program using kernels imports the
-# store, its locks and the toolchain memo here, with numba, not inside its first kernel call
-# (measured on the H200: 47 ms of a 50 ms first call were these imports).
+# ``import kcache`` loads nothing (the CLI starts fast); the first cached kernel imports this
+# module (kcache.dispatcher.install), and with it what a hit needs: the store's read path
+# and the toolchain memo, during the program's imports, not inside its first kernel call
+# (measured on the H200: 47 ms of a 50 ms first call were these imports). What only a miss,
+# a write or maintenance needs (filelock, the locks' users, maintenance, the reports, the
+# remote tiers) is imported when first used: a process served from the cache imports
+# filelock only to write its counters (in the background, or at exit).
 
 from . import _compat
 
@@ -64,6 +67,46 @@ def process_counts() -> dict:
     because a numba dump or debug setting is on), ``inspect_compiles`` (compiles made only to
     inspect a served kernel)."""
     return dict(_process_counts)
+
+
+# --- kcache's own time per lookup ----------------------------------------------------------
+# Every lookup of an overload (KCacheDispatcher.compile past the in-memory overloads) is
+# timed phase by phase with perf_counter_ns (a few hundred nanoseconds in all), so kcache's
+# own part of a hit is measured inside the call (own_phases()), not guessed from differences
+# of medians. Lookups run under numba-cuda's global compiler lock: one clock at a time.
+
+_now = time.perf_counter_ns
+_PHASES_KEPT = 10_000  # lookups remembered per process (one per kernel and signature)
+_phases: list = []
+
+
+class _Clock:
+    """Nanoseconds of one lookup: ``key``, ``read`` (the store's get, single flight; on a miss
+    it holds the compile), ``rebuild`` (the kernel object from the entry), ``load`` (binding
+    it: the driver's module load), ``compile`` (numba-cuda's compile on a miss), ``total``."""
+
+    __slots__ = ("kernel", "hit", "key", "read", "rebuild", "load", "compile", "total")
+
+    def __init__(self, kernel: str):
+        self.kernel, self.hit = kernel, False
+        self.key = self.read = self.rebuild = self.load = self.compile = self.total = 0
+
+
+_clock = _Clock("")  # the lookup being timed (a dummy outside one)
+
+
+def own_phases() -> list:
+    """kcache's own time in each overload lookup of this process, in order (at most the first
+    10,000): dicts with ``kernel`` ("module:qualname"), ``hit`` (bool), and milliseconds
+    ``key``, ``read`` (store read), ``rebuild``, ``load`` (the driver's module load, not
+    kcache's), ``compile`` (numba-cuda's, on a miss), ``total`` (the lookup) and ``own``
+    (total minus load and compile: what kcache itself spent)."""
+    out = []
+    for c in _phases:
+        ms = {f: getattr(c, f) / 1e6 for f in ("key", "read", "rebuild", "load", "compile", "total")}
+        out.append({"kernel": c.kernel, "hit": c.hit, **ms,
+                    "own": ms["total"] - ms["load"] - ms["compile"]})
+    return out
 
 
 class _Skip(Exception):
@@ -274,9 +317,18 @@ class KCacheDispatcher(_compat.CUDADispatcher):
         kernel = self.overloads.get(argtypes)
         if kernel is not None:
             return kernel
-        kernel = self._kcache_load_or_compile(argtypes, _compat.current_launch_config())
-        self.add_overload(kernel, argtypes)
-        _record.note(self, argtypes)  # KCACHE_RECORD: a signature this program launches
+        global _clock
+        start = _now()
+        outer, _clock = _clock, _Clock(self._kcache_name())
+        try:
+            kernel = self._kcache_load_or_compile(argtypes, _compat.current_launch_config())
+            self.add_overload(kernel, argtypes)
+            _record.note(self, argtypes)  # KCACHE_RECORD: a signature this program launches
+        finally:
+            _clock.total = _now() - start
+            if len(_phases) < _PHASES_KEPT:
+                _phases.append(_clock)
+            _clock = outer
         return kernel
 
     def recompile(self):
@@ -371,16 +423,21 @@ class KCacheDispatcher(_compat.CUDADispatcher):
             return self._kcache_uncached_build(sig, "numba-cuda's cache (cache=True) refuses "
                                                "kernels that link files; compiled as it does")
         cc = _compat.current_cc()
+        start = _now()
         try:
             key, components = self.kcache_key(argtypes, cc, store=store)
         except _components.Uncacheable as exc:
+            _clock.key += _now() - start
             return self._kcache_uncached_build(sig, str(exc))
+        _clock.key += _now() - start
         bypass = _numba_config.bypass_reason()
         if bypass is not None:
             return self._kcache_bypass(store, key, components, argtypes, cc, bypass)
         built = {}
+        start = _now()
         entry = self._kcache_single_flight(store, key, components, argtypes, cc,
                                            launch_config, built)
+        _clock.read += _now() - start
         if entry is not None and "kernel" not in built and entry.meta.get("launch_config_sensitive"):
             # A launch-config-sensitive kernel: the plain key holds a marker (numba-cuda's
             # ".lcs" file); the kernel is under the key with this launch configuration.
@@ -397,6 +454,7 @@ class KCacheDispatcher(_compat.CUDADispatcher):
             return self._kcache_uncached_build(sig, "the cache store failed")
         kernel, reason = self._kcache_rebuild(entry, argtypes, cc)
         if kernel is not None:
+            _clock.hit = True
             self._cache_hits[sig] += 1
             _process_counts["hits"] += 1
             return kernel
@@ -485,6 +543,7 @@ class KCacheDispatcher(_compat.CUDADispatcher):
             kernel.bind()  # force codegen so that there is a cubin to store
         kernel._kcache_warnings = _warnings.encode(said, repr(self.py_func))
         seconds = time.perf_counter() - start
+        _clock.compile += int(seconds * 1e9)
         for counts in (self._kcache_counts, _process_counts):
             counts["compiles"] += 1
             counts["compile_seconds"] += seconds
@@ -517,14 +576,19 @@ class KCacheDispatcher(_compat.CUDADispatcher):
         served = {"compiled": lambda: self._kcache_inspection(argtypes),
                   "py_func": self.py_func,
                   "launch_bounds": self.targetoptions.get("launch_bounds")}
+        start = _now()
         try:
             kernel = entry_to_kernel(entry, argtypes, full, extensions=extensions, **served)
         except (NotStorable, KeyError, TypeError, ValueError) as exc:
             warn_once("dispatcher-entry", f"kcache: an entry of {self._kcache_name()} cannot "
                       f"be used here ({exc}); compiling instead")
             return None, f"the cached entry cannot be used here ({exc})"
+        finally:
+            _clock.rebuild += _now() - start
+        start = _now()
         try:
             kernel.bind()
+            _clock.load += _now() - start
             self._kcache_say_again(entry)
             return kernel, None
         except Exception as exc:  # e.g. CUDA_ERROR_UNSUPPORTED_PTX_VERSION / NO_BINARY_FOR_GPU

@@ -13,7 +13,9 @@ import contextlib
 import threading
 
 from . import _compat
-from .dispatcher import KCacheDispatcher, Options, adopt
+
+# The dispatcher module (and with it the store and the key) is imported by the first cached
+# kernel, not by install(): KCACHE_ENABLE=1 installs in every process that imports numba.cuda.
 
 MODES = ("cache", "all")
 _state = {"options": None, "mode": None}
@@ -26,7 +28,8 @@ def _on_enable_caching(dispatcher, original) -> None:
         return original(dispatcher)  # patched only for kcache.jit: numba-cuda's own cache
     if dispatcher.targetoptions.get("device"):
         return None  # device functions reach the cache through the kernels that call them
-    adopt(dispatcher, options)
+    from .dispatcher import adopt
+    adopt(dispatcher, _options(options))
     if getattr(_local, "options", None) is None:
         dispatcher._kcache_numba_cache = True  # numba.cuda.jit(cache=True) in transparent mode
     return None
@@ -47,9 +50,21 @@ def caching_asked(dispatcher) -> None:
 
 
 def _on_init(dispatcher) -> None:
-    if (_state["mode"] == "all" and not isinstance(dispatcher, KCacheDispatcher)
-            and not dispatcher.targetoptions.get("device")):
-        adopt(dispatcher, _state["options"])
+    if _state["mode"] == "all" and not dispatcher.targetoptions.get("device"):
+        from .dispatcher import adopt
+        adopt(dispatcher, _options(_state["options"]))  # adopt leaves a KCacheDispatcher as it is
+
+
+def _options(options):
+    """The dispatcher's Options for what install() kept (its arguments, until the first cached
+    kernel imports the dispatcher module) or kcache.jit gave (Options already)."""
+    if isinstance(options, dict):
+        from .dispatcher import Options
+        made = Options(**options)
+        if _state["options"] is options:
+            _state["options"] = made  # one Options (one default store) for every kernel
+        return made
+    return options
 
 
 def ensure_patched() -> None:
@@ -79,7 +94,9 @@ def install(mode: str = "cache", *, store=None, cache_key: str | None = None,
     from .require import set_mode
     set_mode(require_hit)
     ensure_patched()
-    _state["options"] = Options(store=store, cache=True, cache_key=cache_key)
+    if cache_key is not None and not isinstance(cache_key, str):  # as Options() says it
+        raise TypeError(f"cache_key must be a str or None, not {type(cache_key).__name__}")
+    _state["options"] = {"store": store, "cache": True, "cache_key": cache_key}
     _state["mode"] = mode
 
 
@@ -99,7 +116,7 @@ def installed() -> str | None:
 
 
 @contextlib.contextmanager
-def adopting(options: Options):
+def adopting(options):
     """While the block runs in this thread, ``enable_caching`` adopts with ``options`` (used by
     ``kcache.jit`` around ``numba.cuda.jit(cache=True)``)."""
     ensure_patched()

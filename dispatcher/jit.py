@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from . import _compat
-from .dispatcher import Options
 from .install import adopting
 
 
@@ -21,6 +20,8 @@ def jit(func_or_sig=None, *, cache: bool = True, cache_key: str | None = None, s
     ``numba.cuda.jit``'s; a non-str ``cache_key`` is a TypeError.
     """
     from numba import cuda
+
+    from .dispatcher import Options  # the store and the key come with the first kernel
 
     options = Options(store=store, cache=cache, cache_key=cache_key)
     if func_or_sig is None:

@@ -18,7 +18,6 @@ import threading
 
 from kcache.warn import warn_once
 
-from . import sigfile, sigspec
 
 __all__ = ["ENV", "start", "stop", "path", "note", "skipped", "LOCK_TIMEOUT"]
 
@@ -66,6 +65,7 @@ def note(dispatcher, argtypes) -> None:
 
 
 def _note(dispatcher, argtypes) -> None:
+    from . import sigspec  # imported only when recording is on
     from .dispatcher import kernel_name
     name = kernel_name(dispatcher)
     memo = (name, argtypes)
@@ -103,6 +103,8 @@ def _append(file: str, kernel: str, signature: str) -> None:
     duplicate."""
     from filelock import FileLock, Timeout
 
+    from . import sigfile
+
     line = sigfile.format_line(kernel, signature)
     try:
         with FileLock(file + ".lock", timeout=LOCK_TIMEOUT):
@@ -131,6 +133,7 @@ def _is_empty(file: str) -> bool:
 
 def _lines_in(file: str) -> set:
     """(kernel, signature) pairs already in ``file`` (missing file: none)."""
+    from . import sigfile
     try:
         with open(file, "rb") as f:
             data = f.read(sigfile.MAX_FILE_BYTES + 1)

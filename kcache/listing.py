@@ -13,7 +13,7 @@ from .entry import EntryInfo
 from .errors import CorruptEntry, NewerFormat
 from .keys import check_key
 from .localtier import LocalTier, os_reason
-from .prune import NOT_REGULAR
+from .reasons import NOT_REGULAR
 
 
 class EntryListing:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import threading
 import time
 from pathlib import Path
 from typing import Iterator
@@ -30,7 +31,7 @@ from .paths import RootDirs
 from .tier import Blob
 from .warn import warn_once
 
-from .prune import NEWER, NOT_REGULAR  # why removal left a file in place
+from .reasons import NEWER, NOT_REGULAR  # why removal left a file in place
 
 GONE = "gone"
 _HEADER_READ = 8192  # bytes read at once for a header: real headers are a few KiB  # quarantine: the file vanished or was replaced meanwhile (nothing to do)
@@ -62,6 +63,10 @@ class LocalTier:
         self._bad: set[tuple] = set()  # identities of files found bad (layers: never re-read)
         self.dirs = RootDirs(self.root, dir_mode)  # every folder below the root, by descriptor
         self._touch_ok = writable
+        # key -> when it was last read: a hit writes nothing (its use is recorded in memory and
+        # written with the counters, flush_touches), so a hit is one open and one read
+        self._touched: dict[str, float] = {}
+        self._touched_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"LocalTier({self.name!r}, {self.kind})"
@@ -94,8 +99,9 @@ class LocalTier:
     # -- the tier protocol ---------------------------------------------------------------------
     def read(self, key: str, limit: int, *, touch: bool = False, fresh: bool = False) -> Blob | None:
         """The entry file of ``key`` (None when absent). ``touch``: record the use (the LRU
-        clock: mtime set to now through the open descriptor; a failure is warned once and
-        stops touching). Raises CorruptEntry (``.stat`` set) for a file that must not be
+        clock: the file's mtime is set to the time of the read by :meth:`flush_touches`, which
+        the store runs with its counters, at most a second later, and before any eviction or
+        prune; a failure is warned once and stops touching). Raises CorruptEntry (``.stat`` set) for a file that must not be
         used, KnownBad for one already found bad (unless ``fresh``: verify reads every file
         again to say what is wrong with it), OSError when unreadable."""
         try:
@@ -104,10 +110,11 @@ class LocalTier:
             return None
         try:
             data = fsio.read_checked(fd, st, PREFIX_SIZE, check_head)
-            if touch and self._touch_ok:
-                self._touch_fd(fd)
         finally:
             os.close(fd)
+        if touch and self._touch_ok:
+            with self._touched_lock:
+                self._touched[key] = time.time()
         return Blob(data, identity(st), st.st_mtime)
 
     def _open_entry(self, key: str, limit: int, check_stat=None) -> tuple[int, os.stat_result]:
@@ -140,13 +147,25 @@ class LocalTier:
         raise FileNotFoundError(errno.ENOENT, "a symlink, never followed",
                                 str(self.layout.entry(key))) from None
 
-    def _touch_fd(self, fd: int) -> None:
-        try:
-            os.utime(fd)
-        except OSError as exc:
-            self._touch_ok = False
-            warn_once("touch", f"kcache: cannot record use of cache entries in {self.root} "
-                      f"({exc}); LRU eviction will be approximate")
+    def flush_touches(self) -> None:
+        """Write the uses :meth:`read` recorded: each entry's mtime (and atime) set to the time
+        of its last read, through its shard folder's descriptor, never following a symlink.
+        An entry removed or replaced meanwhile is skipped or touched as it is now (either way
+        it was just used). A failure is warned once and stops touching."""
+        with self._touched_lock:
+            touched, self._touched = self._touched, {}
+        for key, when in touched.items():
+            if not self._touch_ok:
+                return
+            try:
+                os.utime(f"{key}.kce", (when, when), dir_fd=self.dirs.folder(f"{ENTRIES}/{key[:2]}"),
+                         follow_symlinks=False)
+            except (FileNotFoundError, NotADirectoryError):
+                continue  # removed meanwhile: nothing to record
+            except OSError as exc:
+                self._touch_ok = False
+                warn_once("touch", f"kcache: cannot record use of cache entries in {self.root} "
+                          f"({exc}); LRU eviction will be approximate")
 
     def read_header(self, key: str, limit: int) -> tuple[dict, os.stat_result]:
         """The checked header of ``key``'s entry and the file's fstat, reading the prefix and

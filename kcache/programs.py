@@ -24,7 +24,6 @@ import threading
 import time
 from typing import Any
 
-import filelock  # noqa: F401  (see below)
 from cuda.core import ObjectCode, Program, ProgramOptions
 from cuda.core.utils import ProgramCacheResource, make_program_cache_key
 
@@ -36,11 +35,6 @@ from .keys import make_key
 from .store import Store
 from .toolchain import program_versions
 from .warn import warn_once
-
-# filelock is imported here, with cuda.core, as kcache.dispatcher imports it with numba: a
-# process that only hits takes no lock until its counters are written at exit, and importing
-# filelock then fails (filelock 3.32 imports concurrent.futures.thread, which registers a
-# threading exit hook: "can't register atexit after shutdown"), losing the process's hits.
 
 __all__ = ["ProgramCache", "compile_program", "program_components", "KIND", "PRODUCER"]
 

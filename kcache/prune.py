@@ -7,13 +7,8 @@ from pathlib import Path
 
 from .entry import EntryInfo
 
-TEMP_MAX_AGE = 3600.0  # seconds; a writer never takes that long between create and replace
-
-
 # Why an entry was left in place by clear/prune/remove_many (NotRemoved.reason starts so).
-BUSY = "busy (locked by another process)"
-NOT_REGULAR = "not a regular file"
-NEWER = "written by a newer kcache format version (never deleted)"
+from .reasons import BUSY, NEWER, NOT_REGULAR, TEMP_MAX_AGE  # noqa: F401 (their old home)
 
 
 @dataclasses.dataclass

@@ -15,7 +15,6 @@ from typing import Callable
 
 from .errors import CorruptEntry, KcacheError, NewerFormat
 from .keys import check_key
-from .prune import CopyReport
 from .tier import TierError
 from .warn import warn_once
 
@@ -145,6 +144,7 @@ class RemotePolicy:
         if remote is None or not remote.writable:
             raise KcacheError("no writable remote tier is configured (KCACHE_REMOTE, and "
                               "KCACHE_REMOTE_READONLY unset)")
+        from .prune import CopyReport  # the reports are imported when one is made
         report = CopyReport()
         try:
             there = set(remote.keys())

@@ -153,7 +153,11 @@ class StatsBook:
         self._pending_hits: dict[int, collections.Counter] = collections.defaultdict(collections.Counter)
         self._forget: dict[int, set] = collections.defaultdict(set)
         self._last_flush = time.monotonic()
+        #: called first by every flush: what else is written with the counters (the entries'
+        #: uses, kcache.localtier.LocalTier.flush_touches)
+        self.on_flush: Callable[[], None] = lambda: None
         _BOOKS.add(self)
+        _ready_lock_import()
 
     # -- updates ---------------------------------------------------------------
     def add(self, shard: int, now: bool = False, hit_key: str | None = None, **counters) -> None:
@@ -200,7 +204,8 @@ class StatsBook:
             self._pending_hits[s].pop(key, None)
 
     def flush(self) -> None:
-        """Write every shard with pending counts."""
+        """Write every shard with pending counts (and, first, what ``on_flush`` writes)."""
+        self.on_flush()
         with self._mutex:
             self._last_flush = time.monotonic()
             for shard in [s for s in range(SHARDS) if self._pending.get(s) or self._pending_hits.get(s) or self._forget.get(s)]:
@@ -436,12 +441,22 @@ def flush_all() -> None:
             _lost_at_exit(book, exc)
 
 
+def _ready_lock_import() -> None:
+    """filelock is imported on a process's first write, which for a process that only hits is
+    its exit flush. filelock 3.x imports concurrent.futures.thread, whose threading exit hook
+    cannot be registered once the interpreter's shutdown has begun ("can't register atexit
+    after shutdown"), and the process's counts would be lost. That module, imported now (about
+    a millisecond, once per process; numba and asyncio load its package already), leaves
+    filelock importable at exit without paying for filelock itself on a hit."""
+    if "filelock" not in sys.modules:
+        import concurrent.futures.thread  # noqa: F401
+
+
 def _lost_at_exit(book: "StatsBook", exc: Exception) -> None:
     """Say which counts of ``book`` the exit flush could not write (counters tell the truth:
     a silent loss reads as "no hits"). The usual cause is an import at exit: a module that
     registers a threading exit hook (filelock 3.32 imports concurrent.futures.thread) cannot
-    be imported once the interpreter shuts down, so whatever counts must import filelock
-    before (kcache.dispatcher and kcache.programs do, with numba and cuda.core)."""
+    be imported once the interpreter shuts down (see _ready_lock_import)."""
     try:
         lost = collections.Counter()
         for pend in book._pending.values():

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import entry as fmt
-from . import artifacts, fsio, maintenance
+from . import artifacts, fsio
 from .config import Settings, resolve
 from .entry import Entry
 from .errors import CorruptEntry, KcacheError, NewerFormat
@@ -51,13 +51,31 @@ from .paths import RootDirs
 from .listing import EntryListing
 from .localtier import LocalTier, os_reason  # noqa: F401 (os_reason: API)
 from .locks import BUSY as LOCK_BUSY, KeyLocks, try_global
-from .maintenance import DELTA_BATCH, EVICT_TARGET  # noqa: F401 (re-exported)
-from .prune import CopyReport, PruneReport, RemoveReport, VerifyReport  # noqa: F401 (API)
 from .remotepolicy import RemotePolicy
 from .stats import COUNTERS, ROOT_ERRNOS, SHARDS, StatsBook, shard_of
 from .tier import TierError
 from .verification import VerificationPath
 from .warn import warn_once
+
+# Maintenance (clear, prune, verify, eviction) and the reports are imported when first used:
+# a process that only reads entries never imports them. Their names stay importable from here.
+_ELSEWHERE = {"DELTA_BATCH": "maintenance", "EVICT_TARGET": "maintenance",
+              "CopyReport": "prune", "PruneReport": "prune", "RemoveReport": "prune",
+              "VerifyReport": "prune"}
+
+
+def __getattr__(name: str):
+    where = _ELSEWHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+    return getattr(importlib.import_module(f".{where}", __package__), name)
+
+
+def _maintenance():
+    from . import maintenance
+    return maintenance
+
 
 _TOTALS_TTL = 1.0  # seconds an estimate of other shards' totals is trusted by put
 _PERMISSION_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS}
@@ -158,6 +176,7 @@ class Store(VerificationPath, RemotePolicy, EntryListing):
         self._locks = KeyLocks(self.layout, self.lock_timeout, self._file_mode,
                                self._count, self._lock_error, self._ready_folder, self.local.dirs,
                                stale=self.settings.lock_stale)
+        self._stats.on_flush = self.local.flush_touches  # a hit's use is written with its count
         self._totals: dict[int, tuple[int, int]] = {}
         self._totals_at = 0.0
         self._corrupt_seen: set[tuple] = set()
@@ -319,7 +338,8 @@ class Store(VerificationPath, RemotePolicy, EntryListing):
         """The entry for ``key`` (writable root first, then read-only layers) or None.
 
         Counts a hit (and adds the header's ``compile_seconds`` to ``seconds_saved``) or a
-        miss; records the use of a hit in the writable root (its mtime). Any defect is a miss
+        miss; records the use of a hit in the writable root (its mtime, written with the
+        counters: a hit itself writes nothing). Any defect is a miss
         (quarantined, counted, warned once). Returns None when KCACHE_DISABLE is set. Raises
         ValueError only for a bad key."""
         check_key(key)
@@ -478,6 +498,7 @@ class Store(VerificationPath, RemotePolicy, EntryListing):
         per key. Returns a CopyReport: ``copied``, ``present`` and ``skipped`` (keys),
         ``failed`` ([(key, reason)]: absent, corrupt, not verified, not written). Never
         raises for a bad entry."""
+        from .prune import CopyReport
         report = CopyReport()
         try:
             wanted = list(dict.fromkeys(tier.keys() if keys is None else [check_key(k) for k in keys]))
@@ -542,7 +563,7 @@ class Store(VerificationPath, RemotePolicy, EntryListing):
         check_key(key)
         if self.local.entry_stat(key) is None:
             return False
-        batch = maintenance.Removals(self._housekeeping())
+        batch = _maintenance().Removals(self._housekeeping())
         try:
             return isinstance(batch.remove(key), int)
         finally:
@@ -555,7 +576,7 @@ class Store(VerificationPath, RemotePolicy, EntryListing):
         NotRemoved per key left, with the reason, "no such entry" for one absent from the
         writable root). Totals are updated for exactly the files removed. ValueError for a bad
         key (before anything is removed)."""
-        return maintenance.remove_many(self._housekeeping(), [check_key(k) for k in keys])
+        return _maintenance().remove_many(self._housekeeping(), [check_key(k) for k in keys])
 
     def clear(self) -> RemoveReport:
         """Remove every entry of the writable root (read-only layers untouched).
@@ -565,12 +586,13 @@ class Store(VerificationPath, RemotePolicy, EntryListing):
         newer format, OS error such as EROFS). Goes on past failing entries; totals are
         updated for exactly the files removed. Files whose names are not entry names are
         never touched. kcache's own old temp files are swept."""
-        return maintenance.clear(self._housekeeping())
+        return _maintenance().clear(self._housekeeping())
 
     # -- eviction / maintenance ---------------------------------------------------------------------
-    def _housekeeping(self) -> maintenance.Housekeeping:
+    def _housekeeping(self) -> "maintenance.Housekeeping":
         """The interface maintenance works through (kcache.maintenance.Housekeeping)."""
-        return maintenance.Housekeeping(
+        self.local.flush_touches()  # LRU order as of now: this process's uses count
+        return _maintenance().Housekeeping(
             local=self.local, tiers=self._local_tiers(), locks=self._locks, stats=self._stats,
             max_entry_size=self.settings.max_entry_size,
             quarantine_age=self.settings.quarantine_age, lock_timeout=self.lock_timeout,
@@ -600,7 +622,8 @@ class Store(VerificationPath, RemotePolicy, EntryListing):
                       f"({lock.strerror or lock}); evicting without it")
             lock = None
         try:
-            maintenance.evict(self._housekeeping(), int(self.max_size * EVICT_TARGET))
+            maintenance = _maintenance()
+            maintenance.evict(self._housekeeping(), int(self.max_size * maintenance.EVICT_TARGET))
         finally:
             if lock is not None:
                 lock.release()
@@ -608,7 +631,7 @@ class Store(VerificationPath, RemotePolicy, EntryListing):
 
     def _evict(self, target: int) -> None:
         """Remove least-recently-used entries until the root holds <= ``target`` bytes."""
-        maintenance.evict(self._housekeeping(), target)
+        _maintenance().evict(self._housekeeping(), target)
 
     def prune(self, max_size=None, older_than=None, where=None, dry_run: bool = False) -> PruneReport:
         """Remove entries of the writable root (read-only layers are never touched).
@@ -624,8 +647,9 @@ class Store(VerificationPath, RemotePolicy, EntryListing):
         cap = self.max_size if max_size is None else parse_size(max_size, "max_size")
         age = None if older_than is None else parse_duration(older_than, "older_than")
         if self.local not in self._tiers:
+            from .prune import PruneReport
             return PruneReport(dry_run=dry_run)
-        return maintenance.prune(self._housekeeping(), cap, age, where, dry_run)
+        return _maintenance().prune(self._housekeeping(), cap, age, where, dry_run)
 
     def verify(self, fix: bool = False, progress: Callable[[int, int], None] | None = None) -> VerifyReport:
         """Fully check every entry of every trusted root, through the same checks as
@@ -634,7 +658,7 @@ class Store(VerificationPath, RemotePolicy, EntryListing):
         were left; each move subtracts the file from the totals). The totals are never
         recounted here (see :meth:`recount`). ``progress(done, total)`` is called per entry.
         A file named like an entry but not a regular file (e.g. a directory) is corrupt."""
-        return maintenance.verify(self._housekeeping(), fix, progress)
+        return _maintenance().verify(self._housekeeping(), fix, progress)
 
     # -- counters ---------------------------------------------------------------------------------
     def stats(self) -> Stats:
@@ -681,7 +705,7 @@ class Store(VerificationPath, RemotePolicy, EntryListing):
         no other process writes meanwhile (a put between the scan and the write is lost from
         the totals), so never run implicitly."""
         if self.local in self._tiers:
-            maintenance.recount(self._housekeeping())
+            _maintenance().recount(self._housekeeping())
         return self.stats()
 
 

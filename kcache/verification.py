@@ -15,7 +15,7 @@ from .entry import Entry
 from .errors import CorruptEntry, NewerFormat
 from .keys import check_key
 from .localtier import GONE, KnownBad, LocalTier, identity as _identity, os_reason
-from .prune import BUSY
+from .reasons import BUSY
 from .tier import TierError
 from .verified import VERIFIED
 from .warn import warn_once

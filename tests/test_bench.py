@@ -49,6 +49,14 @@ def test_gpu_flow_without_a_gpu(tmp_path):
     assert figs["fleet_compiles.none"]["values"] == [10.0]
     assert 5 <= figs["fleet_compiles.numba"]["values"][0] <= 10
     check_app(figs, sizes=(3, 4))
+    # kcache's own part of each warm hit, timed inside the call, with its phases
+    own_first, own_further = figs["own_first.kcache"], figs["own_further.kcache"]
+    assert own_first["n"] == 1 and own_further["n"] == 4  # five kernels, one warm process
+    for f in (own_first, own_further):
+        assert all(v > 0 for v in f["values"])
+        assert all(0 <= k + r + b <= v + 1e-9 for k, r, b, v in
+                   zip(f["extra"]["key"], f["extra"]["read"], f["extra"]["rebuild"], f["values"]))
+    assert figs["import_dispatcher.kcache"]["n"] >= 9
     # a fake run judges no goal
     assert all(f["met"] is None for f in doc["figures"])
 
@@ -112,12 +120,14 @@ def test_gpu_part_refuses_to_run_without_a_gpu(tmp_path):
 @pytest.mark.slow
 def test_cpu_part_runs(tmp_path):
     out = tmp_path / "cpu.json"
-    done = run_bench("cpu", "--quick", "--only", "store,scale", "--install", "as-is", "--out",
-                     str(out))
+    done = run_bench("cpu", "--quick", "--only", "store,scale,import", "--install", "as-is",
+                     "--out", str(out))
     assert done.returncode == 0, done.stderr[-4000:]
     doc = json.loads(out.read_text())
     figs = {f["id"]: f for f in doc["figures"]}
-    assert {"store_get.10", "store_get.large", "store_get.ratio", "ls", "prune_dry", "prune"} <= set(figs)
+    assert {"store_get.10", "store_get.large", "store_get.ratio", "ls", "prune_dry", "prune",
+            "import_dispatcher.kcache", "first_definition.kcache",
+            "first_definition.numba"} <= set(figs)
     assert doc["load_average"]["before"] and doc["machine"]["cpu_count"]
 
 

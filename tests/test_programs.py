@@ -137,14 +137,15 @@ def test_program_cache_hits_in_a_fresh_process(root):
 
 # What filelock 3.32 (the GPU image's) does when imported: it imports concurrent.futures.thread,
 # which registers a threading exit hook, and that raises once the interpreter shuts down. A
-# child that has not imported filelock before its exit flush loses its counts there.
+# child that only hits imports filelock at its exit flush: the store has imported that module
+# when it opened (kcache.stats._ready_lock_import), so the hits are still written.
 LATE_IMPORT = """
     import importlib.abc, sys, threading
 
     class LikeFilelock332(importlib.abc.MetaPathFinder):
         def find_spec(self, name, path=None, target=None):
             if name == "filelock":
-                threading._register_atexit(lambda: None)  # raises after shutdown began
+                import concurrent.futures.thread  # noqa: F401  (its threading exit hook)
             return None
 
     sys.meta_path.insert(0, LikeFilelock332())
@@ -171,7 +172,6 @@ def test_hits_of_a_process_that_only_hits_are_written_at_its_exit(root, mode):
     seen = f"children: {runs}; the root's counters after they exited: {stats}"
     assert (stats["compiles"], stats["misses"], stats["hits"]) == (1, 1, 1), seen
     assert not any("could not be written" in run["stderr"] for run in runs), seen
-    assert all(run["filelock"] for run in runs), seen  # imported before the exit flush
     (info,) = Store(root).entries()
     assert info.hits == 1, seen
 

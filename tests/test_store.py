@@ -135,7 +135,19 @@ def test_hit_touches_mtime(store):
     path = store.header(k).path
     os.utime(path, (1000, 1000))
     store.get(k)
-    assert path.stat().st_mtime > time.time() - 60
+    assert path.stat().st_mtime == 1000  # a hit writes nothing itself...
+    store.flush()
+    assert path.stat().st_mtime > time.time() - 60  # ...its use is written with the counters
+
+
+def test_hit_use_is_written_before_eviction(root):
+    s = Store(root, max_size=10**9)
+    for i in (1, 2):
+        s.put(key(i), entry(i))
+        os.utime(s.header(key(i)).path, (1000 + i, 1000 + i))
+    assert s.get(key(1)) == entry(1)  # the older one is used, not yet written
+    report = s.prune(max_size=s.stats().bytes - 1, dry_run=True)
+    assert [i.key for i in report.removed] == [key(2)]  # LRU order as of the hit
 
 
 def test_disable(root, monkeypatch):
