@@ -26,6 +26,7 @@ imported since the last look and once when a public registry grew; a key otherwi
 from __future__ import annotations
 
 import sys
+import threading
 import types
 from collections.abc import Mapping
 
@@ -60,6 +61,7 @@ class _State:
 
 
 _state = _State()
+_refreshing = threading.Lock()
 
 
 def extensions_component():
@@ -70,7 +72,9 @@ def extensions_component():
     registries were read: ``len(sys.modules)`` and the lengths of the public registries."""
     state = _state
     if len(sys.modules) != state.modules or _hot_size(state.hot) != state.hot_size:
-        _refresh(state)
+        with _refreshing:  # keys of other threads wait: a half-read registry is no answer
+            if len(sys.modules) != state.modules or _hot_size(state.hot) != state.hot_size:
+                _refresh(state)
     if state.failure is not None:
         raise Uncacheable(state.failure)
     return state.component, state.opaque_list
@@ -82,7 +86,7 @@ def _hot_size(containers) -> int:
 
 def _refresh(state) -> None:
     if "numba.cuda.typing.templates" not in sys.modules:
-        state.modules = len(sys.modules)  # numba-cuda not imported: nothing registered yet
+        state.modules, state.hot_size = len(sys.modules), 0  # no numba-cuda: nothing registered
         return
     from . import _compat
 
