@@ -18,7 +18,11 @@ Reported (milliseconds): the first kernel of the process (includes the toolchain
 read from the memo in the cache root after the first process) and the further kernels (min /
 median over all further kernels of all processes).
 
-Usage: python bench/bench_keys.py [--repeat 7] [--hit] [--json OUT.json]
+``--extensions N``: the kernels' module also imports ``bk_ext``, which registers N user
+``@overload``s of operators for a user type (the ``extensions`` key component,
+dispatcher/extensions.py); the kernels do not use them.
+
+Usage: python bench/bench_keys.py [--repeat 7] [--hit] [--extensions N] [--json OUT.json]
 """
 import argparse
 import json
@@ -81,6 +85,28 @@ DEV_A = """
     def both(x, y):
         return mix(x, y) + shaped(y) + axpy(bk_consts.SCALE, x, y)
 """
+
+EXT_HEAD = """
+    import operator
+    from numba.cuda import types
+    from numba.cuda.extending import overload
+
+    class PairType(types.Type):
+        def __init__(self):
+            super().__init__(name="Pair")
+"""
+
+EXT_ONE = """
+    @overload(operator.{op})
+    def pair_{op}(a, b):
+        if isinstance(a, PairType) and isinstance(b, PairType):
+            def impl(a, b):
+                return {n}
+            return impl
+"""
+
+EXT_OPS = ("add", "sub", "mul", "truediv", "mod", "pow", "floordiv", "and_", "or_", "xor",
+           "lshift", "rshift", "lt", "le", "gt", "ge", "eq", "ne")
 
 KERNEL = """
     @kcache.jit
@@ -158,10 +184,16 @@ WARM = textwrap.dedent("""
 """).replace("N_KERNELS", str(N_KERNELS))
 
 
-def write_project(directory: Path) -> None:
+def write_project(directory: Path, extensions: int = 0) -> None:
     files = {"bk_consts": CONSTS, "bk_dev_b": DEV_B, "bk_dev_a": DEV_A}
     kernels = ["import kcache", "from numba import cuda", "import bk_consts", "import bk_dev_a",
                "import bk_dev_b", ""]
+    if extensions:
+        if extensions > len(EXT_OPS):
+            raise SystemExit(f"--extensions: at most {len(EXT_OPS)}")
+        files["bk_ext"] = EXT_HEAD + "".join(EXT_ONE.format(op=op, n=n)
+                                             for n, op in enumerate(EXT_OPS[:extensions]))
+        kernels.insert(1, "import bk_ext")
     for i in range(N_KERNELS):
         kernels.append(textwrap.dedent(KERNEL.format(i=i, body=BODIES[i % len(BODIES)])))
     files["bk_kernels"] = "\n".join(kernels)
@@ -197,13 +229,15 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--hit", action="store_true",
                         help="also time whole hits (compiles the 20 kernels once first)")
+    parser.add_argument("--extensions", type=int, default=0, metavar="N",
+                        help="a module of N user @overloads of operators is imported too")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     modes = ("key", "fingerprint") + (("hit",) if args.hit else ())
     with tempfile.TemporaryDirectory() as tmp:
         directory, root = Path(tmp) / "proj", Path(tmp) / "cache"
         directory.mkdir()
-        write_project(directory)
+        write_project(directory, args.extensions)
         (root / "v1").mkdir(parents=True, mode=0o700)  # a used cache root holds the memo
         run(directory, "key", root)  # fills the toolchain memo, as any earlier process would
         if args.hit:

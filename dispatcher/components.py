@@ -4,7 +4,9 @@
 kernel and signature: source fingerprint (with line tables when line information is
 compiled in), signature, target (cc with its arch suffix and the output kind), toolchain
 versions, code-changing numba configuration, code-changing target options, ``link=``
-contents, launch config and the user's ``cache_key``.  ``kcache.make_key(components)`` turns
+contents, launch config, the user's ``cache_key`` and, in a process with user extension
+registrations (``@overload`` of operators, ``lower_builtin``, ...), their digests
+(``extensions``, dispatcher/extensions.py).  ``kcache.make_key(components)`` turns
 it into the key; the named components let explain say which one changed.
 """
 
@@ -19,6 +21,7 @@ import msgpack
 from kcache.arch import arch_name
 from kcache.keys import CanonicalMap, canonical_map
 
+from .extensions import extensions_component
 from .fingerprint import Uncacheable, digest_of, fingerprint, line_digest, value_digest
 from .numba_config import config_component
 
@@ -79,11 +82,12 @@ def kernel_components(
         source.update(line_parts(fn, fp))
     if config is None:
         config = config_component()
-    return {
+    extensions, extensions_opaque = extensions_component()
+    components = {
         "format": COMPONENTS_FORMAT,
         "kernel": f"{fn.__module__}:{fn.__qualname__}",
         "source": source,
-        "opaque": list(fp.opaque),
+        "opaque": list(fp.opaque) + extensions_opaque if extensions_opaque else list(fp.opaque),
         "signature": str(signature),
         "target": _shared("target", {"cc": arch_name(cc), "output": output}),
         "toolchain": _shared("toolchain", toolchain if toolchain is not None
@@ -94,6 +98,11 @@ def kernel_components(
         "launch_config": _plain(launch_config),
         "cache_key": cache_key,
     }
+    if extensions is not None:
+        # Only when the process has user extension registrations: keys of every other process
+        # are the ones made before this component existed (docs/keys.md, "Extensions").
+        components["extensions"] = extensions
+    return components
 
 
 _SHARED: dict = {}  # (name, msgpack bytes of a value) -> its CanonicalMap

@@ -49,7 +49,8 @@ import msgpack
 from .bytecode import references
 
 __all__ = ["Fingerprint", "Uncacheable", "fingerprint", "digest_of", "value_digest",
-           "line_digest"]
+           "line_digest", "content_digest", "describe", "named_by_library", "is_library_module",
+           "is_library_class"]
 
 # Top-level packages whose code is covered by the toolchain versions in the key: their
 # functions and classes are identified by name, never walked.
@@ -124,6 +125,60 @@ def value_digest(value, where: str = "value") -> str:
     by content, classes and library objects by name).  ``where`` names the value in the
     :class:`Uncacheable` message raised for a device array."""
     return _Walk().value_digest(value, where, _Acc())
+
+
+def content_digest(value, where: str = "value") -> tuple:
+    """``(32-hex digest, opaque reasons)`` of ``value`` by content, for extension
+    registrations (dispatcher/extensions.py): functions, dispatchers and intrinsics as
+    :func:`value_digest` gives them (a function's globals, closure cells and callees
+    included); a class that is not a library's own module-level class (a user class, or one
+    made at run time, e.g. by ``type()`` in numba's extension API) by its name, bases and
+    members (methods by content) -- where a kernel's fingerprint names a class only; anything
+    else as :func:`value_digest` encodes it (opaque objects by type and repr)."""
+    walk, acc = _Walk(), _Acc()
+    if isinstance(value, type) and not _module_level_library_class(value):
+        digest = digest_of(walk.class_payload(value, where, acc, 0))
+    else:
+        digest = walk.value_digest(value, where, acc)
+    return digest, sorted(set(acc.opaque))
+
+
+def describe(value) -> str:
+    """A stable, readable name of a registration key: ``module.qualname`` of functions,
+    classes and builtins, the text of strings and numba types, ``(a, b)`` of tuples, a
+    deterministic repr or the type's name otherwise (never an address)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, tuple):
+        return "(" + ", ".join(describe(v) for v in value) + ")"
+    if _is_numba_type(value):
+        return str(value)
+    if isinstance(value, (type, types.FunctionType, types.BuiltinFunctionType)) or \
+            _is_dispatcher(value) or _is_intrinsic(value):
+        return _qualified(getattr(value, "py_func", value))
+    if callable(value) and isinstance(getattr(value, "__qualname__", None), str) and \
+            isinstance(getattr(value, "__module__", None), str):
+        return _qualified(value)  # numpy 2's functions (_ArrayFunctionDispatcher), ufuncs
+    text = _deterministic_repr(value)
+    return text if text is not None and len(text) <= 200 else f"<{_type_name(value)}>"
+
+
+def named_by_library(obj) -> bool:
+    """True when a kernel's fingerprint identifies ``obj`` (function, dispatcher, intrinsic,
+    class) by its library name alone instead of walking it (module-level object of numba,
+    numpy, the standard library, ...)."""
+    return _named_by_library(obj)
+
+
+def is_library_module(module_name) -> bool:
+    """True for a module of a library package (its code is covered by the toolchain)."""
+    return _is_library(module_name)
+
+
+def is_library_class(cls) -> bool:
+    """True for a library's own module-level class (its module names it), not one made at
+    run time (by ``type()`` or inside a function)."""
+    return _module_level_library_class(cls)
 
 
 def line_digest(py_func) -> str:
@@ -315,6 +370,17 @@ def _named_by_library(obj, module_name=None) -> bool:
         return False
     inner = getattr(obj, "py_func", None) or getattr(obj, "_defn", None) or obj
     return "<locals>" not in (getattr(inner, "__qualname__", None) or "")
+
+
+def _module_level_library_class(cls) -> bool:
+    """A class of a library module that its module names (``module.qualname`` leads to it):
+    not one made at run time by ``type()`` or inside a function."""
+    if not _is_library(cls.__module__) or "<locals>" in cls.__qualname__:
+        return False
+    obj = sys.modules.get(cls.__module__)
+    for part in cls.__qualname__.split("."):
+        obj = getattr(obj, part, None)
+    return obj is cls
 
 
 def _qualified(obj) -> str:
@@ -623,6 +689,30 @@ class _Walk:
             acc.opaque.append(f"{where}: class {_qualified(cls)} (identified by name only)")
         return ["class", _qualified(cls)]
 
+    def class_payload(self, cls, where, acc, depth):
+        """A class by content: name, bases (by content unless a library's own class) and the
+        members of its namespace: methods by content, static/class methods and properties by
+        their functions, other values encoded. Line numbers and the docstring are left out."""
+        if depth > _MAX_DEPTH:
+            return self._encode_class(cls, where, acc, depth)
+        bases = [self.class_payload(b, where, acc, depth + 1)
+                 if not _module_level_library_class(b) else ["class", _qualified(b)]
+                 for b in cls.__bases__]
+        members = []
+        for name, member in sorted(vars(cls).items()):
+            if name in _CLASS_NOT_CONTENT:
+                continue
+            spot = f"{where}.{name}"
+            if isinstance(member, (staticmethod, classmethod)):
+                payload = [type(member).__name__, self.encode(member.__func__, spot, acc, depth + 1)]
+            elif isinstance(member, property):
+                payload = ["property"] + [self.encode(f, spot, acc, depth + 1)
+                                          for f in (member.fget, member.fset, member.fdel)]
+            else:
+                payload = self.encode(member, spot, acc, depth + 1)
+            members.append([name, payload])
+        return ["class-content", _qualified(cls), bases, members]
+
     def _encode_opaque(self, value, where, acc):
         acc.cacheable = False
         text = _deterministic_repr(value)
@@ -728,6 +818,12 @@ class _Walk:
                 pass
         return digest
 
+
+# Namespace entries of a class that are not code: its own bookkeeping, the line it starts on
+# (3.13) and the docstring.
+_CLASS_NOT_CONTENT = frozenset({"__dict__", "__weakref__", "__module__", "__qualname__",
+                                "__doc__", "__firstlineno__", "__static_attributes__",
+                                "_abc_impl"})  # _abc_impl: abc's registry and caches
 
 _options_memo: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 

@@ -10,15 +10,16 @@ from __future__ import annotations
 __all__ = ["diff_components", "explain_miss"]
 
 # Component order in explain output: the most likely causes first.
-_ORDER = ("kernel", "source", "signature", "target", "options", "config", "link",
-          "launch_config", "cache_key", "toolchain", "format")
+_ORDER = ("kernel", "source", "extensions", "signature", "target", "options", "config",
+          "link", "launch_config", "cache_key", "toolchain", "format")
 
 
 def diff_components(old: dict, new: dict) -> list[str]:
     """Human-readable differences from ``old`` to ``new`` (two components dicts).
 
-    Returns one line per differing leaf, ordered source, signature, target, options, numba
-    config, link, launch config, cache_key, toolchain; an empty list when they are equal.  Unknown
+    Returns one line per differing leaf, ordered source, extensions, signature, target,
+    options, numba config, link, launch config, cache_key, toolchain; an empty list when they
+    are equal.  Unknown
     top-level keys are compared too ("<name> changed").  Never raises on malformed input.
     """
     old = old if isinstance(old, dict) else {}
@@ -31,6 +32,8 @@ def diff_components(old: dict, new: dict) -> list[str]:
         if a == b:
             continue
         differ = _DIFFERS.get(key)
+        if key == "extensions":  # present only in processes with user extensions
+            a, b = a if isinstance(a, dict) else {}, b if isinstance(b, dict) else {}
         if differ is not None and isinstance(a, dict) and isinstance(b, dict):
             lines.extend(differ(a, b))
         elif key == "signature":
@@ -165,8 +168,21 @@ def _link(a: dict, b: dict) -> list[str]:
     return lines
 
 
+def _extensions(a: dict, b: dict) -> list[str]:
+    lines = []
+    for module in sorted(set(a) | set(b), key=str):
+        if module not in b:
+            lines.append(f"extensions registered by {module} removed")
+        elif module not in a:
+            lines.append(f"new extensions registered by {module}")
+        elif a[module] != b[module]:
+            lines.append(f"extensions registered by {module} changed")
+    return lines
+
+
 _DIFFERS = {"source": _source, "target": _target, "toolchain": _versions,
-            "options": _options, "config": _config, "link": _link}
+            "options": _options, "config": _config, "link": _link,
+            "extensions": _extensions}
 
 
 def _short(value, limit: int = 60) -> str:

@@ -18,6 +18,8 @@ components = kernel_components(
     signature=job.get("signature", "(array(float32, 1d, C), array(float32, 1d, C))"),
     cc=tuple(job.get("cc", (9, 0))),
     targetoptions=kernel.targetoptions,
+    toolchain=job.get("toolchain"),  # None: this process's (as kernel_components defaults)
+    config=job.get("config"),
 )
 print(json.dumps({
     "key": kcache.make_key(components),
