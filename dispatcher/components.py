@@ -134,6 +134,9 @@ def prepare_shared(targetoptions: dict | None = None) -> None:
     are remembered by value, so a later change is still seen)."""
     _shared("toolchain", toolchain_components())
     _shared("config", config_component())
+    # The first read of the extension registries (numba-cuda's own ~800-1,900 registrations,
+    # a few ms) is done here too; a key then reads only what was registered since.
+    extensions_component()
     if targetoptions is not None:
         _shared("options", encode_options(dict(targetoptions)))
 
