@@ -34,11 +34,14 @@ def _pipe(errors: str) -> io.TextIOWrapper:
     return io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors=errors, write_through=True)
 
 
-def _text(stream: io.TextIOWrapper) -> str:
-    """What ``subprocess.run(text=True)`` reads from the pipe: universal newlines."""
+def _read(stream: io.TextIOWrapper, text: bool) -> str | bytes:
+    """What ``subprocess.run`` reads from the pipe: the bytes, or with ``text`` their text
+    with universal newlines."""
     stream.flush()
-    data = stream.buffer.getvalue().decode("utf-8")
-    return data.replace("\r\n", "\n").replace("\r", "\n")
+    data = stream.buffer.getvalue()
+    if not text:
+        return data
+    return data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
 
 
 def _forget_memos() -> None:
@@ -63,9 +66,9 @@ def _status(exc: SystemExit) -> tuple[int, str]:
 
 
 def run(argv: list[str], env: dict | None = None, stdin: str = "",
-        environ: dict | None = None) -> subprocess.CompletedProcess:
+        environ: dict | None = None, text: bool = True) -> subprocess.CompletedProcess:
     """``kcache ARGV`` in this process; a CompletedProcess as ``subprocess.run(...,
-    capture_output=True, text=True)`` returns for the real command. The environment is
+    capture_output=True, text=text)`` returns for the real command. The environment is
     ``environ`` when given (as ``subprocess.run(env=...)``), else this one without
     ``KCACHE_*``, plus ``env``."""
     from kcache.cli import main as cli_main  # the console script's function
@@ -98,7 +101,8 @@ def run(argv: list[str], env: dict | None = None, stdin: str = "",
                 status, tail = _status(exc)
             stats.flush_all()  # what atexit does at the end of the process
         err.write(tail)
-        return subprocess.CompletedProcess(["kcache", *argv], status, _text(out), _text(err))
+        return subprocess.CompletedProcess(["kcache", *argv], status, _read(out, text),
+                                           _read(err, text))
     finally:
         sys.stdin, sys.stdout, sys.stderr = saved_streams
         os.environ.clear()
