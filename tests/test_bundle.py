@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+import clikit
+
 from kcache import Entry, Store, make_key
 from kcache import entry as fmt
 from kcache.bundle import BundleError, BundleTier, digest, have_zstd, write_bundle
@@ -37,11 +39,15 @@ def fill(store, n=4):
     return [key(i) for i in range(n)]
 
 
-def kc(*args, env=None, check=None):
-    e = dict(os.environ)
-    e.update(env or {})
-    done = subprocess.run([sys.executable, "-m", "kcache", *args], capture_output=True, text=True,
-                          env=e, timeout=120)
+def kc(*args, env=None, check=None, process=False):
+    """``kcache ARGS``, in this process as a fresh one runs it (tests/clikit.py), or with
+    ``process`` as ``python -m kcache`` (a hang is then a timeout, not a stuck suite)."""
+    e = {**os.environ, **(env or {})}
+    if process:
+        done = subprocess.run([sys.executable, "-m", "kcache", *args], capture_output=True,
+                              text=True, env=e, timeout=120)
+    else:
+        done = clikit.run([str(a) for a in args], environ=e)
     assert "Traceback" not in done.stderr, done.stderr
     if check is not None:
         assert done.returncode == check, (done.returncode, done.stdout, done.stderr)
@@ -197,7 +203,8 @@ def test_not_a_bundle_is_one_error(tmp_path, content):
 
 def test_fifo_as_bundle_does_not_hang(tmp_path):
     os.mkfifo(tmp_path / "fifo")
-    done = kc("import", str(tmp_path / "fifo"), "--into", str(tmp_path / "dst"), check=1)
+    done = kc("import", str(tmp_path / "fifo"), "--into", str(tmp_path / "dst"), check=1,
+              process=True)
     assert "not a regular file" in done.stderr
 
 

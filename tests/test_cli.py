@@ -1,5 +1,10 @@
-"""The ``kcache`` command, run as ``python -m kcache`` in subprocesses on caches filled
-through the store API (no GPU, no numba import)."""
+"""The ``kcache`` command on caches filled through the store API (no GPU, no numba import).
+
+Most tests are about what a command prints and returns: they run it in this process as a
+fresh process would (tests/clikit.py, ~0.3 s less a call). The real ``python -m kcache``
+process runs where the process matters: the usage and help of the entry point (exit status
+2 and 0), every command on a terminal (its exit status 0, and 1 where ``rm``/``clear`` are
+answered no), a traceback for a real bug, imports at start-up, ``sitecustomize`` shims."""
 from __future__ import annotations
 
 import hashlib
@@ -15,6 +20,7 @@ import pytest
 
 from kcache import Entry, Store
 from kcache.toolchain import package_versions
+import clikit
 import ptykit
 from trustkit import READONLY_SHIM
 
@@ -71,15 +77,18 @@ def cache(tmp_path):
 
 
 def kc(*args: str, root: Path | None = None, env: dict | None = None,
-       stdin: str | None = None) -> subprocess.CompletedProcess:
-    """Run ``python -m kcache ARGS`` (with ``--dir root``) and capture text output."""
+       stdin: str | None = None, process: bool = False) -> subprocess.CompletedProcess:
+    """Run ``kcache ARGS`` (with ``--dir root``) and capture text output: in this process
+    (tests/clikit.py) unless ``process`` or ``env`` sets ``PYTHONPATH`` (a ``sitecustomize``
+    shim acts at interpreter start), then as ``python -m kcache`` in a subprocess."""
+    argv = [*args, *(["--dir", str(root)] if root is not None else [])]
+    if not process and "PYTHONPATH" not in (env or {}):
+        return clikit.run(argv, env=env, stdin=stdin or "")
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("KCACHE_")}
     full_env.update(env or {})
-    cmd = [sys.executable, "-m", "kcache", *args]
-    if root is not None:
-        cmd += ["--dir", str(root)]
-    return subprocess.run(cmd, capture_output=True, text=True, env=full_env,
-                          input=stdin if stdin is not None else "", timeout=120)
+    return subprocess.run([sys.executable, "-m", "kcache", *argv], capture_output=True,
+                          text=True, env=full_env, input=stdin if stdin is not None else "",
+                          timeout=120)
 
 
 def kc_json(*args: str, root: Path, **kw):
@@ -119,13 +128,16 @@ def assert_entry_schema(record: dict) -> None:
 
 @pytest.mark.slow
 def test_help_lists_every_command_and_bare_kcache_prints_the_usage():
-    done = kc("--help")
+    # real processes: the entry point's own exit statuses (SystemExit of argparse)
+    done = kc("--help", process=True)
     assert done.returncode == 0
     for name in ("dir", "ls", "stats", "show", "prune", "rm", "clear", "verify", "config"):
         assert name in done.stdout
-    bare = kc()  # as `pip` alone: the help on stdout, exit 0
+    bare = kc(process=True)  # as `pip` alone: the help on stdout, exit 0
     assert bare.returncode == 0 and bare.stdout == done.stdout and bare.stderr == ""
-    assert "COMMAND" in one_line_error(kc("--json"))  # options without a command: usage error
+    # options without a command: usage error
+    assert "COMMAND" in one_line_error(kc("--json", process=True))
+    assert kc("--help").stdout == done.stdout  # in this process (the other tests) the same
 
 
 def test_a_mistyped_command_gets_a_suggestion():

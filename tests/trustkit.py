@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import clikit
 from kcache import Entry, make_key
 
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
@@ -51,8 +52,12 @@ def run_py(code: str, *args: str, env: dict | None = None, timeout: float = 120)
                           text=True, env=child_env(env), timeout=timeout)
 
 
-def run_cli(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    """``python -m kcache ARGS`` in a fresh interpreter (stdout piped: plain output)."""
+def run_cli(*args: str, env: dict | None = None, timeout: float = 120,
+            process: bool = False) -> subprocess.CompletedProcess:
+    """``kcache ARGS`` (stdout piped: plain output), as a fresh interpreter runs it: in this
+    process (tests/clikit.py) unless ``process``, then ``python -m kcache``."""
+    if not process:
+        return clikit.run([str(a) for a in args], environ=child_env(env))
     return subprocess.run([sys.executable, "-m", "kcache", *map(str, args)], capture_output=True,
                           text=True, env=child_env(env), timeout=timeout, stdin=subprocess.DEVNULL)
 
