@@ -428,10 +428,12 @@ _overload_index: dict = {"n": -1, "by_id": {}}
 
 
 def fixed_signatures(disp) -> list | None:
-    """The signatures a dispatcher (CUDA or CPU) is limited to when it was given explicit ones
+    """The signatures a CPU dispatcher (numba's ``@jit``) is limited to when it was given explicit ones
     (numba's ``Dispatcher._can_compile`` is False: typing picks among them, converting the
     arguments), as strings in the order given; None when it compiles on demand."""
-    if getattr(disp, "_can_compile", True):
+    if getattr(disp, "_can_compile", True) or isinstance(disp, CUDADispatcher):
+        # A CUDA device function's eager compile may be deferred (kcache warm's offline
+        # target), so whether it is limited yet depends on the process: never keyed on it.
         return None
     return [str(sig) for sig in getattr(disp, "nopython_signatures", ())]
 
