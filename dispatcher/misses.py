@@ -156,28 +156,26 @@ def _config(a: dict, b: dict) -> list[str]:
     return lines
 
 
-def _link(a: dict, b: dict) -> list[str]:
+def _named_changes(names, a: dict, b: dict, what: str) -> list[str]:
+    """One line per name of ``names`` whose value differs between ``a`` and ``b``:
+    "<what> X removed", "new <what> X", "<what> X changed"."""
     lines = []
-    for name in list(a) + [n for n in b if n not in a]:
+    for name in names:
         if name not in b:
-            lines.append(f"link file {name} removed")
+            lines.append(f"{what} {name} removed")
         elif name not in a:
-            lines.append(f"new link file {name}")
+            lines.append(f"new {what} {name}")
         elif a[name] != b[name]:
-            lines.append(f"link file {name} changed")
+            lines.append(f"{what} {name} changed")
     return lines
+
+
+def _link(a: dict, b: dict) -> list[str]:
+    return _named_changes(list(a) + [n for n in b if n not in a], a, b, "link file")
 
 
 def _extensions(a: dict, b: dict) -> list[str]:
-    lines = []
-    for module in sorted(set(a) | set(b), key=str):
-        if module not in b:
-            lines.append(f"extensions registered by {module} removed")
-        elif module not in a:
-            lines.append(f"new extensions registered by {module}")
-        elif a[module] != b[module]:
-            lines.append(f"extensions registered by {module} changed")
-    return lines
+    return _named_changes(sorted(set(a) | set(b), key=str), a, b, "extensions registered by")
 
 
 _DIFFERS = {"source": _source, "target": _target, "toolchain": _versions,
