@@ -23,7 +23,7 @@ from kcache.keys import CanonicalMap, canonical_map
 
 from .extensions import extensions_component
 from .fingerprint import Uncacheable, digest_of, fingerprint, line_digest, value_digest
-from .numba_config import config_component
+from .numba_config import IN_KEY, WARNINGS_IN_KEY, config_component
 
 __all__ = [
     "COMPONENTS_FORMAT",
@@ -80,8 +80,6 @@ def kernel_components(
     source = dict(fp.parts)
     if options.get("debug") or options.get("lineinfo"):
         source.update(line_parts(fn, fp))
-    if config is None:
-        config = config_component()
     extensions, extensions_opaque = extensions_component()
     components = {
         "format": COMPONENTS_FORMAT,
@@ -89,11 +87,11 @@ def kernel_components(
         "source": source,
         "opaque": list(fp.opaque) + extensions_opaque if extensions_opaque else list(fp.opaque),
         "signature": str(signature),
-        "target": _shared("target", {"cc": arch_name(cc), "output": output}),
+        "target": _target(cc, output),
         "toolchain": _shared("toolchain", toolchain if toolchain is not None
                              else toolchain_components()),
-        "config": _shared("config", config),
-        "options": _shared("options", encode_options(options)),
+        "config": _shared("config", config) if config is not None else _config(),
+        "options": _options(targetoptions or {}),
         "link": link_digests(options.get("link") or ()),
         "launch_config": _plain(launch_config),
         "cache_key": cache_key,
@@ -126,6 +124,55 @@ def _shared(name: str, value: dict) -> dict:
         if len(_SHARED) < 1024:
             _SHARED[memo] = shared
     return shared
+
+
+# The components most kernels share, remembered by what they are made from, so that a key
+# neither encodes nor packs them again (each step of the fast path is C: packb, map, dict
+# lookups). A value that cannot serve as a memo key goes the long way.
+_BY_INPUT: dict = {}  # ("target" | "config" | "options", its inputs) -> CanonicalMap
+
+
+def _remembered(memo, make):
+    shared = _BY_INPUT.get(memo)
+    if shared is None:
+        shared = make()
+        if len(_BY_INPUT) < 1024:
+            _BY_INPUT[memo] = shared
+    return shared
+
+
+def _target(cc, output: str):
+    make = lambda: _shared("target", {"cc": arch_name(cc), "output": output})  # noqa: E731
+    try:
+        return _remembered(("target", cc, type(cc), output), make)
+    except TypeError:  # an unhashable cc, e.g. a list
+        return make()
+
+
+_CONFIG_NAMES = tuple(IN_KEY) + tuple(WARNINGS_IN_KEY)
+
+
+def _config():
+    from . import _compat
+
+    config = _compat.numba_config()
+    make = lambda: _shared("config", config_component(config))  # noqa: E731
+    try:
+        values = tuple(map(vars(config).get, _CONFIG_NAMES))
+        return _remembered(("config", id(config), values, tuple(map(type, values))), make)
+    except TypeError:  # no __dict__, or a value that is not hashable
+        return make()
+
+
+def _options(targetoptions: dict):
+    # msgpack bytes tell True from 1 and a str from bytes, as the encoding does; options
+    # msgpack cannot pack (extensions, an inline cost model, sets) go the long way.
+    make = lambda: _shared("options", encode_options(dict(targetoptions)))  # noqa: E731
+    try:
+        raw = msgpack.packb(targetoptions, use_bin_type=True)
+    except (TypeError, ValueError, OverflowError):
+        return make()
+    return _remembered(("options", raw), make)
 
 
 def prepare_shared(targetoptions: dict | None = None) -> None:
@@ -295,6 +342,17 @@ def toolchain_components(memo_path=None) -> dict:
 
 
 _process_toolchain = None
+_toolchain_map = (None, None)  # (the _process_toolchain it was made from, its CanonicalMap)
+
+
+def toolchain_shared(memo_path=None):
+    """:func:`toolchain_components` as the read-only canonical map every key of the process
+    shares (made once per process's versions)."""
+    global _toolchain_map
+    if _process_toolchain is None or _toolchain_map[0] is not _process_toolchain:
+        versions = toolchain_components(memo_path)
+        _toolchain_map = (_process_toolchain, _shared("toolchain", versions))
+    return _toolchain_map[1]
 
 
 def _toolchain() -> dict:

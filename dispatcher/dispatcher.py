@@ -255,7 +255,7 @@ def kernel_key(dispatcher, argtypes, cc, launch_config=None, cache_key=None, sto
     if isinstance(lc, tuple):
         lc = [list(lc[0]), list(lc[1]), lc[2]]
     # The memo path is only worked out the first time (the versions are kept per process).
-    toolchain = _components.toolchain_components(lambda: _toolchain_memo(store))
+    toolchain = _components.toolchain_shared(lambda: _toolchain_memo(store))
     components = _components.kernel_components(
         dispatcher.py_func, signature=_compat.signature_string(argtypes), cc=cc,
         output="cubin", targetoptions=dispatcher.targetoptions, launch_config=lc,

@@ -113,7 +113,14 @@ def fingerprint(py_func) -> Fingerprint:
         raise TypeError(
             f"fingerprint() needs a Python function or a dispatcher, got {type(py_func).__name__}"
         )
-    cached = _validated_cache_get(fn)
+    entry = _results.get(fn)
+    if entry is None:
+        # The first fingerprint of fn: most are the only one (a kernel's first lookup in a
+        # process), so what would make it reusable (the checks) is not recorded; the next
+        # one records them. Dependencies reached are remembered in any case.
+        _results[fn] = _SEEN
+        return _Walk().function(fn, record=False)[0]
+    cached = _validated_cache_get(fn, entry)
     if cached is not None:
         return cached
     fp, _acc = _Walk().function(fn)
@@ -201,21 +208,27 @@ class _Cached:
 
     def __init__(self, fp, checks):
         self.fp = fp
-        # (callable returning the current object, expected object, compare by equality?)
+        # (reader, its arguments, expected object, compare by equality?): reader(*arguments)
+        # is the current object. Plain functions and tuples rather than closures: a kernel's
+        # checks are a few tuples, not a function and cells per global it reads.
         self.checks = checks
 
 
 _results: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
+#: In _results for a function fingerprinted once without recording its checks.
+_SEEN = _Cached(None, ())
+
+
 def _validated_cache_get(fn, entry=None):
     """The cached Fingerprint of ``fn`` if every input it read is unchanged, else None."""
     entry = entry if entry is not None else _results.get(fn)
-    if entry is None:
+    if entry is None or entry is _SEEN:
         return None
     try:
-        for read, expected, by_equality in entry.checks:
-            current = read()
+        for read, args, expected, by_equality in entry.checks:
+            current = read(*args)
             if not (current == expected if by_equality else current is expected):
                 return None
     except Exception:  # an input that cannot be read (or compared) any more: recompute
@@ -453,18 +466,27 @@ def _deterministic_repr(obj):
 
 
 class _Acc:
-    """What one function's fingerprint gathered besides its parts."""
+    """What one function's fingerprint gathered besides its parts. ``checks`` is None when
+    the result will not be remembered (a function fingerprinted for the first time: see
+    :func:`fingerprint`), and nothing is recorded then."""
 
     __slots__ = ("opaque", "checks", "cacheable", "lines")
 
-    def __init__(self):
+    def __init__(self, record: bool = True):
         self.opaque: list = []
-        self.checks: list = []
+        self.checks: list | None = [] if record else None
         self.cacheable = True
         self.lines: dict = {}  # "module.qualname" -> set of line digests
 
-    def check(self, read, expected, by_equality=False):
-        self.checks.append((read, expected, by_equality))
+    def check(self, read, args, expected, by_equality=False):
+        """Remember that ``read(*args)`` must still give ``expected`` (the same object, or an
+        equal one with ``by_equality``) for the result to be reused."""
+        if self.checks is not None:
+            self.checks.append((read, args, expected, by_equality))
+
+    def extend(self, checks) -> None:
+        if self.checks is not None:
+            self.checks.extend(checks)
 
     def add_lines(self, name: str, digests) -> None:
         self.lines.setdefault(name, set()).update(digests)
@@ -486,11 +508,12 @@ class _Walk:
 
     # -- functions -----------------------------------------------------------------------
 
-    def function(self, fn):
-        """(Fingerprint, _Acc) of ``fn``; stores it in the process cache when safe."""
+    def function(self, fn, record: bool = True):
+        """(Fingerprint, _Acc) of ``fn``; stores it in the process cache when safe and
+        ``record`` is True."""
         self.in_progress.add(id(fn))
         cycles_before = self.cycles
-        acc = _Acc()
+        acc = _Acc(record)
         try:
             parts = self._function_parts(fn, acc)
         finally:
@@ -500,7 +523,7 @@ class _Walk:
         fp = Fingerprint(digest, parts, sorted(set(acc.opaque)), lines)
         # Recursion below fn makes its digest depend on where the walk entered the cycle:
         # such results are neither cached (acc.cacheable is False) nor reused in this walk.
-        if acc.cacheable:
+        if acc.cacheable and acc.checks is not None:
             # Dependencies reached along several paths bring the same check tuples: once each.
             _results[fn] = _Cached(fp, list({id(c): c for c in acc.checks}.values()))
         if self.cycles == cycles_before:
@@ -511,8 +534,8 @@ class _Walk:
         code = fn.__code__
         info = _code_info_of(code)
         parts = {"code": info.digest}
-        own = _fn_getter(fn)
-        acc.check(own("__code__"), code)
+        own = weakref.ref(fn) if acc.checks is not None else None
+        acc.check(_weak_attr, (own, "__code__"), code)
 
         closure = fn.__closure__ or ()
         for i, cell in enumerate(closure):
@@ -521,11 +544,11 @@ class _Walk:
             except ValueError:  # empty cell
                 parts[f"closure:{i}"] = digest_of(["empty-cell"])
                 continue
-            acc.check(_cell_getter(cell), value)
+            acc.check(_cell_value, (cell,), value)
             parts[f"closure:{i}"] = self.value_digest(value, f"closure:{i}", acc)
 
-        acc.check(own("__defaults__"), fn.__defaults__)
-        acc.check(own("__kwdefaults__"), fn.__kwdefaults__)
+        acc.check(_weak_attr, (own, "__defaults__"), fn.__defaults__)
+        acc.check(_weak_attr, (own, "__kwdefaults__"), fn.__kwdefaults__)
         for name, value in _defaults(fn):
             parts[f"default:{name}"] = self.value_digest(value, f"default:{name}", acc)
 
@@ -535,7 +558,7 @@ class _Walk:
                 found, base = _lookup_global(fn, name)
                 if not found:
                     continue  # an unbound name: numba reports it when compiling
-                acc.check(_global_getter(fn, name), base)
+                acc.check(_read_global, (fn.__globals__, name), base)
                 base_part = f"global:{name}"
             else:
                 if name not in freevars or not closure or not attrs:
@@ -565,7 +588,7 @@ class _Walk:
                 nxt = getattr(obj, attr)
             except Exception:
                 break
-            acc.check(_attr_getter(obj, attr), nxt)
+            acc.check(getattr, (obj, attr), nxt)
             obj = nxt
             path.append(attr)
         if path:
@@ -733,7 +756,8 @@ class _Walk:
         done = self.done.get(key)
         if done is None:
             cached = _results.get(fn)
-            if cached is not None and _validated_cache_get(fn, cached) is cached.fp:
+            if cached is not None and cached is not _SEEN and \
+                    _validated_cache_get(fn, cached) is cached.fp:
                 dep_acc = _Acc()
                 dep_acc.checks = cached.checks
                 done = self.done[key] = (cached.fp, dep_acc)
@@ -741,7 +765,7 @@ class _Walk:
                 done = self.function(fn)  # recursion members are walked again each time
         fp, dep_acc = done
         # The caller's cached fingerprint is valid only while the dependency's inputs are.
-        acc.checks.extend(dep_acc.checks)
+        acc.extend(dep_acc.checks)
         acc.cacheable = acc.cacheable and dep_acc.cacheable
         acc.opaque.extend(f"{_qualified(fn)} {reason}" for reason in fp.opaque)
         for name, digests in fp.lines.items():
@@ -754,7 +778,7 @@ class _Walk:
         own = self._function_digest(fn, acc)
         registered = _overload_implementations(fn)
         # An @overload registered after this fingerprint was cached must be seen.
-        acc.check(lambda: _overload_implementations(fn), registered, by_equality=True)
+        acc.check(_overload_implementations, (fn,), registered, by_equality=True)
         impls = [self._overload_payload(impl, opts, acc) for impl, opts in registered]
         if not impls:
             return own
@@ -776,9 +800,8 @@ class _Walk:
         # Options hold lists (link, extensions): compare with a copy whose lists are copied
         # too, which sees a list changed in place, instead of giving up caching.
         snapshot = _copied(options)
-        acc.check(lambda: getattr(disp, "targetoptions", None) or {}, snapshot,
-                  by_equality=True)
-        acc.check(_getter(disp, "py_func"), fn)
+        acc.check(_target_options, (disp,), snapshot, by_equality=True)
+        acc.check(getattr, (disp, "py_func"), fn)
         if _with_line_info(options):
             # A device function compiled with line info brings its line table into the kernel.
             acc.add_lines(_qualified(fn), (line_digest(fn),))
@@ -788,7 +811,7 @@ class _Walk:
             # @jit("(i4, i4)") types a call against these alone (or refuses it, as a CPU
             # function on the device): the same body without them is another dependency.
             parts.append(["signatures", fixed])
-            acc.check(lambda: _fixed_signatures(disp), fixed, by_equality=True)
+            acc.check(_fixed_signatures, (disp,), fixed, by_equality=True)
         return digest_of(parts)
 
     def _options_digest(self, disp, options, snapshot, where, acc) -> str:
@@ -810,7 +833,7 @@ class _Walk:
         # An option holding a function (an ``inline`` cost model) is a dependency: its inputs
         # must be re-checked like any other. The options' own lists are covered by the
         # snapshot comparison, so they do not make the caller uncacheable.
-        acc.checks.extend(opts_acc.checks)
+        acc.extend(opts_acc.checks)
         if not opts_acc.opaque and not opts_acc.checks:  # plain values: equality suffices
             try:
                 _options_memo[disp] = (snapshot, digest)
@@ -870,37 +893,30 @@ def _lookup_global(fn, name):
     return False, None
 
 
-def _getter(obj, attr):
-    return lambda: getattr(obj, attr)
+# Readers of the checks (see _Cached): each gives the current value of one input.
+
+def _cell_value(cell):
+    return cell.cell_contents
 
 
-def _cell_getter(cell):
-    return lambda: cell.cell_contents
-
-
-def _fn_getter(fn):
+def _weak_attr(ref, attr):
     # The cache maps fn -> checks weakly; a check holding fn itself would keep it alive
-    # forever (closures made in a loop), so it reads fn through a weak reference.
-    ref = weakref.ref(fn)
-    return lambda attr: (lambda: getattr(ref(), attr))
+    # forever (closures made in a loop), so it reads fn through a weak reference (a dead
+    # one raises AttributeError on None: the result is recomputed).
+    return getattr(ref(), attr)
 
 
-def _global_getter(fn, name):
-    namespace = fn.__globals__
+def _read_global(namespace, name):
+    if name in namespace:
+        return namespace[name]
     builtins_ns = namespace.get("__builtins__", __builtins__)
     if isinstance(builtins_ns, types.ModuleType):
         builtins_ns = builtins_ns.__dict__
-
-    def read():
-        if name in namespace:
-            return namespace[name]
-        return builtins_ns[name]
-
-    return read
+    return builtins_ns[name]
 
 
-def _attr_getter(obj, attr):
-    return lambda: getattr(obj, attr)
+def _target_options(disp):
+    return getattr(disp, "targetoptions", None) or {}
 
 
 def _fixed_signatures(disp) -> list | None:

@@ -113,13 +113,26 @@ def bypass_reason(config=None) -> str | None:
         from . import _compat
 
         config = _compat.numba_config()
-    for name in BYPASS:
-        value = getattr(config, name, None)
+    # Asked on every lookup: the settings' values are read at once (one map per value, in
+    # C) and the answer for the same values and module is remembered.
+    try:
+        values = (id(config),) + tuple(map(vars(config).get, BYPASS))
+    except TypeError:  # an object without __dict__
+        values = (id(config),) + tuple(getattr(config, name, None) for name in BYPASS)
+    if values == _bypass_memo[0]:
+        return _bypass_memo[1]
+    reason = None
+    for name, value in zip(BYPASS, values[1:]):
         if isinstance(value, str):
             value = value.strip().lower()
         if value not in _OFF:
-            return f"NUMBA_{name} is on: the compiler's output is shown, so the kernel is compiled"
-    return None
+            reason = f"NUMBA_{name} is on: the compiler's output is shown, so the kernel is compiled"
+            break
+    _bypass_memo[0], _bypass_memo[1] = values, reason
+    return reason
+
+
+_bypass_memo = [None, None]  # (id of the config module, its BYPASS values), the answer
 
 
 #: Settings that change only what a compile warns -> why. An entry says again what its

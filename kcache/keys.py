@@ -165,8 +165,29 @@ def canonical_bytes(components: Mapping[str, Any]) -> bytes:
     for name in components:
         if not isinstance(name, str):
             raise TypeError(f"component name {name!r} is not a str")
-    canon = {name: _canonical(components[name], (None, 0, name)) for name in sorted(components)}
-    return msgpack.packb(canon, use_bin_type=True, use_single_float=False)
+    # The map as msgpack writes it (its header, then each name and value), with the
+    # encoding of each shared canonical component made once per process (_packed).
+    packer = msgpack.Packer(use_bin_type=True, use_single_float=False)  # one per call: threads
+    out = [packer.pack_map_header(len(components))]
+    for name in sorted(components):
+        value = _canonical(components[name], (None, 0, name))
+        out.append(_packed_name(name))
+        out.append(_packed(value) if type(value) is CanonicalMap else packer.pack(value))
+    return b"".join(out)
+
+
+_PACKED: dict = {}  # id of a CanonicalMap -> (the map, its msgpack bytes); the map is held
+
+
+def _packed(value: "CanonicalMap") -> bytes:
+    """msgpack bytes of a (read-only) canonical map, remembered for the first 1,024."""
+    known = _PACKED.get(id(value))
+    if known is not None and known[0] is value:
+        return known[1]
+    data = msgpack.packb(value, use_bin_type=True, use_single_float=False)
+    if len(_PACKED) < 1024:
+        _PACKED[id(value)] = (value, data)
+    return data
 
 
 def make_key(components: Mapping[str, Any]) -> str:
