@@ -226,14 +226,24 @@ def _validated_cache_get(fn, entry=None):
     entry = entry if entry is not None else _results.get(fn)
     if entry is None or entry is _SEEN:
         return None
+    return entry.fp if _checks_hold(entry.checks) else None
+
+
+def _checks_hold(checks) -> bool:
+    """True when every input a result read is unchanged (see _Cached)."""
     try:
-        for read, args, expected, by_equality in entry.checks:
+        for read, args, expected, by_equality in checks:
             current = read(*args)
             if not (current == expected if by_equality else current is expected):
-                return None
+                return False
     except Exception:  # an input that cannot be read (or compared) any more: recompute
-        return None
-    return entry.fp
+        return False
+    return True
+
+
+#: Digests of device functions reached by name (_Walk._dependency_digest): dispatcher ->
+#: (where, digest, checks, opaque reasons, line digests).
+_dependency_memo: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 # ---------------------------------------------------------------------------------------
@@ -611,12 +621,40 @@ class _Walk:
         known = _NAMED.get(id(value))
         if known is not None and known[0] is value:
             return known[1]
+        if _is_dispatcher(value) and id(value.py_func) not in self.in_progress \
+                and not _named_by_library(value):
+            return self._dependency_digest(value, where, acc)
         opaque, cacheable = len(acc.opaque), acc.cacheable
         payload = self.encode(value, where, acc, 0)
         digest = digest_of(payload)
         if (payload[0] in _BY_NAME and len(acc.opaque) == opaque and acc.cacheable == cacheable
                 and len(_NAMED) < 4096):
             _NAMED[id(value)] = (value, digest)
+        return digest
+
+    def _dependency_digest(self, disp, where, acc) -> str:
+        """value_digest of a device function (or other dispatcher) reached by name: remembered
+        per dispatcher with the checks of everything it read, and reused while they hold
+        (most kernels of an application reach the same few device functions; working each
+        one's digest out again took a third of a kernel's fingerprint)."""
+        memo = _dependency_memo.get(disp)
+        if memo is not None and memo[0] == where and _checks_hold(memo[2]):
+            _, digest, checks, opaque, lines = memo
+        else:
+            sub, cycles = _Acc(), self.cycles
+            digest = digest_of(self.encode(disp, where, sub, 0))
+            checks, opaque, lines = sub.checks, sub.opaque, sub.lines
+            if sub.cacheable and self.cycles == cycles:
+                try:
+                    _dependency_memo[disp] = (where, digest, checks, opaque, lines)
+                except TypeError:  # not weak-referenceable: just not remembered
+                    pass
+            else:
+                acc.cacheable = False
+        acc.extend(checks)
+        acc.opaque.extend(opaque)
+        for name, digests in lines.items():
+            acc.add_lines(name, digests)
         return digest
 
     def encode(self, value, where, acc, depth):
