@@ -96,8 +96,8 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--sections", type=names, default=None,
                    help="sections to run, e.g. app (default: first_calls,fleet,app); the figures "
                         "of the others are kept from the --out file")
-    g.add_argument("--app-sizes", type=sizes, default=[100, 1000],
-                   help="kernels in the application modules (default 100,1000)")
+    g.add_argument("--app-sizes", type=sizes, default=None,
+                   help="kernels in the application modules (default 100,1000; 3,4 with --quick)")
     g.add_argument("--budget", type=float, default=540.0,
                    help="seconds the whole part may take: the no-cache runs of the application "
                         "that would not fit are left out, largest size first (0: no limit)")
@@ -142,6 +142,7 @@ def main(argv=None) -> int:
     if opts.quick:
         quick(opts)
     if opts.part == "gpu":  # what can be refused is refused before the install
+        opts.app_sizes = opts.app_sizes or [100, 1000]
         import gpu
         unknown = sorted(set(opts.sections or ()) - set(gpu.SECTIONS))
         if unknown:
@@ -206,7 +207,8 @@ def merge_files(opts) -> int:
 def quick(opts) -> None:
     opts.runs = 1
     if opts.part == "gpu":
-        opts.fleet, opts.app_sizes, opts.budget = 2, [3, 4], 0.0
+        opts.fleet, opts.budget = 2, 0.0
+        opts.app_sizes = opts.app_sizes or [3, 4]  # an explicit --app-sizes is kept
     else:
         opts.entries, opts.ls_entries, opts.cli_rounds, opts.warm_kernels = 6000, 100, 1, 2
 

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+import clikit
+
 pytest.importorskip("numba.cuda")
 
 pytestmark = pytest.mark.slow  # the main job compiles every example for two ccs
@@ -59,15 +61,13 @@ def _main(base, *args, cache_dir=None, work_dir=None):
 
 
 def _ls(base, root) -> dict:
-    proc = subprocess.run([sys.executable, "-m", "kcache", "ls", "--json", "--dir", str(root)],
-                          env=_env(base), capture_output=True, text=True, timeout=120)
+    proc = clikit.run(["ls", "--json", "--dir", str(root)], environ=_env(base))
     assert proc.returncode == 0, proc.stderr
     return {e["key"]: e for e in json.loads(proc.stdout)["entries"]}
 
 
 def _stats(base, root) -> dict:
-    proc = subprocess.run([sys.executable, "-m", "kcache", "stats", "--json", "--dir", str(root)],
-                          env=_env(base), capture_output=True, text=True, timeout=120)
+    proc = clikit.run(["stats", "--json", "--dir", str(root)], environ=_env(base))
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+import clikit
+
 pytest.importorskip("numba.cuda")
 
 pytestmark = pytest.mark.slow  # each test compiles kernels in `kcache warm` processes
@@ -35,6 +37,12 @@ def kcache(*args, root: Path, home: Path, cwd: Path = REPO, env: dict | None = N
     return subprocess.run([sys.executable, "-m", "kcache", *map(str, args), "--dir", str(root)],
                           cwd=cwd, env=env or env_for(home), capture_output=True, text=True,
                           timeout=timeout)
+
+
+def kcache_here(*args, root: Path, home: Path) -> subprocess.CompletedProcess:
+    """``kcache ARGS --dir ROOT`` in this process (tests/clikit.py), for the commands whose
+    output alone is checked (ls, stats): no numba, no process of its own to start."""
+    return clikit.run([*map(str, args), "--dir", str(root)], environ=env_for(home))
 
 
 def warm_json(*args, root, home, cwd=REPO, expect_rc=0, env=None) -> dict:
@@ -74,7 +82,7 @@ def test_warm_examples_then_ls_shows_the_entries(examples_warm):
         (k, a) for k in ("scaled_add", "clamp_square", "block_sum") for a in ("sm_80", "sm_90a")}
     assert all(r["origin"].startswith(f"{EXAMPLE_SIGS}:") for r in results)
     assert all(r["compile_seconds"] > 0 and len(r["key"]) == 64 for r in results)
-    listing = json.loads(kcache("ls", "--json", root=root, home=home).stdout)["entries"]
+    listing = json.loads(kcache_here("ls", "--json", root=root, home=home).stdout)["entries"]
     assert {e["key"] for e in listing} == {r["key"] for r in results}
     assert {(e["kernel"], e["arch"]) for e in listing} == {(r["kernel"], r["arch"]) for r in results}
     # the folder also holds examples.mathbits (device functions only) and examples.main:
@@ -88,7 +96,7 @@ def test_second_warm_compiles_nothing_and_counts_no_hit(examples_warm):
                       root=root, home=home)
     assert statuses(again) == {"cached": 6}
     assert {r["key"] for r in again["results"]} == {r["key"] for r in first["results"]}
-    stats = json.loads(kcache("stats", "--json", root=root, home=home).stdout)
+    stats = json.loads(kcache_here("stats", "--json", root=root, home=home).stdout)
     assert stats["compiles"] == 6 and stats["hits"] == 0  # an existence check is not a hit
 
 
@@ -98,7 +106,7 @@ def test_jobs_2_makes_the_same_entries_as_jobs_1(examples_warm, tmp_path):
                     "--jobs", "2", root=tmp_path / "cache", home=tmp_path / "home")
     assert doc["jobs"] == 2 and statuses(doc) == {"compiled": 6}
     assert sorted(r["key"] for r in doc["results"]) == sorted(r["key"] for r in first["results"])
-    listing = json.loads(kcache("ls", "--json", root=tmp_path / "cache",
+    listing = json.loads(kcache_here("ls", "--json", root=tmp_path / "cache",
                                 home=tmp_path / "home").stdout)["entries"]
     assert len(listing) == 6
 
