@@ -9,7 +9,7 @@ imports the kernel's module itself and calls ``compile_for_report`` for one sign
 cc. numba's compiler is not thread-safe and ``compile_for`` patches numba globals
 (``_compat.offline_target``), hence processes, started with "spawn" (fresh interpreters:
 nothing of this process's numba state is inherited). This process compiles too, from the
-same queue; ``jobs=1`` starts no worker.
+same queue; ``jobs=1`` starts no worker, and neither do fewer than TASKS_PER_WORKER compiles.
 
 An entry already in the cache is found with ``Store.header`` (an existence check: no hit is
 counted, nothing is compiled); ``dry_run`` stops there for every task.
@@ -67,6 +67,11 @@ def parse_cc_list(values) -> list:
 def cc_text(cc) -> str:
     """(9, 0) -> "9.0"."""
     return f"{cc[0]}.{cc[1]}"
+
+
+#: Compiles that make starting one more worker worthwhile: fewer are done by warm itself
+#: (a compile takes 0.2-1 s, starting a worker about 2 s of CPU, during which warm compiles).
+TASKS_PER_WORKER = 4
 
 
 def default_jobs() -> int:
@@ -220,7 +225,8 @@ def find_modules(plan: Plan, targets, cc, include_tests=False) -> list:
 def run_tasks(tasks, *, root, jobs: int, dry_run: bool, path_entries=(), on_done=None) -> dict:
     """Run ``tasks``; returns ``{task id: outcome}`` (outcome: ``status``, ``key``, ``arch``,
     ``compile_seconds``, ``reason``). ``root``: the cache root (path); ``jobs``: processes
-    that compile, this one included (``jobs - 1`` workers are started); ``on_done(task,
+    that compile, this one included (up to ``jobs - 1`` workers are started, one per
+    TASKS_PER_WORKER compiles); ``on_done(task,
     outcome)`` is called in this thread as each one ends.
 
     Every task is first checked here (kernel found, key computed, entry looked up: cheap, no
@@ -244,7 +250,9 @@ def run_tasks(tasks, *, root, jobs: int, dry_run: bool, path_entries=(), on_done
             pending.append(task)
         else:
             done(task, outcome)
-    workers = min(jobs, len(pending)) - 1
+    # A worker costs an interpreter and numba (about 2 s of CPU) before its first compile:
+    # one is started for every TASKS_PER_WORKER compiles, up to jobs - 1.
+    workers = min(jobs - 1, len(pending) // TASKS_PER_WORKER)
     if workers < 1:
         for task in pending:
             done(task, runner.run(task))
