@@ -838,8 +838,12 @@ class _Walk:
         # Options hold lists (link, extensions): compare with a copy whose lists are copied
         # too, which sees a list changed in place, instead of giving up caching.
         snapshot = _copied(options)
-        acc.check(_target_options, (disp,), snapshot, by_equality=True)
-        acc.check(getattr, (disp, "py_func"), fn)
+        # Through a weak reference: these checks are remembered with disp as the key
+        # (_dependency_memo), and a strong one would keep a device function made at run time
+        # alive for good.
+        ref = _weak(disp)
+        acc.check(_target_options, (ref,), snapshot, by_equality=True)
+        acc.check(_weak_attr, (ref, "py_func"), fn)
         if _with_line_info(options):
             # A device function compiled with line info brings its line table into the kernel.
             acc.add_lines(_qualified(fn), (line_digest(fn),))
@@ -849,7 +853,7 @@ class _Walk:
             # @jit("(i4, i4)") types a call against these alone (or refuses it, as a CPU
             # function on the device): the same body without them is another dependency.
             parts.append(["signatures", fixed])
-            acc.check(_fixed_signatures, (disp,), fixed, by_equality=True)
+            acc.check(_weak_fixed_signatures, (ref,), fixed, by_equality=True)
         return digest_of(parts)
 
     def _options_digest(self, disp, options, snapshot, where, acc) -> str:
@@ -953,8 +957,20 @@ def _read_global(namespace, name):
     return builtins_ns[name]
 
 
-def _target_options(disp):
-    return getattr(disp, "targetoptions", None) or {}
+def _target_options(ref):
+    return getattr(ref(), "targetoptions", None) or {}
+
+
+def _weak_fixed_signatures(ref):
+    return _fixed_signatures(ref())
+
+
+def _weak(obj):
+    """A weak reference to ``obj``, or (not weak-referenceable) a callable returning it."""
+    try:
+        return weakref.ref(obj)
+    except TypeError:
+        return lambda: obj
 
 
 def _fixed_signatures(disp) -> list | None:

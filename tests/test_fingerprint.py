@@ -177,3 +177,31 @@ def test_cache_does_not_keep_functions_alive():
     del f
     gc.collect()
     assert all(r() is None for r in refs)
+
+
+def test_device_functions_made_at_run_time_are_not_kept_alive_by_the_memo():
+    """A device function's remembered digest (fingerprint._dependency_memo, keyed weakly by
+    its dispatcher) must not hold the dispatcher itself: one made inside a function (a
+    factory's, a test helper's) is freed with the kernel that used it."""
+    import gc
+    import weakref
+
+    from numba import cuda
+
+    def make():
+        @cuda.jit(device=True)
+        def dev(x):
+            return x + 1
+
+        @cuda.jit
+        def kern(a):
+            a[0] = dev(a[0])
+        return kern, dev
+
+    kern, dev = make()
+    digests = {fingerprint(kern).digest for _ in range(3)}  # the memo filled, then used
+    assert len(digests) == 1
+    refs = weakref.ref(dev), weakref.ref(kern)
+    del kern, dev
+    gc.collect()
+    assert [r() for r in refs] == [None, None]
