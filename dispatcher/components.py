@@ -23,7 +23,7 @@ from kcache.keys import CanonicalMap, canonical_map
 
 from .extensions import extensions_component
 from .fingerprint import Uncacheable, digest_of, fingerprint, line_digest, value_digest
-from .numba_config import IN_KEY, WARNINGS_IN_KEY, config_component
+from .numba_config import IN_KEY, WARNINGS_IN_KEY, config_component, settings_values
 
 __all__ = [
     "COMPONENTS_FORMAT",
@@ -157,10 +157,10 @@ def _config():
 
     config = _compat.numba_config()
     make = lambda: _shared("config", config_component(config))  # noqa: E731
+    values = settings_values(config, _CONFIG_NAMES)
     try:
-        values = tuple(map(vars(config).get, _CONFIG_NAMES))
         return _remembered(("config", id(config), values, tuple(map(type, values))), make)
-    except TypeError:  # no __dict__, or a value that is not hashable
+    except TypeError:  # a value that is not hashable
         return make()
 
 
@@ -179,13 +179,13 @@ def prepare_shared(targetoptions: dict | None = None) -> None:
     """Put this process's toolchain and configuration components (and ``targetoptions``'
     encoding, if given) in canonical form now, as the first kernel call would (the results
     are remembered by value, so a later change is still seen)."""
-    _shared("toolchain", toolchain_components())
-    _shared("config", config_component())
+    toolchain_shared()
+    _config()
     # The first read of the extension registries (numba-cuda's own ~800-1,900 registrations,
     # a few ms) is done here too; a key then reads only what was registered since.
     extensions_component()
     if targetoptions is not None:
-        _shared("options", encode_options(dict(targetoptions)))
+        _options(targetoptions)
 
 
 # --- options --------------------------------------------------------------------------------

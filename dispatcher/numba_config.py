@@ -113,12 +113,8 @@ def bypass_reason(config=None) -> str | None:
         from . import _compat
 
         config = _compat.numba_config()
-    # Asked on every lookup: the settings' values are read at once (one map per value, in
-    # C) and the answer for the same values and module is remembered.
-    try:
-        values = (id(config),) + tuple(map(vars(config).get, BYPASS))
-    except TypeError:  # an object without __dict__
-        values = (id(config),) + tuple(getattr(config, name, None) for name in BYPASS)
+    # Asked on every lookup: the answer for the same values and module is remembered.
+    values = (id(config),) + settings_values(config, BYPASS)
     if values == _bypass_memo[0]:
         return _bypass_memo[1]
     reason = None
@@ -133,6 +129,15 @@ def bypass_reason(config=None) -> str | None:
 
 
 _bypass_memo = [None, None]  # (id of the config module, its BYPASS values), the answer
+
+
+def settings_values(config, names) -> tuple:
+    """The values of ``names`` in ``config`` (a module; None where absent), read at once: a
+    map over the module's dict, in C, for what every lookup asks."""
+    try:
+        return tuple(map(vars(config).get, names))
+    except TypeError:  # an object without __dict__
+        return tuple(getattr(config, name, None) for name in names)
 
 
 #: Settings that change only what a compile warns -> why. An entry says again what its
