@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+import forkserver
 from kcache import warn
 
 # The thousands of Python processes the tests start (the CLI, children, servers) import kcache
@@ -102,6 +103,16 @@ def clean_env(monkeypatch, tmp_path_factory):
     warn.reset()
     yield
     warn.reset()
+
+
+@pytest.fixture(autouse=True)
+def fork_children(request):
+    """Python children fork from the suite's fork server (tests/forkserver.py), except those
+    of a test marked ``exec_children``: one that checks what a fresh interpreter does."""
+    forkserver.install()  # here, not at configure: xdist's controller starts its workers
+    forkserver.enabled = request.node.get_closest_marker("exec_children") is None
+    yield
+    forkserver.enabled = True
 
 
 @pytest.fixture

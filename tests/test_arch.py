@@ -101,6 +101,7 @@ def test_arch_matches_for_the_cli_filter():
         assert arch.arch_matches(junk, nine) is False
 
 
+@pytest.mark.exec_children  # what a fresh interpreter imports
 def test_importing_arch_imports_no_numba():
     code = "import sys, kcache.arch; print('numba' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -20,6 +20,7 @@ from kcache import bundle
 from test_cli_remote import all_on_a_terminal
 
 zstandard = pytest.importorskip("zstandard")
+pytestmark = pytest.mark.exec_children  # peak memory of a fresh interpreter
 
 MiB = 1 << 20
 SECRET = "hostile bundle test secret 0123456789"

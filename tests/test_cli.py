@@ -191,6 +191,7 @@ def test_rm_asks_on_a_terminal_before_removing_several(cache):
     assert [k for k, p in paths.items() if p.exists()] == [K_SAXPY_80, K_STALE]
 
 
+@pytest.mark.exec_children  # what a fresh interpreter imports
 def test_cli_never_imports_numba_or_rich_for_plain_output(cache):
     root, _ = cache
     probe = ("import sys, runpy; sys.argv=['kcache','ls','--dir',sys.argv[1]];"

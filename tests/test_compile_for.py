@@ -8,6 +8,7 @@ target/typing context and without any pickle-family loader.
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -224,6 +225,7 @@ _CHILD = textwrap.dedent("""
 """)
 
 
+@pytest.mark.exec_children  # what a fresh interpreter imports
 @pytest.mark.slow
 def test_gpu_process_hits_compile_for_entries_without_target_context_or_pickle(tmp_path):
     """Entries warmed by compile_for are hit by a process that computes keys itself
@@ -408,6 +410,9 @@ def test_explain_names_a_changed_device_function_for_compile_for(tmp_path):
     runs = []
     for body in ("1.0", "2.0"):
         (project / "devmod.py").write_text(_DEVMOD.replace("BODY", body))
+        # the same size within the same second: Python's bytecode cache would serve the old
+        # module (its check is size and mtime in whole seconds), whatever kcache does
+        shutil.rmtree(project / "__pycache__", ignore_errors=True)
         proc = subprocess.run([sys.executable, "-c", _WARM, str(project)], env=env,
                               cwd=tmp_path, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr[-3000:]

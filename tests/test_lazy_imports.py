@@ -19,6 +19,7 @@ import textwrap
 import pytest
 
 pytest.importorskip("numba.cuda")
+pytestmark = pytest.mark.exec_children  # what a fresh interpreter imports
 
 #: never imported by a process that only defines kernels and is served from the cache
 NOT_ON_A_HIT = ("filelock", "rich", "redis", "fsspec", "kcache.remote", "kcache.cli",

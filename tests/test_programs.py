@@ -95,6 +95,7 @@ def put_kernel(store: Store) -> str:
 
 # --- import -------------------------------------------------------------------------------
 
+@pytest.mark.exec_children  # what a fresh interpreter imports
 def test_import_kcache_imports_no_cuda_until_programs_are_used(tmp_path):
     out = child("""
         import json, sys

@@ -320,6 +320,7 @@ def test_package_never_uses_pickle_family():
             assert f"import {mod}" not in text and f"from {mod}" not in text, (f, mod)
 
 
+@pytest.mark.exec_children  # what a fresh interpreter imports
 def test_import_is_cheap():
     code = ("import sys, kcache; bad = [m for m in ('numba', 'pickle', '_pickle', 'rich') if m in sys.modules]; "
             "print(bad)")

@@ -251,6 +251,7 @@ print([m for m in ("pickle", "_pickle", "cloudpickle", "dill") if m in sys.modul
 """
 
 
+@pytest.mark.exec_children  # what a fresh interpreter imports
 def test_pickle_payload_is_inert_bytes(store, tmp_path):
     marker = tmp_path / "pwned"
     payload = PICKLE_MARKER_PAYLOAD.format(marker=marker).encode()
