@@ -27,6 +27,24 @@ sys.path.pop(0)  # this folder: nothing else here is for the children
 
 import numba.cuda  # noqa: E402,F401  what every child would import first (the whole point)
 
+
+def _prime() -> None:
+    """Compile one throwaway kernel to PTX: numba-cuda's set-up on a process's first compile
+    (its typing and target contexts, NVVM and libdevice loaded) is then done for every child,
+    ~0.7 s of CPU each. Nothing of it is kcache's, nor in a key (docs/keys.md)."""
+    try:
+        from numba import types
+
+        def _primer(a):
+            a[0] = 1
+
+        numba.cuda.compile_ptx(_primer, (types.int32[::1],), cc=(9, 0))
+    except Exception:  # no toolkit here: the children pay the set-up themselves
+        pass
+
+
+_prime()
+
 _BASE_PATH = [p for p in sys.path if p not in os.environ.get("PYTHONPATH", "").split(os.pathsep)]
 
 

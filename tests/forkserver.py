@@ -65,7 +65,8 @@ def _start() -> dict:
     if not ready.startswith(b"ready "):
         raise RuntimeError("the fork server did not start")
     info = {"socket": path, "env": {k: v for k, v in env.items() if _read_at_start(k)},
-            "modules": json.loads(ready[6:])}
+            "modules": json.loads(ready[6:]),
+            "pythonpath": env.get("PYTHONPATH", "").split(os.pathsep)}
     Path(folder, "info.json").write_text(json.dumps(info))
     _started.append((proc, write_end))
     return info
@@ -124,7 +125,10 @@ def _env_matches(env: dict, info: dict) -> bool:
     if mine != info["env"]:
         return False
     imported = set(info["modules"])
+    theirs = set(info["pythonpath"])
     for entry in env.get("PYTHONPATH", "").split(os.pathsep):
+        if entry in theirs:  # the server has imported from there too
+            continue
         try:
             names = os.listdir(entry or ".")
         except OSError:
