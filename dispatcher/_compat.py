@@ -557,6 +557,14 @@ _TYPING_LISTS = ("functions", "attributes", "globals")
 _LOWERING_LISTS = ("functions", "getattrs", "setattrs", "casts", "constants")
 
 
+def extension_registry_modules() -> tuple:
+    """The names of the modules that hold the registries :func:`extension_registries` reads
+    (a registry appears when its module is imported)."""
+    return tuple(m for m, _a, _h in _TYPING_REGISTRIES) + \
+        tuple(m for m, _a, _h in _LOWERING_REGISTRIES) + tuple(m for m, _a in _TYPEOF) + \
+        tuple(m for m, _a in _MODEL_MANAGERS) + (_REWRITES[0],)
+
+
 def extension_registries() -> list:
     """``[(kind, hot, container)]``: every registration container of the registries above whose
     module is imported (a registry of a module not imported holds nothing). ``kind`` names

@@ -14,16 +14,18 @@ from __future__ import annotations
 
 import hashlib
 import os
+from operator import is_ as _is
 from importlib import metadata
 
 import msgpack
 
 from kcache.arch import arch_name
-from kcache.keys import CanonicalMap, canonical_map
+from kcache.keys import CanonicalMap, canonical_map, packed_map
 
 from .extensions import extensions_component
 from .fingerprint import Uncacheable, digest_of, fingerprint, line_digest, value_digest
-from .numba_config import IN_KEY, WARNINGS_IN_KEY, config_component, settings_values
+from .numba_config import (IN_KEY, WARNINGS_IN_KEY, bypass_reason, config_component,
+                           settings_values)
 
 __all__ = [
     "COMPONENTS_FORMAT",
@@ -76,7 +78,7 @@ def kernel_components(
         raise TypeError(f"cache_key must be a string or None, not {type(cache_key).__name__}")
     fn = getattr(py_func, "py_func", py_func)
     fp = fingerprint(fn)
-    options = dict(targetoptions or {})
+    options = targetoptions or {}
     source = dict(fp.parts)
     if options.get("debug") or options.get("lineinfo"):
         source.update(line_parts(fn, fp))
@@ -92,7 +94,7 @@ def kernel_components(
                              else toolchain_components()),
         "config": _shared("config", config) if config is not None else _config(),
         "options": _options(targetoptions or {}),
-        "link": link_digests(options.get("link") or ()),
+        "link": link_digests(options["link"]) if options.get("link") else {},
         "launch_config": _plain(launch_config),
         "cache_key": cache_key,
     }
@@ -123,6 +125,7 @@ def _shared(name: str, value: dict) -> dict:
         shared = canonical_map(value, name)
         if len(_SHARED) < 1024:
             _SHARED[memo] = shared
+            packed_map(shared)  # its msgpack bytes now (made once): what every key packs
     return shared
 
 
@@ -156,12 +159,22 @@ def _config():
     from . import _compat
 
     config = _compat.numba_config()
-    make = lambda: _shared("config", config_component(config))  # noqa: E731
     values = settings_values(config, _CONFIG_NAMES)
+    last = _last_config
+    # The usual lookup: the very same objects as the last one read (a setting changed is
+    # another object), compared by identity in C instead of hashing them all again.
+    if last[0] is config and len(values) == len(last[1]) and all(map(_is, values, last[1])):
+        return last[2]
+    make = lambda: _shared("config", config_component(config))  # noqa: E731
     try:
-        return _remembered(("config", id(config), values, tuple(map(type, values))), make)
+        shared = _remembered(("config", id(config), values, tuple(map(type, values))), make)
     except TypeError:  # a value that is not hashable
         return make()
+    _last_config[:] = [config, values, shared]
+    return shared
+
+
+_last_config: list = [None, (), None]  # (config module, its values, their component)
 
 
 def _options(targetoptions: dict):
@@ -181,6 +194,7 @@ def prepare_shared(targetoptions: dict | None = None) -> None:
     are remembered by value, so a later change is still seen)."""
     toolchain_shared()
     _config()
+    bypass_reason()  # numba's settings read once: a lookup compares them with these
     # The first read of the extension registries (numba-cuda's own ~800-1,900 registrations,
     # a few ms) is done here too; a key then reads only what was registered since.
     extensions_component()

@@ -315,6 +315,9 @@ def _code_payload(code: types.CodeType) -> list:
 def _const_payload(value):
     """Canonical payload of a code constant (None, bool, int, float, complex, str, bytes,
     tuple, frozenset, Ellipsis)."""
+    exact = _EXACT_SCALARS.get(type(value))
+    if exact is not None:  # most constants: what _scalar_payload gives, without its checks
+        return exact(value)
     if isinstance(value, tuple):
         return ["tuple", [_const_payload(v) for v in value]]
     if isinstance(value, frozenset):
@@ -606,7 +609,8 @@ class _Walk:
             part = f"attr:{owner}.{'.'.join(path)}"
         else:
             part = base_part
-        if self._is_dep(obj):
+        known = _NAMED.get(id(obj))  # named by its library (cuda.grid, math.sqrt): no dependency
+        if (known is None or known[0] is not obj) and self._is_dep(obj):
             part = f"dep:{_qualified(getattr(obj, 'py_func', obj))}"
         return part, obj
 

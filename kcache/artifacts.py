@@ -170,6 +170,9 @@ _ELF64_HEADER = 64  # bytes
 _ELF64_SHDR = 64  # bytes of one section header
 _SHT_NOBITS = 8
 _SHDR = struct.Struct("<4xI16xQQ24x")  # Elf64_Shdr: sh_type, sh_offset, sh_size
+# Elf64_Ehdr from e_machine (byte 18): e_machine, [e_version, e_entry], e_phoff, e_shoff,
+# [e_flags, e_ehsize], e_phentsize, e_phnum, e_shentsize, e_shnum
+_EHDR = struct.Struct("<H4x8xQQ4x2xHHHH")
 _PTX_HEAD = 64 << 10  # bytes of PTX searched for its directives
 _LTOIR_HEADER = 16  # bytes: magic, versions, header size, IR size (at least)
 
@@ -177,21 +180,18 @@ _LTOIR_HEADER = 16  # bytes: magic, versions, header size, IR size (at least)
 def _cubin(data: bytes) -> str | None:
     if len(data) < _ELF64_HEADER:
         return f"{len(data)} bytes, shorter than an ELF64 header"
-    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+    if data[:6] != b"\x7fELF\x02\x01":
         return "not an ELF64 little-endian file"
-    machine = struct.unpack_from("<H", data, 18)[0]
+    # e_machine, e_phoff, e_shoff, e_phentsize, e_phnum, e_shentsize, e_shnum: one unpack
+    machine, phoff, shoff, phentsize, phnum, shentsize, shnum = _EHDR.unpack_from(data, 18)
     if machine != EM_CUDA:
         return f"ELF e_machine {machine}, not EM_CUDA ({EM_CUDA})"
-    shoff = struct.unpack_from("<Q", data, 40)[0]
-    shentsize, shnum = struct.unpack_from("<HH", data, 58)
     if shnum == 0 or shentsize != _ELF64_SHDR:
         return f"no usable section header table ({shnum} sections of {shentsize} bytes)"
     if shoff < _ELF64_HEADER or shoff + shnum * shentsize > len(data):
         return (f"truncated: its section header table ends at byte {shoff + shnum * shentsize}, "
                 f"the cubin has {len(data)}")
     end = _end_of_contents(data, shoff, shnum)
-    phoff = struct.unpack_from("<Q", data, 32)[0]
-    phentsize, phnum = struct.unpack_from("<HH", data, 54)
     if phnum:
         end = max(end, phoff + phnum * phentsize)
     if end > len(data):
@@ -203,8 +203,8 @@ def _end_of_contents(data: bytes, shoff: int, shnum: int) -> int:
     """The byte where the last section with contents in the file ends (SHT_NOBITS sections,
     e.g. .bss, occupy none). The table was checked to lie inside ``data``."""
     table = memoryview(data)[shoff:shoff + shnum * _ELF64_SHDR]
-    return max((offset + size for sh_type, offset, size in _SHDR.iter_unpack(table)
-                if sh_type != _SHT_NOBITS), default=0)
+    return max([offset + size for sh_type, offset, size in _SHDR.iter_unpack(table)
+                if sh_type != _SHT_NOBITS], default=0)
 
 
 def _ptx(data: bytes) -> str | None:
@@ -240,10 +240,14 @@ def problem(artifacts: dict, meta: dict) -> str | None:
     "bad cubin: truncated: ...", or None (also for any other entry). Raises nothing."""
     if not isinstance(meta, dict):
         return None
-    if meta.get("kind") != "program" and not all(f in meta for f in KERNEL_FIELDS):
+    if meta.get("kind") != "program" and not meta.keys() >= _KERNEL_FIELD_SET:
         return None
     for kind, data in artifacts.items():
-        why = check(kind, data)
+        test = _CHECKS.get(kind)
+        why = None if test is None else test(data)
         if why is not None:
             return f"bad {kind}: {why}"
     return None
+
+
+_KERNEL_FIELD_SET = frozenset(KERNEL_FIELDS)

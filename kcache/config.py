@@ -335,14 +335,27 @@ def environment_snapshot(root: Path | None = None) -> tuple:
     conf = None
     if root is not None:
         try:
-            st = os.stat(Path(root) / CONFIG_NAME, follow_symlinks=False)  # never out of the root
+            # never out of the root
+            st = os.stat(os.path.join(root, CONFIG_NAME), follow_symlinks=False)
             conf = (st.st_mtime_ns, st.st_size, st.st_ino, st.st_dev)
         except OSError:
             pass
-    return (tuple(os.environ.get(name) for name in _SETTING_VARS), cwd, os.geteuid(), conf)
+    return (_setting_values(), cwd, os.geteuid(), conf)
 
 
 _SETTING_VARS = (ROOT_ENV, *(source.env for source in SOURCES.values()), "HOME", "XDG_CACHE_HOME")
+_SETTING_KEYS = tuple(os.fsencode(name) for name in _SETTING_VARS)
+
+
+def _setting_values() -> tuple:
+    """The values of :data:`_SETTING_VARS` (None where unset), compared, never shown. Read
+    from ``os.environ``'s own mapping of encoded names where it has one (CPython on POSIX:
+    one C map instead of encoding each name, a third of a kernel's first call's check that
+    the settings did not change since its definition)."""
+    data = getattr(os.environ, "_data", None)
+    if os.name == "posix" and isinstance(data, dict):
+        return tuple(map(data.get, _SETTING_KEYS))
+    return tuple(os.environ.get(name) for name in _SETTING_VARS)
 #: The pseudo-setting of :func:`resolve_each` that reports ``<root>/config.json`` itself.
 CONFIG_FILE = "config_file"
 

@@ -9,12 +9,22 @@ File layout (all integers big-endian)::
     body_len     u64       <= MAX_BODY
     header_sum  16 bytes   BLAKE2b-128 of the header (so headers can be listed without the body)
     header       msgpack   map: key, components, kernel, signature, arch, compile_seconds,
-                           created, sizes, meta
+                           created, sizes, meta, and (entries written since 2026-12)
+                           sums: artifact name -> SHA-256 of its bytes
     body         msgpack   map: artifact name (str) -> bytes
     checksum    32 bytes   BLAKE2b-256 of everything above
 
 The magic, version field and trailing checksum form an envelope kept by every future version,
 so a newer file is recognised (NewerFormat) only when its checksum is intact.
+
+A cache hit (:func:`decode` with ``whole=False``) of an entry with ``sums`` checks every byte
+it hands out without the trailing checksum: the header against its own sum, each artifact
+against its SHA-256 (three times faster than BLAKE2b here: 17 against 48 us for a 20 KB entry
+on the H200 machine's Python), the layout against the lengths and sizes. Whatever fails, or
+an entry without ``sums``, is judged by the whole check, so the verdict and its wording are
+the whole check's; only a file whose trailing 32 bytes alone are damaged is served by a hit
+(its contents are intact) and reported by ``kcache verify``. ``sums`` is an added header
+field: kcache versions that do not know it read these entries as before.
 
 Invariants: the file size is exactly PREFIX + header_len + body_len + 32; every length is
 checked against that size and the bounds before anything is allocated; msgpack is decoded with
@@ -77,6 +87,14 @@ class Entry:
             self.meta = {}
         if not isinstance(self.meta, dict):
             raise TypeError(f"Entry.meta must be a dict, not {type(self.meta).__name__}")
+
+    @classmethod
+    def _decoded(cls, artifacts: dict, meta: dict) -> "Entry":
+        """An Entry of what :func:`decode` checked already (a dict of str -> bytes, a dict):
+        the checks and copy of ``__post_init__`` are not made again on a hit."""
+        entry = cls.__new__(cls)
+        entry.artifacts, entry.meta = artifacts, meta
+        return entry
 
 
 @dataclasses.dataclass
@@ -226,8 +244,10 @@ def _walk(item: Any, where: str, depth: int) -> None:
         values = item
     for value in values:
         vkind = type(value)
-        if vkind is dict or vkind is list or vkind is float:
+        if vkind is dict or vkind is list:
             _walk(value, where, depth + 1)
+        elif vkind is float and not math.isfinite(value):
+            raise CorruptEntry(f"header field {where!r} holds a non-finite number", "header")
 
 
 def encode(key: str, entry: Entry, components: dict | None = None, created: float | None = None) -> bytes:
@@ -244,6 +264,8 @@ def encode(key: str, entry: Entry, components: dict | None = None, created: floa
     for field, typ in _META_FIELDS.items():
         val = meta.get(field)
         header[field] = val if isinstance(val, typ) and not isinstance(val, bool) else None
+    # What a hit checks instead of the whole file's checksum (see the module docstring).
+    header["sums"] = {k: hashlib.sha256(v).digest() for k, v in entry.artifacts.items()}
     try:
         hbytes = msgpack.packb(header, use_bin_type=True, strict_types=False)
     except (TypeError, ValueError, OverflowError) as exc:
@@ -306,6 +328,10 @@ def check_head(head: bytes, file_size: int) -> None:
     parse_prefix(head, file_size)
 
 
+_TEXT_FIELDS = (("kernel", MAX_NAME), ("arch", MAX_NAME), ("signature", MAX_SIGNATURE),
+                ("sigspec", MAX_SIGNATURE))
+
+
 def _check_text(h: dict, field: str, limit: int) -> None:
     val = h.get(field)
     if val is not None and (not isinstance(val, str) or len(val) > limit):
@@ -333,12 +359,18 @@ def check_header(h: Any, key: str) -> dict:
     if h.get("created") is None:
         raise CorruptEntry("header field 'created' has wrong type", "header")
     _check_number(h, "created", MAX_CREATED)
+    sums = h.get("sums")
+    if sums is not None and not _sums_ok(sums):
+        raise CorruptEntry("header field 'sums' has wrong type", "header")
     for where in (h, h["meta"]):  # meta holds the same fields (they are copied from it)
-        _check_text(where, "kernel", MAX_NAME)
-        _check_text(where, "arch", MAX_NAME)
-        _check_text(where, "signature", MAX_SIGNATURE)
-        _check_text(where, "sigspec", MAX_SIGNATURE)
-        _check_number(where, "compile_seconds", MAX_SECONDS)
+        # Every hit checks these: the usual case (text of a sane length, or absent) in one
+        # pass, the wording of a problem from the helpers.
+        for field, limit in _TEXT_FIELDS:
+            val = where.get(field)
+            if val is not None and (type(val) is not str or len(val) > limit):
+                _check_text(where, field, limit)
+        if where.get("compile_seconds") is not None:
+            _check_number(where, "compile_seconds", MAX_SECONDS)
     for name, size in h["sizes"].items():
         if (not isinstance(name, str) or len(name) > MAX_NAME or not isinstance(size, int)
                 or isinstance(size, bool) or not 0 <= size <= MAX_BODY):
@@ -348,6 +380,13 @@ def check_header(h: Any, key: str) -> dict:
     for field in ("components", "meta"):
         check_plain(h[field], field)
     return h
+
+
+def _sums_ok(sums) -> bool:
+    """``sums`` is a map of at most MAX_ARTIFACTS names (text) to SHA-256 digests (32 bytes)."""
+    return (type(sums) is dict and len(sums) <= MAX_ARTIFACTS
+            and all(type(k) is str and len(k) <= MAX_NAME and type(v) is bytes and len(v) == 32
+                    for k, v in sums.items()))
 
 
 def _header(hbytes, key: str) -> dict:
@@ -369,11 +408,21 @@ def decode_header(data, key: str, file_size: int) -> dict:
     return _header(hbytes, key)
 
 
-def decode(data: bytes, key: str) -> tuple[dict, Entry]:
+def decode(data: bytes, key: str, *, whole: bool = True) -> tuple[dict, Entry]:
     """Fully check an entry file's bytes; return (header, Entry). Peak memory: the artifacts
     (at most ``len(data)``) plus a constant; nothing is sliced off ``data`` by copy.
+    ``whole=False`` (a cache hit): an entry with per-artifact sums is checked by them instead
+    of the trailing checksum (module docstring); the verdict on anything else is the whole
+    check's.
 
     Raises NewerFormat or CorruptEntry (with the reason and its ``code``)."""
+    if not whole:
+        try:
+            found = _decode_by_sums(data, key)
+        except Exception:  # judged, and worded, by the whole check below
+            found = None
+        if found is not None:
+            return found
     size = len(data)
     if size > MAX_FILE:
         raise CorruptEntry(f"file too large: {size} bytes", "too_large")
@@ -403,7 +452,36 @@ def decode(data: bytes, key: str) -> tuple[dict, Entry]:
         raise CorruptEntry("artifacts are not a map of name -> bytes", "artifacts")
     if {k: len(v) for k, v in arts.items()} != h["sizes"]:
         raise CorruptEntry("artifact sizes disagree with the header", "artifacts")
-    return h, Entry(arts, h["meta"])
+    return h, Entry._decoded(arts, h["meta"])
+
+
+def _decode_by_sums(data, key: str) -> tuple[dict, Entry] | None:
+    """(header, Entry) when ``data`` is a well-formed entry of ``key`` in this format whose
+    header matches its sum and whose artifacts match the header's SHA-256 sums; None for an
+    entry without sums. Raises (anything) for whatever else: the caller then runs the whole
+    check, which says what is wrong."""
+    size = len(data)
+    if size > MAX_FILE or size < PREFIX_SIZE + SUM_SIZE:
+        return None
+    view = memoryview(data)
+    hlen, blen, hsum = parse_prefix(bytes(view[:PREFIX_SIZE]), size)
+    hbytes = view[PREFIX_SIZE:PREFIX_SIZE + hlen]
+    if hashlib.blake2b(hbytes, digest_size=16).digest() != hsum:
+        return None
+    h = _header(hbytes, key)
+    sums = h.get("sums")
+    if sums is None:
+        return None
+    arts = _unpack(view[PREFIX_SIZE + hlen:PREFIX_SIZE + hlen + blen], max_len=MAX_ARTIFACTS)
+    if type(arts) is not dict or arts.keys() != sums.keys():
+        return None
+    sha256 = hashlib.sha256
+    for name, data_ in arts.items():
+        if type(data_) is not bytes or sha256(data_).digest() != sums[name]:
+            return None
+    if {k: len(v) for k, v in arts.items()} != h["sizes"]:
+        return None
+    return h, Entry._decoded(arts, h["meta"])
 
 
 def decode_verified(data, key: str) -> tuple[dict, Entry]:

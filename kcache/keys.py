@@ -31,12 +31,21 @@ def _canonical(value: Any, path: tuple) -> Any:
         raise TypeError(f"component {_where(path)} = {_int_text(value)}: integer out of "
                         "msgpack range")
     if kind is list or kind is tuple:
-        return [_canonical(v, (path, 1, i)) for i, v in enumerate(value)]
+        return _canonical_list(value, path)
     if kind is dict:
         return _canonical_map(value, path)
     if kind is CanonicalMap or kind is CanonicalList:
         return value  # canonical already (made once per process for the constant components)
     return _canonical_other(value, path)
+
+
+_LEAVES = frozenset({str, float, bool, bytes, type(None)})  # canonical as they are
+
+
+def _canonical_list(value, path: tuple) -> list:
+    if all(type(v) in _LEAVES for v in value):  # the usual list: names, digests
+        return list(value)
+    return [_canonical(v, (path, 1, i)) for i, v in enumerate(value)]
 
 
 def _read_only(self, *args, **kwargs):
@@ -132,9 +141,14 @@ def _canonical_map(value: Mapping, path: tuple) -> dict:
             packed = msgpack.packb(k, use_bin_type=True)
         else:
             raise TypeError(f"component {_where(path)}: map key {k!r:.80} is not str, int or bytes")
-        items.append((packed, k, _canonical(v, (path, 2, k))))
-    items.sort(key=lambda t: t[0])
+        # A leaf is canonical as it is: no path (kept for error messages) is made for it.
+        items.append((packed, k, v if type(v) in _LEAVES else _canonical(v, (path, 2, k))))
+    items.sort(key=_first)
     return {k: v for _, k, v in items}
+
+
+def _first(item):
+    return item[0]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -170,13 +184,24 @@ def canonical_bytes(components: Mapping[str, Any]) -> bytes:
     packer = msgpack.Packer(use_bin_type=True, use_single_float=False)  # one per call: threads
     out = [packer.pack_map_header(len(components))]
     for name in sorted(components):
-        value = _canonical(components[name], (None, 0, name))
+        value = components[name]
         out.append(_packed_name(name))
-        out.append(_packed(value) if type(value) is CanonicalMap else packer.pack(value))
+        if type(value) is CanonicalMap:  # shared by the keys of a process: packed once
+            out.append(_packed(value))
+        else:
+            value = _canonical(value, (None, 0, name))
+            out.append(_packed(value) if type(value) is CanonicalMap else packer.pack(value))
     return b"".join(out)
 
 
 _PACKED: dict = {}  # id of a CanonicalMap -> (the map, its msgpack bytes); the map is held
+
+
+def packed_map(value: "CanonicalMap") -> bytes:
+    """msgpack bytes of a (read-only) canonical map, as :func:`make_key` encodes it inside a
+    key, remembered for the first 1,024 maps (a component shared by every key of a process
+    is packed once)."""
+    return _packed(value)
 
 
 def _packed(value: "CanonicalMap") -> bytes:

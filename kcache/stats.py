@@ -190,6 +190,28 @@ class StatsBook:
         else:
             self.flush()  # no writer thread to be had: written here, as before
 
+    def add_hit(self, key: str, seconds_saved: float) -> None:
+        """Count one hit of ``key`` (``hits``, ``seconds_saved`` in seconds, the entry's own
+        hit count), batched: :meth:`add` for the one count every cache hit makes, without
+        its general handling of any set of counters."""
+        if not (0.0 <= seconds_saved <= MAX_COUNT):  # NaN, infinity, negative: not a saving
+            seconds_saved = 0.0
+        shard = int(key[0], 16)
+        with self._mutex:
+            if _child_flush_pid != _getpid():
+                _register_child_flush()
+            pend = self._pending[shard]
+            pend["hits"] += 1
+            if seconds_saved:
+                pend["seconds_saved"] += seconds_saved
+            self._pending_hits[shard][key] += 1
+            if self._flush_requested:
+                return
+            self._flush_later()
+            if self._flush_requested or time.monotonic() - self._last_flush <= FLUSH_INTERVAL:
+                return
+        self.flush()  # no writer thread to be had: written here, as add() does
+
     def _flush_later(self) -> None:
         """Make batched counters reach the disk within FLUSH_INTERVAL even if nothing else is
         counted (a listing printed after a process's launches shows them)."""
@@ -500,6 +522,7 @@ def _after_fork_in_child() -> None:
 
 
 _child_flush_pid = 0
+_getpid = os.getpid
 
 
 def _register_child_flush() -> None:

@@ -352,8 +352,8 @@ class Store(VerificationPath, RemotePolicy, EntryListing):
         return self._hit(key, found)
 
     def _hit(self, key: str, found) -> Entry:
-        header = found[0]
-        self._count(key, hit_key=key, hits=1, seconds_saved=header.get("compile_seconds") or 0.0)
+        saved = found[0].get("compile_seconds") or 0.0
+        self._stats.add_hit(key, float(saved))
         return found[1]
 
     # -- writing -----------------------------------------------------------------------------------

@@ -26,20 +26,22 @@ class VerificationPath:
     ``local``, ``layout``, ``settings``, ``_locks``, ``_stats``, ``_count``,
     ``_ensure_root``, ``_local_tiers`` and ``_read_remote``)."""
 
-    def verify_bytes(self, key: str, data: bytes) -> tuple[dict, Entry]:
+    def verify_bytes(self, key: str, data: bytes, *, hit: bool = False) -> tuple[dict, Entry]:
         """The one check every value from any tier crosses before it is used: the entry
         format (kcache.entry.decode: bounds, checksum, header schema, decoding limits).
         A kernel or program entry's artifacts must also pass kcache.artifacts (never handed to
         the driver otherwise). Returns (header, Entry); raises CorruptEntry (with ``code``) or
         NewerFormat. Bytes equal, byte for byte, to bytes of ``key`` that passed here before in
-        this process have that verdict without its cost (kcache.verified)."""
-        if VERIFIED.known(key, data):
+        this process have that verdict without its cost (kcache.verified). ``hit``: a file of
+        this machine's cache read for a hit, whose artifacts may be checked by their own sums
+        instead of the whole file's checksum (kcache.entry, "A cache hit")."""
+        if VERIFIED.known(key, data, whole=not hit):
             return fmt.decode_verified(data, key)
-        header, ent = fmt.decode(data, key)
+        header, ent = fmt.decode(data, key, whole=not hit)
         why = artifacts.problem(ent.artifacts, ent.meta)
         if why is not None:
             raise CorruptEntry(why, "artifacts")
-        VERIFIED.remember(key, data)
+        VERIFIED.remember(key, data, whole=not hit)
         return header, ent
 
     def _read(self, key: str, touch: bool, remote: bool = True):
@@ -55,7 +57,8 @@ class VerificationPath:
                         else tier.read(key, limit))
                 if blob is None:
                     continue
-                header, ent = self.verify_bytes(key, blob.data)
+                # a local file (the root or a read-only layer): a hit's check (verify_bytes)
+                header, ent = self.verify_bytes(key, blob.data, hit=isinstance(tier, LocalTier))
             except KnownBad:
                 continue
             except NewerFormat as exc:

@@ -32,21 +32,24 @@ class Verified:
         self._lock = threading.Lock()
         self._kept: collections.OrderedDict[str, bytes] = collections.OrderedDict()
         self._noted: set[str] = set()  # keys verified once
+        self._by_sums: set[str] = set()  # keys whose kept bytes a hit checked by their sums
         self._size = 0
 
-    def known(self, key: str, data) -> bool:
+    def known(self, key: str, data, whole: bool = False) -> bool:
         """True when ``data`` (bytes-like) is, byte for byte, what ``key``'s entry was when it
-        passed verification in this process."""
+        passed verification in this process; with ``whole``, only a verification that checked
+        the whole file (not a hit's check by the artifacts' sums: kcache.entry) counts."""
         with self._lock:
             kept = self._kept.get(key)
-            if kept is None or len(kept) != len(data):
+            if kept is None or len(kept) != len(data) or (whole and key in self._by_sums):
                 return False
             self._kept.move_to_end(key)
         return kept is data or kept == data
 
-    def remember(self, key: str, data) -> None:
-        """``data`` passed verification as ``key``'s entry: noted the first time, kept (an
-        immutable copy when it is not bytes) from the second on."""
+    def remember(self, key: str, data, whole: bool = True) -> None:
+        """``data`` passed verification as ``key``'s entry (``whole``: the whole file's check,
+        else a hit's check by the artifacts' sums): noted the first time, kept (an immutable
+        copy when it is not bytes) from the second on."""
         if len(data) > MAX_ONE:
             return
         with self._lock:
@@ -60,8 +63,13 @@ class Verified:
             old = self._kept.pop(key, None)
             self._size += len(copy) - (len(old) if old is not None else 0)
             self._kept[key] = copy
+            if whole:  # the kept bytes have the verdict of this verification
+                self._by_sums.discard(key)
+            else:
+                self._by_sums.add(key)
             while self._size > MAX_BYTES:
-                _key, dropped = self._kept.popitem(last=False)
+                dropped_key, dropped = self._kept.popitem(last=False)
+                self._by_sums.discard(dropped_key)
                 self._size -= len(dropped)
 
     def _after_fork(self) -> None:
@@ -72,6 +80,7 @@ class Verified:
         with self._lock:
             self._kept.clear()
             self._noted.clear()
+            self._by_sums.clear()
             self._size = 0
 
 

@@ -26,16 +26,27 @@ def _path(store: Store, key: str):
 
 
 def _hashes(monkeypatch) -> list:
-    """Count the BLAKE2b-256 checks of whole entries that kcache.entry.decode makes."""
+    """Count the checksum checks of whole entries that kcache.entry.decode makes: the
+    BLAKE2b-256 of the file, or (a hit of an entry with per-artifact sums) the SHA-256 of
+    each artifact (one entry's check counted once)."""
     calls = []
-    real = hashlib.blake2b
+    real_blake, real_sha = hashlib.blake2b, hashlib.sha256
+    by_sums = fmt._decode_by_sums
 
     def counting(*args, **kw):
         if kw.get("digest_size") == fmt.SUM_SIZE:
             calls.append(1)
-        return real(*args, **kw)
+        return real_blake(*args, **kw)
+
+    def counting_sums(*args, **kw):
+        found = by_sums(*args, **kw)
+        if found is not None:
+            calls.append(1)
+        return found
 
     monkeypatch.setattr(fmt.hashlib, "blake2b", counting)
+    monkeypatch.setattr(fmt, "_decode_by_sums", counting_sums)
+    assert real_sha is hashlib.sha256
     return calls
 
 
@@ -119,3 +130,31 @@ def test_memory_is_bounded(monkeypatch):
     book.remember("big", big)
     assert not book.known("big", big)  # over MAX_ONE: never kept
     assert book._size <= 3000
+
+
+def test_a_hits_check_by_sums_is_not_a_whole_check():
+    """Bytes a hit checked by their artifacts' sums (kcache.entry) are not taken as checked
+    whole: load, export and verify still check the file's checksum."""
+    book = Verified()
+    data = b"x" * 1000
+    book.remember("k", data, whole=False)
+    book.remember("k", data, whole=False)
+    assert book.known("k", data) and not book.known("k", data, whole=True)
+    book.remember("k", data)  # a whole check of the same bytes
+    assert book.known("k", data, whole=True)
+
+
+def test_a_trailing_checksum_damaged_alone_is_served_and_reported_by_verify(store):
+    k = make_key({"i": 7})
+    assert store.put(k, _entry())
+    path = _path(store, k)
+    raw = bytearray(path.read_bytes())
+    raw[-1] ^= 0x01  # the last byte of the whole-file checksum: every other byte intact
+    path.write_bytes(bytes(raw))
+    assert store.get(k).artifacts == _entry().artifacts  # checked by its sums
+    assert [why for _p, why in store.verify().corrupt] == ["checksum mismatch"]
+    raw[len(raw) // 2] ^= 0x01  # and now a bit of the cubin too
+    path.write_bytes(bytes(raw))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert store.get(k) is None
