@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import os
 import stat
 from typing import Callable
@@ -312,6 +313,25 @@ def _(case):
     data = bytearray(case.valid_bytes())
     data[-60] ^= 1
     plant(case, bytes(data))
+
+
+@kind("sums-not-digests", "per-artifact sums of the wrong types (text, an integer), "
+      "checksums valid")
+def _(case):
+    plant_header(case, sums=pack({"cubin": "0" * 64, "ptx": 5}))
+
+
+@kind("sums-wrong", "per-artifact SHA-256 sums that match nothing, checksums valid (a hit "
+      "judges the file by the whole check: a valid entry)", served=True)
+def _(case):
+    plant_header(case, sums=pack({name: bytes(32) for name in ARTIFACTS}))
+
+
+@kind("trailer-only-wrong", "right per-artifact sums, only the trailing checksum wrong (a hit "
+      "serves what it checked; verify reports the checksum)", served=True, fix=None)
+def _(case):
+    sums = {name: hashlib.sha256(data).digest() for name, data in ARTIFACTS.items()}
+    plant(case, entry_file(case.key, checksum=False, sums=pack(sums)))
 
 
 # ---------------------------------------------------------------------------- decoding bombs
