@@ -356,6 +356,8 @@ def _setting_values() -> tuple:
     if os.name == "posix" and isinstance(data, dict):
         return tuple(map(data.get, _SETTING_KEYS))
     return tuple(os.environ.get(name) for name in _SETTING_VARS)
+
+
 #: The pseudo-setting of :func:`resolve_each` that reports ``<root>/config.json`` itself.
 CONFIG_FILE = "config_file"
 
