@@ -9,10 +9,11 @@ reaped here and its wait status is sent back. tests/forkserver.py decides which 
 come here (an environment that numba read at import must match this one's).
 
 Protocol, on a SOCK_SEQPACKET connection per child to the socket path in argv[1]: one request
-``{"argv", "cwd", "env", "umask", "new_session"}`` (argv as after the interpreter: ``["-c",
-code, ...]``, ``["-m", module, ...]`` or ``[script, ...]``) with three descriptors (stdin,
-stdout, stderr); replies ``{"pid"}`` once forked and ``{"status", "rusage"}`` (``wait4``'s) when it ended. The
-server exits when the pipe on argv[2] (its parent's) reaches end of file.
+``{"argv", "cwd", "env", "umask", "new_session", "no_bytecode"}`` (argv as after the
+interpreter: ``["-c", code, ...]``, ``["-m", module, ...]`` or ``[script, ...]``;
+``no_bytecode``: the interpreter's ``-B``) with three descriptors (stdin, stdout, stderr);
+replies ``{"pid"}`` once forked and ``{"status", "rusage"}`` (``wait4``'s) when it ended.
+The server exits when the pipe on argv[2] (its parent's) reaches end of file.
 """
 import builtins
 import json
@@ -111,8 +112,10 @@ def _become_child(req: dict, fds: list) -> None:
         os.umask(req["umask"])
         os.environ.clear()
         os.environ.update(req["env"])
-        sys.dont_write_bytecode = bool(req["env"].get("PYTHONDONTWRITEBYTECODE"))
+        sys.dont_write_bytecode = bool(req["env"].get("PYTHONDONTWRITEBYTECODE")
+                                       or req.get("no_bytecode"))  # python -B
         sys.path[:] = _child_path(req["argv"], req["env"])
+        _numba_settings()
         _fresh_state()
         import site
         site.execsitecustomize()  # a PYTHONPATH shim's, as site does at start
@@ -134,6 +137,14 @@ def _become_child(req: dict, fds: list) -> None:
                 pass
     finally:
         os._exit(rc if isinstance(rc, int) else 1)
+
+
+def _numba_settings() -> None:
+    """numba's settings from the child's environment, as a fresh ``import numba`` reads them:
+    the NUMBA_* variables read when used (tests/forkserver.py's READ_WHEN_USED, NUMBA_CACHE_DIR)
+    may differ from the server's; the others are the server's (or the child was not sent here)."""
+    from numba.core import config
+    config.reload_config()
 
 
 def _fresh_state() -> None:

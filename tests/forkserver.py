@@ -9,16 +9,16 @@ environment, argv and sys.path, and its exit status is the one it would have had
 
 Only children that a fresh interpreter would run the same way go there: ``sys.executable``
 (or a console script of this environment) with ``-c``, ``-m`` or a script and no other
-interpreter option; no ``preexec_fn``, ``pass_fds``, user, group, umask or shell; no terminal
-on its stdio; the same ``NUMBA_*``, ``CUDA_*``, ``PYTHON*`` (PYTHONPATH and
-PYTHONDONTWRITEBYTECODE aside) and locale variables as the server (numba and the interpreter
-read those once at start); and no PYTHONPATH entry that would shadow a module the server has
-imported. Everything else is started as usual, as is every child of a test marked
-``exec_children`` and every child when ``KCACHE_TEST_FORK=0``. Mark a test that checks what a
-fresh interpreter has: the modules it imported (a forked child has numba's), its peak memory
-(``ru_maxrss`` counts the server's pages), or its children's CPU time through
-``RUSAGE_CHILDREN`` (the server, not this process, waited for them; ``os.wait4`` on such a
-child is answered with the server's figures).
+interpreter option than ``-B``; no ``preexec_fn``, ``pass_fds``, user, group, umask or shell; no terminal
+on its stdio; the same ``NUMBA_*``, ``CUDA_*``, ``PYTHON*`` and locale variables as the
+server (numba and the interpreter read those once at start), except those that are read when
+used (:data:`READ_WHEN_USED`: PYTHONPATH, PYTHONDONTWRITEBYTECODE, NUMBA_CACHE_DIR); and no
+PYTHONPATH entry that would shadow a module the server has imported. Everything else is
+started as usual, as is every child of a test marked ``exec_children`` and every child when
+``KCACHE_TEST_FORK=0``. Mark a test that checks what a fresh interpreter has: the modules it
+imported (a forked child has numba's), its peak memory (``ru_maxrss`` counts the server's
+pages), or its children's CPU time through ``RUSAGE_CHILDREN`` (the server, not this
+process, waited for them; ``os.wait4`` on such a child is answered with the server's figures).
 """
 from __future__ import annotations
 
@@ -41,11 +41,24 @@ _server: dict | None = None  # {"socket": path, "env": {...}, "modules": [...]}
 _by_pid = weakref.WeakValueDictionary()  # pid -> ForkPopen, for os.wait4
 _real_wait4 = os.wait4
 enabled = True  # tests/conftest.py turns it off for tests marked exec_children
+#: KCACHE_TEST_FORK=0: no child is forked. Read here, at import (collection), because the
+#: tests run with every KCACHE_* variable removed (tests/conftest.py's clean_env).
+FORK = os.environ.get("KCACHE_TEST_FORK", "1") != "0"
+
+
+#: Variables of those prefixes that are read when used, not once at start, so that a child may
+#: have its own: PYTHONPATH (the child's ``sys.path`` is made from it), PYTHONDONTWRITEBYTECODE
+#: (``sys.dont_write_bytecode``), and NUMBA_CACHE_DIR, which numba's settings hold as CACHE_DIR
+#: and which only numba's own cache reads, when a ``cache=True`` function is decorated
+#: (numba.core.caching's locators); the forked child reloads numba's settings from its
+#: environment (``numba.core.config.reload_config``) before it runs. The bench's children set
+#: it (bench/gpu.py, bench/bench_import.py): ~60 of them, ~1.5 s of CPU each when started anew.
+READ_WHEN_USED = frozenset({"PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "NUMBA_CACHE_DIR"})
 
 
 def _read_at_start(name: str) -> bool:
     """Whether numba, CUDA's libraries or the interpreter read the variable once, at start."""
-    if name in ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE"):
+    if name in READ_WHEN_USED:
         return False
     return name.startswith(("NUMBA_", "CUDA_", "PYTHON", "LC_")) or name == "LANG"
 
@@ -91,9 +104,10 @@ def _info() -> dict | None:
     return _server
 
 
-def _interpreter_args(args) -> list | None:
+def _interpreter_args(args) -> tuple[list, bool] | None:
     """``args`` as what follows the interpreter (``["-c", code, ...]``, ``["-m", mod, ...]``,
-    ``[script, ...]``), or None when a fresh interpreter is needed."""
+    ``[script, ...]``) and whether ``-B`` came before it (no bytecode written), or None when a
+    fresh interpreter is needed."""
     if isinstance(args, (str, bytes, os.PathLike)) or not args:
         return None
     args = [os.fspath(a) for a in args]
@@ -101,14 +115,16 @@ def _interpreter_args(args) -> list | None:
         return None
     head, rest = args[0], args[1:]
     if head != sys.executable:
-        return [head, *rest] if _is_console_script(head) else None
+        return ([head, *rest], False) if _is_console_script(head) else None
+    no_bytecode = rest[:1] == ["-B"]
+    rest = rest[1:] if no_bytecode else rest
     if not rest:
         return None
     if rest[0] in ("-c", "-m"):
-        return rest if len(rest) >= 2 else None
+        return (rest, no_bytecode) if len(rest) >= 2 else None
     if rest[0].startswith("-") or not os.path.isfile(rest[0]):
         return None
-    return rest
+    return rest, no_bytecode
 
 
 def _is_console_script(path: str) -> bool:
@@ -150,17 +166,17 @@ class ForkPopen(_RealPopen):
                        startupinfo, creationflags, shell, p2cread, p2cwrite, c2pread, c2pwrite,
                        errread, errwrite, restore_signals, gid, gids, uid, umask,
                        start_new_session, process_group):
-        argv = None
+        parsed = None
         fds = [p2cread if p2cread != -1 else 0, c2pwrite if c2pwrite != -1 else 1,
                errwrite if errwrite != -1 else 2]
-        if (enabled and os.environ.get("KCACHE_TEST_FORK", "1") != "0" and not shell
+        if (enabled and FORK and not shell
                 and executable is None and preexec_fn is None and not pass_fds
                 and uid is None and gid is None and gids is None and umask < 0
                 and process_group in (None, -1)
                 and (cwd is None or os.path.isdir(cwd))
                 and not any(os.isatty(fd) for fd in fds)):
-            argv = _interpreter_args(args)
-        info = _info() if argv is not None else None
+            parsed = _interpreter_args(args)
+        info = _info() if parsed is not None else None
         child_env = dict(os.environ if env is None else
                          {os.fsdecode(k): os.fsdecode(v) for k, v in env.items()})
         if info is None or not _env_matches(child_env, info):
@@ -170,8 +186,10 @@ class ForkPopen(_RealPopen):
                 restore_signals, gid, gids, uid, umask, start_new_session, process_group)
         mask = os.umask(0)
         os.umask(mask)
+        argv, no_bytecode = parsed
         request = {"argv": argv, "cwd": os.path.abspath(os.fspath(cwd) if cwd else os.getcwd()),
-                   "env": child_env, "umask": mask, "new_session": bool(start_new_session)}
+                   "env": child_env, "umask": mask, "new_session": bool(start_new_session),
+                   "no_bytecode": no_bytecode}
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             conn.connect(info["socket"])
