@@ -4,13 +4,14 @@ A test's Python child pays ~1.1 s of CPU to import numba.cuda before it does any
 suite starts a few hundred of them. This process imports numba.cuda once, then forks one child
 per request: each child is still a process of its own, with the requester's stdin/stdout/stderr
 (passed in as file descriptors), working directory, umask, environment, ``sys.argv`` and
-``sys.path``, and runs its ``-c`` code, ``-m`` module or script as ``python`` would. It is
-reaped here and its wait status is sent back. tests/forkserver.py decides which children may
-come here (an environment that numba read at import must match this one's).
+``sys.path``, and runs its ``-c`` code, ``-m`` module, script or ``-`` (stdin) as ``python``
+would. It is reaped here and its wait status is sent back. tests/forkserver.py decides which
+children may come here (an environment that numba read at import must match this one's).
 
 Protocol, on a SOCK_SEQPACKET connection per child to the socket path in argv[1]: one request
 ``{"argv", "cwd", "env", "umask", "new_session", "no_bytecode"}`` (argv as after the
-interpreter: ``["-c", code, ...]``, ``["-m", module, ...]`` or ``[script, ...]``;
+interpreter: ``["-c", code, ...]``, ``["-m", module, ...]``, ``["-", ...]`` (the program on
+stdin) or ``[script, ...]``;
 ``no_bytecode``: the interpreter's ``-B``) with three descriptors (stdin, stdout, stderr);
 replies ``{"pid"}`` once forked and ``{"status", "rusage"}`` (``wait4``'s) when it ended.
 The server exits when the pipe on argv[2] (its parent's) reaches end of file.
@@ -52,7 +53,7 @@ _BASE_PATH = [p for p in sys.path if p not in os.environ.get("PYTHONPATH", "").s
 def _child_path(argv: list, env: dict) -> list:
     """``sys.path`` as a fresh ``python ARGV`` would have it: the first entry, PYTHONPATH's,
     then the interpreter's own (site-packages and what its .pth files add)."""
-    if argv[0] == "-c":
+    if argv[0] in ("-c", "-"):
         first = ""
     elif argv[0] == "-m":
         first = os.getcwd()
@@ -72,6 +73,9 @@ def _run(argv: list) -> int:
         if argv[0] == "-c":
             sys.argv = ["-c", *argv[2:]]
             exec(compile(argv[1], "<string>", "exec"), main.__dict__)
+        elif argv[0] == "-":  # the program is stdin (never a terminal here)
+            sys.argv = list(argv)
+            exec(compile(sys.stdin.buffer.read(), "<stdin>", "exec"), main.__dict__)
         elif argv[0] == "-m":
             sys.argv = [argv[1], *argv[2:]]  # runpy puts the module's path in argv[0]
             runpy._run_module_as_main(argv[1], alter_argv=True)
