@@ -4,15 +4,17 @@ A test's Python child pays ~1.1 s of CPU to import numba.cuda before it does any
 suite starts a few hundred of them. This process imports numba.cuda once, then forks one child
 per request: each child is still a process of its own, with the requester's stdin/stdout/stderr
 (passed in as file descriptors), working directory, umask, environment, ``sys.argv`` and
-``sys.path``, and runs its ``-c`` code, ``-m`` module or script as ``python`` would. It is
-reaped here and its wait status is sent back. tests/forkserver.py decides which children may
-come here (an environment that numba read at import must match this one's).
+``sys.path``, and runs its ``-c`` code, ``-m`` module, script or ``-`` (stdin) as ``python``
+would. It is reaped here and its wait status is sent back. tests/forkserver.py decides which
+children may come here (an environment that numba read at import must match this one's).
 
 Protocol, on a SOCK_SEQPACKET connection per child to the socket path in argv[1]: one request
-``{"argv", "cwd", "env", "umask", "new_session"}`` (argv as after the interpreter: ``["-c",
-code, ...]``, ``["-m", module, ...]`` or ``[script, ...]``) with three descriptors (stdin,
-stdout, stderr); replies ``{"pid"}`` once forked and ``{"status", "rusage"}`` (``wait4``'s) when it ended. The
-server exits when the pipe on argv[2] (its parent's) reaches end of file.
+``{"argv", "cwd", "env", "umask", "new_session", "no_bytecode"}`` (argv as after the
+interpreter: ``["-c", code, ...]``, ``["-m", module, ...]``, ``["-", ...]`` (the program on
+stdin) or ``[script, ...]``;
+``no_bytecode``: the interpreter's ``-B``) with three descriptors (stdin, stdout, stderr);
+replies ``{"pid"}`` once forked and ``{"status", "rusage"}`` (``wait4``'s) when it ended.
+The server exits when the pipe on argv[2] (its parent's) reaches end of file.
 """
 import builtins
 import json
@@ -51,7 +53,7 @@ _BASE_PATH = [p for p in sys.path if p not in os.environ.get("PYTHONPATH", "").s
 def _child_path(argv: list, env: dict) -> list:
     """``sys.path`` as a fresh ``python ARGV`` would have it: the first entry, PYTHONPATH's,
     then the interpreter's own (site-packages and what its .pth files add)."""
-    if argv[0] == "-c":
+    if argv[0] in ("-c", "-"):
         first = ""
     elif argv[0] == "-m":
         first = os.getcwd()
@@ -71,6 +73,9 @@ def _run(argv: list) -> int:
         if argv[0] == "-c":
             sys.argv = ["-c", *argv[2:]]
             exec(compile(argv[1], "<string>", "exec"), main.__dict__)
+        elif argv[0] == "-":  # the program is stdin (never a terminal here)
+            sys.argv = list(argv)
+            exec(compile(sys.stdin.buffer.read(), "<stdin>", "exec"), main.__dict__)
         elif argv[0] == "-m":
             sys.argv = [argv[1], *argv[2:]]  # runpy puts the module's path in argv[0]
             runpy._run_module_as_main(argv[1], alter_argv=True)
@@ -111,8 +116,10 @@ def _become_child(req: dict, fds: list) -> None:
         os.umask(req["umask"])
         os.environ.clear()
         os.environ.update(req["env"])
-        sys.dont_write_bytecode = bool(req["env"].get("PYTHONDONTWRITEBYTECODE"))
+        sys.dont_write_bytecode = bool(req["env"].get("PYTHONDONTWRITEBYTECODE")
+                                       or req.get("no_bytecode"))  # python -B
         sys.path[:] = _child_path(req["argv"], req["env"])
+        _numba_settings()
         _fresh_state()
         import site
         site.execsitecustomize()  # a PYTHONPATH shim's, as site does at start
@@ -134,6 +141,14 @@ def _become_child(req: dict, fds: list) -> None:
                 pass
     finally:
         os._exit(rc if isinstance(rc, int) else 1)
+
+
+def _numba_settings() -> None:
+    """numba's settings from the child's environment, as a fresh ``import numba`` reads them:
+    the NUMBA_* variables read when used (tests/forkserver.py's READ_WHEN_USED, NUMBA_CACHE_DIR)
+    may differ from the server's; the others are the server's (or the child was not sent here)."""
+    from numba.core import config
+    config.reload_config()
 
 
 def _fresh_state() -> None:

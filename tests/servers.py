@@ -157,7 +157,8 @@ class MotoServer:
         try:
             import moto.server  # noqa: F401
         except ImportError as exc:
-            unavailable(f"moto[server] is not installed ({exc}); it is in kcache's test extra")
+            unavailable(f"moto's server is not installed ({exc}); moto[s3], flask and "
+                        "flask-cors are in kcache's test extra")
         self.port = free_port()
         self.proc: subprocess.Popen | None = None
 
