@@ -38,7 +38,6 @@ import hashlib
 import math
 import struct
 import time
-from pathlib import Path
 from typing import Any
 
 import msgpack
@@ -97,35 +96,13 @@ class Entry:
         return entry
 
 
-@dataclasses.dataclass
-class EntryInfo:
-    """Header of one entry (no payloads). Sizes in bytes, times in unix seconds.
-
-    ``last_used`` is the file's mtime (a hit touches it); ``hits`` is the per-entry hit count
-    from the stats shards (0 when unknown); ``readonly`` is True for entries of a read-only root.
-    ``problem`` is None for a readable entry; for one whose header cannot be read (listed only
-    by ``Store.entries(include_broken=True)`` / ``Store.find(..., include_broken=True)``) it
-    says why, e.g. "truncated: 0 bytes", "bad magic", "not a regular file", "newer format:
-    ..."; then ``created`` is the file's mtime, kernel/signature/arch/compile_seconds are None
-    and components/sizes/meta are empty.
-    """
-
-    key: str
-    path: Path
-    root: Path
-    readonly: bool
-    file_size: int
-    created: float
-    last_used: float
-    kernel: str | None
-    signature: str | None
-    arch: str | None
-    compile_seconds: float | None
-    components: dict
-    sizes: dict
-    meta: dict
-    hits: int = 0
-    problem: str | None = None
+def __getattr__(name: str):
+    # EntryInfo (listings, prune, the command line) is built when first asked for, not with
+    # the entry format that every cache hit imports (kcache.entryinfo says why).
+    if name == "EntryInfo":
+        from .entryinfo import EntryInfo
+        return EntryInfo
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 #: Kinds of entry (``kcache ls --kind``): numba-cuda kernels (kcache.dispatcher) and cuda.core

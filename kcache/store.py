@@ -31,14 +31,13 @@ Invariants (see docs/store.md, docs/security.md):
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import errno
 import os
 import stat
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from . import entry as fmt
 from . import artifacts, fsio
@@ -57,11 +56,12 @@ from .tier import TierError
 from .verification import VerificationPath
 from .warn import warn_once
 
-# Maintenance (clear, prune, verify, eviction) and the reports are imported when first used:
+# Maintenance (clear, prune, verify, eviction) and the reports (Stats among them: building
+# its 34-field dataclass cost a first kernel definition ~2 ms) are imported when first used:
 # a process that only reads entries never imports them. Their names stay importable from here.
 _ELSEWHERE = {"DELTA_BATCH": "maintenance", "EVICT_TARGET": "maintenance",
               "CopyReport": "prune", "PruneReport": "prune", "RemoveReport": "prune",
-              "VerifyReport": "prune"}
+              "VerifyReport": "prune", "Stats": "statsreport"}
 
 
 def __getattr__(name: str):
@@ -80,61 +80,6 @@ def _maintenance():
 _TOTALS_TTL = 1.0  # seconds an estimate of other shards' totals is trusted by put
 _PERMISSION_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS}
 _NO_SPACE_ERRNOS = {errno.ENOSPC, errno.EDQUOT}
-
-
-@dataclasses.dataclass
-class Stats:
-    """Persistent counters of a cache root. Times in seconds, sizes in bytes.
-
-    ``write_errors_*``: puts that failed, by cause (no space, permission incl. a read-only
-    file system, other); ``temp_swept``: temp files of killed writers removed;
-    ``quarantine_files``/``quarantine_bytes``: what ``v1/quarantine/`` holds now;
-    ``remote_*``: the remote tier's hits, misses, values refused by the verification path
-    (``remote_bad``), publishes and failed publishes, errors by kind (kcache.tier.ERROR_KINDS;
-    counted apart from misses) and seconds waited for another machine's compile."""
-
-    hits: int = 0
-    misses: int = 0
-    compiles: int = 0
-    puts: int = 0
-    evictions: int = 0
-    corrupt: int = 0
-    lock_waits: int = 0
-    lock_timeouts: int = 0
-    lock_stale: int = 0
-    artifacts_refused: int = 0
-    bytes_written: int = 0
-    compile_seconds: float = 0.0
-    seconds_saved: float = 0.0
-    entries: int = 0
-    bytes: int = 0
-    max_size: int = 0
-    write_errors_no_space: int = 0
-    write_errors_permission: int = 0
-    write_errors_other: int = 0
-    temp_swept: int = 0
-    quarantine_files: int = 0
-    quarantine_bytes: int = 0
-    remote_hits: int = 0
-    remote_misses: int = 0
-    remote_bad: int = 0
-    remote_puts: int = 0
-    remote_put_errors: int = 0
-    remote_errors_timeout: int = 0
-    remote_errors_refused: int = 0
-    remote_errors_auth: int = 0
-    remote_errors_bad_value: int = 0
-    remote_errors_io: int = 0
-    remote_errors_unavailable: int = 0
-    remote_wait_seconds: float = 0.0
-
-    def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    def __getitem__(self, name: str) -> Any:
-        return getattr(self, name)
-
-
 
 
 class Store(VerificationPath, RemotePolicy, EntryListing):
@@ -664,6 +609,7 @@ class Store(VerificationPath, RemotePolicy, EntryListing):
     def stats(self) -> Stats:
         """Persistent counters summed over the 16 shards (plus this process's unwritten ones),
         and what the quarantine holds."""
+        from .statsreport import Stats
         if self.writable and self._ready:
             self._stats.flush()
         values = {k: v for k, v in self._stats.read().items() if k in Stats.__dataclass_fields__}
