@@ -28,12 +28,12 @@ from kcache.warn import held_back, warn_once
 # and the toolchain memo, during the program's imports, not inside its first kernel call
 # (measured on the H200: 47 ms of a 50 ms first call were these imports). What only a miss,
 # a write or maintenance needs (filelock, the locks' users, maintenance, the reports, the
-# remote tiers) is imported when first used: a process served from the cache imports
-# filelock only to write its counters (in the background, or at exit).
+# remote tiers, the compile warnings, the signature grammar) is imported when first used: a
+# process served from the cache imports filelock only to write its counters (in the
+# background, or at exit).
 
 from . import _compat
 
-from . import compile_warnings as _warnings
 from . import components as _components  # imported now, not on the first kernel call
 from . import numba_config as _numba_config
 from . import record as _record
@@ -537,6 +537,7 @@ class KCacheDispatcher(_compat.CUDADispatcher):
         if not self._can_compile:
             raise RuntimeError("Compilation disabled")
         _require.check(self, argtypes)  # KCACHE_REQUIRE_HIT: may refuse (raise) or warn
+        from . import compile_warnings as _warnings  # a compile's (and a noisy entry's) only
         start = time.perf_counter()
         with _warnings.captured() as said:
             kernel = _compat.compile_kernel(self.py_func, argtypes, self.targetoptions)
@@ -614,6 +615,7 @@ class KCacheDispatcher(_compat.CUDADispatcher):
         hit of a quiet kernel does nothing here."""
         said = entry.meta.get("warnings")
         if said:
+            from . import compile_warnings as _warnings
             _warnings.replay(said, repr(self.py_func))
 
     def _kcache_inspection(self, argtypes):

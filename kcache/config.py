@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 
-from . import atomic, fsio
+from . import fsio
 from .errors import ConfigError, CorruptEntry
 from .warn import warn_once
 
@@ -624,6 +624,7 @@ def write_setting(root, name: str, value: Any) -> Path:
             os.replace(path, backup)
             warn_once(f"config-replaced:{path}", f"kcache: {broken}; replaced it by a config file holding "
                       f"only {name}; the old one is kept as {backup}")
+        from . import atomic  # writing settings only: resolving them never writes
         atomic.write_atomic(path, (json.dumps(conf, indent=2, sort_keys=True) + "\n").encode(),
                             mode=mode)
     except OSError as exc:  # name config.json, not the temp file beside it
