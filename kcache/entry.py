@@ -36,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
+import reprlib
 import struct
 import time
 from typing import Any
@@ -53,11 +54,15 @@ MAX_HEADER = 16 << 20  # bytes
 MAX_BODY = 4 << 30  # bytes; a cubin is rarely above a few MiB
 MAX_FILE = PREFIX_SIZE + MAX_HEADER + MAX_BODY + SUM_SIZE
 
+#: The default of a field with a default_factory in a written-out dataclass __init__, the
+#: object the generated one uses (inspect.signature shows it as "<factory>").
+_FACTORY = getattr(dataclasses, "_HAS_DEFAULT_FACTORY", object())
+
 # Header fields lifted from Entry.meta (the rest of meta is kept as is inside "meta").
 _META_FIELDS = {"kernel": str, "signature": str, "arch": str, "compile_seconds": (int, float)}
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(init=False, repr=False, eq=False)  # the methods are written out
 class Entry:
     """A cache entry: named artifacts and metadata.
 
@@ -68,6 +73,25 @@ class Entry:
 
     artifacts: dict[str, bytes]
     meta: dict = dataclasses.field(default_factory=dict)
+
+    # __init__, __repr__ and __eq__ are written out as dataclasses generates them (hence
+    # init=False, repr=False, eq=False above): generating them runs exec once per method,
+    # ~0.6 ms on a 2-core machine, paid by every process that defines a kernel. Still a
+    # dataclass (fields, asdict, replace); tests/test_dataclass_methods.py checks the methods
+    # against generated ones.
+    def __init__(self, artifacts: dict[str, bytes], meta: dict = _FACTORY) -> None:
+        self.artifacts = artifacts
+        self.meta = dict() if meta is _FACTORY else meta
+        self.__post_init__()
+
+    @reprlib.recursive_repr()
+    def __repr__(self):
+        return self.__class__.__qualname__ + f"(artifacts={self.artifacts!r}, meta={self.meta!r})"
+
+    def __eq__(self, other):
+        if other.__class__ is self.__class__:
+            return (self.artifacts, self.meta) == (other.artifacts, other.meta)
+        return NotImplemented
 
     def __post_init__(self) -> None:
         if not isinstance(self.artifacts, dict):
