@@ -35,6 +35,7 @@ import errno
 import os
 import stat
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Callable
@@ -49,7 +50,6 @@ from .layout import BUCKET, ENTRIES, Layout
 from .paths import RootDirs
 from .listing import EntryListing
 from .localtier import LocalTier, os_reason  # noqa: F401 (os_reason: API)
-from .locks import BUSY as LOCK_BUSY, KeyLocks, try_global
 from .remotepolicy import RemotePolicy
 from .stats import COUNTERS, ROOT_ERRNOS, SHARDS, StatsBook, shard_of
 from .tier import TierError
@@ -118,9 +118,8 @@ class Store(VerificationPath, RemotePolicy, EntryListing):
         self.untrusted: dict[str, str] = {}  # tier name -> why it is not used
         self._stats = StatsBook(self.layout, self._file_mode, self._ensure_root, self._fail,
                                 self._layout_gone, self._ready_folder, self.local.dirs)
-        self._locks = KeyLocks(self.layout, self.lock_timeout, self._file_mode,
-                               self._count, self._lock_error, self._ready_folder, self.local.dirs,
-                               stale=self.settings.lock_stale)
+        self._key_locks = None  # kcache.locks.KeyLocks, made by the first _locks
+        self._key_locks_made = threading.Lock()
         self._stats.on_flush = self.local.flush_touches  # a hit's use is written with its count
         self._totals: dict[int, tuple[int, int]] = {}
         self._totals_at = 0.0
@@ -134,6 +133,22 @@ class Store(VerificationPath, RemotePolicy, EntryListing):
     def __repr__(self) -> str:
         return (f"Store({str(self.root)!r}, readonly_roots={[str(r) for r in self.readonly_roots]}, "
                 f"max_size={self.max_size})")
+
+    @property
+    def _locks(self):
+        """The per-key locks (kcache.locks.KeyLocks), made on first use: only writes, compiles
+        and maintenance lock, so a process served from the cache never imports kcache.locks."""
+        locks = self._key_locks
+        if locks is None:
+            with self._key_locks_made:  # one KeyLocks per store, whichever thread comes first
+                if self._key_locks is None:
+                    from .locks import KeyLocks
+                    self._key_locks = KeyLocks(
+                        self.layout, self.lock_timeout, self._file_mode, self._count,
+                        self._lock_error, self._ready_folder, self.local.dirs,
+                        stale=self.settings.lock_stale)
+                locks = self._key_locks
+        return locks
 
     @property
     def _layout(self) -> Layout:  # the name before the tiers
@@ -556,9 +571,10 @@ class Store(VerificationPath, RemotePolicy, EntryListing):
             self._totals_at = now
         if sum(b for _n, b in self._totals.values()) <= self.max_size:
             return
+        from .locks import BUSY, try_global
         lock = try_global(self.layout.evict_lock, self._file_mode, self._locks.ready_folder,
                           self.local.dirs)
-        if lock == LOCK_BUSY:
+        if lock == BUSY:
             return  # another process is evicting
         if isinstance(lock, OSError):
             # The size cap holds without the global lock (removals take each key's lock);

@@ -29,7 +29,8 @@ NOT_ON_A_HIT = ("filelock", "rich", "redis", "fsspec", "kcache.remote", "kcache.
                 # the dataclasses of reports and listings, a compile's warnings, the grammar
                 # of signatures: built or imported when first used (the first definition's cost)
                 "kcache.statsreport", "kcache.entryinfo", "kcache.settingreport",
-                "kcache.dispatcher.compile_warnings", "kcache.dispatcher.sigspec")
+                "kcache.dispatcher.compile_warnings", "kcache.dispatcher.sigspec",
+                "kcache.locks")
 
 CHILD = """
     import json, os, sys
