@@ -10,6 +10,7 @@ warned once); a kernel that cannot be cached compiles and runs uncached, and say
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import os
 import threading
@@ -28,12 +29,12 @@ from kcache.warn import held_back, warn_once
 # and the toolchain memo, during the program's imports, not inside its first kernel call
 # (measured on the H200: 47 ms of a 50 ms first call were these imports). What only a miss,
 # a write or maintenance needs (filelock, the locks' users, maintenance, the reports, the
-# remote tiers) is imported when first used: a process served from the cache imports
-# filelock only to write its counters (in the background, or at exit).
+# remote tiers, the compile warnings, the signature grammar) is imported when first used: a
+# process served from the cache imports filelock only to write its counters (in the
+# background, or at exit).
 
 from . import _compat
 
-from . import compile_warnings as _warnings
 from . import components as _components  # imported now, not on the first kernel call
 from . import numba_config as _numba_config
 from . import record as _record
@@ -52,8 +53,19 @@ _stats_fields = ("cache_path", "cache_hits", "cache_misses", "compiles", "compil
 #: the driver refused), keys ({signature: key}), bypassed ({signature: reason}: compiled
 #: instead of served, e.g. under NUMBA_DUMP_IR), inspect_compiles (int: compiles made only to
 #: answer ``inspect_llvm``/``inspect_types``/... for a served kernel; neither a miss nor a
-#: compile of the kernel that runs).
-KCacheStats = collections.namedtuple("KCacheStats", _stats_fields)
+#: compile of the kernel that runs). Made on first use (module ``__getattr__``, and
+#: ``dispatcher.stats``): building a namedtuple costs a first kernel definition ~0.3 ms.
+
+
+@functools.cache
+def _stats_type():
+    return collections.namedtuple("KCacheStats", _stats_fields)
+
+
+def __getattr__(name: str):
+    if name == "KCacheStats":
+        return _stats_type()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 #: Process-wide counters over every KCacheDispatcher (see :func:`process_counts`).
@@ -390,7 +402,7 @@ class KCacheDispatcher(_compat.CUDADispatcher):
         kcache's counters)."""
         store = self._kcache.get_store() if self._kcache.cache else None
         c = self._kcache_counts
-        return KCacheStats(
+        return _stats_type()(
             cache_path=str(store.root) if store is not None else None,
             cache_hits=self._cache_hits, cache_misses=self._cache_misses,
             compiles=c["compiles"], compile_seconds=c["compile_seconds"],
@@ -537,6 +549,7 @@ class KCacheDispatcher(_compat.CUDADispatcher):
         if not self._can_compile:
             raise RuntimeError("Compilation disabled")
         _require.check(self, argtypes)  # KCACHE_REQUIRE_HIT: may refuse (raise) or warn
+        from . import compile_warnings as _warnings  # a compile's (and a noisy entry's) only
         start = time.perf_counter()
         with _warnings.captured() as said:
             kernel = _compat.compile_kernel(self.py_func, argtypes, self.targetoptions)
@@ -614,6 +627,7 @@ class KCacheDispatcher(_compat.CUDADispatcher):
         hit of a quiet kernel does nothing here."""
         said = entry.meta.get("warnings")
         if said:
+            from . import compile_warnings as _warnings
             _warnings.replay(said, repr(self.py_func))
 
     def _kcache_inspection(self, argtypes):

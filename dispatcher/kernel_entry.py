@@ -17,7 +17,6 @@ from kcache import Entry
 from kcache.artifacts import KERNEL_FIELDS
 
 from . import _compat
-from .sigspec import format_or_none
 
 #: Metadata fields of an entry that ``_compat.rebuild_kernel`` reads (all plain data); the
 #: core checks the artifacts of every entry holding them all (kcache.artifacts).
@@ -125,6 +124,8 @@ def kernel_to_entry(kernel, cc, *, kernel_name: str, signature: str, arch: str,
     meta = {f: state[f] for f in STATE_FIELDS}
     if meta["nvvm_options"] and not all(isinstance(v, _PLAIN) for v in meta["nvvm_options"].values()):
         raise NotStorable(f"NVVM options {meta['nvvm_options']!r} are not plain values")
+    # sigspec is imported by writers only: a process served from the cache never needs it
+    from .sigspec import format_or_none
     meta.update(kernel=kernel_name, signature=signature, arch=arch,
                 compile_seconds=float(compile_seconds),
                 exceptions=encode_exceptions(state["exceptions"]),

@@ -14,14 +14,14 @@ __version__ = "0.1.0"
 
 #: public name -> the module that defines it
 _WHERE = {
-    "Entry": ".entry", "EntryInfo": ".entry",
+    "Entry": ".entry", "EntryInfo": ".entryinfo",
     "ConfigError": ".errors", "CorruptEntry": ".errors", "KcacheError": ".errors",
     "CacheMissError": ".errors",
     "LockTimeout": ".errors", "NewerFormat": ".errors",
     "make_key": ".keys",
     "NotRemoved": ".prune", "PruneReport": ".prune", "RemoveReport": ".prune",
     "VerifyReport": ".prune",
-    "Stats": ".store", "Store": ".store", "CopyReport": ".store",
+    "Stats": ".statsreport", "Store": ".store", "CopyReport": ".store",
     # cuda.core programs: kcache.programs imports cuda.core, so only when one is asked for
     "ProgramCache": ".programs", "compile_program": ".programs",
 }

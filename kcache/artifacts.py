@@ -33,6 +33,7 @@ by the data's length and every list by a constant; anything that does not parse 
 """
 from __future__ import annotations
 
+import functools
 import re
 import struct
 
@@ -49,8 +50,18 @@ MAX_ENTRY_POINTS = 256  # names kept per artifact (a header stays small)
 MAX_SYMBOLS = 1 << 16  # symbols read from a symbol table
 MAX_NAME = 4096  # characters of one name
 _PTX_SCAN = 1 << 16  # bytes of a PTX searched for its .target line (it is near the top)
-_PTX_TARGET = re.compile(rb"^\s*\.target\s+(sm_\d{2,3}[af]?|compute_\d{2,3}[af]?)", re.M)
-_PTX_ENTRY = re.compile(rb"\.entry\s+([A-Za-z_$%][\w$%]{0,4095})")
+
+
+# Compiled when first used (functools.cache): describing a PTX is a writer's work; a cache hit
+# checks its artifacts without a regex.
+@functools.cache
+def _ptx_target() -> re.Pattern:
+    return re.compile(rb"^\s*\.target\s+(sm_\d{2,3}[af]?|compute_\d{2,3}[af]?)", re.M)
+
+
+@functools.cache
+def _ptx_entry() -> re.Pattern:
+    return re.compile(rb"\.entry\s+([A-Za-z_$%][\w$%]{0,4095})")
 
 
 def sniff(data: bytes) -> str | None:
@@ -60,7 +71,7 @@ def sniff(data: bytes) -> str | None:
         return "cubin"
     if head.startswith(LTOIR_MAGIC):
         return "ltoir"
-    if _PTX_TARGET.search(bytes(data[:_PTX_SCAN])):
+    if _ptx_target().search(bytes(data[:_PTX_SCAN])):
         return "ptx"
     return None
 
@@ -145,14 +156,14 @@ def _c_string(strings: memoryview, start: int) -> str | None:
 
 def ptx_arch(data: bytes) -> str | None:
     """The arch of a PTX's ``.target`` line (``"sm_90a"``), or None."""
-    found = _PTX_TARGET.search(bytes(data[:_PTX_SCAN]))
+    found = _ptx_target().search(bytes(data[:_PTX_SCAN]))
     return found.group(1).decode("ascii") if found else None
 
 
 def ptx_entry_points(data: bytes) -> list[str]:
     """The names of a PTX's ``.entry`` directives, in order (at most MAX_ENTRY_POINTS)."""
     out = []
-    for found in _PTX_ENTRY.finditer(bytes(data)):
+    for found in _ptx_entry().finditer(bytes(data)):
         out.append(found.group(1).decode("ascii", errors="replace"))
         if len(out) >= MAX_ENTRY_POINTS:
             break

@@ -30,15 +30,17 @@ the same precedence and checks but records each setting's error instead of raisi
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import os
 import re
+import reprlib
 from pathlib import Path
 from typing import Any
 
 
-from . import atomic, fsio
+from . import fsio
 from .errors import ConfigError, CorruptEntry
 from .warn import warn_once
 
@@ -66,15 +68,28 @@ for _i, _u in enumerate("KMGT", start=1):
     _SIZE_UNITS[_u] = 1024**_i
     _SIZE_UNITS[_u + "iB"] = 1024**_i
     _SIZE_UNITS[_u + "B"] = 1000**_i
-# re.ASCII: only ASCII digits and blanks ("٥" is not a size)
-_SIZE_RE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*", re.ASCII)
+
+
+# re.ASCII: only ASCII digits and blanks ("٥" is not a size). The patterns are compiled when
+# first used (functools.cache): a store whose settings are numbers never parses text.
+@functools.cache
+def _size_re() -> re.Pattern:
+    return re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*", re.ASCII)
+
+
 MAX_SIZE_BYTES = 2**63 - 1  # the largest file offset (off_t); msgpack and JSON keep it exact
 SIZE_ACCEPTED = ("bytes (a whole number, e.g. 1048576) or a number with a unit: K, M, G, T or "
                  "KiB, MiB, GiB, TiB (1024-based), KB, MB, GB, TB (1000-based), spelled so, e.g. "
                  "500M, 2G, 2GiB, 1.5G; a whole number of bytes, at most 2**63-1 bytes (8 EiB)")
 
 _DUR_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-_DUR_RE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]?)\s*", re.ASCII)
+
+
+@functools.cache
+def _duration_re() -> re.Pattern:
+    return re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]?)\s*", re.ASCII)
+
+
 MAX_DURATION = 36525 * 86400.0  # seconds: 100 years, far beyond any lock wait or entry age
 DURATION_ACCEPTED = ("seconds (e.g. 30, 1.5) or a number with a unit s, m, h, d, w (e.g. 90s, 30m, "
                      "12h, 7d, 2w); at least 0, at most 36525d (100 years)")
@@ -100,7 +115,7 @@ def parse_size(value: str | int, name: str = "size") -> int:
     elif isinstance(value, str):
         if len(value) > _MAX_NUMBER_TEXT:  # refused before any conversion
             raise ConfigError(f"{name}={_quote(value)} is too large; accepted: {SIZE_ACCEPTED}")
-        m = _SIZE_RE.fullmatch(value)
+        m = _size_re().fullmatch(value)
         unit = m and _SIZE_UNITS.get(m.group(2))
         if not m or unit is None:
             raise ConfigError(f"{name}={_quote(value)} is not a size{_sign_note(value)}{_unit_note(m)}; "
@@ -135,7 +150,7 @@ def parse_duration(value: str | float | int, name: str = "duration") -> float:
     elif isinstance(value, str):
         if len(value) > _MAX_NUMBER_TEXT:
             raise ConfigError(f"{name}={_quote(value)} is too large; accepted: {DURATION_ACCEPTED}")
-        m = _DUR_RE.fullmatch(value)
+        m = _duration_re().fullmatch(value)
         if not m or m.group(2).lower() not in _DUR_UNITS:
             raise ConfigError(f"{name}={_quote(value)} is not a duration{_sign_note(value)}; accepted: {DURATION_ACCEPTED}")
         from fractions import Fraction
@@ -197,7 +212,12 @@ def format_size(n: int) -> str:
     raise AssertionError("unreachable")
 
 
-@dataclasses.dataclass
+#: The default of a field with a default_factory in a written-out dataclass __init__, the
+#: object the generated one uses (inspect.signature shows it as "<factory>").
+_FACTORY = getattr(dataclasses, "_HAS_DEFAULT_FACTORY", object())
+
+
+@dataclasses.dataclass(init=False, repr=False, eq=False)  # the methods are written out
 class Settings:
     """Resolved configuration. Sizes in bytes, times in seconds; ``origins`` maps each
     setting name to where it came from: "argument", "env KCACHE_X", "config <path>", "default"."""
@@ -215,6 +235,47 @@ class Settings:
     #: config.json's contents as read ({} when absent, broken or in an untrusted root): the
     #: remote tier's settings are read from it (kcache.remote.remote_settings)
     config: dict = dataclasses.field(default_factory=dict)
+
+    # __init__, __repr__ and __eq__ are written out as dataclasses generates them (hence
+    # init=False, repr=False, eq=False above): generating them runs exec once per method,
+    # ~1 ms on a 2-core machine, paid by every process that defines a kernel. Still a
+    # dataclass (fields, asdict, replace); tests/test_dataclass_methods.py checks the methods
+    # against generated ones.
+    def __init__(self, root: Path, max_size: int, readonly_roots: tuple[Path, ...],
+                 lock_timeout: float, disabled: bool, shared: bool, origins: dict[str, str],
+                 max_entry_size: int = DEFAULT_MAX_ENTRY_SIZE,
+                 quarantine_age: float = DEFAULT_QUARANTINE_AGE,
+                 lock_stale: float = DEFAULT_LOCK_STALE, config: dict = _FACTORY) -> None:
+        self.root = root
+        self.max_size = max_size
+        self.readonly_roots = readonly_roots
+        self.lock_timeout = lock_timeout
+        self.disabled = disabled
+        self.shared = shared
+        self.origins = origins
+        self.max_entry_size = max_entry_size
+        self.quarantine_age = quarantine_age
+        self.lock_stale = lock_stale
+        self.config = dict() if config is _FACTORY else config
+
+    @reprlib.recursive_repr()
+    def __repr__(self):
+        return self.__class__.__qualname__ + (
+            f"(root={self.root!r}, max_size={self.max_size!r}, "
+            f"readonly_roots={self.readonly_roots!r}, lock_timeout={self.lock_timeout!r}, "
+            f"disabled={self.disabled!r}, shared={self.shared!r}, origins={self.origins!r}, "
+            f"max_entry_size={self.max_entry_size!r}, quarantine_age={self.quarantine_age!r}, "
+            f"lock_stale={self.lock_stale!r}, config={self.config!r})")
+
+    def __eq__(self, other):
+        if other.__class__ is self.__class__:
+            return ((self.root, self.max_size, self.readonly_roots, self.lock_timeout,
+                     self.disabled, self.shared, self.origins, self.max_entry_size,
+                     self.quarantine_age, self.lock_stale, self.config) ==
+                    (other.root, other.max_size, other.readonly_roots, other.lock_timeout,
+                     other.disabled, other.shared, other.origins, other.max_entry_size,
+                     other.quarantine_age, other.lock_stale, other.config))
+        return NotImplemented
 
     @property
     def config_path(self) -> Path:
@@ -298,14 +359,20 @@ def _warn_unknown_keys(conf: dict, path: Path) -> None:
                       f"accepted: {', '.join(SETTINGS + REMOTE_SETTINGS)}")
 
 
-@dataclasses.dataclass(frozen=True)
 class Source:
     """Where a setting may come from besides an argument: ``env`` (environment variable),
-    ``key`` (config.json key, None when config.json cannot set it) and ``default``."""
+    ``key`` (config.json key, None when config.json cannot set it) and ``default``.
 
-    env: str
-    key: str | None
-    default: Any
+    A plain class (a row of the table below), not a dataclass: building one costs every
+    process that opens a store ~0.6 ms, for eight rows that are only read."""
+
+    __slots__ = ("env", "key", "default")
+
+    def __init__(self, env: str, key: str | None, default: Any):
+        self.env, self.key, self.default = env, key, default
+
+    def __repr__(self) -> str:
+        return f"Source(env={self.env!r}, key={self.key!r}, default={self.default!r})"
 
 
 #: The settings other than the root, in the order they are resolved (and their errors
@@ -362,20 +429,23 @@ def _setting_values() -> tuple:
 CONFIG_FILE = "config_file"
 
 
-@dataclasses.dataclass(frozen=True)
-class SettingReport:
-    """One setting as :func:`resolve_each` found it.
+def __getattr__(name: str):
+    # SettingReport (resolve_each: ``kcache config show``) is built when first asked for: a
+    # store resolves its settings through _Row, not through the dataclass (kcache.settingreport)
+    if name == "SettingReport":
+        from .settingreport import SettingReport
+        return SettingReport
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-    ``value``: the parsed value (bytes, seconds, Path, tuple of Path, bool), None when bad;
-    ``origin``: "argument", "env KCACHE_X", "config <path>" or "default"; ``raw``: the value
-    as given, before parsing (text from the environment, a JSON value from config.json, the
-    argument or the default); ``error``: the :class:`~kcache.errors.ConfigError` that
-    :func:`resolve` would raise for it, or None."""
 
-    value: Any
-    origin: str
-    raw: Any
-    error: ConfigError | None = None
+class _Row:
+    """One setting as :func:`_resolve_rows` found it: the fields of a SettingReport (value,
+    origin, raw, error), without building that dataclass for every ``Store()``."""
+
+    __slots__ = ("value", "origin", "raw", "error")
+
+    def __init__(self, value: Any, origin: str, raw: Any, error: ConfigError | None = None):
+        self.value, self.origin, self.raw, self.error = value, origin, raw, error
 
 
 def _pick(arg: Any, env: str, conf: dict, conf_key: str | None, conf_path: Path | None, default: Any,
@@ -422,12 +492,12 @@ _PARSERS = {"max_size": _positive_size, "readonly_roots": _paths, "lock_timeout"
             "quarantine_age": parse_duration, "lock_stale": parse_duration}
 
 
-def _report(raw: Any, origin: str, parse, var: str) -> SettingReport:
+def _report(raw: Any, origin: str, parse, var: str) -> _Row:
     """``parse(raw, var)`` as a report: its value, or its ConfigError."""
     try:
-        return SettingReport(parse(raw, var), origin, raw)
+        return _Row(parse(raw, var), origin, raw)
     except ConfigError as exc:
-        return SettingReport(None, origin, raw, exc)
+        return _Row(None, origin, raw, exc)
 
 
 def _env_shared() -> bool:
@@ -451,20 +521,20 @@ def config_trust_problem(root: Path) -> str | None:
     return fsio.Trust(_env_shared()).folder_problem(st, f"the cache folder {root}")
 
 
-def _read_config_report(root: Path | None, origin: str) -> SettingReport:
+def _read_config_report(root: Path | None, origin: str) -> _Row:
     """The ``"config_file"`` report of :func:`resolve_each` (see there). The config.json of a
     root that is not trusted is not read (its settings cannot reach this process)."""
     if root is None:
-        return SettingReport(None, origin, {})
+        return _Row(None, origin, {})
     path = root / CONFIG_NAME
     if config_trust_problem(root) is not None:
-        return SettingReport(path, origin, {})
+        return _Row(path, origin, {})
     try:
         conf = read_config(root)
     except ConfigError as exc:
-        return SettingReport(path, origin, {}, exc)
+        return _Row(path, origin, {}, exc)
     _warn_unknown_keys(conf, path)
-    return SettingReport(path, origin, conf)
+    return _Row(path, origin, conf)
 
 
 def resolve_each(root=None, max_size=None, readonly_roots=None, lock_timeout=None) -> dict[str, SettingReport]:
@@ -484,6 +554,14 @@ def resolve_each(root=None, max_size=None, readonly_roots=None, lock_timeout=Non
     the root is bad (a file, or an empty argument), config.json is not read (``value`` None)
     and the read-only roots are not compared with the root. Unknown config.json keys are
     warned once (``KcacheWarning``). Raises nothing for a bad value."""
+    from .settingreport import SettingReport
+    rows = _resolve_rows(root, max_size, readonly_roots, lock_timeout)
+    return {name: SettingReport(r.value, r.origin, r.raw, r.error) for name, r in rows.items()}
+
+
+def _resolve_rows(root, max_size, readonly_roots, lock_timeout) -> dict[str, _Row]:
+    """The work of :func:`resolve_each` (which reports it) and :func:`resolve` (which builds
+    Settings from it): the one place the precedence and checks are applied."""
     raw, origin, _ = _pick(root, ROOT_ENV, {}, None, None, None, "root")
     if raw is None:
         import platformdirs  # only for the default root
@@ -501,7 +579,7 @@ def resolve_each(root=None, max_size=None, readonly_roots=None, lock_timeout=Non
     ro = reports["readonly_roots"]
     if ro.error is None and good_root is not None:  # the root is searched first anyway
         kept = tuple(p for p in ro.value if p.resolve() != good_root.resolve())
-        reports["readonly_roots"] = dataclasses.replace(ro, value=kept)
+        reports["readonly_roots"] = _Row(kept, ro.origin, ro.raw, ro.error)
     return reports
 
 
@@ -513,7 +591,7 @@ def resolve(root=None, max_size=None, readonly_roots=None, lock_timeout=None) ->
     order of :data:`SOURCES`). A config.json that is not a JSON object (or is a directory) is
     not an error here: it is warned about once (``KcacheWarning``, naming the file) and its
     settings are ignored, so a broken cache never stops the program."""
-    reports = resolve_each(root, max_size, readonly_roots, lock_timeout)
+    reports = _resolve_rows(root, max_size, readonly_roots, lock_timeout)
     for name, report in reports.items():
         if report.error is None:
             continue
@@ -593,6 +671,7 @@ def write_setting(root, name: str, value: Any) -> Path:
             os.replace(path, backup)
             warn_once(f"config-replaced:{path}", f"kcache: {broken}; replaced it by a config file holding "
                       f"only {name}; the old one is kept as {backup}")
+        from . import atomic  # writing settings only: resolving them never writes
         atomic.write_atomic(path, (json.dumps(conf, indent=2, sort_keys=True) + "\n").encode(),
                             mode=mode)
     except OSError as exc:  # name config.json, not the temp file beside it

@@ -16,13 +16,11 @@ A cache root is a source of bytes that become GPU code, so (docs/security.md):
 from __future__ import annotations
 
 import errno
-import grp
 import os
-import pwd
 import re
 import secrets
 import stat
-from functools import lru_cache
+from functools import cache, lru_cache
 
 from .errors import CorruptEntry
 
@@ -31,11 +29,22 @@ READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC
 _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC
 
-#: Names of kcache's own temp files: "." + the target's name + "." + random part + ".tmp".
-#: The random part is 16 hex digits (8 lowercase letters/digits/underscores from older
-#: versions, which used ``tempfile.mkstemp``). Nothing else is ever swept as a temp file.
-TEMP_RE = re.compile(r"\.(?:[0-9a-f]{8,128}\.kce|[0-9a-f](?:\.hits)?\.msgpack|config\.json(?:\.bad)?"
-                     r"|CACHEDIR\.TAG|toolchain\.msgpack|probe)\.(?:[0-9a-f]{16}|[a-z0-9_]{8})\.tmp")
+
+@cache
+def temp_re() -> re.Pattern:
+    """``TEMP_RE``: names of kcache's own temp files: "." + the target's name + "." + random
+    part + ".tmp". The random part is 16 hex digits (8 lowercase letters/digits/underscores
+    from older versions, which used ``tempfile.mkstemp``). Nothing else is ever swept as a
+    temp file. Compiled when first used (the sweeps), not by every process that reads
+    entries; ``TEMP_RE`` stays importable (module ``__getattr__``)."""
+    return re.compile(r"\.(?:[0-9a-f]{8,128}\.kce|[0-9a-f](?:\.hits)?\.msgpack|config\.json(?:\.bad)?"
+                      r"|CACHEDIR\.TAG|toolchain\.msgpack|probe)\.(?:[0-9a-f]{16}|[a-z0-9_]{8})\.tmp")
+
+
+def __getattr__(name: str):
+    if name == "TEMP_RE":
+        return temp_re()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def temp_name(target: str) -> str:
@@ -310,6 +319,8 @@ class Trust:
 @lru_cache(maxsize=64)
 def _private_group(gid: int, uid: int) -> bool:
     """True for a user-private group: named as the user, with no other members."""
+    import grp  # user and group names: only for shared mode's check and messages
+    import pwd
     try:
         group = grp.getgrgid(gid)
         user = pwd.getpwuid(uid)
@@ -319,6 +330,7 @@ def _private_group(gid: int, uid: int) -> bool:
 
 
 def _user_name(uid: int) -> str:
+    import pwd
     try:
         return f"{pwd.getpwuid(uid).pw_name}, uid {uid}"
     except KeyError:
@@ -326,6 +338,7 @@ def _user_name(uid: int) -> str:
 
 
 def _group_name(gid: int) -> str:
+    import grp
     try:
         return grp.getgrgid(gid).gr_name
     except KeyError:

@@ -31,14 +31,14 @@ Invariants (see docs/store.md, docs/security.md):
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import errno
 import os
 import stat
 import tempfile
+import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from . import entry as fmt
 from . import artifacts, fsio
@@ -50,18 +50,18 @@ from .layout import BUCKET, ENTRIES, Layout
 from .paths import RootDirs
 from .listing import EntryListing
 from .localtier import LocalTier, os_reason  # noqa: F401 (os_reason: API)
-from .locks import BUSY as LOCK_BUSY, KeyLocks, try_global
 from .remotepolicy import RemotePolicy
 from .stats import COUNTERS, ROOT_ERRNOS, SHARDS, StatsBook, shard_of
 from .tier import TierError
 from .verification import VerificationPath
 from .warn import warn_once
 
-# Maintenance (clear, prune, verify, eviction) and the reports are imported when first used:
+# Maintenance (clear, prune, verify, eviction) and the reports (Stats among them: building
+# its 34-field dataclass cost a first kernel definition ~2 ms) are imported when first used:
 # a process that only reads entries never imports them. Their names stay importable from here.
 _ELSEWHERE = {"DELTA_BATCH": "maintenance", "EVICT_TARGET": "maintenance",
               "CopyReport": "prune", "PruneReport": "prune", "RemoveReport": "prune",
-              "VerifyReport": "prune"}
+              "VerifyReport": "prune", "Stats": "statsreport"}
 
 
 def __getattr__(name: str):
@@ -80,61 +80,6 @@ def _maintenance():
 _TOTALS_TTL = 1.0  # seconds an estimate of other shards' totals is trusted by put
 _PERMISSION_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS}
 _NO_SPACE_ERRNOS = {errno.ENOSPC, errno.EDQUOT}
-
-
-@dataclasses.dataclass
-class Stats:
-    """Persistent counters of a cache root. Times in seconds, sizes in bytes.
-
-    ``write_errors_*``: puts that failed, by cause (no space, permission incl. a read-only
-    file system, other); ``temp_swept``: temp files of killed writers removed;
-    ``quarantine_files``/``quarantine_bytes``: what ``v1/quarantine/`` holds now;
-    ``remote_*``: the remote tier's hits, misses, values refused by the verification path
-    (``remote_bad``), publishes and failed publishes, errors by kind (kcache.tier.ERROR_KINDS;
-    counted apart from misses) and seconds waited for another machine's compile."""
-
-    hits: int = 0
-    misses: int = 0
-    compiles: int = 0
-    puts: int = 0
-    evictions: int = 0
-    corrupt: int = 0
-    lock_waits: int = 0
-    lock_timeouts: int = 0
-    lock_stale: int = 0
-    artifacts_refused: int = 0
-    bytes_written: int = 0
-    compile_seconds: float = 0.0
-    seconds_saved: float = 0.0
-    entries: int = 0
-    bytes: int = 0
-    max_size: int = 0
-    write_errors_no_space: int = 0
-    write_errors_permission: int = 0
-    write_errors_other: int = 0
-    temp_swept: int = 0
-    quarantine_files: int = 0
-    quarantine_bytes: int = 0
-    remote_hits: int = 0
-    remote_misses: int = 0
-    remote_bad: int = 0
-    remote_puts: int = 0
-    remote_put_errors: int = 0
-    remote_errors_timeout: int = 0
-    remote_errors_refused: int = 0
-    remote_errors_auth: int = 0
-    remote_errors_bad_value: int = 0
-    remote_errors_io: int = 0
-    remote_errors_unavailable: int = 0
-    remote_wait_seconds: float = 0.0
-
-    def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    def __getitem__(self, name: str) -> Any:
-        return getattr(self, name)
-
-
 
 
 class Store(VerificationPath, RemotePolicy, EntryListing):
@@ -173,9 +118,8 @@ class Store(VerificationPath, RemotePolicy, EntryListing):
         self.untrusted: dict[str, str] = {}  # tier name -> why it is not used
         self._stats = StatsBook(self.layout, self._file_mode, self._ensure_root, self._fail,
                                 self._layout_gone, self._ready_folder, self.local.dirs)
-        self._locks = KeyLocks(self.layout, self.lock_timeout, self._file_mode,
-                               self._count, self._lock_error, self._ready_folder, self.local.dirs,
-                               stale=self.settings.lock_stale)
+        self._key_locks = None  # kcache.locks.KeyLocks, made by the first _locks
+        self._key_locks_made = threading.Lock()
         self._stats.on_flush = self.local.flush_touches  # a hit's use is written with its count
         self._totals: dict[int, tuple[int, int]] = {}
         self._totals_at = 0.0
@@ -189,6 +133,22 @@ class Store(VerificationPath, RemotePolicy, EntryListing):
     def __repr__(self) -> str:
         return (f"Store({str(self.root)!r}, readonly_roots={[str(r) for r in self.readonly_roots]}, "
                 f"max_size={self.max_size})")
+
+    @property
+    def _locks(self):
+        """The per-key locks (kcache.locks.KeyLocks), made on first use: only writes, compiles
+        and maintenance lock, so a process served from the cache never imports kcache.locks."""
+        locks = self._key_locks
+        if locks is None:
+            with self._key_locks_made:  # one KeyLocks per store, whichever thread comes first
+                if self._key_locks is None:
+                    from .locks import KeyLocks
+                    self._key_locks = KeyLocks(
+                        self.layout, self.lock_timeout, self._file_mode, self._count,
+                        self._lock_error, self._ready_folder, self.local.dirs,
+                        stale=self.settings.lock_stale)
+                locks = self._key_locks
+        return locks
 
     @property
     def _layout(self) -> Layout:  # the name before the tiers
@@ -611,9 +571,10 @@ class Store(VerificationPath, RemotePolicy, EntryListing):
             self._totals_at = now
         if sum(b for _n, b in self._totals.values()) <= self.max_size:
             return
+        from .locks import BUSY, try_global
         lock = try_global(self.layout.evict_lock, self._file_mode, self._locks.ready_folder,
                           self.local.dirs)
-        if lock == LOCK_BUSY:
+        if lock == BUSY:
             return  # another process is evicting
         if isinstance(lock, OSError):
             # The size cap holds without the global lock (removals take each key's lock);
@@ -664,6 +625,7 @@ class Store(VerificationPath, RemotePolicy, EntryListing):
     def stats(self) -> Stats:
         """Persistent counters summed over the 16 shards (plus this process's unwritten ones),
         and what the quarantine holds."""
+        from .statsreport import Stats
         if self.writable and self._ready:
             self._stats.flush()
         values = {k: v for k, v in self._stats.read().items() if k in Stats.__dataclass_fields__}

@@ -25,7 +25,12 @@ pytestmark = pytest.mark.exec_children  # what a fresh interpreter imports
 NOT_ON_A_HIT = ("filelock", "rich", "redis", "fsspec", "kcache.remote", "kcache.cli",
                 "kcache.maintenance", "kcache.prune", "kcache.bundle", "kcache.bundle_v1",
                 "kcache.programs", "kcache.dispatcher.aot", "kcache.dispatcher.warm",
-                "kcache.dispatcher.sigfile", "kcache.dispatcher.misses")
+                "kcache.dispatcher.sigfile", "kcache.dispatcher.misses",
+                # the dataclasses of reports and listings, a compile's warnings, the grammar
+                # of signatures: built or imported when first used (the first definition's cost)
+                "kcache.statsreport", "kcache.entryinfo", "kcache.settingreport",
+                "kcache.dispatcher.compile_warnings", "kcache.dispatcher.sigspec",
+                "kcache.locks")
 
 CHILD = """
     import json, os, sys
