@@ -37,7 +37,6 @@ equal in any process, on any path and under any ``PYTHONHASHSEED``.
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import hashlib
 import reprlib
@@ -47,6 +46,8 @@ import weakref
 from dataclasses import dataclass, field
 
 import msgpack
+
+from kcache.entry import _FACTORY  # the written-out dataclass default (kcache.entry)
 
 from .bytecode import references
 
@@ -71,10 +72,6 @@ class Uncacheable(Exception):
     setup/teardown callbacks.
     """
 
-
-#: The default of a field with a default_factory in a written-out dataclass __init__, the
-#: object the generated one uses (inspect.signature shows it as "<factory>").
-_FACTORY = getattr(dataclasses, "_HAS_DEFAULT_FACTORY", object())
 
 
 @dataclass(frozen=True, init=False, repr=False, eq=False)  # the methods are written out

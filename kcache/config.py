@@ -41,6 +41,7 @@ from typing import Any
 
 
 from . import fsio
+from .entry import _FACTORY  # the written-out dataclass default (kcache.entry)
 from .errors import ConfigError, CorruptEntry
 from .warn import warn_once
 
@@ -212,9 +213,6 @@ def format_size(n: int) -> str:
     raise AssertionError("unreachable")
 
 
-#: The default of a field with a default_factory in a written-out dataclass __init__, the
-#: object the generated one uses (inspect.signature shows it as "<factory>").
-_FACTORY = getattr(dataclasses, "_HAS_DEFAULT_FACTORY", object())
 
 
 @dataclasses.dataclass(init=False, repr=False, eq=False)  # the methods are written out

@@ -54,8 +54,9 @@ MAX_HEADER = 16 << 20  # bytes
 MAX_BODY = 4 << 30  # bytes; a cubin is rarely above a few MiB
 MAX_FILE = PREFIX_SIZE + MAX_HEADER + MAX_BODY + SUM_SIZE
 
-#: The default of a field with a default_factory in a written-out dataclass __init__, the
-#: object the generated one uses (inspect.signature shows it as "<factory>").
+#: The default of a field with a default_factory in a written-out dataclass __init__ (Entry,
+#: kcache.config.Settings, kcache.dispatcher.fingerprint.Fingerprint), the object the
+#: generated one uses (inspect.signature shows it as "<factory>").
 _FACTORY = getattr(dataclasses, "_HAS_DEFAULT_FACTORY", object())
 
 # Header fields lifted from Entry.meta (the rest of meta is kept as is inside "meta").
