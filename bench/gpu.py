@@ -31,7 +31,9 @@ Sections, in this order (each writes its figures to the results file when it end
   run is split (timers in the child) into interpreter start, imports, kernel definitions
   (the module's import), CUDA context and arrays, lookups (``dispatcher.compile``: a cache
   read, or the compile without a cache; the floor's file read and rebuilds), module loads
-  (``cuModuleLoadData``, in ``get_cufunc``) and launches. kcache's cache is filled by
+  (``cuModuleLoadData``, in ``get_cufunc``) and launches; the garbage collector's time within
+  those parts (``gc.callbacks``: all of it, and in the loop of lookups and launches) and its
+  full collections are counted too. kcache's cache is filled by
   ``kcache.compile_for`` for the device's cc, numba-cuda's by one launch of every kernel, both
   in parallel processes on disjoint kernels; the floor's file holds the cubins of kcache's
   entries. Modes alternate run by run; the no-cache runs come last (one run from
@@ -561,6 +563,22 @@ NONE_ONCE_FROM = 1000
 APP_CHILD = textwrap.dedent('''
     import time
     T_START = time.time()                  # the first statement: the interpreter has started
+    import gc
+    # The collector's work in every part (its time is inside the parts): (start, generation)
+    # of each collection and the seconds each took, and whether it ran in the loop.
+    GC = {"seconds": 0.0, "full": 0, "loop_seconds": 0.0, "loop_full": 0, "in_loop": False}
+    def _gc_timer(phase, info, now=time.perf_counter, gc_state=GC, since=[0.0]):
+        if phase == "start":
+            since[0] = now()
+            return
+        spent = now() - since[0]
+        full = info["generation"] == 2
+        gc_state["seconds"] += spent
+        gc_state["full"] += full
+        if gc_state["in_loop"]:
+            gc_state["loop_seconds"] += spent
+            gc_state["loop_full"] += full
+    gc.callbacks.append(_gc_timer)
     import contextlib, importlib, json, os, sys
     mode, role, opts = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
     fake = opts["fake"]
@@ -657,6 +675,7 @@ APP_CHILD = textwrap.dedent('''
                                            exceptions={}, py_func=k.py_func)
             k.add_overload(kernel, argtypes)
     T_LOOP = time.time()
+    GC["in_loop"] = True
     for k in kernels:
         if fake:
             k.compile(tuple(k.typeof_pyval(a) for a in (x, out)))
@@ -664,6 +683,7 @@ APP_CHILD = textwrap.dedent('''
             k[n // 128, 128](x, out)
             sync()
     T_DONE = time.time()
+    GC["in_loop"] = False
 
     def compiles(d):
         if hasattr(d.stats, "compile_seconds"):      # a kcache dispatcher
@@ -681,6 +701,7 @@ APP_CHILD = textwrap.dedent('''
                   "loads": acc["loads"], "launches": (T_DONE - T_LOOP) - in_loop},
         "compiles": sum(compiles(d) for d in kernels),
         "overloads": sum(len(d.overloads) for d in kernels), "kernels": len(kernels),
+        "gc": {k: v for k, v in GC.items() if k != "in_loop"},
         "ready_s": T_DONE - spawn}))
 ''')
 
@@ -819,6 +840,14 @@ def app_figures(raw: dict, sizes: list[int]) -> list[dict]:
                                   f"{mode}, {n} kernels: {part}",
                                   [1e3 * d["parts"][part] for d in docs], "ms", mode=mode,
                                   kernels=n, part=part))
+            if all("gc" in d for d in docs):  # runs from before 2026-12-03 have none
+                out.append(figure(f"app_gc.{mode}.{n}", "app", f"{mode}, {n} kernels: the "
+                                  "garbage collector's time, process start to done (within "
+                                  "the parts)", [1e3 * d["gc"]["seconds"] for d in docs], "ms",
+                                  mode=mode, kernels=n,
+                                  loop_ms=[1e3 * d["gc"]["loop_seconds"] for d in docs],
+                                  full=[d["gc"]["full"] for d in docs],
+                                  loop_full=[d["gc"]["loop_full"] for d in docs]))
     return out
 
 

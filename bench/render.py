@@ -7,6 +7,7 @@ GPU run) is rendered as a placeholder that says how to fill it.
 """
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
 MODES = ("kcache", "numba", "none")
@@ -322,6 +323,19 @@ def above_floor(figs: dict, mode: str, n: int) -> tuple[float, float] | None:
     return own - floor, (own - floor) / total * 100
 
 
+def _gc_cell(fig: dict | None) -> str:
+    if fig is None:
+        return "-"
+    return f"{cell(fig)} ({num(statistics.median(fig['extra']['loop_ms']), 'ms')})"
+
+
+def _full_cell(fig: dict | None) -> str:
+    if fig is None:
+        return "-"
+    extra = fig["extra"]
+    return f"{statistics.median(extra['full']):g} ({statistics.median(extra['loop_full']):g})"
+
+
 def app_table(figs: dict, n: int) -> list[str]:
     """One size: a column per mode, the total, its parts, the compiles and the ratio to the
     floor (of the medians)."""
@@ -334,6 +348,11 @@ def app_table(figs: dict, n: int) -> list[str]:
         if any(f"app_phase.{part}.{m}.{n}" in figs for m in modes):
             out.append(f"| of which: {label} | " + " | ".join(
                 cell(figs.get(f"app_phase.{part}.{m}.{n}")) for m in modes) + " |")
+    if any(f"app_gc.{m}.{n}" in figs for m in modes):
+        out.append("| the garbage collector's time within those parts (of it, in the loop) | " +
+                   " | ".join(_gc_cell(figs.get(f"app_gc.{m}.{n}")) for m in modes) + " |")
+        out.append("| full collections per run, median (in the loop) | " +
+                   " | ".join(_full_cell(figs.get(f"app_gc.{m}.{n}")) for m in modes) + " |")
     runs = [figs[f"app_ready.{m}.{n}"]["n"] for m in modes]
     compiles = [figs[f"app_ready.{m}.{n}"]["extra"].get("compiles") for m in modes]
     out.append("| runs | " + " | ".join(str(r) for r in runs) + " |")

@@ -114,9 +114,9 @@ def own_phases() -> list:
     kcache's), ``compile`` (numba-cuda's, on a miss), ``total`` (the lookup) and ``own``
     (total minus load and compile: what kcache itself spent)."""
     out = []
-    for c in _phases:
-        ms = {f: getattr(c, f) / 1e6 for f in ("key", "read", "rebuild", "load", "compile", "total")}
-        out.append({"kernel": c.kernel, "hit": c.hit, **ms,
+    for kernel, hit, *ns in _phases:
+        ms = {f: v / 1e6 for f, v in zip(_Clock.__slots__[2:], ns)}
+        out.append({"kernel": kernel, "hit": hit, **ms,
                     "own": ms["total"] - ms["load"] - ms["compile"]})
     return out
 
@@ -339,7 +339,9 @@ class KCacheDispatcher(_compat.CUDADispatcher):
         finally:
             _clock.total = _now() - start
             if len(_phases) < _PHASES_KEPT:
-                _phases.append(_clock)
+                # As a tuple of text, flag and numbers, which the collector stops tracking:
+                # 1,000 kernels would otherwise add 1,000 objects to every full collection.
+                _phases.append(tuple(getattr(_clock, f) for f in _Clock.__slots__))
             _clock = outer
         return kernel
 
@@ -424,6 +426,15 @@ class KCacheDispatcher(_compat.CUDADispatcher):
                                                  self._kcache.cache_key, store)
         return self._kcache_keys[memo]
 
+    def _kcache_forget_components(self, argtypes) -> None:
+        """Drop the remembered (key, components) of a served signature: only a miss uses the
+        components (to explain it, to store the compile). The key stays in ``stats.keys``; a
+        later :meth:`kcache_key` works them out again. About six objects per kernel that every
+        full collection of the garbage collector would otherwise go through (an application
+        of 1,000 kernels paid one more full collection than the floor: docs/bench-dispatch.md)."""
+        for memo in [m for m in self._kcache_keys if m[0] == argtypes]:
+            del self._kcache_keys[memo]
+
     def _kcache_load_or_compile(self, argtypes, launch_config):
         sig = argtypes
         store = self._kcache.get_store()
@@ -469,6 +480,7 @@ class KCacheDispatcher(_compat.CUDADispatcher):
             _clock.hit = True
             self._cache_hits[sig] += 1
             _process_counts["hits"] += 1
+            self._kcache_forget_components(argtypes)
             return kernel
         # Neither the cubin nor the PTX loads here (e.g. an entry compiled elsewhere whose
         # PTX ISA is newer than this driver): compile for this process, uncached.

@@ -319,6 +319,13 @@ def _code_info_of(code: types.CodeType) -> _CodeInfo:
     return info
 
 
+def _code_info_once(code: types.CodeType) -> _CodeInfo:
+    """:func:`_code_info_of` without remembering a new analysis (nested code objects' are)."""
+    info = _code_info.get(code)
+    return info if info is not None else _CodeInfo(digest_of(_code_payload(code)),
+                                                   tuple(_chains(code)))
+
+
 def _code_payload(code: types.CodeType) -> list:
     """Content of a code object without file name, first line, line table or positions."""
     consts = []
@@ -576,7 +583,10 @@ class _Walk:
 
     def _function_parts(self, fn, acc) -> dict:
         code = fn.__code__
-        info = _code_info_of(code)
+        # A function's first fingerprint (acc.checks is None): most are the only one, so its
+        # code's analysis is not kept either (a kernel's; a device function's is kept by the
+        # dependency walk, which records): objects every full collection would go through.
+        info = _code_info_of(code) if acc.checks is not None else _code_info_once(code)
         parts = {"code": info.digest}
         own = weakref.ref(fn) if acc.checks is not None else None
         acc.check(_weak_attr, (own, "__code__"), code)

@@ -72,6 +72,11 @@ def check_app(figs: dict, sizes) -> None:
             for r, run in enumerate(ready["values"]):
                 assert sum(p["values"][r] for p in parts) / 1e3 == pytest.approx(run, rel=1e-6)
             assert ready["extra"]["compiles"] == (n if mode == "none" else 0)
+            # the collector's time, counted by gc.callbacks in the child: within the parts
+            collector = figs[f"app_gc.{mode}.{n}"]
+            for r, ms in enumerate(collector["values"]):
+                assert 0 <= collector["extra"]["loop_ms"][r] <= ms <= 1e3 * ready["values"][r]
+                assert 0 <= collector["extra"]["loop_full"][r] <= collector["extra"]["full"][r]
         assert figs[f"app_ready.floor.{n}"]["extra"]["vs_floor"] == 1.0
         assert figs[f"app_ready.kcache.{n}"]["goal"] == "<= 1.10 x floor (issue 19)"
 
@@ -206,6 +211,9 @@ def fake_gpu_doc():
                 figs.append(figure(f"app_phase.{part}.{mode}.{n}", "app", part,
                                    [1e3 * ready / len(APP_PARTS)] * 5, "ms", mode=mode,
                                    kernels=n, part=part))
+            figs.append(figure(f"app_gc.{mode}.{n}", "app", "collector", [40.0] * 5, "ms",
+                               mode=mode, kernels=n, loop_ms=[5.0] * 5, full=[2] * 5,
+                               loop_full=[1 if mode == "kcache" else 0] * 5))
     return {"part": "gpu", "fake": False, "date": "2026-12-01T00:00:00Z", "seconds": 1.0,
             "machine": {"cpu": "x", "cpu_count": 16, "gpu": ["NVIDIA H200, 580, 141 GiB"]},
             "versions": {"python": "3.12"}, "load_average": {"before": [0, 0, 0], "after": [0, 0, 0]},
@@ -231,6 +239,9 @@ def test_render_fills_the_gpu_part_from_its_json_and_says_where_a_goal_is_missed
            "x floor (issue 19) | **12.0 s** (12.0 s - 12.0 s): **1.20x** the floor's 10.0 s | " \
            "**missed** |" in with_gpu
     assert "| of which: module loads (`cuModuleLoadData`) |" in with_gpu
+    assert "| the garbage collector's time within those parts (of it, in the loop) | 40.0 ms " \
+           "(5.00 ms) |" in with_gpu
+    assert "| full collections per run, median (in the loop) | 2 (1) | 2 (0) |" in with_gpu
     assert "- kcache, 100 kernels: ready: 1.20 s (median of 5, 1.20x the floor), goal <= 1.10 " \
            "x floor (issue 19)." in with_gpu
 

@@ -77,6 +77,40 @@ def test_miss_then_hit_in_a_new_dispatcher(store):
     assert store.stats()["compiles"] == 1
 
 
+def test_a_hit_keeps_its_key_not_its_components(store):
+    # The components serve a miss only (explain, store the compile): a served kernel's are not
+    # kept (objects every full collection would go through); kcache_key works them out again.
+    from numba.cuda import types
+    sig = (types.float32[::1],)
+    with fake_gpu((9, 0)):
+        _kernels(store).compile(sig)
+        served = _kernels(store)
+        served.compile(sig)
+        assert served.stats.cache_hits[sig] == 1
+        assert not any(memo[0] == sig for memo in served._kcache_keys)
+        key, components = served.kcache_key(sig, (9, 0))
+    assert key == served.stats.keys[sig]
+    assert components["kernel"].endswith("_kernels.<locals>.k")
+
+
+def test_own_phases_after_lookups(store):
+    from numba.cuda import types
+
+    from kcache.dispatcher import own_phases
+    sig = (types.float32[::1],)
+    before = len(own_phases())
+    with fake_gpu((9, 0)):
+        _kernels(store).compile(sig)  # a miss
+        _kernels(store).compile(sig)  # a hit
+    miss, hit = own_phases()[before:]
+    assert (miss["hit"], hit["hit"]) == (False, True)
+    assert miss["kernel"] == hit["kernel"] and miss["kernel"].endswith("_kernels.<locals>.k")
+    assert miss["compile"] > 0 and hit["compile"] == 0
+    for phases in (miss, hit):
+        assert phases["own"] == pytest.approx(phases["total"] - phases["load"] - phases["compile"])
+        assert 0 < phases["key"] <= phases["total"]
+
+
 def test_cache_key_and_cc_change_the_key(store):
     from numba.cuda import types
     sig = (types.int32[::1],)

@@ -39,6 +39,21 @@ def test_part_names():
     assert fp.opaque == []
 
 
+def test_a_first_fingerprint_keeps_no_analysis_of_its_code():
+    # Most functions are fingerprinted once (a kernel's first lookup): neither the result nor
+    # its code's analysis is kept then; the second fingerprint keeps both, with the same digest.
+    from kcache.dispatcher import fingerprint as fp_module
+
+    def f(out):
+        out[0] = LIMIT
+
+    first = fingerprint(f)
+    assert f.__code__ not in fp_module._code_info
+    second = fingerprint(f)
+    assert f.__code__ in fp_module._code_info
+    assert second.digest == first.digest and second.parts == first.parts
+
+
 def test_dispatcher_and_py_func_agree():
     @cuda.jit
     def kern(out):
