@@ -326,14 +326,15 @@ def above_floor(figs: dict, mode: str, n: int) -> tuple[float, float] | None:
 def _gc_cell(fig: dict | None) -> str:
     if fig is None:
         return "-"
-    return f"{cell(fig)} ({num(statistics.median(fig['extra']['loop_ms']), 'ms')})"
+    return f"{cell(fig)}; in the loop {num(statistics.median(fig['extra']['loop_ms']), 'ms')}"
 
 
 def _full_cell(fig: dict | None) -> str:
     if fig is None:
         return "-"
     extra = fig["extra"]
-    return f"{statistics.median(extra['full']):g} ({statistics.median(extra['loop_full']):g})"
+    return (f"{statistics.median(extra['full']):g}; in the loop "
+            f"{statistics.median(extra['loop_full']):g}")
 
 
 def app_table(figs: dict, n: int) -> list[str]:
@@ -349,9 +350,9 @@ def app_table(figs: dict, n: int) -> list[str]:
             out.append(f"| of which: {label} | " + " | ".join(
                 cell(figs.get(f"app_phase.{part}.{m}.{n}")) for m in modes) + " |")
     if any(f"app_gc.{m}.{n}" in figs for m in modes):
-        out.append("| the garbage collector's time within those parts (of it, in the loop) | " +
+        out.append("| the garbage collector's time within those parts (median of each) | " +
                    " | ".join(_gc_cell(figs.get(f"app_gc.{m}.{n}")) for m in modes) + " |")
-        out.append("| full collections per run, median (in the loop) | " +
+        out.append("| the garbage collector's full collections per run (median of each) | " +
                    " | ".join(_full_cell(figs.get(f"app_gc.{m}.{n}")) for m in modes) + " |")
     runs = [figs[f"app_ready.{m}.{n}"]["n"] for m in modes]
     compiles = [figs[f"app_ready.{m}.{n}"]["extra"].get("compiles") for m in modes]

@@ -239,9 +239,10 @@ def test_render_fills_the_gpu_part_from_its_json_and_says_where_a_goal_is_missed
            "x floor (issue 19) | **12.0 s** (12.0 s - 12.0 s): **1.20x** the floor's 10.0 s | " \
            "**missed** |" in with_gpu
     assert "| of which: module loads (`cuModuleLoadData`) |" in with_gpu
-    assert "| the garbage collector's time within those parts (of it, in the loop) | 40.0 ms " \
-           "(5.00 ms) |" in with_gpu
-    assert "| full collections per run, median (in the loop) | 2 (1) | 2 (0) |" in with_gpu
+    assert "| the garbage collector's time within those parts (median of each) | **40.0 ms** " \
+           "(40.0 ms - 40.0 ms); in the loop 5.00 ms |" in with_gpu
+    assert "| the garbage collector's full collections per run (median of each) | 2; in the " \
+           "loop 1 | 2; in the loop 0 |" in with_gpu
     assert "- kcache, 100 kernels: ready: 1.20 s (median of 5, 1.20x the floor), goal <= 1.10 " \
            "x floor (issue 19)." in with_gpu
 
