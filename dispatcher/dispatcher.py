@@ -432,8 +432,9 @@ class KCacheDispatcher(_compat.CUDADispatcher):
         later :meth:`kcache_key` works them out again. About six objects per kernel that every
         full collection of the garbage collector would otherwise go through (an application
         of 1,000 kernels paid one more full collection than the floor: docs/bench-dispatch.md)."""
-        for memo in [m for m in self._kcache_keys if m[0] == argtypes]:
-            del self._kcache_keys[memo]
+        # list() copies the keys at once (kcache_key() may add one from another thread)
+        for memo in [m for m in list(self._kcache_keys) if m[0] == argtypes]:
+            self._kcache_keys.pop(memo, None)
 
     def _kcache_load_or_compile(self, argtypes, launch_config):
         sig = argtypes
