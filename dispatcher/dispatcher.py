@@ -17,9 +17,12 @@ import threading
 import time
 from pathlib import Path
 
+import msgpack
+
 import kcache.store  # noqa: F401
 from kcache import arch as _arch
 from kcache.config import environment_snapshot
+from kcache.keys import canonical_bytes, key_of_bytes
 from kcache.layout import BUCKET
 from kcache import toolchain as _toolchain  # noqa: F401
 from kcache.warn import held_back, warn_once
@@ -262,7 +265,13 @@ def kernel_key(dispatcher, argtypes, cc, launch_config=None, cache_key=None, sto
     ``cache_key`` (str or None), ``store`` (its root keeps the toolchain memo; None: no memo).
     The same function serves a GPU process and ``compile_for``, so their keys agree. Raises
     ``Uncacheable``."""
-    from kcache import make_key
+    key, components, _encoded = _kernel_key_encoded(dispatcher, argtypes, cc, launch_config,
+                                                    cache_key, store)
+    return key, components
+
+
+def _kernel_key_encoded(dispatcher, argtypes, cc, launch_config, cache_key, store):
+    """:func:`kernel_key` and the components' canonical encoding (what the key digests)."""
     lc = launch_config
     if isinstance(lc, tuple):
         lc = [list(lc[0]), list(lc[1]), lc[2]]
@@ -272,7 +281,8 @@ def kernel_key(dispatcher, argtypes, cc, launch_config=None, cache_key=None, sto
         dispatcher.py_func, signature=_compat.signature_string(argtypes), cc=cc,
         output="cubin", targetoptions=dispatcher.targetoptions, launch_config=lc,
         cache_key=cache_key, toolchain=toolchain)
-    return make_key(components), components
+    encoded = canonical_bytes(components)
+    return key_of_bytes(encoded), components, encoded
 
 
 def _toolchain_memo(store):
@@ -307,7 +317,8 @@ class KCacheDispatcher(_compat.CUDADispatcher):
 
     def _kcache_setup(self, options: Options) -> None:
         self._kcache = options
-        self._kcache_keys = {}  # (argtypes, cc, launch config) -> (key, components)
+        # (argtypes, cc, launch config) -> (key, components or None once served, encoding)
+        self._kcache_keys = {}
         self._kcache_counts = collections.Counter()
         self._kcache_uncached = {}  # signature -> reason
         self._kcache_bypassed = {}  # signature -> reason
@@ -419,22 +430,32 @@ class KCacheDispatcher(_compat.CUDADispatcher):
 
     def kcache_key(self, argtypes, cc, launch_config=None, store=None):
         """(key, components) of this kernel for ``argtypes``, cc (major, minor) and a launch
-        configuration key (None unless launch-config-sensitive). Raises ``Uncacheable``."""
+        configuration key (None unless launch-config-sensitive), worked out once per
+        signature (until :meth:`recompile`): a served signature's are the ones it was served
+        by. Raises ``Uncacheable``."""
         memo = (argtypes, cc, launch_config)
-        if memo not in self._kcache_keys:
-            self._kcache_keys[memo] = kernel_key(self, argtypes, cc, launch_config,
-                                                 self._kcache.cache_key, store)
-        return self._kcache_keys[memo]
+        known = self._kcache_keys.get(memo)
+        if known is None:
+            # Into a local first: another thread may forget the entry's components meanwhile.
+            known = _kernel_key_encoded(self, argtypes, cc, launch_config,
+                                        self._kcache.cache_key, store)
+            known = self._kcache_keys.setdefault(memo, known)
+        key, components, encoded = known
+        if components is None:  # a served signature's: decoded from their encoding
+            components = msgpack.unpackb(encoded, raw=False, strict_map_key=False)
+        return key, components
 
     def _kcache_forget_components(self, argtypes) -> None:
-        """Drop the remembered (key, components) of a served signature: only a miss uses the
-        components (to explain it, to store the compile). The key stays in ``stats.keys``; a
-        later :meth:`kcache_key` works them out again. About six objects per kernel that every
-        full collection of the garbage collector would otherwise go through (an application
-        of 1,000 kernels paid one more full collection than the floor: docs/bench-dispatch.md)."""
+        """Keep a served signature's components only as their canonical encoding (bytes, made
+        for its key): only a miss uses them (to explain it, to store the compile), and the
+        dicts and lists are objects every full collection of the garbage collector would go
+        through (an application of 1,000 kernels paid one more full collection than the floor:
+        docs/bench-dispatch.md). :meth:`kcache_key` decodes them when asked."""
         # list() copies the keys at once (kcache_key() may add one from another thread)
         for memo in [m for m in list(self._kcache_keys) if m[0] == argtypes]:
-            self._kcache_keys.pop(memo, None)
+            known = self._kcache_keys.get(memo)
+            if known is not None and known[1] is not None:
+                self._kcache_keys[memo] = (known[0], None, known[2])
 
     def _kcache_load_or_compile(self, argtypes, launch_config):
         sig = argtypes

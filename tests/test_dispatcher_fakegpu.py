@@ -77,20 +77,78 @@ def test_miss_then_hit_in_a_new_dispatcher(store):
     assert store.stats()["compiles"] == 1
 
 
-def test_a_hit_keeps_its_key_not_its_components(store):
-    # The components serve a miss only (explain, store the compile): a served kernel's are not
-    # kept (objects every full collection would go through); kcache_key works them out again.
+SCALE = 2.0  # read by _scaled's kernel: a test rebinds it
+
+
+def _scaled(store):
+    from numba import cuda
+
+    from kcache.dispatcher import jit
+
+    @jit(store=store)
+    def k(a):
+        i = cuda.grid(1)
+        if i < a.size:
+            a[i] = a[i] * SCALE
+
+    return k
+
+
+def test_a_hit_keeps_its_components_only_as_their_encoding(store, monkeypatch):
+    # The components serve a miss only (explain, store the compile): a served kernel keeps
+    # them as bytes, not as dicts and lists the garbage collector goes through; kcache_key()
+    # still answers with the key and components the kernel was served by.
+    from numba.cuda import types
+
+    from kcache import keys
+    sig = (types.float32[::1],)
+    with fake_gpu((9, 0)):
+        missed = _scaled(store)
+        missed.compile(sig)
+        served = _scaled(store)
+        served.compile(sig)
+        assert served.stats.cache_hits[sig] == 1
+        (known,) = [v for m, v in served._kcache_keys.items() if m[0] == sig]
+        assert known[1] is None and type(known[2]) is bytes
+        monkeypatch.setitem(globals(), "SCALE", 3.0)  # a later key would differ
+        key, components = served.kcache_key(sig, (9, 0))
+        assert key == served.stats.keys[sig] == missed.kcache_key(sig, (9, 0))[0]
+        assert keys.canonical_bytes(components) == keys.canonical_bytes(
+            missed.kcache_key(sig, (9, 0))[1])
+        assert keys.make_key(components) == key
+        fresh = _scaled(store)
+        assert fresh.kcache_key(sig, (9, 0))[0] != key  # SCALE is in the key
+
+
+def test_kcache_key_while_another_thread_serves_the_signature(store):
+    # A hit (under numba-cuda's compiler lock) keeps only the encoding of the components
+    # while kcache_key(), which takes no lock, is between working them out and returning.
+    import threading
+
     from numba.cuda import types
     sig = (types.float32[::1],)
     with fake_gpu((9, 0)):
-        _kernels(store).compile(sig)
-        served = _kernels(store)
-        served.compile(sig)
-        assert served.stats.cache_hits[sig] == 1
-        assert not any(memo[0] == sig for memo in served._kcache_keys)
-        key, components = served.kcache_key(sig, (9, 0))
-    assert key == served.stats.keys[sig]
-    assert components["kernel"].endswith("_kernels.<locals>.k")
+        _scaled(store).compile(sig)
+        k = _scaled(store)
+
+        def serve_in_another_thread(memo):
+            other = threading.Thread(target=k._kcache_forget_components, args=(memo[0],))
+            other.start()
+            other.join()
+
+        class Interleaved(dict):  # the other thread runs right after the entry is stored
+            def setdefault(self, memo, value):
+                found = super().setdefault(memo, value)
+                serve_in_another_thread(memo)
+                return found
+
+            def __setitem__(self, memo, value):
+                super().__setitem__(memo, value)
+                serve_in_another_thread(memo)
+
+        k._kcache_keys = Interleaved()
+        key, components = k.kcache_key(sig, (9, 0))
+    assert components["kernel"].endswith("_scaled.<locals>.k") and len(key) == 64
 
 
 def test_own_phases_after_lookups(store):
