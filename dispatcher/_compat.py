@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import threading
+import warnings
 
 from numba.cuda import codegen as _codegen
 from numba.cuda import dispatcher as _dispatcher
@@ -124,6 +125,21 @@ def compile_kernel(py_func, argtypes: tuple, targetoptions: dict):
     """Compile a kernel exactly as ``CUDADispatcher.compile`` does on a cache miss:
     ``_Kernel(py_func, argtypes, **targetoptions)``. Needs a device (or :func:`offline_target`)."""
     return Kernel(py_func, argtypes, **targetoptions)
+
+
+def _kcache_warm():  # what warm_compiler() compiles: no arguments, no work
+    return
+
+
+def warm_compiler(targetoptions: dict) -> None:
+    """Compile an empty kernel to a cubin, nothing loaded on the GPU: a process's first
+    compile also loads and sets up NVVM, the linker and numba-cuda's typing and target
+    contexts (0.3-0.6 s), which a wait for another process's compile can hide. ``lto`` as in
+    ``targetoptions`` (it picks the linker). Warnings it raises are dropped: they are not the
+    program's. Raises whatever the compile raises."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        Kernel(_kcache_warm, (), lto=bool(targetoptions.get("lto")))._codelibrary.get_cubin()
 
 
 def uncacheable_reason(kernel) -> str | None:

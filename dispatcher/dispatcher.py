@@ -73,6 +73,7 @@ def __getattr__(name: str):
 
 #: Process-wide counters over every KCacheDispatcher (see :func:`process_counts`).
 _process_counts = collections.Counter()
+_compiler_readied = [False]  # _kcache_ready_compiler ran in this process
 
 
 def process_counts() -> dict:
@@ -538,7 +539,8 @@ class KCacheDispatcher(_compat.CUDADispatcher):
             return entry
 
         try:
-            entry, _was_hit = store.get_or_create(key, create, components=components)
+            entry, _was_hit = store.get_or_create(key, create, components=components,
+                                                  while_waiting=self._kcache_ready_compiler)
             return entry
         except _Skip:
             return None
@@ -549,6 +551,18 @@ class KCacheDispatcher(_compat.CUDADispatcher):
             if "kernel" not in built:
                 built["kernel"] = self._kcache_build(argtypes)[0]
             return None
+
+    def _kcache_ready_compiler(self) -> None:
+        """While another process compiles this kernel (its lock is held): ready numba-cuda's
+        compiler for this process, once, if it has compiled nothing yet and may compile
+        (``_compat.warm_compiler``). Processes that start together take turns at the locks of
+        the kernels they share; without this each turn paid a fresh process's first-compile
+        set-up (0.3-0.6 s) after the previous one's compile instead of during it."""
+        if (_compiler_readied[0] or _process_counts["compiles"] or not self._can_compile
+                or _require.mode() is not None or _numba_config.bypass_reason() is not None):
+            return
+        _compiler_readied[0] = True
+        _compat.warm_compiler(self.targetoptions)
 
     def _kcache_bypass(self, store, key, components, argtypes, cc, reason):
         """Compile although the entry may exist (a numba dump or debug setting asks to see the

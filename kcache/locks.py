@@ -88,7 +88,8 @@ class KeyLocks:
 
     @contextlib.contextmanager
     def hold(self, key: str, timeout: float | None = None, *, key_for_stats: str | None = None,
-             blocking: bool = True, flight: bool = False) -> Iterator[bool | str | None]:
+             blocking: bool = True, flight: bool = False,
+             while_waiting: Callable[[], None] | None = None) -> Iterator[bool | str | None]:
         """Hold ``key``'s lock. Yields True when held; False when, with ``blocking=False``,
         another process holds it; None when the lock file cannot be used (a lock folder that
         is not writable, a symlink, ...: a no-op lock, warned once; callers go on as if
@@ -98,7 +99,9 @@ class KeyLocks:
         ``flight=True`` (a compile): while held, the heartbeat runs; while waiting, a holder
         whose heartbeat has not moved for ``stale`` seconds is passed: yields :data:`STALE`
         (counted, warned once), and until the block ends this thread's other holds of the
-        same lock (the put of what it compiled) go on without it, as for a no-op lock."""
+        same lock (the put of what it compiled) go on without it, as for a no-op lock.
+        ``while_waiting()``: called once when another process holds the lock, before this one
+        waits for it (work the wait hides); whatever it raises is ignored."""
         path = self.path(key)
         lock = self._make(path)
         if lock is None:
@@ -108,7 +111,8 @@ class KeyLocks:
             blocking = False  # the holder is stopped: never wait for it again
         timeout = self.timeout if timeout is None else timeout
         skey = key_for_stats or key
-        acquired = self._acquire(lock, path, timeout, blocking, skey, self.stale if flight else 0.0)
+        acquired = self._acquire(lock, path, timeout, blocking, skey, self.stale if flight else 0.0,
+                                 while_waiting)
         if acquired == STALE:
             yield from self._passing_block(path, skey)
             return
@@ -177,9 +181,10 @@ class KeyLocks:
         self._ready.add(folder)
 
     def _acquire(self, lock, path: Path, timeout: float, blocking: bool, skey: str,
-                 stale: float = 0.0) -> bool | str | None:
+                 stale: float = 0.0, while_waiting=None) -> bool | str | None:
         """True when acquired, False when busy (``blocking=False``), None when unusable,
-        :data:`STALE` when (``stale`` > 0) the holder's heartbeat stood still that long."""
+        :data:`STALE` when (``stale`` > 0) the holder's heartbeat stood still that long.
+        ``while_waiting()`` runs before a wait (its time counts against ``timeout``)."""
         try:
             lock.acquire(timeout=0)
             return True
@@ -191,6 +196,9 @@ class KeyLocks:
             return None
         self._count(skey, now=True, lock_waits=1)  # rare; written at once so waiters are visible
         start = time.monotonic()
+        if while_waiting is not None:
+            _run_while_waiting(while_waiting)
+            timeout = max(0.0, timeout - (time.monotonic() - start))
         try:
             if stale > 0 and stale < timeout:
                 return _wait_watching(lock, self._through_folder(path), timeout, stale)
@@ -206,6 +214,14 @@ class KeyLocks:
         except OSError as exc:
             self._on_error(exc)
             return None
+
+
+def _run_while_waiting(work: Callable[[], None]) -> None:
+    # Work done instead of sleeping: never a reason for the wait (or the call) to fail.
+    try:
+        work()
+    except Exception:
+        pass
 
 
 BUSY = "busy"

@@ -327,12 +327,13 @@ class Store(VerificationPath, RemotePolicy, EntryListing):
             return contextlib.nullcontext(False)  # disabled, untrusted or unwritable: no files
         return self._locks.hold(key, timeout)
 
-    def _compile_lock(self, key: str):
+    def _compile_lock(self, key: str, while_waiting=None):
         """:meth:`lock` for a compile: the holder renews a heartbeat; a holder without one for
-        KCACHE_LOCK_STALE seconds (stopped) is passed, counted in ``lock_stale`` (kcache.locks)."""
+        KCACHE_LOCK_STALE seconds (stopped) is passed, counted in ``lock_stale`` (kcache.locks).
+        ``while_waiting``: see :meth:`get_or_create`."""
         if not self._ensure_root():
             return contextlib.nullcontext(False)
-        return self._locks.hold(key, flight=True)
+        return self._locks.hold(key, flight=True, while_waiting=while_waiting)
 
     def put(self, key: str, entry: Entry, *, components: dict | None = None) -> bool:
         """Publish ``entry`` under ``key`` atomically; True if written.
@@ -401,7 +402,8 @@ class Store(VerificationPath, RemotePolicy, EntryListing):
         return None if blob is None else blob.data
 
     def get_or_create(self, key: str, create: Callable[[], Entry], *,
-                      components: dict | None = None, count: bool = True) -> tuple[Entry, bool]:
+                      components: dict | None = None, count: bool = True,
+                      while_waiting: Callable[[], None] | None = None) -> tuple[Entry, bool]:
         """Single flight: the cached entry, or ``create()``'s, built by one process only.
 
         Looks up ``key``; on a miss takes its lock, looks again (another process may have
@@ -411,6 +413,10 @@ class Store(VerificationPath, RemotePolicy, EntryListing):
         (``lock_stale``, warned once). Counts exactly one hit or one miss, or neither with
         ``count=False`` (an existence check, e.g. ``compile_for``: not a use). Compiles are
         not counted here: the caller records them (``record(compiles=1, compile_seconds=...)``).
+        ``while_waiting()``: called once when another process holds the key's lock, before
+        this one waits for its entry: work the wait hides (kcache.dispatcher readies the
+        compiler for this process's own compiles); what it raises is ignored, its seconds
+        count against the lock timeout.
         Raises LockTimeout, or whatever ``create`` raises."""
         check_key(key)
         if self.disabled:
@@ -418,7 +424,7 @@ class Store(VerificationPath, RemotePolicy, EntryListing):
         found = self._read(key, touch=count)
         if found is not None:
             return (self._hit(key, found) if count else found[1]), True
-        with self._compile_lock(key):
+        with self._compile_lock(key, while_waiting):
             found = self._read(key, touch=count, remote=False)  # the remote was asked just now
             if found is not None:
                 return (self._hit(key, found) if count else found[1]), True
