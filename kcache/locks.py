@@ -42,6 +42,11 @@ from .warn import warn_once
 STALE = "stale"
 _POLL = 0.25  # seconds between a waiter's looks at the holder's heartbeat (at most)
 _BEAT = 1.0  # seconds between a holder's heartbeats (at most)
+# Seconds between a waiter's tries of the lock (filelock's poll_interval, 0.05 by default): a
+# waiter takes over (or reads the entry) this long after the holder lets go, at most, and
+# processes that start together hand their kernels' locks over several times in a row. A try
+# is an open, a flock and a close: 100 a second cost a waiter next to nothing.
+_TRY = 0.01
 
 
 def _filelock(dirs: RootDirs, path: Path, mode: int):
@@ -202,7 +207,7 @@ class KeyLocks:
         try:
             if stale > 0 and stale < timeout:
                 return _wait_watching(lock, self._through_folder(path), timeout, stale)
-            lock.acquire(timeout=timeout)
+            lock.acquire(timeout=timeout, poll_interval=_TRY)
             return True
         except _timeout_error():
             self._count(skey, now=True, lock_timeouts=1)
@@ -275,7 +280,7 @@ def _wait_watching(lock, path: str, timeout: float, stale: float) -> bool | str:
         if left <= 0:
             raise _timeout_error()(str(path))
         try:
-            lock.acquire(timeout=min(step, left))
+            lock.acquire(timeout=min(step, left), poll_interval=_TRY)
             return True
         except _timeout_error():
             pass
