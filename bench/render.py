@@ -269,7 +269,11 @@ def gpu_section(doc: dict | None, plots: bool, earlier: dict | None = None) -> l
     fleet = [figs.get(f"fleet_compiles.{m}") for m in MODES]
     n = next((f["extra"].get("processes") for f in fleet if f), "N")
     out += [f"### {n} processes starting together on an empty cache", "",
-            "Each process calls the five kernels; they are released at once after their set-up.", ""]
+            "Each process calls the five kernels; they are released at once after their set-up. "
+            "With kcache one process compiles each kernel while the others wait for it (readying "
+            "their own compiler meanwhile: docs/store.md, \"Work while waiting\"), so the kernels "
+            "are compiled one after another; numba-cuda's cache and no cache compile in every "
+            "process at once.", ""]
     out += mode_table(figs, [("compiles in all the processes", "fleet_compiles"),
                              ("release to the last process done", "fleet_wall")]) + [""]
     sizes = app_sizes(doc)
