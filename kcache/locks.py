@@ -202,7 +202,7 @@ class KeyLocks:
         self._count(skey, now=True, lock_waits=1)  # rare; written at once so waiters are visible
         start = time.monotonic()
         if while_waiting is not None:
-            _run_while_waiting(while_waiting)
+            run_while_waiting(while_waiting)
             timeout = max(0.0, timeout - (time.monotonic() - start))
         try:
             if stale > 0 and stale < timeout:
@@ -221,8 +221,10 @@ class KeyLocks:
             return None
 
 
-def _run_while_waiting(work: Callable[[], None]) -> None:
-    # Work done instead of sleeping: never a reason for the wait (or the call) to fail.
+def run_while_waiting(work: Callable[[], None]) -> None:
+    """``work()``, done instead of sleeping while another process or machine compiles (a
+    key's lock, a Redis lease): what it raises is ignored, never a reason for the wait (or
+    the call) to fail."""
     try:
         work()
     except Exception:

@@ -413,10 +413,10 @@ class Store(VerificationPath, RemotePolicy, EntryListing):
         (``lock_stale``, warned once). Counts exactly one hit or one miss, or neither with
         ``count=False`` (an existence check, e.g. ``compile_for``: not a use). Compiles are
         not counted here: the caller records them (``record(compiles=1, compile_seconds=...)``).
-        ``while_waiting()``: called once when another process holds the key's lock, before
-        this one waits for its entry: work the wait hides (kcache.dispatcher readies the
-        compiler for this process's own compiles); what it raises is ignored, its seconds
-        count against the lock timeout.
+        ``while_waiting()``: called when another process holds the key's lock (or another
+        machine the remote tier's lease), before this one waits for its entry: work the wait
+        hides (kcache.dispatcher readies the compiler for this process's own compiles); what
+        it raises is ignored, its seconds count against the lock timeout (the remote wait).
         Raises LockTimeout, or whatever ``create`` raises."""
         check_key(key)
         if self.disabled:
@@ -433,7 +433,8 @@ class Store(VerificationPath, RemotePolicy, EntryListing):
             # Across machines: the remote tier's lease (Redis) makes one machine compile while
             # the others wait for its value (bounded by KCACHE_REMOTE_WAIT).
             with self._remote.single_flight(key, self._remote_limit(),
-                                            max_wait=self._remote_settings.max_wait) as flight:
+                                            max_wait=self._remote_settings.max_wait,
+                                            while_waiting=while_waiting) as flight:
                 if flight.waited:
                     self._count(key, remote_wait_seconds=flight.waited)
                 if flight.error is not None:

@@ -417,6 +417,39 @@ def test_crashed_holder_lease_expires_and_another_takes_it(redis_url, ns):
     assert not raw.exists(tier.lease_key(k))
 
 
+def _publishing_holder(url: str, ns: str, k: str, held, release) -> None:
+    tier = open_remote(url, namespace=ns, timeout=2.0)
+    with tier.single_flight(k, LIMIT, ttl=30) as flight:
+        assert flight.held
+        held.set()
+        release.wait(120)
+        tier.write(k, b"the holder's value")
+
+
+def test_work_while_waiting_for_the_lease_runs_once_then_the_value_is_used(redis_url, ns):
+    k = key("work while waiting")
+    held, release = CTX.Event(), CTX.Event()
+    p = CTX.Process(target=_publishing_holder, args=(redis_url, ns, k, held, release))
+    p.start()
+    try:
+        assert held.wait(60)
+        tier = open_remote(redis_url, namespace=ns, timeout=2.0)
+        calls = []
+
+        def work():
+            calls.append(tier.read(k, LIMIT))  # the holder has published nothing yet
+            release.set()
+            raise RuntimeError("ignored")
+
+        with tier.single_flight(k, LIMIT, max_wait=60, while_waiting=work) as flight:
+            assert (flight.held, flight.blob.data) == (False, b"the holder's value")
+        assert calls == [None]
+    finally:
+        release.set()
+        p.join(60)
+    assert p.exitcode == 0
+
+
 @pytest.mark.slow
 def test_live_holder_renews_its_lease_and_waiters_give_up_at_the_cap(redis_url, ns):
     k = key("renewed")

@@ -328,10 +328,12 @@ class RemoteTier:
 
     @contextlib.contextmanager
     def single_flight(self, key: str, limit: int, *, ttl: float | None = None,
-                      max_wait: float | None = None) -> Iterator[Flight]:
+                      max_wait: float | None = None,
+                      while_waiting: Callable[[], None] | None = None) -> Iterator[Flight]:
         """No cross-machine lease on this tier: yields ``Flight(held=False)`` at once (compile
         and publish; machines starting together may compile the same kernel). ``limit``,
-        ``ttl`` and ``max_wait`` are accepted for the Redis tier's signature."""
+        ``ttl``, ``max_wait`` and ``while_waiting`` are accepted for the Redis tier's
+        signature."""
         self._key(key)
         yield Flight(False)
 

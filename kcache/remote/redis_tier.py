@@ -13,7 +13,7 @@ import importlib.util
 import secrets
 import threading
 import time
-from typing import Iterator
+from typing import Callable, Iterator
 
 import redis
 import redis.exceptions as rx
@@ -22,6 +22,7 @@ from redis.retry import Retry
 
 from ..errors import ConfigError
 from ..keys import KEY_RE
+from ..locks import run_while_waiting
 from ..tier import Blob, TierError
 from .base import (DEFAULT_LEASE_TTL, DEFAULT_MAX_WAIT, Flight, RemoteTier, current_deadline, describe, os_kind,
                    redact, url_credentials, version_tag)
@@ -169,7 +170,8 @@ class RedisTier(RemoteTier):
     # -- single flight across machines ---------------------------------------------
     @contextlib.contextmanager
     def single_flight(self, key: str, limit: int, *, ttl: float | None = None,
-                      max_wait: float | None = None) -> Iterator[Flight]:
+                      max_wait: float | None = None,
+                      while_waiting: Callable[[], None] | None = None) -> Iterator[Flight]:
         """Context manager for one compile of ``key`` across machines; yields a Flight.
 
         Takes the lease (SET NX PX ``ttl`` s, default lease_ttl, renewed by a thread while
@@ -177,12 +179,15 @@ class RedisTier(RemoteTier):
         0.5 s) until it appears, or the lease is free (the holder finished without a value or
         crashed and its lease expired) and taken by us, or ``max_wait`` seconds passed.
         ``flight.blob`` set: use it (verify it first); else compile and publish inside the
-        block. A read-only tier never takes the lease, only waits. Never raises TierError (it
-        is in ``flight.error``); the lease is released on exit, only if still ours. Mirrors
-        the store's local get_or_create, one level up."""
+        block. A read-only tier never takes the lease, only waits. ``while_waiting()`` runs
+        once before the first wait (as for the store's local lock: what it raises is
+        ignored, its time counts against ``max_wait``). Never raises TierError (it is in
+        ``flight.error``); the lease is released on exit, only if still ours. Mirrors the
+        store's local get_or_create, one level up."""
         lock = self._redis.lock(self.lease_key(key), timeout=ttl or self.lease_ttl,
                                 thread_local=False, raise_on_release_error=False)
-        flight = self._take_or_wait(key, limit, lock, self.max_wait if max_wait is None else max_wait)
+        flight = self._take_or_wait(key, limit, lock, self.max_wait if max_wait is None else max_wait,
+                                    while_waiting)
         renewer = _Renewer(self, lock, ttl or self.lease_ttl) if flight.held else None
         try:
             yield flight
@@ -191,7 +196,8 @@ class RedisTier(RemoteTier):
                 renewer.stop()
                 self._release(lock)
 
-    def _take_or_wait(self, key: str, limit: int, lock, max_wait: float) -> Flight:
+    def _take_or_wait(self, key: str, limit: int, lock, max_wait: float,
+                      while_waiting=None) -> Flight:
         start = time.monotonic()
         delay = POLL_FIRST
         held = False
@@ -214,6 +220,10 @@ class RedisTier(RemoteTier):
                     return Flight(False, blob, waited=waited())
                 if free:
                     return Flight(held, waited=waited())
+                if while_waiting is not None:  # before the first wait only
+                    run_while_waiting(while_waiting)
+                    while_waiting, slept = None, True
+                    continue  # look again at once: the work took time
                 left = start + max_wait - time.monotonic()
                 if left <= 0:
                     return Flight(False, waited=waited())
