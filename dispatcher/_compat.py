@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import sys
 import threading
-import warnings
 
 from numba.cuda import codegen as _codegen
 from numba.cuda import dispatcher as _dispatcher
@@ -135,11 +134,10 @@ def warm_compiler(targetoptions: dict) -> None:
     """Compile an empty kernel to a cubin, nothing loaded on the GPU: a process's first
     compile also loads and sets up NVVM, the linker and numba-cuda's typing and target
     contexts (0.3-0.6 s), which a wait for another process's compile can hide. ``lto`` as in
-    ``targetoptions`` (it picks the linker). Warnings it raises are dropped: they are not the
-    program's. Raises whatever the compile raises."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        Kernel(_kcache_warm, (), lto=bool(targetoptions.get("lto")))._codelibrary.get_cubin()
+    ``targetoptions`` (it picks the linker). The empty kernel raises no warning (numba-cuda
+    0.30); the warning filters are left alone (``catch_warnings`` would change them for every
+    thread of the program meanwhile). Raises whatever the compile raises."""
+    Kernel(_kcache_warm, (), lto=bool(targetoptions.get("lto")))._codelibrary.get_cubin()
 
 
 def uncacheable_reason(kernel) -> str | None:

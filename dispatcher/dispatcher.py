@@ -99,7 +99,8 @@ _phases: list = []
 class _Clock:
     """Nanoseconds of one lookup: ``key``, ``read`` (the store's get, single flight; on a miss
     it holds the compile), ``rebuild`` (the kernel object from the entry), ``load`` (binding
-    it: the driver's module load), ``compile`` (numba-cuda's compile on a miss), ``total``."""
+    it: the driver's module load), ``compile`` (numba-cuda's compile on a miss, and the
+    compiler readied while waiting for another process's), ``total``."""
 
     __slots__ = ("kernel", "hit", "key", "read", "rebuild", "load", "compile", "total")
 
@@ -115,7 +116,8 @@ def own_phases() -> list:
     """kcache's own time in each overload lookup of this process, in order (at most the first
     10,000): dicts with ``kernel`` ("module:qualname"), ``hit`` (bool), and milliseconds
     ``key``, ``read`` (store read), ``rebuild``, ``load`` (the driver's module load, not
-    kcache's), ``compile`` (numba-cuda's, on a miss), ``total`` (the lookup) and ``own``
+    kcache's), ``compile`` (numba-cuda's: on a miss, or readying the compiler while another
+    process compiles), ``total`` (the lookup) and ``own``
     (total minus load and compile: what kcache itself spent)."""
     out = []
     for kernel, hit, *ns in _phases:
@@ -562,7 +564,11 @@ class KCacheDispatcher(_compat.CUDADispatcher):
                 or _require.mode() is not None or _numba_config.bypass_reason() is not None):
             return
         _compiler_readied[0] = True
-        _compat.warm_compiler(self.targetoptions)
+        start = _now()
+        try:
+            _compat.warm_compiler(self.targetoptions)
+        finally:  # numba-cuda's work, not kcache's own (own_phases)
+            _clock.compile += _now() - start
 
     def _kcache_bypass(self, store, key, components, argtypes, cc, reason):
         """Compile although the entry may exist (a numba dump or debug setting asks to see the

@@ -42,11 +42,12 @@ from .warn import warn_once
 STALE = "stale"
 _POLL = 0.25  # seconds between a waiter's looks at the holder's heartbeat (at most)
 _BEAT = 1.0  # seconds between a holder's heartbeats (at most)
-# Seconds between a waiter's tries of the lock (filelock's poll_interval, 0.05 by default): a
-# waiter takes over (or reads the entry) this long after the holder lets go, at most, and
-# processes that start together hand their kernels' locks over several times in a row. A try
-# is an open, a flock and a close: 100 a second cost a waiter next to nothing.
-_TRY = 0.01
+# Work while waiting (see KeyLocks.hold) starts after this many seconds of waiting: a holder
+# about to publish is waited for without it (its entry is then a hit the work would delay).
+WORK_GRACE = 0.1
+# ... and only where it cannot take the wait past a short lock timeout or stale period (in
+# seconds; the defaults are 600 and 30): the work (a compiler's set-up) cannot be cut short.
+WORK_ROOM = 5.0
 
 
 def _filelock(dirs: RootDirs, path: Path, mode: int):
@@ -105,8 +106,10 @@ class KeyLocks:
         whose heartbeat has not moved for ``stale`` seconds is passed: yields :data:`STALE`
         (counted, warned once), and until the block ends this thread's other holds of the
         same lock (the put of what it compiled) go on without it, as for a no-op lock.
-        ``while_waiting()``: called once when another process holds the lock, before this one
-        waits for it (work the wait hides); whatever it raises is ignored."""
+        ``while_waiting()``: called once when another process still holds the lock after a
+        short wait (0.1 s), before this one waits on (work the wait hides); whatever it raises
+        is ignored. Not called when the timeout or, for a flight, the stale period is under
+        5 s (the work cannot be cut short)."""
         path = self.path(key)
         lock = self._make(path)
         if lock is None:
@@ -189,7 +192,7 @@ class KeyLocks:
                  stale: float = 0.0, while_waiting=None) -> bool | str | None:
         """True when acquired, False when busy (``blocking=False``), None when unusable,
         :data:`STALE` when (``stale`` > 0) the holder's heartbeat stood still that long.
-        ``while_waiting()`` runs before a wait (its time counts against ``timeout``)."""
+        ``while_waiting()``: see :meth:`hold` (its time counts against ``timeout``)."""
         try:
             lock.acquire(timeout=0)
             return True
@@ -201,13 +204,17 @@ class KeyLocks:
             return None
         self._count(skey, now=True, lock_waits=1)  # rare; written at once so waiters are visible
         start = time.monotonic()
-        if while_waiting is not None:
-            run_while_waiting(while_waiting)
-            timeout = max(0.0, timeout - (time.monotonic() - start))
         try:
-            if stale > 0 and stale < timeout:
-                return _wait_watching(lock, self._through_folder(path), timeout, stale)
-            lock.acquire(timeout=timeout, poll_interval=_TRY)
+            if while_waiting is not None and _room_for_work(timeout, stale):
+                try:
+                    lock.acquire(timeout=WORK_GRACE)
+                    return True
+                except _timeout_error():
+                    run_while_waiting(while_waiting)
+            left = max(0.0, timeout - (time.monotonic() - start))
+            if stale > 0 and stale < left:
+                return _wait_watching(lock, self._through_folder(path), left, stale)
+            lock.acquire(timeout=left)
             return True
         except _timeout_error():
             self._count(skey, now=True, lock_timeouts=1)
@@ -219,6 +226,10 @@ class KeyLocks:
         except OSError as exc:
             self._on_error(exc)
             return None
+
+
+def _room_for_work(timeout: float, stale: float) -> bool:
+    return timeout >= WORK_ROOM and (stale <= 0 or stale >= WORK_ROOM)
 
 
 def run_while_waiting(work: Callable[[], None]) -> None:
@@ -282,7 +293,7 @@ def _wait_watching(lock, path: str, timeout: float, stale: float) -> bool | str:
         if left <= 0:
             raise _timeout_error()(str(path))
         try:
-            lock.acquire(timeout=min(step, left), poll_interval=_TRY)
+            lock.acquire(timeout=min(step, left))
             return True
         except _timeout_error():
             pass

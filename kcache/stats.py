@@ -516,9 +516,31 @@ def _lost_at_exit(book: "StatsBook", exc: Exception) -> None:
 
 
 def _after_fork_in_child() -> None:
+    _forget_unfinished_import("filelock")
     _FLUSHER.after_fork()
     for book in list(_BOOKS):
         book._after_fork()
+
+
+def _forget_unfinished_import(package: str) -> None:
+    """In a child forked while a thread of the parent was importing ``package`` (the flusher's
+    first write imports filelock, in the background): that import never finishes here, and
+    the lock of the module being imported belongs to a thread the child does not have, so
+    the child's first import of it would wait forever. The package's modules and their
+    import locks are forgotten: the next import starts afresh. (Waiting for the import before
+    the fork is no way out: filelock's own fork handler holds the import back meanwhile.)"""
+    names = [n for n in list(sys.modules) if n == package or n.startswith(package + ".")]
+    if not any(getattr(getattr(sys.modules.get(n), "__spec__", None), "_initializing", False)
+               for n in names):
+        return
+    try:
+        import importlib._bootstrap as bootstrap
+        locks = getattr(bootstrap, "_module_locks", {})
+        for name in names:
+            sys.modules.pop(name, None)
+            locks.pop(name, None)
+    except Exception:  # never fail a fork
+        pass
 
 
 _child_flush_pid = 0

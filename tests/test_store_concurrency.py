@@ -3,6 +3,7 @@ import hashlib
 import multiprocessing as mp
 import os
 import random
+import select
 import signal
 import time
 
@@ -137,6 +138,14 @@ def _spin(seconds: float) -> None:
         pass
 
 
+def _byte_from(fd: int, limit: float = 60.0) -> bytes:
+    """One byte from a child's pipe; a child that says nothing for ``limit`` seconds (stuck)
+    fails the test instead of hanging the suite."""
+    ready, _, _ = select.select([fd], [], [], limit)
+    assert ready, f"the child said nothing for {limit:g} s"
+    return os.read(fd, 1)
+
+
 def test_sigkill_writer_never_serves_a_broken_entry(root):
     rng = random.Random(1234)
     s = Store(root)
@@ -146,9 +155,9 @@ def test_sigkill_writer_never_serves_a_broken_entry(root):
         p = CTX.Process(target=_looping_writer, args=(str(root), i, wfd))
         p.start()
         os.close(wfd)
-        assert os.read(rfd, 1) == b"s"
+        assert _byte_from(rfd) == b"s"
         for _ in range(rng.randrange(3)):  # let it finish 0-2 puts
-            assert os.read(rfd, 1) == b"."
+            assert _byte_from(rfd) == b"."
         _spin(rng.uniform(0, 0.02))
         os.kill(p.pid, signal.SIGKILL)
         p.join(30)

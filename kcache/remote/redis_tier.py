@@ -22,7 +22,7 @@ from redis.retry import Retry
 
 from ..errors import ConfigError
 from ..keys import KEY_RE
-from ..locks import run_while_waiting
+from ..locks import WORK_GRACE, WORK_ROOM, run_while_waiting
 from ..tier import Blob, TierError
 from .base import (DEFAULT_LEASE_TTL, DEFAULT_MAX_WAIT, Flight, RemoteTier, current_deadline, describe, os_kind,
                    redact, url_credentials, version_tag)
@@ -180,8 +180,9 @@ class RedisTier(RemoteTier):
         crashed and its lease expired) and taken by us, or ``max_wait`` seconds passed.
         ``flight.blob`` set: use it (verify it first); else compile and publish inside the
         block. A read-only tier never takes the lease, only waits. ``while_waiting()`` runs
-        once before the first wait (as for the store's local lock: what it raises is
-        ignored, its time counts against ``max_wait``). Never raises TierError (it is in
+        once when the lease is still another's after 0.1 s of waiting, as for the store's
+        local lock (what it raises is ignored; its time counts against ``max_wait``; not
+        run when ``max_wait`` is under 5 s). Never raises TierError (it is in
         ``flight.error``); the lease is released on exit, only if still ours. Mirrors the
         store's local get_or_create, one level up."""
         lock = self._redis.lock(self.lease_key(key), timeout=ttl or self.lease_ttl,
@@ -220,10 +221,11 @@ class RedisTier(RemoteTier):
                     return Flight(False, blob, waited=waited())
                 if free:
                     return Flight(held, waited=waited())
-                if while_waiting is not None:  # before the first wait only
-                    run_while_waiting(while_waiting)
-                    while_waiting, slept = None, True
-                    continue  # look again at once: the work took time
+                if while_waiting is not None and time.monotonic() - start >= WORK_GRACE:
+                    work, while_waiting = while_waiting, None  # once
+                    if max_wait >= WORK_ROOM:
+                        run_while_waiting(work)
+                        continue  # look again at once: the work took time
                 left = start + max_wait - time.monotonic()
                 if left <= 0:
                     return Flight(False, waited=waited())
