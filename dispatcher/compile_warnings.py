@@ -14,6 +14,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import sys
+import threading
 import warnings
 
 #: Bounds on what an entry may make a process say (an entry is input like any other).
@@ -27,13 +28,26 @@ _FALLBACK = ("numba.cuda.core.errors", "NumbaWarning")
 
 @contextlib.contextmanager
 def captured():
-    """Record the warnings raised in the block (every one, whatever the filters) into the
-    yielded list as ``warnings.WarningMessage``; when the block ends they are emitted again
-    through the caller's filters, so the compile itself warns exactly as before."""
-    with warnings.catch_warnings(record=True) as seen:
+    """Record the warnings this thread raises in the block (every one, whatever the filters)
+    into the yielded list as ``warnings.WarningMessage``; when the block ends every warning
+    held back meanwhile (other threads' too: the filters are the process's) is emitted again
+    through the caller's filters, in order, so the compile itself warns exactly as before.
+    Another thread's warning is not the compile's: it never reaches the list (an entry would
+    say it again in every process it is served to)."""
+    me = threading.get_ident()
+    seen, held = [], []
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        w = warnings.WarningMessage(message, category, filename, lineno, file, line)
+        held.append(w)
+        if threading.get_ident() == me:
+            seen.append(w)
+
+    with warnings.catch_warnings():
         warnings.simplefilter("always")
+        warnings.showwarning = show  # restored by catch_warnings
         yield seen
-    for w in seen:
+    for w in held:
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
 
 

@@ -128,6 +128,21 @@ def test_compile_warnings_are_said_again_on_a_hit(store):
     assert store.load(entry.key).meta["warnings"][0][0] == "numba.cuda.core.errors:NumbaWarning"
 
 
+def test_only_the_compiling_thread_s_warnings_go_into_an_entry():
+    import threading
+
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("always")
+        with compile_warnings.captured() as said:
+            other = threading.Thread(target=warnings.warn, args=("another thread's",))
+            other.start()
+            other.join()
+            warnings.warn("the compile's", UserWarning)
+    assert [str(w.message) for w in said] == ["the compile's"]
+    # neither is lost: both said to the program once the block ends, in their order
+    assert [str(w.message) for w in shown] == ["another thread's", "the compile's"]
+
+
 def test_warning_categories_are_resolved_without_imports(tmp_path, monkeypatch):
     import sys
     monkeypatch.syspath_prepend(str(tmp_path))
