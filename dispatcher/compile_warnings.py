@@ -33,20 +33,20 @@ def captured():
     held back meanwhile (other threads' too: the filters are the process's) is emitted again
     through the caller's filters, in order, so the compile itself warns exactly as before.
     Another thread's warning is not the compile's: it never reaches the list (an entry would
-    say it again in every process it is served to)."""
+    say it again in every process it is served to), unless numba-cuda's own warning fixer
+    records it during a compile pass and says it again from the compiling thread."""
     me = threading.get_ident()
-    seen, held = [], []
-
-    def show(message, category, filename, lineno, file=None, line=None):
-        w = warnings.WarningMessage(message, category, filename, lineno, file, line)
-        held.append(w)
-        if threading.get_ident() == me:
-            seen.append(w)
-
-    with warnings.catch_warnings():
+    seen = []
+    with warnings.catch_warnings(record=True) as held:
         warnings.simplefilter("always")
-        warnings.showwarning = show  # restored by catch_warnings
-        yield seen
+        record = getattr(warnings, "_showwarnmsg_impl", None)  # held.append, set just now
+        if record is not None:  # (restored by catch_warnings, as it sets it)
+            def show(msg, record=record):
+                record(msg)
+                if threading.get_ident() == me:
+                    seen.append(msg)
+            warnings._showwarnmsg_impl = show
+        yield seen if record is not None else held
     for w in held:
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
 

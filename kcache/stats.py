@@ -516,29 +516,35 @@ def _lost_at_exit(book: "StatsBook", exc: Exception) -> None:
 
 
 def _after_fork_in_child() -> None:
-    _forget_unfinished_import("filelock")
+    _forget_unfinished_imports()
     _FLUSHER.after_fork()
     for book in list(_BOOKS):
         book._after_fork()
 
 
-def _forget_unfinished_import(package: str) -> None:
-    """In a child forked while a thread of the parent was importing ``package`` (the flusher's
-    first write imports filelock, in the background): that import never finishes here, and
-    the lock of the module being imported belongs to a thread the child does not have, so
-    the child's first import of it would wait forever. The package's modules and their
-    import locks are forgotten: the next import starts afresh. (Waiting for the import before
-    the fork is no way out: filelock's own fork handler holds the import back meanwhile.)"""
-    names = [n for n in list(sys.modules) if n == package or n.startswith(package + ".")]
-    if not any(getattr(getattr(sys.modules.get(n), "__spec__", None), "_initializing", False)
-               for n in names):
-        return
+def _forget_unfinished_imports() -> None:
+    """In a child forked while another thread of the parent was importing modules (the
+    flusher's first write imports filelock, and with it standard modules, in the
+    background): those imports never finish here, and their import locks belong to a thread
+    the child does not have, so the child's first import of any of them would wait forever.
+    Every module lock held by another thread is forgotten, and the unfinished modules it
+    guarded with it: the next import starts afresh. Modules fully imported are kept (a
+    program's filelock classes stay the same). Waiting for the import before the fork is no
+    way out: filelock's own fork handler holds the import back meanwhile."""
     try:
         import importlib._bootstrap as bootstrap
+
+        me = _thread.get_ident()
         locks = getattr(bootstrap, "_module_locks", {})
-        for name in names:
-            sys.modules.pop(name, None)
+        for name, ref in list(locks.items()):
+            lock = ref()
+            owner = getattr(lock, "owner", None)  # 0 (3.11) or None (3.12+) when free
+            if lock is None or not owner or owner == me:
+                continue
             locks.pop(name, None)
+            module = sys.modules.get(name)
+            if getattr(getattr(module, "__spec__", None), "_initializing", False):
+                sys.modules.pop(name, None)
     except Exception:  # never fail a fork
         pass
 

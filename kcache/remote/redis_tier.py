@@ -225,6 +225,7 @@ class RedisTier(RemoteTier):
                     work, while_waiting = while_waiting, None  # once
                     if max_wait >= WORK_ROOM:
                         run_while_waiting(work)
+                        slept = True  # the work's time was a wait for the holder too
                         continue  # look again at once: the work took time
                 left = start + max_wait - time.monotonic()
                 if left <= 0:
