@@ -34,21 +34,26 @@ def captured():
     through the caller's filters, in order, so the compile itself warns exactly as before.
     Another thread's warning is not the compile's: it never reaches the list (an entry would
     say it again in every process it is served to), unless numba-cuda's own warning fixer
-    records it during a compile pass and says it again from the compiling thread."""
+    records it during a compile pass and says it again from the compiling thread. A block that
+    raises says them too, before its exception propagates."""
     me = threading.get_ident()
-    seen = []
-    with warnings.catch_warnings(record=True) as held:
-        warnings.simplefilter("always")
-        record = getattr(warnings, "_showwarnmsg_impl", None)  # held.append, set just now
-        if record is not None:  # (restored by catch_warnings, as it sets it)
-            def show(msg, record=record):
-                record(msg)
-                if threading.get_ident() == me:
-                    seen.append(msg)
-            warnings._showwarnmsg_impl = show
-        yield seen if record is not None else held
-    for w in held:
-        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+    seen, held = [], []
+    try:
+        with warnings.catch_warnings(record=True) as held:
+            warnings.simplefilter("always")
+            record = getattr(warnings, "_showwarnmsg_impl", None)  # held.append, set just now
+            if record is not None:  # (restored by catch_warnings, as it sets it)
+                def show(msg, record=record):
+                    record(msg)
+                    if threading.get_ident() == me:
+                        seen.append(msg)
+                warnings._showwarnmsg_impl = show
+            yield seen if record is not None else held
+    finally:
+        # Also when the compile raises: numba-cuda's warnings of a failed compile (said before
+        # its error) are shown without kcache, so they must be here too.
+        for w in held:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
 
 
 #: Stands in an entry's text for the kernel's Python function: numba-cuda names it by its

@@ -117,10 +117,12 @@ class KeyLocks:
             return
         if not flight and path in self._passing():
             blocking = False  # the holder is stopped: never wait for it again
+        # The timeout's source, named by the LockTimeout message: the caller's or the setting.
+        setting = "the timeout argument" if timeout is not None else "KCACHE_LOCK_TIMEOUT"
         timeout = self.timeout if timeout is None else timeout
         skey = key_for_stats or key
         acquired = self._acquire(lock, path, timeout, blocking, skey, self.stale if flight else 0.0,
-                                 while_waiting)
+                                 while_waiting, setting)
         if acquired == STALE:
             yield from self._passing_block(path, skey)
             return
@@ -189,7 +191,8 @@ class KeyLocks:
         self._ready.add(folder)
 
     def _acquire(self, lock, path: Path, timeout: float, blocking: bool, skey: str,
-                 stale: float = 0.0, while_waiting=None) -> bool | str | None:
+                 stale: float = 0.0, while_waiting=None,
+                 setting: str = "KCACHE_LOCK_TIMEOUT") -> bool | str | None:
         """True when acquired, False when busy (``blocking=False``), None when unusable,
         :data:`STALE` when (``stale`` > 0) the holder's heartbeat stood still that long.
         ``while_waiting()``: see :meth:`hold` (its time counts against ``timeout``)."""
@@ -221,7 +224,7 @@ class KeyLocks:
             raise LockTimeout(
                 f"timed out after {time.monotonic() - start:.1f} s waiting for lock file {path} "
                 f"(held by another process, probably compiling the same kernel); "
-                f"raise KCACHE_LOCK_TIMEOUT (seconds, now {timeout:g}) or check that process"
+                f"raise {setting} (seconds, now {timeout:g}) or check that process"
             ) from None
         except OSError as exc:
             self._on_error(exc)

@@ -143,6 +143,53 @@ def test_only_the_compiling_thread_s_warnings_go_into_an_entry():
     assert [str(w.message) for w in shown] == ["another thread's", "the compile's"]
 
 
+def test_a_block_that_raises_still_says_its_warnings():
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("always")
+        with pytest.raises(ZeroDivisionError):
+            with compile_warnings.captured():
+                warnings.warn("said before the error", UserWarning)
+                1 / 0
+    assert [str(w.message) for w in shown] == ["said before the error"]
+
+
+def test_a_failed_compile_says_its_warnings_as_numba_cuda_does(store):
+    """numba-cuda shows what a compile warned before it failed (here an @overload's typing
+    warns, then typing fails): kcache's compile must not swallow it."""
+    from numba import cuda
+    from numba.core.errors import TypingError
+    from numba.cuda import types
+    from numba.cuda.extending import overload
+
+    from kcache.dispatcher import jit
+
+    def make_body():  # a new function each time: numba keeps an overload's typing
+        def noisy(x):
+            pass
+
+        @overload(noisy, target="cuda")
+        def _noisy(x):
+            warnings.warn("warned while typing", UserWarning)
+            return lambda x: x
+
+        def body(a):
+            noisy(a[0])
+            a[0] = a[0] + (1, 2)  # a typing error after noisy() was typed
+        return body
+
+    sig = (types.float32[::1],)
+    shown = {}
+    with fake_gpu((9, 0)):
+        for name, decorate in (("numba-cuda", cuda.jit), ("kcache", jit(store=store))):
+            with warnings.catch_warnings(record=True) as seen:
+                warnings.simplefilter("always")
+                with pytest.raises(TypingError):
+                    decorate(make_body()).compile(sig)
+            shown[name] = [str(w.message) for w in seen if "typing" in str(w.message)]
+    assert shown["numba-cuda"] == ["warned while typing"]
+    assert shown["kcache"] == shown["numba-cuda"]
+
+
 def test_warning_categories_are_resolved_without_imports(tmp_path, monkeypatch):
     import sys
     monkeypatch.syspath_prepend(str(tmp_path))

@@ -238,15 +238,20 @@ def test_lock_timeout_names_the_lock_file_and_setting(root):
     p.start()
     try:
         assert held.wait(30)
-        s = Store(root)
+        s = Store(root, lock_timeout=0.2)
         with pytest.raises(LockTimeout) as info:
-            with s.lock(k, timeout=0.2):
+            with s.lock(k):
                 pass
         msg = str(info.value)
-        assert str(root / "v1" / "locks" / k[:2] / f"{k}.lock") in msg and "KCACHE_LOCK_TIMEOUT" in msg
+        assert str(root / "v1" / "locks" / k[:2] / f"{k}.lock") in msg
+        assert "raise KCACHE_LOCK_TIMEOUT (seconds, now 0.2)" in msg
         assert isinstance(info.value, TimeoutError)
+        # a timeout the caller gave is the one to raise, not the setting
+        with pytest.raises(LockTimeout, match=r"raise the timeout argument \(seconds, now 0\.3\)"):
+            with s.lock(k, timeout=0.3):
+                pass
         st = s.stats()
-        assert (st.lock_waits, st.lock_timeouts) == (1, 1)
+        assert (st.lock_waits, st.lock_timeouts) == (2, 2)
     finally:
         release.set()
         p.join(30)
