@@ -101,8 +101,12 @@ def positive_int_arg(text: str) -> int:
     """argparse type for a count from 1 to 2**63-1 (``--limit``), ASCII digits only; the
     length is checked before the conversion."""
     digits = text.strip()
+    if digits.startswith("-") and digits[1:].isascii() and digits[1:].isdigit():
+        raise argparse.ArgumentTypeError(f"negative: {clip(text)} (accepted: a whole number, "
+                                         "1 or more)")
     if not (digits.isascii() and digits.isdigit()):
-        raise argparse.ArgumentTypeError(f"not a whole number: {clip(text)}")
+        raise argparse.ArgumentTypeError(f"not a whole number: {clip(text)} (accepted: a whole "
+                                         "number, 1 or more)")
     significant = digits.lstrip("0") or "0"  # int() would count leading zeros to its limit
     if len(significant) > len(str(MAX_COUNT)) or int(significant) > MAX_COUNT:
         raise argparse.ArgumentTypeError(f"too large: {clip(text)} (at most {MAX_COUNT})")
@@ -155,7 +159,7 @@ def cc_arg(text: str) -> tuple:
 
 def add_entry_filters(parser: argparse.ArgumentParser) -> None:
     """``--kernel GLOB`` and repeatable ``--cc CC``: the entry filters of export, push and
-    pull (``ls`` takes one ``--cc``)."""
+    pull (``ls`` takes the same two, with its own help)."""
     parser.add_argument("--kernel", metavar="GLOB", type=glob_arg,
                         help="only kernels matching GLOB (module:qualname or qualname)")
     parser.add_argument("--cc", type=cc_arg, action="append", metavar="CC",
@@ -180,11 +184,13 @@ def root_arg(args: argparse.Namespace) -> Path | None:
     text = getattr(args, "dir", None)
     if text is None:
         return None
+    flag = getattr(args, "dir_flag", "--dir")  # import's --into stands for --dir
     if not text.strip():
-        raise UsageError(f"--dir needs a directory path, got {text!r} (accepted: a cache "
-                         "directory, existing or not; omit --dir for $KCACHE_DIR or the default)")
+        raise UsageError(f"{flag} needs a directory path, got {text!r} (accepted: a cache "
+                         f"directory, existing or not; omit {flag} for $KCACHE_DIR or the "
+                         "default)")
     path = Path(text).expanduser().absolute()  # as kcache.config makes roots absolute
     if path.exists() and not path.is_dir():
-        raise UsageError(f"--dir {path}: is a file, not a directory (accepted: a cache "
+        raise UsageError(f"{flag} {path}: is a file, not a directory (accepted: a cache "
                          "directory, existing or not)")
     return path

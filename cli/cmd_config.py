@@ -21,14 +21,15 @@ REMOTE_SHOWN = ("remote", "remote_namespace", "remote_readonly", "remote_timeout
                 "remote_wait")
 #: Settings shown by ``config show`` and accepted by ``config get``, under their CLI names.
 SHOWN = ("root", "max_size", "readonly_dirs", "lock_timeout", "lock_stale", "disabled",
-         "shared") + REMOTE_SHOWN
+         "shared", "max_entry_size", "quarantine_age") + REMOTE_SHOWN
 #: CLI name -> name of the setting in ``kcache.config`` (``SOURCES``, ``resolve_each``).
 CONFIG_NAMES = {"readonly_dirs": "readonly_roots"}
 #: Old names still accepted as input (with a note) -> the name they mean now. JSON documents
 #: keep the old name as a second field (``settings.readonly_roots``), never dropped.
 OLD_NAMES = {"readonly_roots": "readonly_dirs"}
 #: Names ``config set``/``unset`` write (the config.json keys, kcache.config.SETTINGS).
-SETTABLE = ("max_size", "readonly_dirs", "lock_timeout", "shared") + REMOTE_SHOWN
+SETTABLE = ("max_size", "readonly_dirs", "lock_timeout", "shared", "max_entry_size",
+            "quarantine_age") + REMOTE_SHOWN
 #: Terminal columns of ``config show``: the value shrinks in its middle, the origin goes last.
 COLUMNS = (Column("Setting"), Column("Value", shrink=16), Column("Origin", shrink=12))
 
@@ -198,9 +199,9 @@ def _human(row: Row) -> str:
     name, value = row.name, row.value
     if row.error:
         return f"{human_value(value)} (bad: see below)"
-    if name == "max_size":
+    if name in ("max_size", "max_entry_size"):
         return f"{human_size(value)} ({value} bytes)"
-    if name in ("lock_timeout", "lock_stale", "remote_timeout", "remote_wait"):
+    if name in ("lock_timeout", "lock_stale", "remote_timeout", "remote_wait", "quarantine_age"):
         return human_seconds(value)
     if name == "readonly_dirs":
         return os.pathsep.join(value) or "(none)"

@@ -57,9 +57,15 @@ def run(args) -> int:
     "signed", "keys"}``. Exit 1 (nothing written) when no entry matches."""
     from kcache.bundle import BundleError, write_bundle
     # a symlink the user typed is theirs: the bundle replaces the file it names
+    if args.out == "-":  # not a file name anyone means
+        raise UsageError("export: OUT '-': a bundle is written to a file, not to standard "
+                         "output (accepted: a file path)")
     out = Path(os.path.realpath(Path(args.out).expanduser()))
     if out.is_dir():
         raise UsageError(f"export: {out} is a folder (accepted: a file path for the bundle)")
+    if not out.parent.is_dir():  # said before any entry is read, not as the temp file's error
+        raise UsageError(f"export: the folder {out.parent} does not exist (accepted: a file "
+                         "path in an existing folder)")
     secret = secret_of(args)
     store = open_store(args)
     show = stderr_is_terminal() and not want_json(args)

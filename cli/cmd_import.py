@@ -35,7 +35,7 @@ def run(args) -> int:
     entry was refused (the others are imported)."""
     from kcache.bundle import BundleError, BundleTier
     if args.into is not None:
-        args.dir = args.into
+        args.dir, args.dir_flag = args.into, "--into"
     secret = secret_of(args)
     store = open_store(args)
     # the user's own path: a symlink they typed is theirs to follow (the no-link rule is for

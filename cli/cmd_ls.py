@@ -63,8 +63,9 @@ def register(sub):
                        description="List cache entries, most recently used first.")
     p.add_argument("--kernel", metavar="GLOB", type=glob_arg,
                    help="only kernels matching GLOB (module:qualname or qualname)")
-    p.add_argument("--cc", type=cc_arg, metavar="CC",
-                   help="only this compute capability (9.0 matches sm_90 and sm_90a)")
+    p.add_argument("--cc", type=cc_arg, action="append", metavar="CC",
+                   help="only this compute capability (repeatable; 9.0 matches sm_90 and "
+                        "sm_90a)")
     p.add_argument("--stale", action="store_true",
                    help="only entries built by a toolchain other than the current one")
     p.add_argument("--kind", choices=KINDS,
@@ -101,7 +102,7 @@ def select(store, args, *, with_stale: bool) -> tuple[list, list]:
     for view in good:
         if args.kernel and not kernel_matches(view, args.kernel):
             continue
-        if args.cc and not arch_matches(view.arch, args.cc):
+        if args.cc and not any(arch_matches(view.arch, cc) for cc in args.cc):
             continue
         stale = is_stale(view, current) if current is not None else None
         if args.stale and not stale:

@@ -43,7 +43,7 @@ VARIABLES = (
              "commands ignore it)", "off", None, "guide.md#settings-and-where-they-come-from"),
     Variable("KCACHE_ENABLE", "1: numba.cuda.jit(cache=True) kernels use kcache instead of "
              "numba-cuda's cache; all: every kernel", "off", None, "guide.md#transparent-mode"),
-    Variable("KCACHE_EXPLAIN", "1: log why each miss missed (logger kcache.explain)", "off",
+    Variable("KCACHE_EXPLAIN", "1 (true, yes, on): log why each miss missed (logger kcache.explain)", "off",
              None, "guide.md#explaining-a-miss"),
     Variable("KCACHE_REQUIRE_HIT", "1: a kernel call that would compile raises "
              "kcache.CacheMissError; warn: warned once per kernel, then compiled", "off", None,

@@ -19,12 +19,17 @@ def add_secret_option(parser) -> None:
 def secret_of(args) -> bytes | None:
     """The secret from ``--secret-file`` (its bytes, surrounding blanks stripped), else from
     KCACHE_SECRET, else None. Raises UsageError for a file that cannot be read, is not a
-    regular file, is larger than 4 KiB or holds no secret, and for a secret shorter than
+    regular file, is larger than 4 KiB or holds no secret, for a KCACHE_SECRET of blanks only
+    (an empty one is no secret), and for a secret shorter than
     16 bytes (kcache.signing.MIN_SECRET, as for KCACHE_REMOTE_SECRET), never quoting it."""
     path = getattr(args, "secret_file", None)
     if path is None:
-        text = os.environ.get(SECRET_ENV, "").strip()
-        return _long_enough(text.encode("utf-8", "surrogateescape"), SECRET_ENV) if text else None
+        text = os.environ.get(SECRET_ENV)
+        if text and not text.strip():  # blanks only: meant as a secret ("" means unset)
+            raise UsageError(f"{SECRET_ENV} holds only blanks (accepted: a secret of at least 16 "
+                             f"bytes, or {SECRET_ENV} unset or empty for unsigned bundles)")
+        return _long_enough(text.strip().encode("utf-8", "surrogateescape"), SECRET_ENV) \
+            if text else None
     return _long_enough(_secret_file(path), f"the secret in --secret-file {path}")
 
 

@@ -126,6 +126,13 @@ def compile_kernel(py_func, argtypes: tuple, targetoptions: dict):
     return Kernel(py_func, argtypes, **targetoptions)
 
 
+def device_overloads(dispatcher) -> list:
+    """The compile results a dispatcher holds (``Dispatcher.overloads`` values: a device
+    function's ``CompileResult`` per argument types, which ``CUDADispatcher.compile_device``
+    compiles once and then reuses whatever changed since)."""
+    return list(getattr(dispatcher, "overloads", {}).values())
+
+
 def _kcache_warm():  # what warm_compiler() compiles: no arguments, no work
     return
 

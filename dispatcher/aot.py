@@ -260,6 +260,8 @@ def _compile_one(kernel, argtypes, cc, store, cache_key) -> CompiledEntry:
             from .misses import explain_miss
             log_explanations(kernel, [f"{name} {shown} for {arch}: miss: {line}"
                                       for line in explain_miss(store, components)])
+        # offline_target compiles every device function afresh (for cc): no compile made
+        # under other globals is reused here (kcache.dispatcher.dep_guard)
         with _compat.offline_target(cc) as full, compile_warnings.captured() as said:
             start = time.perf_counter()
             built = _compat.compile_kernel(kernel.py_func, argtypes, kernel.targetoptions)

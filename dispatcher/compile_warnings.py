@@ -17,9 +17,12 @@ import sys
 import threading
 import warnings
 
+from kcache.text import escape
+
 #: Bounds on what an entry may make a process say (an entry is input like any other).
 MAX_WARNINGS = 64
 MAX_TEXT = 4096
+MAX_LINE = (1 << 31) - 1  # a larger line number is no file's (the warnings module's limit is a C long)
 #: Modules a warning category may come from, besides builtins (numba-cuda's and numba's).
 _ERROR_MODULES = ("numba.cuda.core.errors", "numba.core.errors", "numba.cuda.cudadrv.error",
                   "numba.cuda.errors")
@@ -88,9 +91,12 @@ def replay(recorded, subject: str | None = None) -> int:
         name, text, filename, lineno = item
         if not (isinstance(text, str) and isinstance(filename, str) and isinstance(lineno, int)
                 and not isinstance(lineno, bool) and len(text) <= MAX_TEXT
-                and len(filename) <= MAX_TEXT):
+                and len(filename) <= MAX_TEXT and lineno <= MAX_LINE):
             continue
         category = resolve_category(name)
+        # An entry may come from a bundle or another machine: an escape sequence in its text
+        # must not reach the terminal raw (as everything the CLI shows from a cache).
+        text, filename = escape(text, keep="\n\t"), escape(filename)
         if subject:
             text = text.replace(SUBJECT, subject)
         # The instance is made without the category's __init__ (NumbaWarning's would add its

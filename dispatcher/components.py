@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from operator import is_ as _is
 from importlib import metadata
 
@@ -281,7 +282,11 @@ def _link_item(item):
                 data = f.read()
         except OSError as exc:
             raise Uncacheable(f"link file {path!r} cannot be read: {exc.strerror or exc}") from exc
-        return os.path.basename(path), hashlib.blake2b(data, digest_size=16).hexdigest()
+        digest = hashlib.blake2b(data, digest_size=16).hexdigest()
+        headers = _included(data, os.path.dirname(path), path) if path.endswith(".cu") else []
+        if headers:  # CUDA C++ that NVRTC compiles: its headers count too (keys without any
+            digest = digest_of([digest, headers])  # stay those of before)
+        return os.path.basename(path), digest
     if hasattr(item, "data") and hasattr(item, "kind"):
         if getattr(item, "setup_callback", None) or getattr(item, "teardown_callback", None):
             raise Uncacheable(
@@ -295,14 +300,68 @@ def _link_item(item):
                 f"link= object {getattr(item, 'name', '?')!r} holds {type(data).__name__}, "
                 "not bytes or str"
             )
-        digest = digest_of(
-            [str(item.kind), bool(getattr(item, "nrt", False)),
-             hashlib.blake2b(bytes(data), digest_size=32).digest()]
-        )
-        return str(getattr(item, "name", "<unnamed>")), digest
+        parts = [str(item.kind), bool(getattr(item, "nrt", False)),
+                 hashlib.blake2b(bytes(data), digest_size=32).digest()]
+        name = str(getattr(item, "name", "<unnamed>"))
+        headers = _included(bytes(data), None, name) if str(item.kind) == "cu" else []
+        if headers:  # numba-cuda's CUSource: NVRTC resolves its headers too
+            parts.append(headers)
+        return name, digest_of(parts)
     raise Uncacheable(
         f"link= item of type {type(item).__name__} is neither a path nor a LinkableCode"
     )
+
+
+#: ``#include "name"`` / ``#include <name>`` at the start of a line (spaces allowed).
+_INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"]', re.MULTILINE)
+_MAX_HEADERS = 256  # header files followed from one linked source
+_MAX_HEADER_BYTES = 16 << 20  # bytes read of one header
+
+
+def _included(source: bytes, own_dir: str | None, what: str) -> list:
+    """``[[name as written, digest], ...]`` of the headers a linked CUDA C++ source includes,
+    transitively, that are not the toolkit's: NVRTC (numba-cuda's ``nvrtc.compile``) finds a
+    quoted one in the working directory, and either kind in numba-cuda's
+    ``CUDA_NVRTC_EXTRA_SEARCH_PATHS``; each candidate found there (and in the including file's
+    folder) is digested, so an edited header is another key. A quoted header found nowhere
+    raises :class:`Uncacheable` (what NVRTC would read is unknown). Angle-bracket headers
+    found nowhere are the toolkit's or numba-cuda's, whose versions are in the key."""
+    from . import _compat
+
+    paths = getattr(_compat.numba_config(), "CUDA_NVRTC_EXTRA_SEARCH_PATHS", "") or ""
+    extra = [p for p in str(paths).split(":") if p]
+    out, seen, todo = [], set(), [(source, own_dir)]
+    while todo:
+        text, folder = todo.pop()
+        for kind, raw in _INCLUDE.findall(text):
+            name = raw.decode("utf-8", "replace").strip()
+            dirs = ([os.getcwd()] + ([folder] if folder else []) if kind == b'"' else []) + extra
+            found = [os.path.join(d, name) for d in dirs if os.path.isfile(os.path.join(d, name))]
+            if not found:
+                if kind == b'"':
+                    raise Uncacheable(f"link source {what!r} includes \"{name}\", which is not in "
+                                      "the working directory or NVRTC's extra search paths")
+                continue
+            for path in found:
+                real = os.path.realpath(path)
+                if real in seen:
+                    continue
+                if len(seen) >= _MAX_HEADERS:
+                    raise Uncacheable(f"link source {what!r} includes more than {_MAX_HEADERS} "
+                                      "headers")
+                seen.add(real)
+                try:
+                    with open(real, "rb") as f:
+                        data = f.read(_MAX_HEADER_BYTES + 1)
+                except OSError as exc:
+                    raise Uncacheable(f"header {path!r} of link source {what!r} cannot be read: "
+                                      f"{exc.strerror or exc}") from exc
+                if len(data) > _MAX_HEADER_BYTES:
+                    raise Uncacheable(f"header {path!r} of link source {what!r} is larger than "
+                                      f"{_MAX_HEADER_BYTES >> 20} MiB")
+                out.append([name, hashlib.blake2b(data, digest_size=16).hexdigest()])
+                todo.append((data, os.path.dirname(real)))
+    return sorted(out)
 
 
 # --- source line numbers (debug / lineinfo kernels only) -----------------------------------

@@ -233,7 +233,18 @@ class Options:
     _prepared = False
 
 
-_explain_on = [bool(os.environ.get("KCACHE_EXPLAIN", "").strip() not in ("", "0"))]
+def _explain_from_env() -> bool:
+    """KCACHE_EXPLAIN as every boolean setting reads (1/0, true/false, yes/no, on/off); any
+    other value is said once and leaves explanations off."""
+    from kcache.config import ConfigError, parse_bool
+    try:
+        return parse_bool(os.environ.get("KCACHE_EXPLAIN", ""), "KCACHE_EXPLAIN")
+    except ConfigError as exc:
+        warn_once("explain-setting", f"kcache: {exc}; miss explanations stay off")
+        return False
+
+
+_explain_on = [_explain_from_env()]
 
 
 def set_explain(enabled: bool) -> None:
@@ -547,12 +558,17 @@ class KCacheDispatcher(_compat.CUDADispatcher):
         except _Skip:
             return None
         except _CompileFailed as failed:
-            raise failed.args[0] from None  # the user's error, as numba-cuda raises it
+            error = failed.args[0]
         except Exception as exc:  # lock timeout, unwritable store, ...: the call still succeeds
             self._kcache_store_failed(exc)
             if "kernel" not in built:
                 built["kernel"] = self._kcache_build(argtypes)[0]
             return None
+        # The user's error, as numba-cuda raises it: a miss counted (numba-cuda counts it
+        # before compiling), raised outside the handler so that it carries no context of ours.
+        self._cache_misses[sig] += 1
+        _process_counts["misses"] += 1
+        raise error
 
     def _kcache_ready_compiler(self) -> None:
         """While another process compiles this kernel (its lock is held): ready numba-cuda's
@@ -604,11 +620,13 @@ class KCacheDispatcher(_compat.CUDADispatcher):
             raise RuntimeError("Compilation disabled")
         _require.check(self, argtypes)  # KCACHE_REQUIRE_HIT: may refuse (raise) or warn
         from . import compile_warnings as _warnings  # a compile's (and a noisy entry's) only
+        from . import dep_guard as _dep_guard
         start = time.perf_counter()
-        with _warnings.captured() as said:
+        with _warnings.captured() as said, _dep_guard.watched(self.py_func) as stale:
             kernel = _compat.compile_kernel(self.py_func, argtypes, self.targetoptions)
             kernel.bind()  # force codegen so that there is a cubin to store
         kernel._kcache_warnings = _warnings.encode(said, repr(self.py_func))
+        kernel._kcache_stale = stale[0] if stale else None  # kernel_to_entry refuses it
         seconds = time.perf_counter() - start
         _clock.compile += int(seconds * 1e9)
         for counts in (self._kcache_counts, _process_counts):
@@ -646,35 +664,38 @@ class KCacheDispatcher(_compat.CUDADispatcher):
         start = _now()
         try:
             kernel = entry_to_kernel(entry, argtypes, full, extensions=extensions, **served)
-        except (NotStorable, KeyError, TypeError, ValueError) as exc:
+        except Exception as exc:  # whatever a field of an entry makes the rebuild raise: unusable
             warn_once("dispatcher-entry", f"kcache: an entry of {self._kcache_name()} cannot "
-                      f"be used here ({exc}); compiling instead")
+                      f"be used here ({type(exc).__name__}: {exc}); compiling instead")
             return None, f"the cached entry cannot be used here ({exc})"
         finally:
             _clock.rebuild += _now() - start
         start = _now()
         try:
             kernel.bind()
-            _clock.load += _now() - start
-            self._kcache_say_again(entry)
-            return kernel, None
         except Exception as exc:  # e.g. CUDA_ERROR_UNSUPPORTED_PTX_VERSION / NO_BINARY_FOR_GPU
             self._kcache_counts["fallbacks"] += 1
             _process_counts["fallbacks"] += 1
             cubin_error = exc
             warn_once("dispatcher-driver", f"kcache: the driver refused a cached cubin of "
                       f"{self._kcache_name()} ({exc}); trying its PTX")
+        else:
+            _clock.load += _now() - start
+            # Outside the driver's try: a warning the program's filters turn into an error is
+            # raised, as numba-cuda's compile raises it, not taken for a refused cubin.
+            self._kcache_say_again(entry)
+            return kernel, None
         try:
             kernel = entry_to_kernel(entry, argtypes, full, extensions=extensions, use="ptx",
                                      **served)
             kernel.bind()
-            self._kcache_say_again(entry)
-            return kernel, None
         except Exception as exc:  # no PTX, or a PTX ISA newer than this driver
             warn_once("dispatcher-ptx", f"kcache: the cached PTX of {self._kcache_name()} "
                       f"does not load either ({exc}); compiling instead")
             return None, (f"the driver refused the cached cubin ({cubin_error}) and its PTX "
                           f"({exc})")
+        self._kcache_say_again(entry)
+        return kernel, None
 
     def _kcache_say_again(self, entry) -> None:
         """What the entry's compile warned, said again (naming this process's function); a
@@ -691,7 +712,10 @@ class KCacheDispatcher(_compat.CUDADispatcher):
         kernel = self._kcache_inspected.get(argtypes)
         if kernel is None:
             import warnings
-            with _compat.global_compiler_lock, warnings.catch_warnings():
+
+            from . import dep_guard as _dep_guard
+            with _compat.global_compiler_lock, warnings.catch_warnings(), \
+                    _dep_guard.watched(self.py_func):  # notes the device functions it compiles
                 warnings.simplefilter("ignore")
                 kernel = _compat.compile_kernel(self.py_func, argtypes, self.targetoptions)
             self._kcache_inspected[argtypes] = kernel

@@ -51,7 +51,7 @@ from kcache.entry import _FACTORY  # the written-out dataclass default (kcache.e
 
 from .bytecode import references
 
-__all__ = ["Fingerprint", "Uncacheable", "fingerprint", "digest_of", "value_digest",
+__all__ = ["Fingerprint", "Uncacheable", "fingerprint", "dependencies", "digest_of", "value_digest",
            "line_digest", "content_digest", "describe", "named_by_library", "is_library_module",
            "is_library_class"]
 
@@ -156,6 +156,19 @@ def fingerprint(py_func) -> Fingerprint:
         return cached
     fp, _acc = _Walk().function(fn)
     return fp
+
+
+def dependencies(py_func) -> list:
+    """``[(dispatcher, digest)]`` of every dispatcher (device function) ``py_func`` reaches,
+    directly or through other functions, with its digest under the current globals, worked
+    out afresh (no memo is read). For kcache.dispatcher.dep_guard. Raises what
+    :func:`fingerprint` raises."""
+    fn = getattr(py_func, "py_func", py_func)
+    if not isinstance(fn, types.FunctionType):
+        raise TypeError(f"dependencies() needs a Python function, got {type(py_func).__name__}")
+    reached: dict = {}
+    _Walk(reached).function(fn, record=False)
+    return list(reached.values())
 
 
 def value_digest(value, where: str = "value") -> str:
@@ -552,10 +565,13 @@ def _with_line_info(options) -> bool:
 class _Walk:
     """One fingerprint computation: cycle protection, opaque notes, cache checks."""
 
-    def __init__(self):
+    def __init__(self, reached: dict | None = None):
         self.in_progress: set[int] = set()  # id(fn) of the functions being walked
         self.cycles = 0  # back-references met so far
         self.done: dict[int, tuple] = {}  # id(fn) -> (Fingerprint, _Acc), acyclic ones only
+        # dependencies(): every dispatcher met, id -> (dispatcher, digest); such a walk reads
+        # nothing remembered (the memos skip what they remember, and it must see it all)
+        self.reached = reached
 
     # -- functions -----------------------------------------------------------------------
 
@@ -682,7 +698,7 @@ class _Walk:
         per dispatcher with the checks of everything it read, and reused while they hold
         (most kernels of an application reach the same few device functions; working each
         one's digest out again took a third of a kernel's fingerprint)."""
-        memo = _dependency_memo.get(disp)
+        memo = _dependency_memo.get(disp) if self.reached is None else None
         if memo is not None and memo[0] == where and _checks_hold(memo[2]):
             _, digest, checks, opaque, lines = memo
         else:
@@ -838,7 +854,7 @@ class _Walk:
             return digest_of(["cycle", _qualified(fn)])
         done = self.done.get(key)
         if done is None:
-            cached = _results.get(fn)
+            cached = _results.get(fn) if self.reached is None else None
             if cached is not None and cached is not _SEEN and \
                     _validated_cache_get(fn, cached) is cached.fp:
                 dep_acc = _Acc()
@@ -899,7 +915,10 @@ class _Walk:
             # function on the device): the same body without them is another dependency.
             parts.append(["signatures", fixed])
             acc.check(_weak_fixed_signatures, (ref,), fixed, by_equality=True)
-        return digest_of(parts)
+        digest = digest_of(parts)
+        if self.reached is not None:
+            self.reached[id(disp)] = (disp, digest)
+        return digest
 
     def _options_digest(self, disp, options, snapshot, where, acc) -> str:
         """Digest of a dispatcher's target options, remembered per dispatcher while they

@@ -112,7 +112,9 @@ def kernel_to_entry(kernel, cc, *, kernel_name: str, signature: str, arch: str,
     quiet kernels are unchanged). Raises NotStorable with the reason
     when the kernel needs live Python objects (``_compat.uncacheable_reason``) or its exception
     table cannot be encoded."""
-    reason = _compat.uncacheable_reason(kernel)
+    # _kcache_stale: the compile reused a device function compiled under other globals
+    # (kcache.dispatcher.dep_guard): its code is not what the key says.
+    reason = _compat.uncacheable_reason(kernel) or getattr(kernel, "_kcache_stale", None)
     if reason:
         raise NotStorable(reason)
     state = _compat.kernel_state(kernel, cc)

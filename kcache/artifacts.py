@@ -251,8 +251,12 @@ def problem(artifacts: dict, meta: dict) -> str | None:
     "bad cubin: truncated: ...", or None (also for any other entry). Raises nothing."""
     if not isinstance(meta, dict):
         return None
-    if meta.get("kind") != "program" and not meta.keys() >= _KERNEL_FIELD_SET:
-        return None
+    if meta.get("kind") != "program":
+        if not meta.keys() >= _KERNEL_FIELD_SET:
+            return None
+        why = _kernel_meta_problem(meta)
+        if why is not None:
+            return why
     for kind, data in artifacts.items():
         test = _CHECKS.get(kind)
         why = None if test is None else test(data)
@@ -262,3 +266,43 @@ def problem(artifacts: dict, meta: dict) -> str | None:
 
 
 _KERNEL_FIELD_SET = frozenset(KERNEL_FIELDS)
+_FLAG_FIELDS = ("cooperative", "needs_cudadevrt", "nrt", "lto", "launch_config_sensitive",
+                "debug", "lineinfo")
+_MAX_EXCEPTIONS = 1 << 16  # entries of a kernel's exception table (one per raise site)
+
+
+def _kernel_meta_problem(meta: dict) -> str | None:
+    """Why the fields a kernel is rebuilt from (KERNEL_FIELDS, and the exception table) do not
+    have the types kcache writes, or None: a wrong type would otherwise fail the rebuild of
+    every process the entry is served to, or stop its call."""
+    if type(meta["entry_name"]) is not str or type(meta["name"]) is not str:
+        return "bad kernel fields: entry_name and name must be text"
+    if type(meta["nvvm_options"]) is not dict:
+        return "bad kernel fields: nvvm_options must be a map"
+    if meta["max_registers"] is not None and type(meta["max_registers"]) is not int:
+        return "bad kernel fields: max_registers must be a number or nil"
+    for field in _FLAG_FIELDS:
+        if type(meta[field]) not in (bool, int):
+            return f"bad kernel fields: {field} must be true or false"
+    table = meta.get("exceptions")
+    if table is not None and not _exception_table_ok(table):
+        return "bad kernel fields: exceptions must map a code to [class, args, location]"
+    return None
+
+
+def _exception_table_ok(table) -> bool:
+    """``{"code": [class name or nil, args list or nil, location list or nil]}``, as
+    kcache.dispatcher.kernel_entry.encode_exceptions writes it."""
+    if type(table) is not dict or len(table) > _MAX_EXCEPTIONS:
+        return False
+    for code, value in table.items():
+        if not (type(code) is str and 0 < len(code) <= 20 and code.lstrip("-").isdigit()
+                and code.isascii()):
+            return False
+        if type(value) is not list or len(value) != 3:
+            return False
+        name, args, loc = value
+        if not ((name is None or type(name) is str) and (args is None or type(args) is list)
+                and (loc is None or type(loc) is list)):
+            return False
+    return True

@@ -36,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
+import os
 import reprlib
 import struct
 import time
@@ -484,6 +485,28 @@ def _decode_by_sums(data, key: str) -> tuple[dict, Entry] | None:
     if {k: len(v) for k, v in arts.items()} != h["sizes"]:
         return None
     return h, Entry._decoded(arts, h["meta"])
+
+
+def envelope_sum_holds(fd: int, size: int) -> bool:
+    """True when the trailing checksum of the open entry file ``fd`` (``size`` bytes, from
+    its ``fstat``) matches the bytes before it: the one check of an entry's envelope that
+    every format version shares (:func:`decode` checks it before the version). Read in
+    chunks, so memory stays bounded whatever the file's size. Raises OSError."""
+    if size < PREFIX_SIZE + SUM_SIZE:
+        return False
+    h = hashlib.blake2b(digest_size=SUM_SIZE)
+    left = size - SUM_SIZE
+    while left:
+        chunk = os.read(fd, min(left, _CHUNK))
+        if not chunk:
+            return False  # shorter than its fstat said
+        h.update(chunk)
+        left -= len(chunk)
+    tail = os.read(fd, SUM_SIZE)
+    return len(tail) == SUM_SIZE and h.digest() == tail
+
+
+_CHUNK = 1 << 20  # bytes read at a time by envelope_sum_holds
 
 
 def decode_verified(data, key: str) -> tuple[dict, Entry]:

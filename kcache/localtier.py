@@ -326,21 +326,26 @@ class LocalTier:
             for name in names:
                 key = entry_key(shard, name)
                 if (key is not None and (first is None or key.startswith(first))
-                        and _is_newer(name, shard_fd) and self._newer_whole(key, name, shard_fd)):
+                        and _is_newer(name, shard_fd) and self._newer_whole(name, shard_fd)):
                     found.append((key, self.layout.entries / shard / name))
         return found
 
-    def _newer_whole(self, key: str, name: str, shard_fd: int) -> bool:
-        from .entry import MAX_FILE, decode
-        from .errors import NewerFormat
+    def _newer_whole(self, name: str, shard_fd: int) -> bool:
+        """True when ``name``, whose first bytes say a newer format version, has a whole
+        envelope (its trailing checksum holds, as :func:`kcache.entry.decode` requires before
+        it says "newer"): such a file is a newer kcache's, never judged or deleted here. Read
+        in chunks (a multi-GiB file costs time, not memory)."""
+        from .entry import MAX_FILE, envelope_sum_holds
         try:
-            data, _st = fsio.read_regular(name, MAX_FILE, dir_fd=shard_fd)
-            decode(data, key)
-        except NewerFormat:
-            return True
+            fd, st = fsio.open_regular(name, MAX_FILE, dir_fd=shard_fd)
         except (OSError, CorruptEntry):
             return False
-        return False
+        try:
+            return envelope_sum_holds(fd, st.st_size)
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
 
     def is_newer(self, key: str) -> bool:
         """True when ``key``'s entry file says a newer format version (never deleted)."""

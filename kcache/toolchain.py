@@ -122,7 +122,7 @@ def memoized(memo_path: Path | None, compute: Callable[[], dict]) -> dict:
     state = environment_state()
     memo = _read_memo(memo_path)
     for item in memo:
-        if item.get("state") == state and isinstance(item.get("value"), dict):
+        if item.get("state") == state and _versions_map(item.get("value")):
             return dict(item["value"])
     value = compute()
     fresh = [{"state": state, "value": value}]
@@ -132,6 +132,17 @@ def memoized(memo_path: Path | None, compute: Callable[[], dict]) -> dict:
 
 
 _MAX_MEMO = 1 << 20  # bytes: a memo of 8 environments is a few KiB
+_MAX_VERSIONS = 64  # names in one remembered value (a toolchain has about a dozen)
+_MAX_TEXT = 256  # characters of a name or a version
+
+
+def _versions_map(value) -> bool:
+    """True for what ``compute()`` gives (a map of text to text, of a sane size): anything else
+    in the file (a NaN, a nested list, ...) would go into every key's components and make
+    every put fail, for good; it is recomputed (and replaced) instead."""
+    return (type(value) is dict and len(value) <= _MAX_VERSIONS
+            and all(type(k) is str and type(v) is str and len(k) <= _MAX_TEXT
+                    and len(v) <= _MAX_TEXT for k, v in value.items()))
 
 
 def _read_memo(path: Path) -> list:

@@ -54,7 +54,9 @@ def test_a_section_past_the_end_is_truncation():
     assert artifacts.check("cubin", bytes(data)) is None
 
 
-META = dict.fromkeys(KERNEL_FIELDS, None) | {"kernel": "m:k"}
+META = dict.fromkeys(KERNEL_FIELDS, False) | {  # the fields' types as kcache writes them
+    "entry_name": "_Z1kPf", "name": "k", "max_registers": None, "nvvm_options": {},
+    "shared_memory_carveout": None, "kernel": "m:k"}
 
 
 def test_put_refuses_a_kernel_entry_with_a_bad_cubin_and_keeps_other_entries_opaque(store):
@@ -137,3 +139,43 @@ def test_a_stored_truncated_cubin_is_a_corrupt_entry_and_a_miss(store, monkeypat
     assert (st.corrupt, st.quarantine_files, st.hits) == (1, 1, 0)
     (again,) = store.entries()  # recompiled and stored whole
     assert artifacts.check("cubin", store.load(again.key).artifacts["cubin"]) is None
+
+
+@pytest.mark.parametrize("field,value", [
+    ("exceptions", "x"), ("exceptions", [1]), ("exceptions", {"1": 5}),
+    ("exceptions", {"one": [None, None, None]}), ("exceptions", {"1": ["E", 5, None]}),
+    ("nvvm_options", "ab"), ("entry_name", 5), ("max_registers", "32"), ("debug", "yes"),
+])
+def test_an_entry_with_kernel_fields_of_the_wrong_type_is_corrupt_and_a_miss(
+        store, monkeypatch, field, value):
+    """Written by a hostile or broken writer (checksums valid): the rebuild would raise in
+    every process it is served to (an exception table that is not a map stopped the call):
+    the store refuses it as corrupt, the dispatcher compiles, and the compile is stored."""
+    good_check = artifacts.problem
+    monkeypatch.setattr(artifacts, "problem", lambda arts, meta: None)  # the other writer
+    with fake_gpu((9, 0)):
+        k = _kernels(store)
+        k.compile(_sig())
+        key = k.stats.keys[_sig()]
+        ent = store.get(key)
+        store.remove(key)
+        assert store.put(key, Entry(dict(ent.artifacts), dict(ent.meta, **{field: value})))
+        monkeypatch.setattr(artifacts, "problem", good_check)
+        assert "bad kernel fields" in good_check(ent.artifacts, dict(ent.meta, **{field: value}))
+        fresh = _kernels(store)
+        with pytest.warns(KcacheWarning, match="corrupt cache entry.*bad kernel fields"):
+            fresh.compile(_sig())
+    assert fresh.stats.cache_hits[_sig()] == 0 and fresh.stats.compiles == 1
+    assert store.stats().corrupt == 1
+    assert good_check(store.load(key).artifacts, store.load(key).meta) is None  # stored whole
+
+
+def test_kernel_fields_as_kcache_writes_them_pass(store):
+    with fake_gpu((9, 0)):
+        k = _kernels(store)
+        k.compile(_sig())
+    ent = store.load(k.stats.keys[_sig()])
+    assert set(KERNEL_FIELDS) <= ent.meta.keys() and "exceptions" in ent.meta
+    assert artifacts.problem(ent.artifacts, ent.meta) is None
+    table = {"1": ["builtins:IndexError", ["out of range"], ["f.py", 3]], "-2": [None, None, None]}
+    assert artifacts.problem(ent.artifacts, dict(ent.meta, exceptions=table)) is None

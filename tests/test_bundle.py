@@ -223,6 +223,14 @@ def test_cli_export_import_json_and_filters(tmp_path):
     assert again["imported"] == [] and sorted(again["present"]) == sorted(doc["keys"])
     kc("--dir", str(src), "export", str(tmp_path / "none.kcb"), "--kernel", "nomatch*", check=1)
     assert not (tmp_path / "none.kcb").exists()
+    for out, said in ((tmp_path / "no" / "b.kcb", f"the folder {tmp_path / 'no'} does not"),
+                      ("-", "not to standard output")):
+        bad = kc("--dir", str(src), "export", str(out), check=2)
+        assert said in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+    assert not Path("-").exists()
+    (tmp_path / "afile").write_text("x")  # the flag the user typed is the one named
+    bad = kc("import", str(tmp_path / "b.kcb"), "--into", str(tmp_path / "afile"), check=2)
+    assert bad.stderr.strip().startswith(f"kcache: --into {tmp_path / 'afile'}: is a file")
 
 
 @pytest.mark.slow
@@ -339,3 +347,12 @@ def test_version_1_record_with_a_non_ascii_digest_is_one_refused_entry(tmp_path)
         {"key": keys[1], "reason": "its blake2b digest in the manifest is not 64 hex digits"},
         {"key": "record 4", "reason": "its key is not a kcache key (8-128 lowercase hex digits)"}]
     assert done.stderr.count("\n") == 1 and "2 entries of" in done.stderr
+
+
+def test_a_secret_of_blanks_only_is_refused_an_empty_one_is_no_secret(tmp_path):
+    src = tmp_path / "src"
+    fill(Store(src), 1)
+    done = kc("--dir", str(src), "export", str(tmp_path / "b.kcb"), env={"KCACHE_SECRET": "   "},
+              check=2)
+    assert "KCACHE_SECRET holds only blanks" in done.stderr and not (tmp_path / "b.kcb").exists()
+    kc("--dir", str(src), "export", str(tmp_path / "b.kcb"), env={"KCACHE_SECRET": ""}, check=0)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from kcache import Entry, Store
+from kcache import Entry, Store, make_key
 from kcache.toolchain import package_versions
 import clikit
 import ptykit
@@ -249,6 +249,10 @@ def test_ls_json_schema_sort_and_filters(cache):
     assert sorted(e["arch"] for e in cc90) == ["sm_90", "sm_90a"]
     assert [e["arch"] for e in kc_json("ls", "--cc", "sm_90a", root=root)["entries"]] == [
         "sm_90a"]
+    both = kc_json("ls", "--cc", "8.0", "--cc", "sm_90a", root=root)["entries"]  # repeatable
+    assert sorted(e["arch"] for e in both) == sorted(
+        e["arch"] for e in kc_json("ls", root=root)["entries"] if e["arch"] in ("sm_80", "sm_90a"))
+    assert {e["arch"] for e in both} == {"sm_80", "sm_90a"}
     axpy = kc_json("ls", "--kernel", "axpy", root=root)["entries"]
     assert {e["key"] for e in axpy} == {K_AXPY_90, K_AXPY_90A}
     stale = kc_json("ls", "--stale", root=root)["entries"]
@@ -641,6 +645,38 @@ def test_newer_format_entry_is_reported_and_left_untouched(cache):
     assert path.read_bytes() == bytes(data)
 
 
+@pytest.mark.slow
+def test_a_large_newer_format_file_is_judged_in_bounded_memory(tmp_path):
+    """prune and clear tell a newer kcache's entry by its whole-file checksum; a 256 MiB one
+    (sparse) must not be read into memory whole (a 4 GiB one took 4 GiB)."""
+    import struct
+    root = tmp_path / "root"
+    Store(root).put(make_key({"x": 1}), Entry({"blob": b"x"}, {"kernel": "m:k"}))
+    size = 256 << 20
+    path = root / "v1" / "entries" / "ab" / ("ab" + "0" * 62 + ".kce")
+    path.parent.mkdir(mode=0o700, exist_ok=True)
+    with open(path, "wb") as f:  # version 2, lengths that agree with the size, sum that holds
+        f.write(struct.pack(">8sHHIQ16s", b"KCACHE\x00E", 2, 0, 0, size - 72, bytes(16)))
+        f.truncate(size - 32)
+    h = hashlib.blake2b(digest_size=32)
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    with open(path, "ab") as f:
+        f.write(h.digest())
+    path.chmod(0o600)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KCACHE_")}
+    proc = subprocess.Popen([sys.executable, "-m", "kcache", "prune", "--dry-run", "--dir",
+                             str(root)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    _pid, status, usage = os.wait4(proc.pid, 0)  # this child's own peak (its output is a line)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    err = proc.stderr.read()
+    proc.stdout.close(), proc.stderr.close()
+    peak_kib = usage.ru_maxrss
+    assert proc.returncode == 2 and b"newer" in err, err
+    assert peak_kib < 150 << 10, f"peak {peak_kib >> 10} MiB for a {size >> 20} MiB file"
+
+
 # ------------------------------------------------------------------------------ prune / rm
 
 @pytest.mark.slow
@@ -738,15 +774,33 @@ def test_verify_reports_then_quarantines_a_corrupt_entry(cache):
 # ------------------------------------------------------------------------------ config
 
 @pytest.mark.slow
+def test_every_config_json_setting_can_be_seen_and_fixed(tmp_path):
+    """max_entry_size and quarantine_age are config.json keys too: a bad value there stops
+    every command, so config show reports it (exit 1) and config unset fixes it."""
+    root = tmp_path / "root"
+    assert kc("config", "set", "quarantine_age", "7d", root=root).returncode == 0
+    assert kc("config", "get", "quarantine_age", root=root).stdout.strip() == str(7 * 86400.0)
+    (root / "config.json").write_text('{"max_entry_size": "lots"}')
+    assert kc("ls", root=root).returncode == 2
+    shown = kc("config", "show", "--json", root=root)
+    assert shown.returncode == 1
+    (error,) = json.loads(shown.stdout)["errors"]
+    assert error.startswith("max_entry_size in ") and "is not a size" in error
+    assert kc("config", "unset", "max_entry_size", root=root).returncode == 0
+    assert kc("ls", root=root).returncode == 0
+
+
 def test_config_show_get_set(cache):
     root, _ = cache
     doc = kc_json("config", root=root, env={"KCACHE_LOCK_TIMEOUT": "90s"})
     assert doc["root"] == str(root) and doc["config_file"] == str(root / "config.json")
     settings = doc["settings"]
     assert set(settings) == {"root", "max_size", "readonly_dirs", "readonly_roots",
-                             "lock_timeout", "lock_stale", "disabled", "shared", "remote",
+                             "lock_timeout", "lock_stale", "disabled", "shared",
+                             "max_entry_size", "quarantine_age", "remote",
                              "remote_namespace",
                              "remote_readonly", "remote_timeout", "remote_ttl", "remote_wait"}
+    assert settings["max_entry_size"] == {"value": 256 << 20, "origin": "default"}
     assert settings["readonly_roots"] == settings["readonly_dirs"]  # old name, same content
     assert settings["root"] == {"value": str(root), "origin": "argument"}
     assert settings["lock_timeout"] == {"value": 90.0, "origin": "env KCACHE_LOCK_TIMEOUT"}

@@ -1,6 +1,7 @@
 """Explain lines: which key component differs from the nearest entry of the same kernel."""
 
 import copy
+import os
 
 import pytest
 
@@ -129,3 +130,17 @@ def test_explain_real_kernels(tmp_path):
                             targetoptions=dict(second.targetoptions, fastmath=True))
     assert explain_miss(store, new) == ["closure variable 0 changed", "cc sm_80 -> sm_90a",
                                         "option fastmath False -> True"]
+
+
+@pytest.mark.parametrize("value,on,warned", [("1", True, False), ("yes", True, False),
+                                             ("false", False, False), ("off", False, False),
+                                             ("", False, False), ("bogus", False, True)])
+def test_kcache_explain_reads_as_every_boolean_setting(value, on, warned):
+    import subprocess
+    import sys
+    env = dict(os.environ, KCACHE_EXPLAIN=value)
+    done = subprocess.run([sys.executable, "-c", "from kcache.dispatcher import dispatcher as D;"
+                           "print(D.explain_enabled())"], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.stdout.strip() == str(on)
+    assert ("KCACHE_EXPLAIN='bogus' is not a boolean; accepted: 1/0" in done.stderr) == warned

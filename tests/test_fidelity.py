@@ -481,3 +481,66 @@ def test_cache_true_kernel_capturing_a_device_array_is_refused(transparent, stor
     assert store.stats()["entries"] == 0
     if transparent == "all":
         assert "device array" in plain.stats.uncached[sig]
+
+
+def test_replayed_warnings_are_bounded_and_escaped():
+    """An entry's warnings may come from a bundle or another machine: a line number no file
+    has is skipped (it made warn_explicit raise, taken for a refused cubin), and an escape
+    sequence never reaches the terminal raw."""
+    records = [["builtins:UserWarning", "huge line", "f.py", 2 ** 63],
+               ["builtins:UserWarning", "red \x1b[31mtext\x1b[0m\nnext line", "f\x1b].py", 7]]
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert compile_warnings.replay(records) == 1
+    (w,) = seen
+    assert str(w.message) == "red \\x1b[31mtext\\x1b[0m\nnext line"
+    assert (w.filename, w.lineno) == ("f\\x1b].py", 7)
+
+
+def test_a_replayed_warning_made_an_error_by_the_filters_is_raised_not_a_fallback(store):
+    from numba import cuda
+    from numba.cuda import types
+    from numba.cuda.core.errors import NumbaWarning
+
+    from kcache.dispatcher import jit
+
+    def define():
+        @jit(store=store)
+        def chatty(a):
+            print(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20,
+                  21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33)
+            a[0] = cuda.grid(1)
+        return chatty
+
+    sig = (types.int32[::1],)
+    with fake_gpu((9, 0)):
+        with pytest.warns(NumbaWarning):
+            define().compile(sig)
+        served = define()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", NumbaWarning)  # as numba-cuda's compile would raise
+            with pytest.raises(NumbaWarning, match="more than 32 items"):
+                served.compile(sig)
+    assert served.stats.fallbacks == 0
+
+
+def test_a_failed_compile_counts_a_miss_and_raises_numba_cuda_s_error_alone(store):
+    """numba-cuda counts the miss before it compiles, and its error carries no context."""
+    from numba import cuda
+    from numba.core.errors import TypingError
+    from numba.cuda import types
+
+    from kcache.dispatcher import jit
+
+    def bad(a):
+        a[0] = a[0] + (1, 2)
+
+    sig = (types.float32[::1],)
+    seen = {}
+    with fake_gpu((9, 0)):
+        for name, decorate in (("numba-cuda", cuda.jit), ("kcache", jit(store=store))):
+            dispatcher = decorate(bad)
+            with pytest.raises(TypingError) as info:
+                dispatcher.compile(sig)
+            seen[name] = (info.value.__context__, sum(dispatcher.stats.cache_misses.values()))
+    assert seen["kcache"] == seen["numba-cuda"] == (None, 1)

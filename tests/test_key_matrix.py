@@ -554,6 +554,39 @@ def test_unreadable_link_file_is_uncacheable(tmp_path):
         components(kern, targetoptions=opts)
 
 
+def test_headers_a_linked_cu_source_includes_count(tmp_path, monkeypatch):
+    """NVRTC finds a quoted header in the working directory: an edited header is another key
+    (it served the cubin of the old header); a source without headers keeps its old key."""
+    from numba.cuda import CUSource
+    kern = _simple_kernel()
+    opts = dict(kern.targetoptions)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "plain.cu").write_text('extern "C" __device__ int f(int* r) { return 0; }\n')
+    plain = key(kern, targetoptions=dict(opts, link=[str(tmp_path / "plain.cu")]))
+    (tmp_path / "h.cuh").write_text("#define MAGIC 7\n")
+    (tmp_path / "sub.cuh").write_text('#include "h.cuh"\n')
+    source = '#include "sub.cuh"\n  #  include <cuda_fp16.h>\nextern "C" __device__ int f();\n'
+    (tmp_path / "f.cu").write_text(source)
+    link = dict(opts, link=[str(tmp_path / "f.cu")])
+    as_object = dict(opts, link=[CUSource(source.encode())])
+    k7, o7 = key(kern, targetoptions=link), key(kern, targetoptions=as_object)
+    (tmp_path / "h.cuh").write_text("#define MAGIC 9\n")  # included through sub.cuh
+    assert key(kern, targetoptions=link) != k7
+    assert key(kern, targetoptions=as_object) != o7
+    (tmp_path / "h.cuh").write_text("#define MAGIC 7\n")
+    assert key(kern, targetoptions=link) == k7
+    # the key of a source without headers is the one made before headers counted
+    (tmp_path / "plain.cu").write_text('extern "C" __device__ int f(int* r) { return 0; }\n')
+    assert plain == key(kern, targetoptions=dict(opts, link=[str(tmp_path / "plain.cu")]))
+    from kcache.dispatcher.components import link_digests
+    digest = link_digests([str(tmp_path / "plain.cu")])["plain.cu"]
+    assert digest == __import__("hashlib").blake2b((tmp_path / "plain.cu").read_bytes(),
+                                                   digest_size=16).hexdigest()
+    (tmp_path / "h.cuh").unlink()  # a quoted header found nowhere: what NVRTC reads is unknown
+    with pytest.raises(Uncacheable, match='includes "h.cuh"'):
+        components(kern, targetoptions=link)
+
+
 def test_linkable_code_objects():
     from numba.cuda import PTXSource
 

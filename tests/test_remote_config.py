@@ -90,8 +90,10 @@ def test_open_remote_checks_its_arguments():
         open_remote("memory://x", namespace="")
     with pytest.raises(ConfigError, match="timeout"):
         open_remote("memory://x", timeout=0)
-    with pytest.raises(ConfigError, match="Redis URL"):
-        open_remote("redis://127.0.0.1:notaport/0")
+    for url in ("redis://127.0.0.1:notaport/0", "redis://h:99999/0", "redis://h:6379/abc"):
+        with pytest.raises(ConfigError, match=r"is not a remote URL \((its host or port|the "
+                                              r"database)"):
+            open_remote(url)  # and config set refuses them (kcache.config.write_setting)
 
 
 def test_ttl_on_an_object_store_is_warned_once(recwarn):
@@ -178,3 +180,12 @@ def test_missing_client_library(blocked, url, extra):
 
 def test_missing_client_is_an_import_error():
     assert issubclass(MissingClient, ImportError)
+
+
+def test_config_set_refuses_a_url_no_client_can_use(tmp_path):
+    from kcache.config import write_setting
+    for url in ("redis://h:notaport/0", "redis://h:99999/0", "redis://h:6379/abc"):
+        with pytest.raises(ConfigError, match="is not a remote URL"):
+            write_setting(tmp_path / "root", "remote", url)
+    assert not (tmp_path / "root" / "config.json").exists()
+    write_setting(tmp_path / "root", "remote", "redis://h:6379/0")

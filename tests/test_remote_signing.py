@@ -4,6 +4,8 @@ import os
 import tracemalloc
 
 import pytest
+
+from kcache.warn import KcacheWarning
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -101,7 +103,9 @@ def test_short_secret_refused():
 
 def test_secret_precedence():
     assert secret_from_env({}) is None
-    assert secret_from_env({"KCACHE_SECRET": " ", "KCACHE_REMOTE_SECRET": ""}) is None
+    assert secret_from_env({"KCACHE_SECRET": "", "KCACHE_REMOTE_SECRET": ""}) is None
+    with pytest.warns(KcacheWarning, match="KCACHE_SECRET holds only blanks: nothing is signed"):
+        assert secret_from_env({"KCACHE_SECRET": " ", "KCACHE_REMOTE_SECRET": ""}) is None
     assert secret_from_env({"KCACHE_SECRET": "bundle-secret-0123456"}) == b"bundle-secret-0123456"
     assert secret_from_env({"KCACHE_SECRET": "bundle-secret-0123456",
                             "KCACHE_REMOTE_SECRET": "remote-secret-0123456"}) == b"remote-secret-0123456"

@@ -56,6 +56,20 @@ def test_broken_or_unwritable_memo_is_only_a_recompute(tmp_path):
     assert len(calls) == 2 and not missing_dir.exists()
 
 
+def test_a_memo_value_that_is_not_versions_is_recomputed_and_replaced(tmp_path):
+    """A planted value with the current environment's state (a NaN, a nested list) would go
+    into every key's components and make every put fail, in every process: recomputed."""
+    import msgpack
+    memo = tmp_path / toolchain.MEMO_NAME
+    state = toolchain.environment_state()
+    for bad in ({"numba": float("nan")}, {"numba": [[1]]}, {"numba": "x" * 1000}, {1: "1.0"}):
+        memo.write_bytes(msgpack.packb([{"state": state, "value": bad}]))
+        compute, calls = _counting({"numba": "1.0"})
+        assert toolchain.memoized(memo, compute) == {"numba": "1.0"}
+        assert toolchain.memoized(memo, compute) == {"numba": "1.0"}  # the memo was replaced
+        assert calls == [1]
+
+
 def test_package_versions_without_numba_import():
     versions = toolchain.package_versions()
     assert versions["python"].count(".") == 2 and "kcache-format" in versions

@@ -137,7 +137,26 @@ def check_url(url: Any, origin: str = "KCACHE_REMOTE") -> str:
     """``url`` if it has a ``scheme://``; ConfigError (showing it without secrets) otherwise."""
     if not isinstance(url, str) or not _SCHEME_RE.match(url.strip()):
         raise ConfigError(f"{origin}={shown(url)} is not a remote URL; accepted: {URL_ACCEPTED}")
+    problem = _url_problem(url.strip())
+    if problem:
+        raise ConfigError(f"{origin}={shown(url)} is not a remote URL ({problem}); accepted: "
+                          f"{URL_ACCEPTED}")
     return url.strip()
+
+
+def _url_problem(url: str) -> str | None:
+    """What no client could connect to in a URL with a scheme: a port that is not a number
+    from 0 to 65535, a host that does not parse, a Redis database that is not a number."""
+    from urllib.parse import urlsplit
+    try:
+        parts = urlsplit(url)
+        parts.port  # raises for a port that is not a number, or out of range
+    except ValueError as exc:
+        return f"its host or port cannot be read: {exc}"
+    db = parts.path.strip("/")
+    if parts.scheme in ("redis", "rediss") and db and not (db.isascii() and db.isdigit()):
+        return "the database after the host must be a number"
+    return None
 
 
 def check_namespace(value: Any, origin: str = "KCACHE_REMOTE_NAMESPACE") -> str:
