@@ -314,18 +314,20 @@ def _link_item(item):
 
 #: ``#include "name"`` / ``#include <name>`` at the start of a line (spaces allowed).
 _INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"]', re.MULTILINE)
-_MAX_HEADERS = 256  # header files followed from one linked source
+_MAX_HEADERS = 1024  # header files followed from one linked source
 _MAX_HEADER_BYTES = 16 << 20  # bytes read of one header
 
 
 def _included(source: bytes, own_dir: str | None, what: str) -> list:
     """``[[name as written, digest], ...]`` of the headers a linked CUDA C++ source includes,
     transitively, that are not the toolkit's: NVRTC (numba-cuda's ``nvrtc.compile``) finds a
-    quoted one in the working directory, and either kind in numba-cuda's
-    ``CUDA_NVRTC_EXTRA_SEARCH_PATHS``; each candidate found there (and in the including file's
-    folder) is digested, so an edited header is another key. A quoted header found nowhere
-    raises :class:`Uncacheable` (what NVRTC would read is unknown). Angle-bracket headers
-    found nowhere are the toolkit's or numba-cuda's, whose versions are in the key."""
+    quoted one in the working directory (or beside the including file), and either kind in
+    numba-cuda's ``CUDA_NVRTC_EXTRA_SEARCH_PATHS`` or at an absolute path; each candidate found
+    there is digested, so an edited header is another key. One found nowhere is the toolkit's
+    or numba-cuda's (their versions are in the key), or is not read at all (an ``#include`` in
+    ``#if 0`` or a comment; a missing one fails the compile). Nested headers are looked for
+    beside the path they were found at, as NVRTC does, not beside a symlink's target. Raises
+    :class:`Uncacheable` past _MAX_HEADERS headers or for a header that cannot be read."""
     from . import _compat
 
     paths = getattr(_compat.numba_config(), "CUDA_NVRTC_EXTRA_SEARCH_PATHS", "") or ""
@@ -335,23 +337,20 @@ def _included(source: bytes, own_dir: str | None, what: str) -> list:
         text, folder = todo.pop()
         for kind, raw in _INCLUDE.findall(text):
             name = raw.decode("utf-8", "replace").strip()
-            dirs = ([os.getcwd()] + ([folder] if folder else []) if kind == b'"' else []) + extra
-            found = [os.path.join(d, name) for d in dirs if os.path.isfile(os.path.join(d, name))]
-            if not found:
-                if kind == b'"':
-                    raise Uncacheable(f"link source {what!r} includes \"{name}\", which is not in "
-                                      "the working directory or NVRTC's extra search paths")
-                continue
-            for path in found:
-                real = os.path.realpath(path)
-                if real in seen:
+            if os.path.isabs(name):
+                dirs = [""]
+            else:
+                dirs = ([os.getcwd()] + ([folder] if folder else []) if kind == b'"' else [])
+                dirs += extra
+            for path in {os.path.abspath(os.path.join(d, name)) for d in dirs}:
+                if not os.path.isfile(path) or (path, folder) in seen:
                     continue
                 if len(seen) >= _MAX_HEADERS:
                     raise Uncacheable(f"link source {what!r} includes more than {_MAX_HEADERS} "
                                       "headers")
-                seen.add(real)
+                seen.add((path, folder))
                 try:
-                    with open(real, "rb") as f:
+                    with open(path, "rb") as f:
                         data = f.read(_MAX_HEADER_BYTES + 1)
                 except OSError as exc:
                     raise Uncacheable(f"header {path!r} of link source {what!r} cannot be read: "
@@ -360,7 +359,7 @@ def _included(source: bytes, own_dir: str | None, what: str) -> list:
                     raise Uncacheable(f"header {path!r} of link source {what!r} is larger than "
                                       f"{_MAX_HEADER_BYTES >> 20} MiB")
                 out.append([name, hashlib.blake2b(data, digest_size=16).hexdigest()])
-                todo.append((data, os.path.dirname(real)))
+                todo.append((data, os.path.dirname(path)))
     return sorted(out)
 
 

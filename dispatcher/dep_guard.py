@@ -5,6 +5,11 @@ compile would put old code under the new key, served to every later process whos
 new from the start. So a compile that reuses a device function compiled under other globals is
 run (the program gets what numba-cuda gives it) but not stored.
 
+The same holds for the implementations registered with ``@overload`` (and
+``register_jitable``), which numba-cuda compiles once per argument types where kcache cannot
+see the compile: a kernel reaching one whose digest moved since this process first compiled
+with it is not stored.
+
 Each device-function compile result is noted with its function's digest
 (``fingerprint.dependencies``) when a kcache compile creates it, or when kcache first sees it
 (one made by a plain numba-cuda kernel before: taken as made under the globals of that moment).
@@ -13,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import types
 import weakref
 
 from . import _compat
@@ -28,21 +34,36 @@ def watched(py_func):
     """Watch the compile of kernel ``py_func`` in the block. Yields a list that, when the
     block ends, holds why its result must not be stored (empty: it may be)."""
     reasons: list = []
-    deps = _dependencies(py_func)
-    for dev, digest in deps:
+    found = _dependencies(py_func)
+    devs = [(d, digest) for d, digest in found if not isinstance(d, types.FunctionType)]
+    overloaded = [(f, digest) for f, digest in found if isinstance(f, types.FunctionType)]
+    for dev, digest in devs:
         _note(dev, digest)  # what exists now, at first sight
-    before = {id(dev): {id(r) for r in _compat.device_overloads(dev)} for dev, _ in deps}
-    yield reasons
-    for dev, digest in deps:
-        for result in _compat.device_overloads(dev):
-            if id(result) not in before[id(dev)]:
-                _note(dev, digest, result)  # made by this compile, under today's globals
-                continue
-            made_under = _noted_digest(dev, result)
-            if made_under is not None and made_under != digest:
-                reasons.append(f"device function {_compat_name(dev)} was compiled before a "
-                               "global it reads changed, and numba-cuda reuses that compile")
-                break
+    before = {id(dev): {id(r) for r in _compat.device_overloads(dev)} for dev, _ in devs}
+    # numba-cuda keeps the compile of an @overload implementation (register_jitable's too) per
+    # argument types where kcache cannot see it: one whose digest moved since this process
+    # first compiled with it may be reused as it was (a new signature is refused too).
+    for fn, digest in overloaded:
+        first = _first_use(fn)
+        if first is not None and first != digest:
+            reasons.append(f"{_compat_name(fn)} (an @overload or register_jitable function) "
+                           "was compiled before a global it reads changed, and numba-cuda "
+                           "reuses that compile")
+    try:
+        yield reasons
+    finally:  # a failed compile's device functions are noted too
+        for fn, digest in overloaded:
+            _note_first_use(fn, digest)
+        for dev, digest in devs:
+            for result in _compat.device_overloads(dev):
+                if id(result) not in before[id(dev)]:
+                    _note(dev, digest, result)  # made by this compile, under today's globals
+                    continue
+                made_under = _noted_digest(dev, result)
+                if made_under is not None and made_under != digest and not reasons:
+                    reasons.append(f"device function {_compat_name(dev)} was compiled before "
+                                   "a global it reads changed, and numba-cuda reuses that "
+                                   "compile")
 
 
 def _dependencies(py_func) -> list:
@@ -53,13 +74,38 @@ def _dependencies(py_func) -> list:
 
 
 def _note(dev, digest: str, result=None) -> None:
+    """Note ``result`` (default: every compile result ``dev`` holds, at first sight) as made
+    under ``digest``; results ``dev`` no longer holds are forgotten (the table holds them, so
+    it must not outlive them: ``offline_target`` swaps a dispatcher's results out and back)."""
+    live = _compat.device_overloads(dev)
     with _lock:
         try:
             table = _noted.setdefault(dev, {})
         except TypeError:  # not weak-referenceable: not watched
             return
-        for r in [result] if result is not None else _compat.device_overloads(dev):
+        for r in [result] if result is not None else live:
             table.setdefault(id(r), (r, digest))
+        held = {id(r) for r in live}
+        for gone in [k for k in table if k not in held]:
+            del table[gone]
+
+
+#: function with @overload implementations -> its digest when this process first compiled
+#: a kernel reaching it
+_first: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _first_use(fn) -> str | None:
+    with _lock:
+        return _first.get(fn)
+
+
+def _note_first_use(fn, digest: str) -> None:
+    with _lock:
+        try:
+            _first.setdefault(fn, digest)
+        except TypeError:  # not weak-referenceable: not watched
+            pass
 
 
 def _noted_digest(dev, result) -> str | None:

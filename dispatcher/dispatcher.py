@@ -561,9 +561,15 @@ class KCacheDispatcher(_compat.CUDADispatcher):
             error = failed.args[0]
         except Exception as exc:  # lock timeout, unwritable store, ...: the call still succeeds
             self._kcache_store_failed(exc)
-            if "kernel" not in built:
+            if "kernel" in built:
+                return None
+            error = None
+        if error is None:  # compiled outside the handler: its error carries no context of ours
+            try:
                 built["kernel"] = self._kcache_build(argtypes)[0]
-            return None
+                return None
+            except Exception as exc:
+                error = exc
         # The user's error, as numba-cuda raises it: a miss counted (numba-cuda counts it
         # before compiling), raised outside the handler so that it carries no context of ours.
         self._cache_misses[sig] += 1

@@ -159,7 +159,8 @@ def fingerprint(py_func) -> Fingerprint:
 
 
 def dependencies(py_func) -> list:
-    """``[(dispatcher, digest)]`` of every dispatcher (device function) ``py_func`` reaches,
+    """``[(object, digest)]`` of every dispatcher (device function) and every function with
+    ``@overload`` implementations (``register_jitable`` makes one) that ``py_func`` reaches,
     directly or through other functions, with its digest under the current globals, worked
     out afresh (no memo is read). For kcache.dispatcher.dep_guard. Raises what
     :func:`fingerprint` raises."""
@@ -879,9 +880,10 @@ class _Walk:
         # An @overload registered after this fingerprint was cached must be seen.
         acc.check(_overload_implementations, (fn,), registered, by_equality=True)
         impls = [self._overload_payload(impl, opts, acc) for impl, opts in registered]
-        if not impls:
-            return own
-        return digest_of(["overloaded", own, sorted(impls, key=_sort_key)])
+        digest = digest_of(["overloaded", own, sorted(impls, key=_sort_key)]) if impls else own
+        if self.reached is not None and registered:  # numba-cuda compiles it once per types
+            self.reached[id(fn)] = (fn, digest)
+        return digest
 
     def _overload_payload(self, impl, jit_options, acc):
         options = self.encode(jit_options, "overload options", _Acc(), 0)

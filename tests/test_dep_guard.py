@@ -94,3 +94,64 @@ def test_compile_for_compiles_device_functions_afresh(tmp_path, mod):
                          store=store)
     ptx = store.load(key).artifacts["ptx"].decode()
     assert "4024000000000000" in ptx and "3FF0000000000000" not in ptx  # 10.0, not 1.0
+
+
+OVERLOADED = '''
+from numba.cuda.extending import overload, register_jitable
+Z = 1.5
+
+def foo(x):
+    pass
+
+@overload(foo)
+def _foo(x):
+    def impl(x):
+        return x + Z
+    return impl
+
+@register_jitable
+def bar(x):
+    return x + Z
+
+def k1(a):
+    a[0] = foo(a[0]) + bar(a[0])
+
+def k2(a):
+    a[0] = (foo(a[0]) + bar(a[0])) * 2.0
+'''
+
+
+@pytest.fixture
+def overloaded():
+    m = pytypes.ModuleType("dep_guard_overloaded")
+    sys.modules[m.__name__] = m
+    exec(compile(OVERLOADED, "dep_guard_overloaded.py", "exec"), m.__dict__)
+    yield m
+    del sys.modules[m.__name__]
+
+
+def test_overload_and_register_jitable_compiles_made_under_other_globals_are_not_stored(
+        tmp_path, overloaded):
+    """numba-cuda compiles an @overload implementation (register_jitable's too) once per
+    argument types and reuses it: a kernel reaching one after a global it reads changed is
+    not stored (the key says Z = 10.0, numba-cuda's code holds 1.5)."""
+    from kcache.dispatcher import jit
+    store = kcache.Store(tmp_path / "cache")
+    with fake_gpu((9, 0)):
+        jit(store=store)(overloaded.k1).compile(_sig())
+        overloaded.Z = 10.0
+        second = jit(store=store)(overloaded.k2)
+        second.compile(_sig())
+    assert "compiled before a global it reads changed" in second.stats.uncached[_sig()]
+    assert len(list(store.entries())) == 1
+
+
+def test_kernels_reaching_the_same_overloads_are_all_stored(tmp_path, overloaded):
+    from kcache.dispatcher import jit
+    store = kcache.Store(tmp_path / "cache")
+    with fake_gpu((9, 0)):
+        first, second = jit(store=store)(overloaded.k1), jit(store=store)(overloaded.k2)
+        first.compile(_sig())
+        second.compile(_sig())
+    assert not first.stats.uncached and not second.stats.uncached
+    assert len(list(store.entries())) == 2

@@ -544,3 +544,11 @@ def test_a_failed_compile_counts_a_miss_and_raises_numba_cuda_s_error_alone(stor
                 dispatcher.compile(sig)
             seen[name] = (info.value.__context__, sum(dispatcher.stats.cache_misses.values()))
     assert seen["kcache"] == seen["numba-cuda"] == (None, 1)
+    broken = kcache.Store(store.root)  # a store that fails: the compile still runs, the same
+    broken.get_or_create = lambda *a, **k: (_ for _ in ()).throw(OSError("store broke"))
+    with fake_gpu((9, 0)), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dispatcher = jit(store=broken)(bad)
+        with pytest.raises(TypingError) as info:
+            dispatcher.compile(sig)
+    assert (info.value.__context__, sum(dispatcher.stats.cache_misses.values())) == (None, 1)

@@ -582,9 +582,29 @@ def test_headers_a_linked_cu_source_includes_count(tmp_path, monkeypatch):
     digest = link_digests([str(tmp_path / "plain.cu")])["plain.cu"]
     assert digest == __import__("hashlib").blake2b((tmp_path / "plain.cu").read_bytes(),
                                                    digest_size=16).hexdigest()
-    (tmp_path / "h.cuh").unlink()  # a quoted header found nowhere: what NVRTC reads is unknown
-    with pytest.raises(Uncacheable, match='includes "h.cuh"'):
-        components(kern, targetoptions=link)
+    # a quoted header found nowhere here is the toolkit's (NVRTC's -I paths), or in #if 0:
+    # such a source keeps the key it had before headers counted
+    (tmp_path / "toolkit.cu").write_text('#include "cuda_fp16.h"\n#if 0\n#include "dbg.h"\n'
+                                         '#endif\nextern "C" __device__ int f();\n')
+    digest = link_digests([str(tmp_path / "toolkit.cu")])["toolkit.cu"]
+    assert digest == __import__("hashlib").blake2b((tmp_path / "toolkit.cu").read_bytes(),
+                                                   digest_size=16).hexdigest()
+
+
+def test_a_header_included_through_a_symlinked_folder_is_looked_up_beside_the_link(
+        tmp_path, monkeypatch):
+    """NVRTC opens lnk/h1.h and looks for its "h2.h" in lnk/, not beside the link's target."""
+    from kcache.dispatcher.components import link_digests
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "real").mkdir()
+    (tmp_path / "lnk").mkdir()
+    (tmp_path / "real" / "h1.h").write_text('#include "h2.h"\n')
+    (tmp_path / "lnk" / "h1.h").symlink_to(tmp_path / "real" / "h1.h")
+    (tmp_path / "lnk" / "h2.h").write_text("#define V 1\n")
+    (tmp_path / "top.cu").write_text('#include "lnk/h1.h"\n')
+    before = link_digests([str(tmp_path / "top.cu")])
+    (tmp_path / "lnk" / "h2.h").write_text("#define V 2\n")
+    assert link_digests([str(tmp_path / "top.cu")]) != before
 
 
 def test_linkable_code_objects():
