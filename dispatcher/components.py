@@ -12,9 +12,11 @@ it into the key; the named components let explain say which one changed.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import re
+import stat
 from operator import is_ as _is
 from importlib import metadata
 
@@ -318,6 +320,16 @@ _MAX_HEADERS = 1024  # header files followed from one linked source
 _MAX_HEADER_BYTES = 16 << 20  # bytes read of one header
 
 
+def _read_header(path: str) -> bytes:
+    """At most _MAX_HEADER_BYTES + 1 bytes of regular file ``path``: never blocking on a FIFO
+    put there after it was found to be a file (``O_NONBLOCK``, then ``fstat``). OSError."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", path)
+        return f.read(_MAX_HEADER_BYTES + 1)
+
+
 def _included(source: bytes, own_dir: str | None, what: str) -> list:
     """``[[name as written, digest], ...]`` of the headers a linked CUDA C++ source includes,
     transitively, that are not the toolkit's: NVRTC (numba-cuda's ``nvrtc.compile``) finds a
@@ -350,8 +362,7 @@ def _included(source: bytes, own_dir: str | None, what: str) -> list:
                                       "headers")
                 seen.add((path, folder))
                 try:
-                    with open(path, "rb") as f:
-                        data = f.read(_MAX_HEADER_BYTES + 1)
+                    data = _read_header(path)
                 except OSError as exc:
                     raise Uncacheable(f"header {path!r} of link source {what!r} cannot be read: "
                                       f"{exc.strerror or exc}") from exc

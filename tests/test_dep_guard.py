@@ -28,14 +28,19 @@ def other(a):
 '''
 
 
+def _module(name: str, source: str):
+    """A module of its own, as a program's would be; removed from sys.modules afterwards."""
+    m = pytypes.ModuleType(name)
+    sys.modules[name] = m
+    exec(compile(source, f"{name}.py", "exec"), m.__dict__)
+    yield m
+    del sys.modules[name]
+
+
 @pytest.fixture
 def mod():
-    """A module of its own (a device function reading a global), as a program's would be."""
-    m = pytypes.ModuleType("dep_guard_kernels")
-    sys.modules[m.__name__] = m
-    exec(compile(SOURCE, "dep_guard_kernels.py", "exec"), m.__dict__)
-    yield m
-    del sys.modules[m.__name__]
+    """A device function reading a global."""
+    yield from _module("dep_guard_kernels", SOURCE)
 
 
 def _sig():
@@ -123,11 +128,8 @@ def k2(a):
 
 @pytest.fixture
 def overloaded():
-    m = pytypes.ModuleType("dep_guard_overloaded")
-    sys.modules[m.__name__] = m
-    exec(compile(OVERLOADED, "dep_guard_overloaded.py", "exec"), m.__dict__)
-    yield m
-    del sys.modules[m.__name__]
+    """An @overload implementation and a register_jitable function reading a global."""
+    yield from _module("dep_guard_overloaded", OVERLOADED)
 
 
 def test_overload_and_register_jitable_compiles_made_under_other_globals_are_not_stored(

@@ -98,20 +98,26 @@ def test_served_kernel_has_what_the_dispatcher_reads(store):
     assert not hasattr(kernel, "target_context")  # bind() must not compile
 
 
-def test_compile_warnings_are_said_again_on_a_hit(store):
+def _chatty(store):
+    """A kernel whose compile warns (print() of 33 items: NumbaWarning), defined anew."""
     from numba import cuda
-    from numba.cuda import types
-    from numba.cuda.core.errors import NumbaWarning
 
     from kcache.dispatcher import jit
 
+    @jit(store=store)
+    def chatty(a):
+        print(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20,
+              21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33)
+        a[0] = cuda.grid(1)
+    return chatty
+
+
+def test_compile_warnings_are_said_again_on_a_hit(store):
+    from numba.cuda import types
+    from numba.cuda.core.errors import NumbaWarning
+
     def define():
-        @jit(store=store)
-        def chatty(a):
-            print(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20,
-                  21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33)
-            a[0] = cuda.grid(1)
-        return chatty
+        return _chatty(store)
 
     sig = (types.int32[::1],)
     with fake_gpu((9, 0)):
@@ -498,19 +504,11 @@ def test_replayed_warnings_are_bounded_and_escaped():
 
 
 def test_a_replayed_warning_made_an_error_by_the_filters_is_raised_not_a_fallback(store):
-    from numba import cuda
     from numba.cuda import types
     from numba.cuda.core.errors import NumbaWarning
 
-    from kcache.dispatcher import jit
-
     def define():
-        @jit(store=store)
-        def chatty(a):
-            print(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20,
-                  21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33)
-            a[0] = cuda.grid(1)
-        return chatty
+        return _chatty(store)
 
     sig = (types.int32[::1],)
     with fake_gpu((9, 0)):
