@@ -89,10 +89,14 @@ def run(args) -> int:
     if not args.cc and (args.signatures or (args.targets and not args.replay)):
         raise UsageError("warm needs --cc, e.g. --cc 8.0,9.0 (forms: 8.0, 80, sm_90, sm_90a)")
     try:
-        from kcache.dispatcher import discover, replay, sigfile, warm
+        from kcache.dispatcher import _support
     except ImportError as exc:
         raise Problem(f"warm needs numba-cuda ({exc}); install kcache-cuda[cu12] or "
                       "kcache-cuda[cu13]") from None
+    reason = _support.refusal()
+    if reason is not None:  # a numba-cuda kcache does not support: nothing can be warmed
+        raise Problem(reason)
+    from kcache.dispatcher import discover, replay, sigfile, warm
     try:
         ccs = warm.parse_cc_list(args.cc) if args.cc else []
     except ValueError as exc:

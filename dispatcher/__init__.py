@@ -37,7 +37,17 @@ def __getattr__(name: str):
     where = _WHERE.get(name)
     if where is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(_importlib.import_module(where, __name__), name)
+    try:
+        module = _importlib.import_module(where, __name__)
+    except ImportError:
+        # The bridge cannot be imported with this numba-cuda: say so in kcache's one line.
+        from ._support import refusal
+        reason = refusal()
+        if reason is None:
+            raise
+        from kcache.errors import KcacheError
+        raise KcacheError(reason) from None
+    value = getattr(module, name)
     globals()[name] = value  # later look-ups are plain attribute reads
     return value
 

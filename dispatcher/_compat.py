@@ -1,17 +1,22 @@
-"""Every use of numba-cuda internals, in one place (tested range: numba-cuda >=0.30,<0.31).
+"""Every use of numba-cuda internals, in one place (supported: numba-cuda >=0.26,<0.31).
 
 Each function names the numba-cuda code it mirrors; docs/compat.md lists them all. Nothing
 else in kcache touches a private numba-cuda name, so a numba-cuda upgrade is checked here.
+What differs between the supported versions is found by testing for the feature (an import,
+an attribute, a parameter), never by version number: :data:`LAUNCH_CONFIGS` (0.30's
+launch-configuration-sensitive kernels). :func:`missing_internals` lists what kcache needs
+and the installed numba-cuda lacks; ``_support.refusal`` turns it into the one line that
+switches caching off (docs/compat.md).
 """
 from __future__ import annotations
 
 import contextlib
+import inspect
 import sys
 import threading
 
 from numba.cuda import codegen as _codegen
 from numba.cuda import dispatcher as _dispatcher
-from numba.cuda import launchconfig as _launchconfig
 from numba.cuda import types
 from numba.cuda.api import get_current_device
 from numba.cuda.core import config as _config
@@ -21,16 +26,76 @@ from numba.cuda.core.compiler_lock import global_compiler_lock
 from numba.cuda.memory_management.nrt import NRT_LIBRARY
 from numba.cuda.typing import signature as _make_signature
 
-from cuda.core import ObjectCode
+try:  # cuda-core >= 0.5 (numba-cuda 0.26 needs 0.5.1; before 0.30.2 it pins < 1.0)
+    from cuda.core import ObjectCode
+except ImportError:  # cuda-core 0.3-0.4, which numba-cuda <= 0.24 accepts: as its _compat does
+    from cuda.core.experimental import ObjectCode
+
+try:  # numba-cuda >= 0.30: kernels whose code depends on their launch configuration
+    from numba.cuda import launchconfig as _launchconfig
+except ImportError:
+    _launchconfig = None
 
 from kcache.arch import full_cc
 
 CUDADispatcher = _dispatcher.CUDADispatcher
 Kernel = _dispatcher._Kernel
 CUDACodeLibrary = _codegen.CUDACodeLibrary
+#: True when numba-cuda has launch-configuration-sensitive kernels (``launchconfig``,
+#: ``CUDADispatcher._cache_launch_config_key``, ``_Kernel._rebuild(launch_config_sensitive=)``;
+#: numba-cuda 0.30). Without them no kernel is sensitive, and none served is either.
+LAUNCH_CONFIGS = (_launchconfig is not None
+                  and hasattr(CUDADispatcher, "_cache_launch_config_key")
+                  and hasattr(_dispatcher, "_NO_LAUNCH_CONFIG_CACHE_KEY")
+                  and "launch_config_sensitive" in inspect.signature(Kernel._rebuild).parameters)
 #: numba-cuda's marker for "no launch configuration" in launch-config-sensitive cache keys
-#: (kcache warm --replay skips entries keyed by another launch configuration).
-NO_LAUNCH_CONFIG = _dispatcher._NO_LAUNCH_CONFIG_CACHE_KEY
+#: (kcache warm --replay skips entries keyed by another launch configuration). Where numba-cuda
+#: has none, 0.30's text: an entry a 0.30 toolchain made without a launch configuration can
+#: still be replayed with an older one.
+NO_LAUNCH_CONFIG = getattr(_dispatcher, "_NO_LAUNCH_CONFIG_CACHE_KEY",
+                           "__numba_cuda_no_launch_config__")
+
+#: What kcache calls on numba-cuda, tested by :func:`missing_internals` (beyond the imports
+#: above): the parameters of the two ``_rebuild`` classmethods :func:`rebuild_kernel` calls, and
+#: the methods the served library and kernel override or read. 0.24 and older lack
+#: ``_Kernel._rebuild(shared_memory_carveout=)`` (and 0.22-0.23 key compute capabilities
+#: without the "a" suffix and keep PTX as one string, which kernel_state would misfile).
+_REBUILD_PARAMETERS = (
+    ("_Kernel", Kernel, ("cooperative", "name", "signature", "codelibrary", "debug",
+                         "lineinfo", "call_helper", "extensions", "shared_memory_carveout")),
+    ("CUDACodeLibrary", CUDACodeLibrary, (
+        "codegen", "name", "entry_name", "llvm_strs", "ptx_cache", "cubin_cache",
+        "linkerinfo_cache", "max_registers", "nvvm_options", "needs_cudadevrt", "nrt",
+        "use_cooperative", "lto")),
+)
+_METHODS = (
+    ("CUDACodeLibrary", CUDACodeLibrary, ("_ensure_cc", "get_cubin", "get_asm_strs",
+                                          "get_ltoir", "get_lto_ptx", "llvm_strs")),
+    ("_Kernel", Kernel, ("bind", "launch", "argument_types")),
+    ("CUDADispatcher", CUDADispatcher, ("compile", "compile_device", "enable_caching",
+                                        "specialize", "add_overload", "typeof_pyval",
+                                        "disable_compile", "recompile")),
+)
+
+
+def missing_internals() -> list:
+    """The numba-cuda internals kcache needs that the installed numba-cuda lacks, by name
+    (e.g. ``"_Kernel._rebuild(shared_memory_carveout=)"``); [] when it has them all. Feature
+    tests only (``_support.refusal`` makes the line; a module this one imports being gone
+    fails its import, which ``refusal`` reports too)."""
+    missing = []
+    for name, cls, wanted in _REBUILD_PARAMETERS:
+        try:
+            have = inspect.signature(cls._rebuild).parameters
+        except (AttributeError, TypeError, ValueError):
+            missing.append(f"{name}._rebuild")
+            continue
+        missing += [f"{name}._rebuild({p}=)" for p in wanted if p not in have]
+    for name, cls, wanted in _METHODS:
+        missing += [f"{name}.{m}" for m in wanted if not hasattr(cls, m)]
+    if not hasattr(_dispatcher, "get_current_device"):  # what offline_target replaces
+        missing.append("numba.cuda.dispatcher.get_current_device")
+    return missing
 
 
 __all__ = [
@@ -40,7 +105,8 @@ __all__ = [
     "kernel_state", "rebuild_kernel", "ServedKernel", "ServedCodeLibrary", "make_call_helper", "offline_target", "patch_dispatcher",
     "unpatch_dispatcher", "is_patched", "supported_ccs", "launch_config_key",
     "overload_implementations", "numba_config", "numba_cache_refusal", "fixed_signatures",
-    "extension_registries", "extension_parts", "extension_records",
+    "extension_registries", "extension_parts", "extension_records", "LAUNCH_CONFIGS",
+    "NO_LAUNCH_CONFIG", "missing_internals", "launch_config_specialization",
 ]
 
 
@@ -116,8 +182,9 @@ def current_cc() -> tuple:
 
 
 def current_launch_config():
-    """numba-cuda's launch configuration of the launch now compiling, or None."""
-    return _launchconfig.current_launch_config()
+    """numba-cuda's launch configuration of the launch now compiling, or None (always None
+    without :data:`LAUNCH_CONFIGS`)."""
+    return _launchconfig.current_launch_config() if LAUNCH_CONFIGS else None
 
 
 def compile_kernel(py_func, argtypes: tuple, targetoptions: dict):
@@ -312,16 +379,20 @@ def rebuild_kernel(state: dict, argtypes: tuple, cc, *, extensions, exceptions: 
         # Linking PTX must not go through LTO-IR, which a rebuilt library does not have.
         lto=state["lto"] if use == "cubin" else False,
     )
+    sensitive = {}
+    if LAUNCH_CONFIGS:
+        sensitive["launch_config_sensitive"] = state["launch_config_sensitive"]
+    elif state["launch_config_sensitive"]:  # no such kernel without them: not this toolchain's
+        raise ValueError("the entry is launch-config sensitive, which this numba-cuda is not")
     kernel = Kernel._rebuild(  # its super(cls, ...).__init__() call needs cls to be _Kernel
         cooperative=state["cooperative"], name=state["entry_name"],
         signature=_make_signature(types.none, *argtypes), codelibrary=lib,
         debug=state["debug"], lineinfo=state["lineinfo"],
         call_helper=make_call_helper(exceptions), extensions=list(extensions or []),
-        shared_memory_carveout=state["shared_memory_carveout"],
-        launch_config_sensitive=state["launch_config_sensitive"],
+        shared_memory_carveout=state["shared_memory_carveout"], **sensitive,
     )
     kernel.__class__ = ServedKernel
-    # What _Kernel.__init__ sets and _Kernel._rebuild does not (numba-cuda 0.30).
+    # What _Kernel.__init__ sets and _Kernel._rebuild does not (numba-cuda 0.26-0.30).
     kernel.objectmode = False
     kernel.entry_point = None
     kernel.py_func = py_func
@@ -436,8 +507,27 @@ def is_patched() -> bool:
 def launch_config_key(dispatcher, launch_config):
     """numba-cuda's launch-config cache key for ``dispatcher`` (``_cache_launch_config_key``):
     ``(griddim, blockdim, sharedmem)`` or its "no launch configuration" marker
-    (``dispatcher._NO_LAUNCH_CONFIG_CACHE_KEY``)."""
+    (``dispatcher._NO_LAUNCH_CONFIG_CACHE_KEY``); the marker without :data:`LAUNCH_CONFIGS`."""
+    if not LAUNCH_CONFIGS:
+        return NO_LAUNCH_CONFIG
     return dispatcher._cache_launch_config_key(launch_config)
+
+
+def launch_config_specialization(dispatcher, key, make):
+    """The dispatcher of ``dispatcher``'s kernel for launch configuration ``key``, made by
+    ``make()`` the first time. Mirrors ``CUDADispatcher._get_launch_config_specialization``
+    (numba-cuda 0.30, which calls it only for a launch-config-sensitive kernel; never called
+    without :data:`LAUNCH_CONFIGS`)."""
+    specializations = dispatcher._launch_config_specializations
+    made = specializations.get(key)
+    if made is None:
+        made = make()
+        made._launch_config_sensitive = True
+        made._launch_config_is_specialized = True
+        made._launch_config_specialization_key = key
+        made._launch_config_default_key = key
+        specializations[key] = made
+    return made
 
 
 # --- @overload implementations (for the source fingerprint) ---------------------------------

@@ -20,7 +20,7 @@ import time
 from kcache import arch as _arch
 from kcache.errors import KcacheError, LockTimeout
 
-from . import _compat
+from . import _compat, _support
 from .components import Uncacheable
 from .dispatcher import (KCacheDispatcher, explain_enabled, kernel_key, kernel_name,
                          log_explanations)
@@ -203,7 +203,9 @@ def compile_for(kernel, signatures, cc=DEFAULT_CC, store=None, *, cache_key=None
     kernel that does not compile, and :class:`CompileForError` (a ``kcache.KcacheError``)
     when any entry could not be stored: KCACHE_DISABLE is set, the root is read-only,
     missing or full, the kernel cannot be cached (``Uncacheable``'s reason), a lock timed
-    out. It is raised after storing every entry that could be stored.
+    out. It is raised after storing every entry that could be stored. Raises
+    ``kcache.KcacheError`` with ``_support.refusal``'s line, before anything else, when the
+    installed numba-cuda is one kcache does not support.
     """
     return [r.key for r in compile_for_report(kernel, signatures, cc, store, cache_key=cache_key)]
 
@@ -213,6 +215,9 @@ def compile_for_report(kernel, signatures, cc=DEFAULT_CC, store=None, *,
     """:func:`compile_for`, returning a :class:`CompiledEntry` per (cc, signature) instead of
     its key: whether it was compiled now or already cached, and the compile seconds. Same
     arguments and errors."""
+    reason = _support.refusal()
+    if reason is not None:
+        raise KcacheError(reason)
     if not isinstance(kernel, _compat.CUDADispatcher):
         raise TypeError(f"compile_for needs a kernel made by kcache.jit or numba.cuda.jit, "
                         f"not {type(kernel).__name__}")

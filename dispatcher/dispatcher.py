@@ -409,19 +409,15 @@ class KCacheDispatcher(_compat.CUDADispatcher):
         return specialization
 
     def _get_launch_config_specialization(self, key):
-        # Mirrors CUDADispatcher._get_launch_config_specialization with a KCacheDispatcher.
-        dispatcher = self._launch_config_specializations.get(key)
-        if dispatcher is None:
-            dispatcher = KCacheDispatcher(self.py_func, self.targetoptions,
-                                          self._compiler.pipeline_class, kcache=self._kcache)
-            dispatcher._launch_config_sensitive = True
-            dispatcher._launch_config_is_specialized = True
-            dispatcher._launch_config_specialization_key = key
-            dispatcher._launch_config_default_key = key
+        # CUDADispatcher's (numba-cuda 0.30, for launch-config-sensitive kernels), with a
+        # KCacheDispatcher.
+        def make():
+            made = KCacheDispatcher(self.py_func, self.targetoptions,
+                                    self._compiler.pipeline_class, kcache=self._kcache)
             # numba-cuda gives these its cache when the parent has it (enable_caching()).
-            dispatcher._kcache_numba_cache = self._kcache_numba_cache
-            self._launch_config_specializations[key] = dispatcher
-        return dispatcher
+            made._kcache_numba_cache = self._kcache_numba_cache
+            return made
+        return _compat.launch_config_specialization(self, key, make)
 
     @property
     def stats(self):

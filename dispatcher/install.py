@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import threading
 
-from . import _compat
+from . import _support
 
 # The dispatcher module (and with it the store and the key) is imported by the first cached
 # kernel, not by install(): KCACHE_ENABLE=1 installs in every process that imports numba.cuda.
@@ -69,7 +69,8 @@ def _options(options):
 
 def ensure_patched() -> None:
     """Apply the ``CUDADispatcher`` patch if it is not in effect (inert until install() or
-    kcache.jit set options)."""
+    kcache.jit set options). Only with a numba-cuda kcache supports (``_support.refusal``)."""
+    from . import _compat  # the bridge: imported once numba-cuda is known to be supported
     if not _compat.is_patched():
         _compat.patch_dispatcher(_on_enable_caching, _on_init)
 
@@ -87,15 +88,18 @@ def install(mode: str = "cache", *, store=None, cache_key: str | None = None,
     per kernel, then compiled; False -> compiles allowed whatever ``KCACHE_REQUIRE_HIT`` says;
     None (default) -> ``KCACHE_REQUIRE_HIT`` decides. Dispatchers created before the call are
     not changed (but ``require_hit`` holds for them too). Raises ValueError for another mode
-    or ``require_hit`` value.
+    or ``require_hit`` value. With a numba-cuda kcache does not support
+    (``_support.refusal``): warned once, numba-cuda left alone, nothing installed.
     """
     if mode not in MODES:
         raise ValueError(f"kcache.install: mode must be one of {MODES}, not {mode!r}")
-    from .require import set_mode
-    set_mode(require_hit)
-    ensure_patched()
     if cache_key is not None and not isinstance(cache_key, str):  # as Options() says it
         raise TypeError(f"cache_key must be a str or None, not {type(cache_key).__name__}")
+    from .require import set_mode
+    set_mode(require_hit)
+    if _support.warn_refusal():
+        return
+    ensure_patched()
     _state["options"] = {"store": store, "cache": True, "cache_key": cache_key}
     _state["mode"] = mode
 
@@ -107,7 +111,9 @@ def uninstall() -> None:
     _state["options"] = None
     _state["mode"] = None
     set_mode(None)  # back to KCACHE_REQUIRE_HIT
-    _compat.unpatch_dispatcher()
+    if _support.refusal() is None:  # else nothing was patched
+        from . import _compat
+        _compat.unpatch_dispatcher()
 
 
 def installed() -> str | None:

@@ -1,7 +1,7 @@
 """``kcache.jit``: ``numba.cuda.jit`` with kcache caching on by default."""
 from __future__ import annotations
 
-from . import _compat
+from . import _support
 from .install import adopting
 
 
@@ -17,17 +17,25 @@ def jit(func_or_sig=None, *, cache: bool = True, cache_key: str | None = None, s
     is a ``kcache.Store`` (default: ``kcache.Store()`` configured by ``KCACHE_*``).
     Returns a :class:`~kcache.dispatcher.dispatcher.KCacheDispatcher` (device functions: a
     plain ``CUDADispatcher``) or, given only signatures, a decorator. Errors are
-    ``numba.cuda.jit``'s; a non-str ``cache_key`` is a TypeError.
+    ``numba.cuda.jit``'s; a non-str ``cache_key`` is a TypeError. With a numba-cuda kcache
+    does not support (``_support.refusal``: warned once), ``numba.cuda.jit(func_or_sig,
+    **kwargs)`` itself: nothing cached.
     """
     from numba import cuda
 
-    from .dispatcher import Options  # the store and the key come with the first kernel
-
-    options = Options(store=store, cache=cache, cache_key=cache_key)
+    if cache_key is not None and not isinstance(cache_key, str):  # as Options() says it
+        raise TypeError(f"cache_key must be a str or None, not {type(cache_key).__name__}")
     if func_or_sig is None:
         def decorator(func):
             return jit(func, cache=cache, cache_key=cache_key, store=store, **kwargs)
         return decorator
+    if _support.warn_refusal():
+        return cuda.jit(func_or_sig, **kwargs)
+
+    from . import _compat
+    from .dispatcher import Options  # the store and the key come with the first kernel
+
+    options = Options(store=store, cache=cache, cache_key=cache_key)
     with adopting(options):
         result = cuda.jit(func_or_sig, cache=True, **kwargs)
     if not (_compat.is_signature(func_or_sig) or isinstance(func_or_sig, list)):

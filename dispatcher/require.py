@@ -17,8 +17,6 @@ from kcache import arch as _arch
 from kcache.errors import CacheMissError
 from kcache.warn import warn_once
 
-from . import _compat
-
 ENV = "KCACHE_REQUIRE_HIT"
 RAISE, WARN = "raise", "warn"
 _OFF = {"", "0", "false", "no", "off"}
@@ -61,6 +59,9 @@ def check(dispatcher, argtypes) -> None:
     how = mode()
     if how is None:
         return
+    # The bridge is imported here, not with this module: install() imports this module
+    # before it knows whether numba-cuda is supported (_support.refusal).
+    from . import _compat
     cc = _compat.current_cc()
     name, shown = dispatcher._kcache_name(), _compat.signature_display(argtypes)
     reason = _reason(dispatcher, argtypes, cc)

@@ -20,6 +20,8 @@ import pytest
 
 pytest.importorskip("numba.cuda")
 
+pytestmark = pytest.mark.compat  # runs in every leg of tests/compat/run.sh (docs/compat.md)
+
 import kcache  # noqa: E402
 from kcache import arch as kc_arch  # noqa: E402
 from kcache.dispatcher import (CompileForError, _compat, compile_for,  # noqa: E402

@@ -12,6 +12,8 @@ import pytest
 
 pytest.importorskip("numba.cuda")
 
+pytestmark = pytest.mark.compat  # runs in every leg of tests/compat/run.sh (docs/compat.md)
+
 import kcache  # noqa: E402
 from kcache.dispatcher import _compat  # noqa: E402
 
@@ -75,6 +77,36 @@ def test_miss_then_hit_in_a_new_dispatcher(store):
     assert kern2.entry_name == kern1.entry_name
     assert k2.overloads[sig] is kern2
     assert store.stats()["compiles"] == 1
+
+
+def test_a_served_kernel_is_what_this_numba_cuda_builds(store):
+    """Launch-configuration sensitivity (numba-cuda 0.30) only where numba-cuda has it: a
+    served kernel has the fields a compiled one has, with the same values."""
+    from numba.cuda import types
+    sig = (types.float32[::1],)
+    with fake_gpu((9, 0)):
+        compiled = _kernels(store).compile(sig)
+        served_by = _kernels(store)
+        served = served_by.compile(sig)
+    assert served_by.stats.cache_hits[sig] == 1
+    for field in ("launch_config_sensitive", "shared_memory_carveout", "cooperative"):
+        assert hasattr(served, field) == hasattr(compiled, field), field
+        assert getattr(served, field, None) == getattr(compiled, field, None), field
+    assert hasattr(compiled, "launch_config_sensitive") == _compat.LAUNCH_CONFIGS
+    assert _compat.current_launch_config() is None  # no launch under way
+
+
+def test_a_launch_config_sensitive_entry_is_refused_without_launch_configs(store, monkeypatch):
+    from numba.cuda import types
+    sig = (types.float32[::1],)
+    with fake_gpu((9, 0)):
+        kernel = _kernels(store).compile(sig)
+        state = _compat.kernel_state(kernel, (9, 0, "a"))
+    state["launch_config_sensitive"] = True
+    monkeypatch.setattr(_compat, "LAUNCH_CONFIGS", False)
+    with pytest.raises(ValueError, match="launch-config sensitive"):
+        _compat.rebuild_kernel(state, sig, (9, 0, "a"), extensions=[], exceptions={})
+    assert _compat.launch_config_key(None, None) == _compat.NO_LAUNCH_CONFIG
 
 
 SCALE = 2.0  # read by _scaled's kernel: a test rebinds it

@@ -9,6 +9,8 @@ import pytest
 
 pytest.importorskip("numba.cuda")
 
+pytestmark = pytest.mark.compat  # runs in every leg of tests/compat/run.sh (docs/compat.md)
+
 from numba import cuda  # noqa: E402
 
 from kcache.dispatcher import KCacheDispatcher, _compat, install, installed, uninstall  # noqa: E402

@@ -10,6 +10,8 @@ import pytest
 
 pytest.importorskip("numba.cuda")
 
+pytestmark = pytest.mark.compat  # runs in every leg of tests/compat/run.sh (docs/compat.md)
+
 import kcache  # noqa: E402
 from kcache import Entry  # noqa: E402
 from kcache.dispatcher.kernel_entry import (  # noqa: E402

@@ -17,7 +17,8 @@ import clikit
 
 pytest.importorskip("numba.cuda")
 
-pytestmark = pytest.mark.slow  # each test compiles kernels in `kcache warm` processes
+# slow: each test compiles kernels in `kcache warm` processes; compat: tests/compat/run.sh
+pytestmark = [pytest.mark.slow, pytest.mark.compat]
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE_SIGS = REPO / "examples" / "kernels.sigs"

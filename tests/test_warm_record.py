@@ -14,6 +14,8 @@ import pytest
 
 pytest.importorskip("numba.cuda")
 
+pytestmark = pytest.mark.compat  # runs in every leg of tests/compat/run.sh (docs/compat.md)
+
 from kcache.dispatcher import record, sigfile  # noqa: E402
 from kcache.warn import KcacheWarning  # noqa: E402
 

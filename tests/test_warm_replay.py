@@ -18,7 +18,8 @@ pytest.importorskip("numba.cuda")
 
 from kcache import Store, make_key  # noqa: E402
 
-pytestmark = pytest.mark.slow  # compiles kernels under two toolchains
+# slow: compiles kernels under two toolchains; compat: tests/compat/run.sh
+pytestmark = [pytest.mark.slow, pytest.mark.compat]
 
 REPO = Path(__file__).resolve().parents[1]
 SIGS = REPO / "examples" / "kernels.sigs"
@@ -204,6 +205,8 @@ def hostile_cache(form: str, one_entry, tmp_path, monkeypatch) -> tuple:
 
 @pytest.mark.parametrize("form", ["root", "bundle", "remote", "readonly", "shared"])
 def test_replay_never_imports_a_module_an_entry_names(form, one_entry, tmp_path, monkeypatch):
+    if form == "remote":
+        pytest.importorskip("fsspec")  # the file:// remote tier's client (kcache-cuda[s3])
     root, env = hostile_cache(form, one_entry, tmp_path, monkeypatch)
     work = tmp_path / "work"
     (work / "src").mkdir(parents=True)

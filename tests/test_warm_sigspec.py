@@ -10,6 +10,8 @@ import pytest
 
 pytest.importorskip("numba.cuda")
 
+pytestmark = pytest.mark.compat  # runs in every leg of tests/compat/run.sh (docs/compat.md)
+
 from numba.cuda import types as T  # noqa: E402
 from numba.cuda.np.numpy_support import from_dtype  # noqa: E402
 
