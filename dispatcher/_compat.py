@@ -41,13 +41,29 @@ from kcache.arch import full_cc
 CUDADispatcher = _dispatcher.CUDADispatcher
 Kernel = _dispatcher._Kernel
 CUDACodeLibrary = _codegen.CUDACodeLibrary
-#: True when numba-cuda has launch-configuration-sensitive kernels (``launchconfig``,
-#: ``CUDADispatcher._cache_launch_config_key``, ``_Kernel._rebuild(launch_config_sensitive=)``;
-#: numba-cuda 0.30). Without them no kernel is sensitive, and none served is either.
-LAUNCH_CONFIGS = (_launchconfig is not None
-                  and hasattr(CUDADispatcher, "_cache_launch_config_key")
-                  and hasattr(_dispatcher, "_NO_LAUNCH_CONFIG_CACHE_KEY")
-                  and "launch_config_sensitive" in inspect.signature(Kernel._rebuild).parameters)
+
+
+def _parameters(cls, method: str):
+    """The parameter names of ``cls.method`` (a frozenset), or None where it has none."""
+    try:
+        return frozenset(inspect.signature(getattr(cls, method)).parameters)
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+
+#: numba-cuda 0.30's launch-configuration-sensitive kernels, by name -> present here.
+_LAUNCH_CONFIG_FEATURES = {
+    "numba.cuda.launchconfig": _launchconfig is not None,
+    "CUDADispatcher._cache_launch_config_key": hasattr(CUDADispatcher, "_cache_launch_config_key"),
+    "numba.cuda.dispatcher._NO_LAUNCH_CONFIG_CACHE_KEY":
+        hasattr(_dispatcher, "_NO_LAUNCH_CONFIG_CACHE_KEY"),
+    "_Kernel._rebuild(launch_config_sensitive=)":
+        "launch_config_sensitive" in (_parameters(Kernel, "_rebuild") or ()),
+}
+#: True when numba-cuda has launch-configuration-sensitive kernels (all of the above; 0.30).
+#: Without them (0.26-0.29) no kernel is sensitive, and none served is either; a numba-cuda
+#: with some of them only is refused (:func:`missing_internals`).
+LAUNCH_CONFIGS = all(_LAUNCH_CONFIG_FEATURES.values())
 #: numba-cuda's marker for "no launch configuration" in launch-config-sensitive cache keys
 #: (kcache warm --replay skips entries keyed by another launch configuration). Where numba-cuda
 #: has none, 0.30's text: an entry a 0.30 toolchain made without a launch configuration can
@@ -85,16 +101,17 @@ def missing_internals() -> list:
     fails its import, which ``refusal`` reports too)."""
     missing = []
     for name, cls, wanted in _REBUILD_PARAMETERS:
-        try:
-            have = inspect.signature(cls._rebuild).parameters
-        except (AttributeError, TypeError, ValueError):
+        have = _parameters(cls, "_rebuild")
+        if have is None:
             missing.append(f"{name}._rebuild")
-            continue
-        missing += [f"{name}._rebuild({p}=)" for p in wanted if p not in have]
+        else:
+            missing += [f"{name}._rebuild({p}=)" for p in wanted if p not in have]
     for name, cls, wanted in _METHODS:
         missing += [f"{name}.{m}" for m in wanted if not hasattr(cls, m)]
     if not hasattr(_dispatcher, "get_current_device"):  # what offline_target replaces
         missing.append("numba.cuda.dispatcher.get_current_device")
+    if any(_LAUNCH_CONFIG_FEATURES.values()):  # all or none: a kernel kcache cannot key else
+        missing += [name for name, here in _LAUNCH_CONFIG_FEATURES.items() if not here]
     return missing
 
 

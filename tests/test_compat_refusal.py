@@ -175,3 +175,13 @@ def test_missing_internals_names_each_one(monkeypatch):
     missing = _compat.missing_internals()
     assert "_Kernel._rebuild(shared_memory_carveout=)" in missing
     assert "CUDACodeLibrary.get_lto_ptx" in missing
+
+
+@pytest.mark.parametrize("present, missing", [
+    ((True, True), []),  # numba-cuda 0.30
+    ((False, False), []),  # 0.26-0.29: no launch-configuration-sensitive kernels at all
+    ((True, False), ["second"]),  # some only: kcache could not key such a kernel
+])
+def test_launch_configurations_are_all_or_nothing(monkeypatch, present, missing):
+    monkeypatch.setattr(_compat, "_LAUNCH_CONFIG_FEATURES", dict(zip(("first", "second"), present)))
+    assert [m for m in _compat.missing_internals() if m in ("first", "second")] == missing
