@@ -28,6 +28,9 @@ from kcache.cli.values import flatten, number
 #: header with more (hostile, or a bug) ends with a ``…`` line rather than flooding.
 MAX_FIELDS = 1000
 
+#: Characters of PTX or SASS text escaped and written at once.
+_TEXT_PIECE = 1 << 20
+
 #: Artifact name -> file suffix written by --extract.
 EXTRACT = {"cubin": ".cubin", "ptx": ".ptx", "ltoir": ".ltoir"}
 
@@ -199,8 +202,12 @@ def _print(args, view: EntryView, problem: str | None, extra: dict) -> None:
         if label in doc:
             sys.stdout.write(f"\n# {label.upper()}\n")
             # Text from a cache file (or a tool reading it): escape sequences stay inert;
-            # lines and tabs are kept. --extract writes the exact bytes.
-            sys.stdout.write(escape(doc[label].rstrip("\n"), keep="\n\t") + "\n")
+            # lines and tabs are kept. --extract writes the exact bytes. Escaped and written
+            # a piece at a time: a 256 MiB PTX of ESC is 1 GiB once escaped.
+            text = doc[label].rstrip("\n")
+            for at in range(0, len(text), _TEXT_PIECE):
+                sys.stdout.write(escape(text[at:at + _TEXT_PIECE], keep="\n\t"))
+            sys.stdout.write("\n")
     for path in doc.get("extracted", ()):
         sys.stderr.write(f"kcache: wrote {escape(path)}\n")
 
