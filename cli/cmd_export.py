@@ -61,8 +61,9 @@ def run(args) -> int:
         raise UsageError("export: OUT '-': a bundle is written to a file, not to standard "
                          "output (accepted: a file path)")
     out = Path(os.path.realpath(Path(args.out).expanduser()))
-    if out.is_dir():
-        raise UsageError(f"export: {out} is a folder (accepted: a file path for the bundle)")
+    if out.is_dir() or args.out.endswith("/"):  # "new/" names a folder, never a file "new"
+        raise UsageError(f"export: {args.out if args.out.endswith('/') else out} is a folder "
+                         "(accepted: a file path for the bundle)")
     if not out.parent.is_dir():  # said before any entry is read, not as the temp file's error
         what = (f"{out.parent} is not a folder" if out.parent.exists()
                 else f"the folder {out.parent} does not exist")

@@ -125,7 +125,7 @@ def write_artifact(args, view: EntryView, artifacts: dict) -> int:
     try:
         write_into(path, data)
     except OSError as exc:
-        raise Problem(f"cannot write {path}: {_why(exc)}") from None
+        raise Problem(f"cannot write {path}: {_why(exc, path)}") from None
     if want_json(args):
         print_json({"key": view.key, "artifact": args.artifact, "output": str(path),
                     "bytes": len(data)})
@@ -171,10 +171,19 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
-def _why(exc: OSError) -> str:
-    """An output's OSError in words (ENXIO from ``O_NONBLOCK`` is a FIFO no process reads)."""
+def _why(exc: OSError, path: Path) -> str:
+    """An output's OSError in words (ENXIO from ``O_NONBLOCK``: a FIFO no process reads, a
+    socket, a device that is not there)."""
     if exc.errno == errno.ENXIO:
-        return "a FIFO no process is reading (or a device not there): nothing written"
+        try:
+            mode = os.stat(path).st_mode
+        except OSError:
+            mode = 0
+        if stat.S_ISSOCK(mode):
+            return "a socket, not a file: nothing written"
+        if stat.S_ISFIFO(mode):
+            return "a FIFO no process is reading: nothing written"
+        return "a device that is not there: nothing written"
     if exc.errno == errno.ELOOP:
         return "a symlink, not followed for a name kcache made: nothing written"
     return exc.strerror or str(exc)
@@ -323,7 +332,7 @@ def extract(view: EntryView, artifacts: dict, directory: Path) -> list[Path]:
             try:
                 write_new(path, bytes(artifacts[name]))
             except OSError as exc:
-                raise Problem(f"cannot write {path}: {_why(exc)}") from None
+                raise Problem(f"cannot write {path}: {_why(exc, path)}") from None
             written.append(path)
     if not written:
         raise Problem(f"entry {view.short_key} has no cubin, PTX or LTO-IR to extract")

@@ -99,15 +99,19 @@ def test_export_reports_the_format_it_wrote(src, tmp_path):
 
 
 def test_export_output_folders_that_cannot_be(src, tmp_path, nodes):
+    (nodes / "loop").symlink_to(nodes / "loop")
     cases = [(nodes / "fifo" / "b.kcb", 2, f"export: {nodes / 'fifo'} is not a folder"),
              (tmp_path / "absent" / "b.kcb", 2, f"export: the folder {tmp_path / 'absent'} does not exist"),
              (tmp_path, 2, f"export: {tmp_path} is a folder"),
+             (f"{tmp_path}/new.kcb/", 2, f"export: {tmp_path}/new.kcb/ is a folder"),
+             (nodes / "loop", 1, f"export: cannot look at {nodes / 'loop'} (Too many levels of symbolic links)"),
              ("/proc/kcache-test.kcb", 1, "export: cannot write /proc/kcache-test.kcb (")]
     for out, status, expected in cases:
         done = kcache("--dir", src, "export", out)
         assert done.returncode == status and done.stderr.count("\n") == 1, done.stderr
         assert done.stderr.startswith(f"kcache: {expected}"), done.stderr
         assert ".tmp" not in done.stderr  # named by OUT, not by the temp file
+    assert not (tmp_path / "new.kcb").exists()
 
 
 def key_of(root) -> str:
@@ -122,8 +126,11 @@ def test_show_output_never_waits_for_a_fifo_reader(src, nodes):
     key = key_of(src)[:12]
     done = kcache("--dir", src, "show", key, "--artifact", "cubin", "-o", nodes / "fifo", timeout=30)
     assert done.returncode == 1 and done.stderr == (
-        f"kcache: cannot write {nodes / 'fifo'}: a FIFO no process is reading (or a device not "
-        "there): nothing written\n"), done.stderr
+        f"kcache: cannot write {nodes / 'fifo'}: a FIFO no process is reading: nothing "
+        "written\n"), done.stderr
+    done = kcache("--dir", src, "show", key, "--artifact", "cubin", "-o", nodes / "sock", timeout=30)
+    assert done.returncode == 1 and done.stderr == (
+        f"kcache: cannot write {nodes / 'sock'}: a socket, not a file: nothing written\n"), done.stderr
     # with a reader, the bytes go to it, as `cp` would send them (they fit the pipe's buffer)
     reader = os.open(nodes / "fifo", os.O_RDONLY | os.O_NONBLOCK)  # open before kcache starts
     try:
