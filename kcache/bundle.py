@@ -183,8 +183,8 @@ def check_target(out: Path) -> None:
                           "replace)")
 
 
-_KIND = {stat.S_IFDIR: "a folder", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
-         stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket"}
+_KIND = {stat.S_IFDIR: "a folder", stat.S_IFCHR: "a character device",
+         stat.S_IFBLK: "a block device", stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket"}
 
 
 def _record(rec: dict, data: bytes) -> dict:
