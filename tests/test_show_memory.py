@@ -16,7 +16,7 @@ import pytest
 import ptykit
 from kcache import Entry, Store, make_key
 from kcache.text import escape
-from test_bundle_hostile import measured
+from test_bundle_hostile import _LAUNCHER, measured  # the launcher reports kcache's own peak
 
 pytestmark = pytest.mark.exec_children  # peak memory of a fresh interpreter
 
@@ -50,16 +50,6 @@ def test_show_ptx_is_escaped_in_bounded_memory(hostile):
     assert status == 0 and err == "", err
     assert out.endswith("\n# PTX\n" + "\\x1b" * (16 * MiB) + "\n")
     assert rss <= MAX_RSS, f"peak {rss >> 20} MiB"
-
-
-_LAUNCHER = """
-import os, subprocess, sys
-proc = subprocess.Popen([sys.executable, "-m", "kcache", *sys.argv[2:]])
-_pid, status, usage = os.wait4(proc.pid, 0)
-with open(sys.argv[1], "w") as report:
-    report.write(str(usage.ru_maxrss))
-sys.exit(os.waitstatus_to_exitcode(status))
-"""
 
 
 def on_a_terminal(args, columns=100) -> tuple[int, bytes, int]:
