@@ -55,17 +55,25 @@ def _items(store, infos, progress) -> list[tuple[dict, bytes]]:
 def run(args) -> int:
     """Export. JSON: ``{"path", "entries", "entry_bytes", "bundle_bytes", "compressed",
     "signed", "keys"}``. Exit 1 (nothing written) when no entry matches."""
-    from kcache.bundle import BundleError, write_bundle
+    from kcache.bundle import BundleError, check_target, write_bundle
     # a symlink the user typed is theirs: the bundle replaces the file it names
     if args.out == "-":  # not a file name anyone means
         raise UsageError("export: OUT '-': a bundle is written to a file, not to standard "
                          "output (accepted: a file path)")
     out = Path(os.path.realpath(Path(args.out).expanduser()))
-    if out.is_dir():
-        raise UsageError(f"export: {out} is a folder (accepted: a file path for the bundle)")
+    if out.is_dir() or args.out.endswith("/"):  # "new/" names a folder, never a file "new"
+        raise UsageError(f"export: {args.out if args.out.endswith('/') else out} is a folder "
+                         "(accepted: a file path for the bundle)")
     if not out.parent.is_dir():  # said before any entry is read, not as the temp file's error
-        raise UsageError(f"export: the folder {out.parent} does not exist (accepted: a file "
-                         "path in an existing folder)")
+        what = (f"{out.parent} is not a folder" if out.parent.exists()
+                else f"the folder {out.parent} does not exist")
+        raise UsageError(f"export: {what} (accepted: a file path in an existing folder)")
+    try:  # a device or FIFO (/dev/null as root) is never replaced; said before any work
+        check_target(out)
+    except BundleError as exc:
+        raise Problem(f"export: {exc}") from None
+    except OSError as exc:
+        raise Problem(f"export: cannot look at {out} ({exc.strerror or exc})") from None
     secret = secret_of(args)
     store = open_store(args)
     show = stderr_is_terminal() and not want_json(args)
@@ -79,13 +87,16 @@ def run(args) -> int:
             rep = write_bundle(out, items, secret=secret, compress=compress, progress=progress)
     except BundleError as exc:
         raise UsageError(str(exc)) from None
+    except OSError as exc:  # the folder's file system refused: named by OUT, not the temp file
+        raise Problem(f"export: cannot write {out} ({exc.strerror or exc}): nothing "
+                      "written") from None
     if want_json(args):
         print_json({"path": str(rep.path), "entries": rep.entries, "entry_bytes": rep.entry_bytes,
                     "bundle_bytes": rep.bundle_bytes, "compressed": rep.compressed,
                     "signed": rep.signed, "keys": [rec["key"] for rec, _d in items]})
     else:
-        how = ", ".join(w for w in ("zstd" if rep.compressed else "tar",
-                                    "signed" if rep.signed else "unsigned"))
+        how = ", ".join(("zstd" if rep.compressed else "uncompressed",
+                         "signed" if rep.signed else "unsigned"))
         message(f"kcache: exported {entries_text(rep.entries)} ({human_size(rep.entry_bytes)}) "
                 f"to {rep.path} ({human_size(rep.bundle_bytes)}, {how})")
     return 0

@@ -7,8 +7,10 @@ artifact's bytes unchanged (``-o -``: to stdout), e.g. a cached cubin for ``cuob
 """
 from __future__ import annotations
 
+import errno
 import os
 import re
+import stat
 import sys
 from pathlib import Path
 
@@ -25,6 +27,9 @@ from kcache.cli.values import flatten, number
 #: Most ``components.*`` and ``meta.*`` fields printed without ``--json`` (each map); a
 #: header with more (hostile, or a bug) ends with a ``…`` line rather than flooding.
 MAX_FIELDS = 1000
+
+#: Characters of PTX or SASS text escaped and written at once.
+_TEXT_PIECE = 1 << 20
 
 #: Artifact name -> file suffix written by --extract.
 EXTRACT = {"cubin": ".cubin", "ptx": ".ptx", "ltoir": ".ltoir"}
@@ -118,15 +123,70 @@ def write_artifact(args, view: EntryView, artifacts: dict) -> int:
     if path.is_dir():
         raise UsageError(f"-o {path}: is a directory (give a file name)")
     try:
-        path.write_bytes(data)
+        write_into(path, data)
     except OSError as exc:
-        raise Problem(f"cannot write {path}: {exc.strerror or exc}") from None
+        raise Problem(f"cannot write {path}: {_why(exc, path)}") from None
     if want_json(args):
         print_json({"key": view.key, "artifact": args.artifact, "output": str(path),
                     "bytes": len(data)})
     else:
         sys.stderr.write(f"kcache: wrote {escape(str(path))} ({len(data)} bytes)\n")
     return 0
+
+
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+def write_into(path: Path, data: bytes) -> None:
+    """``-o FILE``: the user's own path, written as ``cp`` writes it (symlinks followed; a
+    regular file created or truncated; a device, or a FIFO a process reads, written into),
+    but never waiting for a FIFO's reader: opened ``O_NONBLOCK`` (none: ENXIO). OSError."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK | _CLOEXEC, 0o666)
+    try:
+        os.set_blocking(fd, True)  # a reader is there: it takes the bytes at its own pace
+        _write_all(fd, data)
+    finally:
+        os.close(fd)
+
+
+def write_new(path: Path, data: bytes) -> None:
+    """``--extract``: a file whose name kcache made from the entry, so only ever a regular
+    file: a symlink there is not followed (ELOOP), a FIFO, device or socket not written
+    (ENXIO, or OSError naming what it is). OSError."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC, 0o666)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EEXIST, "exists and is not a regular file: left as it is",
+                          str(path))
+        os.ftruncate(fd, 0)
+        os.set_blocking(fd, True)
+        _write_all(fd, data)
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _why(exc: OSError, path: Path) -> str:
+    """An output's OSError in words (ENXIO from ``O_NONBLOCK``: a FIFO no process reads, a
+    socket, a device that is not there)."""
+    if exc.errno == errno.ENXIO:
+        try:
+            mode = os.stat(path).st_mode
+        except OSError:
+            mode = 0
+        if stat.S_ISSOCK(mode):
+            return "a socket, not a file: nothing written"
+        if stat.S_ISFIFO(mode):
+            return "a FIFO no process is reading: nothing written"
+        return "a device that is not there: nothing written"
+    if exc.errno == errno.ELOOP:
+        return "a symlink, not followed for a name kcache made: nothing written"
+    return exc.strerror or str(exc)
 
 
 def _reason(exc: Exception, path: Path) -> str:
@@ -151,8 +211,12 @@ def _print(args, view: EntryView, problem: str | None, extra: dict) -> None:
         if label in doc:
             sys.stdout.write(f"\n# {label.upper()}\n")
             # Text from a cache file (or a tool reading it): escape sequences stay inert;
-            # lines and tabs are kept. --extract writes the exact bytes.
-            sys.stdout.write(escape(doc[label].rstrip("\n"), keep="\n\t") + "\n")
+            # lines and tabs are kept. --extract writes the exact bytes. Escaped and written
+            # a piece at a time: a 256 MiB PTX of ESC is 1 GiB once escaped.
+            text = doc[label].rstrip("\n")
+            for at in range(0, len(text), _TEXT_PIECE):
+                sys.stdout.write(escape(text[at:at + _TEXT_PIECE], keep="\n\t"))
+            sys.stdout.write("\n")
     for path in doc.get("extracted", ()):
         sys.stderr.write(f"kcache: wrote {escape(path)}\n")
 
@@ -265,7 +329,10 @@ def extract(view: EntryView, artifacts: dict, directory: Path) -> list[Path]:
     for name, suffix in EXTRACT.items():
         if name in artifacts:
             path = directory / f"{stem}.{arch}{suffix}"
-            path.write_bytes(bytes(artifacts[name]))
+            try:
+                write_new(path, bytes(artifacts[name]))
+            except OSError as exc:
+                raise Problem(f"cannot write {path}: {_why(exc, path)}") from None
             written.append(path)
     if not written:
         raise Problem(f"entry {view.short_key} has no cubin, PTX or LTO-IR to extract")

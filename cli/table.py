@@ -5,7 +5,7 @@ rich wraps a cell that does not fit, which breaks names mid-word (``Signatur``/`
 columns that may be shortened (long kernel names, signatures, paths) lose characters in the
 middle (``pkg.mod…:kernel``), never their header, and when that is not enough the least
 important columns are hidden, named in a caption. ``--wide`` skips all of this: every column,
-every character, lines as long as they need to be.
+every character (of cells up to MAX_WIDE_CELL), lines as long as they need to be.
 
 rich is imported only here, and this module only when something is drawn on a terminal.
 """
@@ -15,6 +15,10 @@ from typing import Sequence
 
 ELLIPSIS = "…"
 GAP = 2  # columns between two table columns (rich: padding 1 on each side, no outer edge)
+#: Widest cell ``--wide`` draws whole (a signature may be 65,536 characters): rich pads every
+#: row to the widest, so one 60-million-character value from a hostile header cost 3.4 GB,
+#: 58 s and 1.1 GB of output; a longer cell loses its middle (``--json`` has it whole).
+MAX_WIDE_CELL = 1 << 16
 
 
 class Column:
@@ -218,6 +222,9 @@ def draw(columns: Sequence[Column], rows: Sequence[Sequence[str]], *, wide: bool
     from rich.text import Text
 
     console = Console(highlight=False, markup=False, emoji=False)
+    if wide:
+        rows = [[shorten(c, MAX_WIDE_CELL) if len(c) > MAX_WIDE_CELL else c for c in row]
+                for row in rows]
     shown, widths = layout(columns, rows, console.width, wide)
     if wide:  # as wide as the table: the terminal wraps lines, nothing is cut
         total = sum(widths.values()) + GAP * (len(shown) - 1)

@@ -13,7 +13,9 @@ module-level, or a file that cannot be written is skipped, warned once, and coun
 """
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import threading
 
 from kcache.warn import warn_once
@@ -112,7 +114,8 @@ def _append(file: str, kernel: str, signature: str) -> None:
             if (kernel, signature) in present:
                 return
             data = (sigfile.HEADER if not present and _is_empty(file) else "") + line
-            fd = os.open(file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            # O_NONBLOCK: a FIFO put there meanwhile is refused (ENXIO), never waited on
+            fd = os.open(file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o644)
             try:
                 view = memoryview(data.encode("utf-8"))
                 while view:  # a regular file takes it in one write; loop for the rare short one
@@ -132,13 +135,18 @@ def _is_empty(file: str) -> bool:
 
 
 def _lines_in(file: str) -> set:
-    """(kernel, signature) pairs already in ``file`` (missing file: none)."""
+    """(kernel, signature) pairs already in ``file`` (missing file: none). OSError when it is
+    not a regular file: a FIFO would block the program's launch for good (opened
+    ``O_NONBLOCK``, then checked), a device is no signatures file."""
     from . import sigfile
     try:
-        with open(file, "rb") as f:
-            data = f.read(sigfile.MAX_FILE_BYTES + 1)
+        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
         return set()
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file (a FIFO, device or socket)", file)
+        data = f.read(sigfile.MAX_FILE_BYTES + 1)
     pairs = set()
     for raw in data.decode("utf-8", "replace").splitlines():
         try:

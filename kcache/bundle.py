@@ -28,6 +28,7 @@ import hashlib
 import hmac
 import io
 import os
+import stat
 import struct
 import tempfile
 import time
@@ -135,8 +136,10 @@ def write_bundle(out: Path, items: list[tuple[dict, bytes]], *, secret: bytes | 
     sign the whole file (HMAC-SHA256, bytes; the caller checks its length).
     ``progress(done, total)`` is called per entry written. Written to a temp file beside
     ``out`` and renamed, so ``out`` is whole or untouched. Raises OSError, BundleError (zstd
-    asked for but not installed, more than MAX_ENTRIES entries)."""
+    asked for but not installed, more than MAX_ENTRIES entries, ``out`` exists and is not a
+    regular file once symlinks are followed: a device or FIFO is never replaced)."""
     out = Path(out)
+    check_target(out)
     compress = have_zstd() if compress is None else compress
     if compress and not have_zstd():
         raise BundleError(f"zstd compression needs {_ZSTD_HINT}")
@@ -158,12 +161,30 @@ def write_bundle(out: Path, items: list[tuple[dict, bytes]], *, secret: bytes | 
             raw.write(tee.mac.digest())
             raw.flush()
             os.fsync(raw.fileno())
+        check_target(out)  # again: the rename follows minutes of writing
         os.replace(tmp, out)
     except BaseException:
         fsio.unlink_quietly(tmp)
         raise
     return ExportReport(out, len(items), sum(len(d) for _r, d in items), out.stat().st_size,
                         compress, secret is not None)
+
+
+def check_target(out: Path) -> None:
+    """Raise BundleError unless ``out`` is absent or a regular file (symlinks followed): a
+    rename over ``/dev/null`` as root would replace the device with a file."""
+    try:
+        mode = os.stat(out).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(mode):
+        raise BundleError(f"{out} is {_KIND.get(stat.S_IFMT(mode), 'not a regular file')}: left as "
+                          "it is, nothing written (accepted: a new file, or a regular file to "
+                          "replace)")
+
+
+_KIND = {stat.S_IFDIR: "a folder", stat.S_IFCHR: "a character device",
+         stat.S_IFBLK: "a block device", stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket"}
 
 
 def _record(rec: dict, data: bytes) -> dict:
@@ -385,14 +406,31 @@ _HEADER_LIMITS = dict(max_str_len=1024, max_bin_len=1024, max_array_len=64, max_
 _RECORD_LIMITS = dict(max_buffer_size=MAX_RECORD_HEAD, max_str_len=1024, max_bin_len=64,
                       max_array_len=64, max_map_len=32, max_ext_len=0)
 _UNPACK_ERRORS = (ValueError, TypeError, msgpack.UnpackException)
+_MSGPACK_TYPES = {int: "an integer", float: "a float", str: "a string", bytes: "a binary string",
+                  list: "an array", bool: "a boolean", type(None): "nil"}
+
+
+def _unpack_why(exc: Exception) -> str:
+    """What msgpack found wrong, in words (its FormatError and StackError say nothing)."""
+    if isinstance(exc, msgpack.StackError):
+        return "nested too deeply"
+    if isinstance(exc, msgpack.FormatError):
+        return "bytes that are not msgpack"
+    if isinstance(exc, msgpack.ExtraData):
+        return "more than one msgpack value"
+    return str(exc) or type(exc).__name__
 
 
 def _read_v2(path: Path, found: Contents, header_len: int, body: int, *, compressed: bool) -> None:
     try:
         header = msgpack.unpackb(pread_exact(found.fd, header_len, PREFIX.size), **_HEADER_LIMITS)
     except _UNPACK_ERRORS as exc:
-        raise BundleError(f"{path}: its header is not a msgpack map ({exc})") from None
-    if (not isinstance(header, dict) or header.get("format") != BUNDLE_FORMAT
+        raise BundleError(f"{path}: its header is not a msgpack map ({_unpack_why(exc)}): "
+                          "refused") from None
+    if not isinstance(header, dict):
+        raise BundleError(f"{path}: its header is not a msgpack map (it is "
+                          f"{_MSGPACK_TYPES.get(type(header), 'another value')}): refused")
+    if (header.get("format") != BUNDLE_FORMAT
             or header.get("version") != BUNDLE_VERSION
             or not isinstance(header.get("plain_bytes"), int) or header["plain_bytes"] < 0):
         raise BundleError(f"{path}: its header is not a kcache bundle header")
@@ -433,8 +471,8 @@ def scan_records(path: Path, found: Contents, start: int, length: int) -> None:
                                             f"{MAX_RECORD_HEAD} bytes: it and any after it refused")
             return
         except _UNPACK_ERRORS as exc:
-            why = "nested too deeply" if isinstance(exc, msgpack.StackError) else str(exc)
-            found.refused[f"record {n}"] = f"not a msgpack record ({why}): it and any after it refused"
+            found.refused[f"record {n}"] = (f"not a msgpack record ({_unpack_why(exc)}): it and "
+                                            "any after it refused")
             return
         size = rec.get("size") if isinstance(rec, dict) else None
         data_at = pos + unpacker.tell()

@@ -6,10 +6,13 @@ A version-1 bundle is a tar (zstd-compressed or not) holding ``manifest.json`` (
 it can only be checked after the tar has been parsed: with a secret set such a bundle is
 refused (export it again). Without one it is read under bounds, each checked before the
 next stage sees the bytes: decompression (:func:`kcache.bundle.inflate_cap`), the tar's
-headers walked before ``tarfile`` reads them (extended pax/GNU headers of at most
-MAX_EXTENDED bytes: CPython's tarfile spends memory quadratic in a hostile pax header,
-CVE-2024-6232; sizes inside the file; at most MAX_MEMBERS members; an end-of-archive mark),
-and the manifest (MAX_MANIFEST bytes, nesting and object count bounded).
+512-byte headers, each parsed alone by ``tarfile.TarInfo.frombuf`` (only the USTAR member
+types kcache wrote or refuses one by one: a pax, Solaris, GNU long-name or sparse header is
+refused whole, since CPython's tarfile spends memory quadratic in a hostile pax header,
+CVE-2024-6232, and such headers move where the next header starts; sizes inside the file; at
+most MAX_MEMBERS members; an end-of-archive mark), and the manifest (MAX_MANIFEST bytes,
+nesting and object count bounded). ``tarfile.TarFile``, which would follow those headers,
+never reads the file.
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ import os
 import re
 import tarfile
 from pathlib import Path
+from typing import Iterator
 
 from .bundle import (_ZSTD_MAGIC, BUNDLE_FORMAT, MAX_ENTRIES, BundleError, Contents, Region,
                      inflate, inflate_cap, pread_exact)
@@ -25,14 +29,22 @@ from .bundle import (_ZSTD_MAGIC, BUNDLE_FORMAT, MAX_ENTRIES, BundleError, Conte
 VERSION = 1
 MANIFEST = "manifest.json"
 SIGNATURE = "manifest.hmac"
-MAX_EXTENDED = 1024  # bytes of a pax or GNU long-name header (kcache wrote none: USTAR)
 MAX_MEMBERS = MAX_ENTRIES + 2  # entries, the manifest and its signature
 MAX_MANIFEST = 4 << 20  # bytes: ~10,000 records; its JSON objects cost ~20 x its size
 MAX_CONTAINERS = 4 * MAX_ENTRIES  # JSON objects and arrays in a manifest (one or two a record)
+MAX_NOTES = 1000  # members never read named one by one; the others are counted
 _ENTRY_RE = re.compile(r"entries/([0-9a-f]{8,128})\.kce")
 _HEX = re.compile(r"[0-9a-f]{64}")
 _BLOCK = 512
-_EXTENDED = (tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK)
+#: Member types whose header tarfile reads in constant work, looking at no other block: what
+#: kcache 0.1 wrote (regular files, USTAR) and the kinds refused one by one (never read).
+_PLAIN = (tarfile.REGTYPE, tarfile.AREGTYPE, tarfile.CONTTYPE, tarfile.LNKTYPE, tarfile.SYMTYPE,
+          tarfile.CHRTYPE, tarfile.BLKTYPE, tarfile.DIRTYPE, tarfile.FIFOTYPE)
+_KINDS = {tarfile.XHDTYPE: "a pax extended header", tarfile.XGLTYPE: "a pax global header",
+          tarfile.SOLARIS_XHDTYPE: "a Solaris extended header",
+          tarfile.GNUTYPE_LONGNAME: "a GNU long-name header",
+          tarfile.GNUTYPE_LONGLINK: "a GNU long-link header",
+          tarfile.GNUTYPE_SPARSE: "a GNU sparse file"}
 
 
 def open_v1(path: Path, fd: int, size: int, head: bytes, secret: bytes | None) -> Contents:
@@ -53,8 +65,7 @@ def open_v1(path: Path, fd: int, size: int, head: bytes, secret: bytes | None) -
             found.fd = os.dup(tmp.fileno())
             found.owned.append(found.fd)
             tmp.close()
-        _walk_headers(path, found.fd, size)
-        _index_tar(path, found)
+        _index_tar(path, found, _members(path, found.fd, size))
     except BaseException:
         for owned in found.owned:
             os.close(owned)
@@ -62,62 +73,62 @@ def open_v1(path: Path, fd: int, size: int, head: bytes, secret: bytes | None) -
     return found
 
 
-def _walk_headers(path: Path, fd: int, size: int) -> None:
-    """Walk the tar's 512-byte headers as tarfile will, refusing what would cost it more than
-    the file's size: an extended header over MAX_EXTENDED bytes, a member declaring more
-    bytes than the file holds, more than MAX_MEMBERS members, no end-of-archive mark."""
-    pos, members = 0, 0
-    while True:
+def _members(path: Path, fd: int, size: int) -> Iterator[tarfile.TarInfo]:
+    """The tar's members, one at a time, each header parsed alone by
+    ``tarfile.TarInfo.frombuf`` and its data located as tarfile's ``_proc_builtin`` does
+    (``offset_data``). Refused: a damaged header, a member type not in _PLAIN (a pax, Solaris
+    or GNU header makes tarfile read more than its block and may move the next header), a
+    member declaring more bytes than the file holds, more than MAX_MEMBERS members, no
+    end-of-archive mark."""
+    pos = 0
+    for _ in range(MAX_MEMBERS + 1):
         block = pread_exact(fd, _BLOCK, pos)
         if len(block) < _BLOCK:
             raise BundleError(f"{path} is truncated: its tar ends at byte {pos} without the "
                               "end-of-archive mark")
         if block == bytes(_BLOCK):
             return
-        members += 1
-        if members > MAX_MEMBERS:
-            raise BundleError(f"{path} has more than {MAX_MEMBERS} tar members: refused")
-        name = block[:100].split(b"\0", 1)[0].decode("utf-8", "replace")[:100]
-        kind = block[156:157]
         try:
-            declared = tarfile.nti(block[124:136])
-        except tarfile.InvalidHeaderError:
-            raise BundleError(f"{path} is not a readable tar: the header of member {name!r} "
-                              f"(byte {pos}) has no valid size") from None
-        if kind in _EXTENDED and declared > MAX_EXTENDED:
-            raise BundleError(f"{path}: member {name!r} (byte {pos}) is an extended header of "
-                              f"{declared} bytes (accepted: at most {MAX_EXTENDED}): refused")
-        data = kind in _EXTENDED or kind in tarfile.REGULAR_TYPES or kind not in tarfile.SUPPORTED_TYPES
-        if data and not 0 <= declared <= size - pos - _BLOCK:
-            raise BundleError(f"{path}: member {name!r} (byte {pos}) declares {declared} bytes, "
-                              f"more than the {size}-byte tar holds: refused")
-        pos += _BLOCK + (-(-declared // _BLOCK) * _BLOCK if data else 0)
+            info = tarfile.TarInfo.frombuf(block, "utf-8", "surrogateescape")
+        except tarfile.HeaderError as exc:
+            raise BundleError(f"{path} is not a readable tar: the header at byte {pos} is "
+                              f"damaged ({exc})") from None
+        name = info.name[:100]
+        if info.type not in _PLAIN:
+            what = _KINDS.get(info.type, f"of tar type {info.type!r}")
+            raise BundleError(f"{path}: member {name!r} (byte {pos}) is {what}, which kcache "
+                              "never writes (accepted: USTAR files, links, folders): refused")
+        data = info.isreg()  # of these types, only files are followed by data blocks
+        if data and not 0 <= info.size <= size - pos - _BLOCK:
+            raise BundleError(f"{path}: member {name!r} (byte {pos}) declares {info.size} "
+                              f"bytes, more than the {size}-byte tar holds: refused")
+        info.offset, info.offset_data = pos, pos + _BLOCK
+        yield info
+        pos += _BLOCK + (-(-info.size // _BLOCK) * _BLOCK if data else 0)
+    raise BundleError(f"{path} has more than {MAX_MEMBERS} tar members: refused")
 
 
-def _index_tar(path: Path, found: Contents) -> None:
-    with os.fdopen(os.dup(found.fd), "rb") as raw:
-        raw.seek(0)  # a dup shares the offset, which writing the temp file moved
-        try:
-            with tarfile.open(fileobj=raw, mode="r:") as tar:
-                members = tar.getmembers()
-                manifest = _member_bytes(path, tar, members, MANIFEST, MAX_MANIFEST)
-                found.signed = _member_bytes(path, tar, members, SIGNATURE, 256) is not None
-        except (tarfile.TarError, EOFError, ValueError, OSError) as exc:
-            raise BundleError(f"{path} is not a readable tar ({exc})") from None
-    if manifest is None:
-        raise BundleError(f"{path} is not a kcache bundle (no {MANIFEST})")
-    digests = _manifest(path, manifest)
-    entries = {}
+def _index_tar(path: Path, found: Contents, members: Iterator[tarfile.TarInfo]) -> None:
+    """Index the members as they come, keeping only what an entry needs (a member's names
+    can be 2 KB of text: 100,000 of them held at once cost ~200 MB)."""
+    entries: dict = {}
+    over = 0  # members never read beyond the first MAX_NOTES named
+    own: dict = {MANIFEST: [], SIGNATURE: []}  # (regular, offset, size) of each
     for m in members:
         got = _ENTRY_RE.fullmatch(m.name)
-        if m.name in (MANIFEST, SIGNATURE) and m.isreg():
-            continue
-        if got is None:
-            found.notes[m.name[:200]] = "not an entry of a bundle: never read"
+        if m.name in own:
+            own[m.name].append((m.isreg(), m.offset_data, m.size))
+        elif got is None:
+            over += _note(found.notes, m.name, "not an entry of a bundle: never read")
         elif not m.isreg():
             found.refused[got.group(1)] = "not a regular member (link or device): never read"
         else:
-            entries.setdefault(got.group(1), []).append(m)
+            entries.setdefault(got.group(1), []).append((m.offset_data, m.size))
+    manifest = _member_bytes(path, found.fd, own[MANIFEST], MANIFEST, MAX_MANIFEST)
+    found.signed = _member_bytes(path, found.fd, own[SIGNATURE], SIGNATURE, 256) is not None
+    if manifest is None:
+        raise BundleError(f"{path} is not a kcache bundle (no {MANIFEST})")
+    digests = _manifest(path, manifest)
     for key, blake in digests.items():
         if key in found.refused and isinstance(blake, bytes):
             continue
@@ -126,20 +137,29 @@ def _index_tar(path: Path, found: Contents) -> None:
         elif key not in entries:
             found.refused[key] = "listed in the manifest but not in the bundle"
         else:
-            for m in entries[key]:
-                found.add(key, m.offset_data, m.size, blake)
+            for offset, size in entries[key]:
+                found.add(key, offset, size, blake)
     for key in [k for k in found.refused if k not in digests]:  # not listed: never read, a note
-        found.notes[key] = found.refused.pop(key)
+        over += _note(found.notes, key, found.refused.pop(key))
+    if over:
+        found.notes[f"{over} more members"] = f"never read either (the first {MAX_NOTES} are named)"
 
 
-def _member_bytes(path: Path, tar, members, name: str, limit: int) -> bytes | None:
-    found = [m for m in members if m.name == name]
+def _note(notes: dict, name: str, why: str) -> int:
+    """Note a member never read, by name, unless MAX_NOTES are already: 1 then, else 0."""
+    if len(notes) >= MAX_NOTES:
+        return 1
+    notes[name[:200]] = why
+    return 0
+
+
+def _member_bytes(path: Path, fd: int, found: list, name: str, limit: int) -> bytes | None:
     if not found:
         return None
-    if len(found) > 1 or not found[0].isreg() or found[0].size > limit:
+    if len(found) > 1 or not found[0][0] or found[0][2] > limit:
         raise BundleError(f"{path}: {name} is not a single regular member of at most "
                           f"{limit} bytes")
-    return tar.extractfile(found[0]).read(limit + 1)
+    return pread_exact(fd, found[0][2], found[0][1])  # inside the file: checked
 
 
 def _manifest(path: Path, raw: bytes) -> dict:

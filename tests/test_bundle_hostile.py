@@ -114,6 +114,89 @@ def pax_tar() -> bytes:
                    member("manifest.json", v1_manifest([]))])
 
 
+def ustar_header(name: bytes, kind: bytes = tarfile.REGTYPE, size: int = 0, *, prefix: bytes = b"",
+                 linkname: bytes = b"", owner: bytes = b"") -> bytes:
+    """One 512-byte USTAR header made by hand (tarfile will not write every hostile shape)."""
+    h = bytearray(512)
+    sized = b"%011o" % size if size < 8 ** 11 else b"\x80" + size.to_bytes(11, "big")  # GNU base-256
+    for at, field, width in [(0, name, 100), (100, b"0000644", 8), (108, b"0", 8), (116, b"0", 8),
+                             (124, sized, 12), (136, b"0", 12), (157, linkname, 100),
+                             (257, b"ustar\x0000", 8), (265, owner, 32), (297, owner, 32),
+                             (345, prefix, 155)]:
+        h[at:at + width] = field.ljust(width, b"\0")[:width]
+    h[156:157] = kind
+    h[148:156] = b" " * 8
+    h[148:156] = b"%06o\0 " % sum(h)
+    return bytes(h)
+
+
+def padded(data: bytes) -> bytes:
+    return data + bytes(-len(data) % 512)
+
+
+def manifest_member() -> bytes:
+    return ustar_header(b"manifest.json", size=len(v1_manifest([]))) + padded(v1_manifest([]))
+
+
+END_OF_TAR = bytes(1024)
+CVE_PAX = b"4 aa" * 16_384 + b"="  # tarfile parsed it in 535 MiB, 1 s; 131,072 of them: 2.1 GB
+
+
+def hidden_header(kind: bytes) -> bytes:
+    """An extended header of CVE_PAX, for a member whose data it is in the file's true layout."""
+    return ustar_header(b"././@PaxHeader", kind, len(CVE_PAX)) + padded(CVE_PAX) + manifest_member()
+
+
+def folder_hiding_a_header() -> bytes:
+    """A member of type '\\0' named "d/", which tarfile takes for a folder (no data): the
+    data it declares is read by tarfile as the next header, a Solaris one of CVE_PAX."""
+    hidden = hidden_header(tarfile.SOLARIS_XHDTYPE)
+    return zstd(ustar_header(b"d/", tarfile.AREGTYPE, len(hidden)) + hidden + END_OF_TAR)
+
+
+def pax_size_hiding_a_header() -> bytes:
+    """A 10-byte pax header saying the next member's size is 0: its data is read as a header."""
+    hidden = hidden_header(tarfile.SOLARIS_XHDTYPE)
+    rec = b"10 size=0\n"
+    return zstd(ustar_header(b"././@PaxHeader", tarfile.XHDTYPE, len(rec)) + padded(rec)
+                + ustar_header(b"f", size=len(hidden)) + hidden + END_OF_TAR)
+
+
+def gnu_sparse(blocks: int) -> bytes:
+    """A GNU sparse member with ``blocks`` extension blocks of 21 regions each (tarfile keeps a
+    tuple per region)."""
+    head = bytearray(ustar_header(b"s", tarfile.GNUTYPE_SPARSE))
+    head[482] = 1  # extended: an extension block follows
+    head[148:156] = b" " * 8
+    head[148:156] = b"%06o\0 " % sum(head)
+    ext = bytearray(512)
+    for i in range(21):
+        ext[i * 24:i * 24 + 24] = b"%011o\0%011o\0" % (i + 1, 1)
+    ext[504] = 1
+    return bytes(head) + bytes(ext) * blocks + bytes(512) + manifest_member() + END_OF_TAR
+
+
+def fat_members(n: int) -> bytes:
+    """``n`` empty members each with the longest names a header holds (255 + 100 + 64 bytes
+    that decode to surrogates: ~2 KB of text per member once parsed)."""
+    def tag(i):
+        return bytes([0x80 + (i >> 14) % 128, 0x80 + (i >> 7) % 128, 0x80 + i % 128])
+    return b"".join(ustar_header(b"\xff" * 100, prefix=tag(i) + b"\xfe" * 152, linkname=b"\xfd" * 100,
+                                 owner=b"\xfc" * 32) for i in range(n)) + manifest_member() + END_OF_TAR
+
+
+def zstd_declaring(size: int, *, single_segment: bool) -> bytes:
+    """A zstd frame of a small tar whose header declares ``size`` bytes of content; with
+    ``single_segment`` the decoder's window is that size (zstd's frame format, RFC 8878)."""
+    frame = zstandard.ZstdCompressor(level=3, write_content_size=False).compressobj()
+    frame = frame.compress(pax_tar()) + frame.flush()
+    descriptor, window, blocks = frame[4], frame[5:6], frame[6:]
+    assert descriptor & 0xE3 == 0  # no content size, no single segment, no dictionary
+    if single_segment:  # 8-byte content size, single segment: no window byte
+        return frame[:4] + bytes([0xE0 | descriptor]) + size.to_bytes(8, "little") + blocks
+    return frame[:4] + bytes([0xC0 | descriptor]) + window + size.to_bytes(8, "little") + blocks
+
+
 def huge_member_tar() -> bytes:
     info = tarfile.TarInfo("entries/" + "ab" * 16 + ".kce")
     info.size = 1 << 62
@@ -128,8 +211,28 @@ def many_records() -> bytes:
 
 HOSTILE = {
     # name: (bytes maker, what the one line says without a secret)
-    "pax-header": (pax_tar, "is an extended header of 134000 bytes"),
-    "pax-header-zstd": (lambda: zstd(pax_tar()), "is an extended header of 134000 bytes"),
+    "pax-header": (pax_tar, "member '././@PaxHeader' (byte 0) is a pax extended header, which kcache "
+                            "never writes (accepted: USTAR files, links, folders): refused"),
+    "pax-header-zstd": (lambda: zstd(pax_tar()), "is a pax extended header"),
+    # every type tarfile parses as more than its own block is refused, whatever its size
+    "solaris-header-zstd": (lambda: zstd(hidden_header(tarfile.SOLARIS_XHDTYPE) + END_OF_TAR),
+                            "member '././@PaxHeader' (byte 0) is a Solaris extended header"),
+    "pax-global-header": (lambda: zstd(hidden_header(tarfile.XGLTYPE) + END_OF_TAR), "is a pax global header"),
+    "pax-header-of-10-bytes": (pax_size_hiding_a_header, "(byte 0) is a pax extended header"),
+    "folder-hiding-a-header": (folder_hiding_a_header, "(byte 512) is a Solaris extended header"),
+    "gnu-long-name-of-2^40-bytes": (lambda: ustar_header(b"././@LongLink", tarfile.GNUTYPE_LONGNAME, 1 << 40)
+                                    + END_OF_TAR, "is a GNU long-name header"),
+    "gnu-long-link": (lambda: ustar_header(b"././@LongLink", tarfile.GNUTYPE_LONGLINK, 100) + bytes(512)
+                      + manifest_member() + END_OF_TAR, "is a GNU long-link header"),
+    "gnu-sparse": (lambda: gnu_sparse(1000), "member 's' (byte 0) is a GNU sparse file"),
+    "unknown-member-type": (lambda: ustar_header(b"z", b"Z", 10) + bytes(512) + manifest_member() + END_OF_TAR,
+                            "member 'z' (byte 0) is of tar type b'Z'"),
+    "zstd-declaring-2^62-bytes": (lambda: zstd_declaring(1 << 62, single_segment=False),
+                                  "zstd stream cannot be read"),
+    "zstd-single-segment-of-1GiB": (lambda: zstd_declaring(1 << 30, single_segment=True),
+                                    "zstd stream cannot be read (zstd decompress error: Frame requires too much memory"),
+    "100003-members": (lambda: b"".join(ustar_header(b"m%d" % i) for i in range(100_003)) + END_OF_TAR,
+                       "has more than 100002 tar members: refused"),
     "manifest-60MiB-of-{}": (lambda: zstd(tar_of([member("manifest.json", b"[" + b"{}," * (20 * MiB) + b"{}]")])),
                              "decompresses to more than"),
     "manifest-4MiB-of-{}": (lambda: tar_of([member("manifest.json", b"[" + b"{}," * (4 * MiB // 3 - 2) + b"{}]")]),
@@ -143,6 +246,12 @@ HOSTILE = {
     "zstd-bomb-v2-declared": (lambda: v2(zeros_zstd(64 * MiB), plain=64 * MiB, flags=bundle.ZSTD),
                               "says it decompresses to 67108864 bytes"),
     "header-60MiB-of-{}": (lambda: v2(b"", head=b"\xdd\x03\xc0\x00\x00" + b"\x80" * (60 * MiB)), "header in a"),
+    "header-not-msgpack": (lambda: v2(b"", head=b"\xc1"),
+                           "its header is not a msgpack map (bytes that are not msgpack): refused"),
+    "header-an-integer": (lambda: v2(b"", head=b"\x01"), "its header is not a msgpack map (it is an integer)"),
+    "header-two-values": (lambda: v2(b"", head=b"\x80\x80"),
+                          "its header is not a msgpack map (more than one msgpack value)"),
+    "record-not-msgpack": (lambda: v2(b"\xc1" * 10), "record 1: not a msgpack record (bytes that are not msgpack)"),
     "record-3000-deep": (lambda: v2(b"\x91" * 3000), "record 1: not a msgpack record (nested too deeply)"),
     "record-of-{}": (lambda: v2(b"\x80" * (8 * MiB)), "record 1: declares None bytes"),
     "100001-records": (many_records, "holds more than 100000 records"),
@@ -189,6 +298,21 @@ def test_hostile_bundle_is_one_line_and_bounded(hostile_files, tmp_path, name, s
     assert rss <= MAX_RSS, f"{name}: peak {rss >> 20} MiB"
     assert seconds < 60
     assert list(Store(tmp_path / "dst").entries()) == []
+
+
+def test_members_never_read_are_counted_not_held(tmp_path):
+    """100,000 members with the longest names a header holds (a 51 MB tar): each parsed header
+    was held at once (221 MB; 401 MB with --json listing them); the first 1,000 are named,
+    the rest counted, and each header is dropped once looked at."""
+    path = tmp_path / "fat.kcb"
+    path.write_bytes(fat_members(100_000))
+    status, out, err, rss, _s = measured(["--json", "import", path, "--into", tmp_path / "dst"])
+    assert status == 0 and "Traceback" not in err, err
+    ignored = json.loads(out)["ignored"]
+    assert len(ignored) == 1001, len(ignored)
+    assert ignored[-1] == {"member": "99000 more members",
+                           "reason": "never read either (the first 1000 are named)"}
+    assert rss <= MAX_RSS, f"peak {rss >> 20} MiB"
 
 
 def test_signed_hostile_bundle_is_refused_before_it_is_parsed(tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
 import textwrap
@@ -197,3 +198,17 @@ def _module_with_a_kernel(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     yield
     sys.modules.pop("examples_for_record", None)
+
+
+def test_a_record_file_that_is_a_fifo_never_blocks_the_program(tmp_path):
+    """KCACHE_RECORD naming a FIFO (or a device): the launch goes on at once, warned; reading
+    the FIFO to skip recorded lines blocked the program until a writer came."""
+    fifo = tmp_path / "r.sigs"
+    os.mkfifo(fifo)
+    code = ("import sys\nfrom kcache.dispatcher import record\n"
+            "record._append(sys.argv[1], 'pkg.m:k', 'void(int64)')\nprint('went on')")
+    done = subprocess.run([sys.executable, "-c", code, str(fifo)], env=env_for(tmp_path),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout == "went on\n", done.stderr
+    assert "KCACHE_RECORD: cannot write" in done.stderr and "not a regular file" in done.stderr
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
