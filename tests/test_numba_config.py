@@ -64,11 +64,40 @@ def test_a_new_variable_is_reported():
 
 
 def test_tables_are_disjoint_and_in_the_docs():
-    assert not set(numba_config.IN_KEY) & set(numba_config.NOT_IN_KEY)
+    tables = (numba_config.IN_KEY, numba_config.NOT_IN_KEY, numba_config.WARNINGS_IN_KEY,
+              numba_config.IN_KEY_WHEN_CHANGED)
+    names = [name for table in tables for name in table]
+    assert len(names) == len(set(names))
     assert all(numba_config.IN_KEY.values()) and all(numba_config.NOT_IN_KEY.values())
+    assert all(why for _default, why in numba_config.IN_KEY_WHEN_CHANGED.values())
     doc = (REPO / "docs" / "keys.md").read_text()
-    for name in list(numba_config.IN_KEY) + list(numba_config.NOT_IN_KEY):
+    for name in names:
         assert f"`{name}`" in doc, name
+
+
+# The variables some numba versions of the supported range (0.60-0.68) have beyond those of
+# the numba this suite may run with: classified whichever numba is installed.
+@pytest.mark.parametrize("name", ["USE_LEGACY_TYPE_SYSTEM", "CAPTURED_ERRORS",
+                                  "USE_RVSDG_FRONTEND"])
+def test_the_variables_of_older_numbas_are_classified(name):
+    assert numba_config.unclassified(types.SimpleNamespace(**{name: 0})) == []
+
+
+@pytest.mark.parametrize("name, default, changed", [
+    ("USE_LEGACY_TYPE_SYSTEM", 1, 0), ("CAPTURED_ERRORS", "new_style", "old_style")])
+def test_a_switch_is_in_the_key_only_away_from_its_default(monkeypatch, name, default, changed):
+    kern = _kernel()
+    config = _compat.numba_config()
+    monkeypatch.delattr(config, name, raising=False)
+    absent = _components(kern)
+    assert name not in absent["config"]
+    monkeypatch.setattr(config, name, default, raising=False)
+    assert kcache.make_key(_components(kern)) == kcache.make_key(absent)
+    monkeypatch.setattr(config, name, changed, raising=False)
+    away = _components(kern)
+    assert away["config"][name] == changed
+    assert kcache.make_key(away) != kcache.make_key(absent)
+    assert diff_components(absent, away) == [f"numba config {name} '(unset)' -> {changed!r}"]
 
 
 def _kernel():
