@@ -15,7 +15,8 @@ from fixtures_keys import key_in_subprocess, write_modules
 
 pytest.importorskip("numba.cuda")
 
-pytestmark = pytest.mark.slow  # keys computed in fresh processes
+pytestmark = [pytest.mark.slow,  # keys computed in fresh processes
+              pytest.mark.compat]  # runs in every leg of tests/compat/run.sh (docs/compat.md)
 
 KERNELS = """
     from numba import cuda

@@ -19,6 +19,8 @@ from kcache.dispatcher.misses import diff_components  # noqa: E402
 
 from fixtures_keys import SIG, key_in_subprocess, write_modules  # noqa: E402
 
+pytestmark = pytest.mark.compat  # runs in every leg of tests/compat/run.sh (docs/compat.md)
+
 REPO = Path(__file__).resolve().parents[1]
 TOOLCHAIN = {"numba-cuda": "0.30.4", "kcache-format": "1"}
 
