@@ -134,6 +134,8 @@ def test_each_code_changing_variable_changes_the_key(monkeypatch):
     config = _compat.numba_config()
     base = _components(kern)
     for name, value in CHANGED.items():
+        if isinstance(value, bool) and base["config"][name] is value:
+            value = not value  # a flag whose default differs between numba-cuda versions
         with monkeypatch.context() as m:
             m.setattr(config, name, value)
             changed = _components(kern)
