@@ -27,8 +27,8 @@ from kcache.keys import CanonicalMap, canonical_map, packed_map
 
 from .extensions import extensions_component
 from .fingerprint import Uncacheable, digest_of, fingerprint, line_digest, value_digest
-from .numba_config import (IN_KEY, WARNINGS_IN_KEY, bypass_reason, config_component,
-                           settings_values)
+from .numba_config import (IN_KEY, IN_KEY_WHEN_CHANGED, WARNINGS_IN_KEY, bypass_reason,
+                           config_component, settings_values)
 
 __all__ = [
     "COMPONENTS_FORMAT",
@@ -155,7 +155,7 @@ def _target(cc, output: str):
         return make()
 
 
-_CONFIG_NAMES = tuple(IN_KEY) + tuple(WARNINGS_IN_KEY)
+_CONFIG_NAMES = tuple(IN_KEY) + tuple(WARNINGS_IN_KEY) + tuple(IN_KEY_WHEN_CHANGED)
 
 
 def _config():

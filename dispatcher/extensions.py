@@ -207,7 +207,8 @@ def _user_objects(parts) -> dict:
             if kind in _LIBRARY_TYPES or kind in _METACLASSES and obj in _LIBRARY_CLASSES:
                 continue  # None, str, numba types, ufuncs, library classes, ...
             if kind is _FUNCTION:
-                module = obj.__module__ or obj.__globals__.get("__name__")  # exec(): None
+                # exec(): no __module__; code may also have set it to anything
+                module = _name(obj.__module__) or _name(obj.__globals__.get("__name__"))
                 library = _libraries.get(module)
                 if library is None:
                     library = _libraries[module] = is_library_module(module)
@@ -239,11 +240,14 @@ def _judge(obj, kind):
         return None, obj
     if isinstance(obj, type):
         _METACLASSES.add(kind)
-        if not obj.__flags__ & _HEAPTYPE:  # a C extension's class (numba's _box.Box)
+        if not obj.__flags__ & _HEAPTYPE or _carries_module(obj):
+            # A C extension's class: numba's _box.Box; Cython's function type, a heap type
+            # whose __module__ is the slot its functions keep theirs in.
             _LIBRARY_CLASSES.add(obj)
             return None, ()
-        if not _library(obj.__module__):
-            return obj.__module__, ()
+        module = _name(obj.__module__) or "?"  # a class body may set __module__ to anything
+        if not _library(module):
+            return module, ()
         if is_library_class(obj):
             _LIBRARY_CLASSES.add(obj)
             return None, ()
@@ -253,12 +257,32 @@ def _judge(obj, kind):
     wraps = _wrapping.get(kind)
     if wraps is None:  # the first object of its type: a dispatcher or an intrinsic?
         wraps = _wrapping[kind] = _inner(obj) is not None
-        if not wraps and _library(kind.__module__):
-            _LIBRARY_TYPES.add(kind)
+        if _library(_name(kind.__module__)):
+            if not wraps:
+                _LIBRARY_TYPES.add(kind)
+        elif _carries_module(kind):
+            _OWN_MODULE.add(kind)
     inner = _inner(obj) if wraps else None
     if inner is not None:
         return None, (inner,)
-    return (None if _library(kind.__module__) else kind.__module__), ()
+    # Objects of a non-library type that keep their own module (Cython's functions: numpy's
+    # Generator methods, which numba's CPU target registers when it types a Generator) are
+    # judged by it: their type's module is Cython's shared "_cython_3_x" module, or on Python
+    # 3.10 the slot's descriptor itself. Any other module that is not a str counts as a user
+    # module of no name ("?"), as a function made by exec() does.
+    module = _name(getattr(obj, "__module__", None) if kind in _OWN_MODULE else kind.__module__)
+    return (None if _library(module) else module or "?"), ()
+
+
+def _carries_module(cls: type) -> bool:
+    """Whether ``cls`` is a C type whose objects keep their own ``__module__`` in a slot
+    (a descriptor in the class's namespace: a class statement cannot make one)."""
+    return isinstance(vars(cls).get("__module__"), _SLOT_DESCRIPTORS)
+
+
+def _name(module):
+    """``module`` when it is a module name (a non-empty str), else None."""
+    return module if isinstance(module, str) and module else None
 
 
 def _at_roots(found: dict, holders: dict, roots: dict) -> dict:
@@ -310,3 +334,5 @@ _LIBRARY_TYPES: set = {str, int, float, bool, type(None), bytes}
 _LIBRARY_CLASSES: set = set()
 _METACLASSES: set = {type}
 _wrapping: dict = {}
+_OWN_MODULE: set = set()  # types whose objects keep their own __module__ (_carries_module)
+_SLOT_DESCRIPTORS = (types.MemberDescriptorType, types.GetSetDescriptorType)

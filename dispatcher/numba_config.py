@@ -13,8 +13,8 @@ The ``config`` key component (:func:`config_component`) holds the current value 
 """
 from __future__ import annotations
 
-__all__ = ["IN_KEY", "NOT_IN_KEY", "WARNINGS_IN_KEY", "BYPASS", "config_component", "config_variables",
-           "unclassified", "bypass_reason"]
+__all__ = ["IN_KEY", "NOT_IN_KEY", "WARNINGS_IN_KEY", "IN_KEY_WHEN_CHANGED", "BYPASS",
+           "config_component", "config_variables", "unclassified", "bypass_reason"]
 
 #: Variables whose value changes the code numba-cuda generates or links -> why.
 IN_KEY = {
@@ -89,6 +89,8 @@ NOT_IN_KEY = {
     "DISABLE_CUDA": "no CUDA compile happens at all",
     "ENABLE_CUDASIM": "the simulator runs Python; nothing is compiled or cached",
     "GDB_BINARY": "embedded only by numba's CPU gdb hook, which the CUDA target does not use",
+    "USE_RVSDG_FRONTEND": "numba 0.60: read only by numba.core.compiler's untyped pipeline; "
+                          "numba-cuda builds its own (numba.cuda.compiler.DefaultPassBuilder)",
     "NUMBA_CUDA_ENABLE_NRT": "read once at import into CUDA_ENABLE_NRT, which is in the key",
     "NUMBA_CUDA_NRT_STATS": "read once at import into CUDA_NRT_STATS",
 }
@@ -150,6 +152,20 @@ WARNINGS_IN_KEY = {
 }
 
 
+#: Variables of some numba versions that change the code only away from numba's default ->
+#: (that default, why). In the key only when set to another value, so that keys made under the
+#: defaults, or under a numba without the variable, are those of before. numba-cuda's types and
+#: typing templates are numba's own modules when numba is installed
+#: (``numba.cuda.utils.redirect_numba_module``), so numba's switches for them apply to kernels.
+IN_KEY_WHEN_CHANGED = {
+    "USE_LEGACY_TYPE_SYSTEM": (1, "numba 0.61-0.64: 0 selects numba's new (NumPy-based) type "
+                                  "system at import (numba.core.types), which types kernels"),
+    "CAPTURED_ERRORS": ("new_style", "numba 0.60: old_style lets a typing template that "
+                                     "raises any error be skipped, so another may type the "
+                                     "call (numba.core.types.functions, typeinfer)"),
+}
+
+
 def config_variables(config) -> list:
     """Names of the configuration variables of ``config`` (a module): its public upper-case
     attributes, as numba's ``_EnvReloader`` and numba-cuda's modules set them."""
@@ -158,7 +174,7 @@ def config_variables(config) -> list:
 
 def unclassified(config) -> list:
     """Variables of ``config`` (a module) in neither :data:`IN_KEY` nor :data:`NOT_IN_KEY`."""
-    known = IN_KEY.keys() | NOT_IN_KEY.keys() | WARNINGS_IN_KEY.keys()
+    known = IN_KEY.keys() | NOT_IN_KEY.keys() | WARNINGS_IN_KEY.keys() | IN_KEY_WHEN_CHANGED.keys()
     return [n for n in config_variables(config) if n not in known]
 
 
@@ -166,7 +182,8 @@ def config_component(config=None) -> dict:
     """``{name: value}`` of every :data:`IN_KEY` variable of ``config`` (default: the module
     numba-cuda reads, ``_compat.numba_config()``), as plain msgpack values: flags as bools
     (numba-cuda tests their truth), ``OPT`` as an int, ``FORCE_CUDA_CC`` as a list or None,
-    paths as strings; an absent variable is None."""
+    paths as strings; an absent variable is None. :data:`WARNINGS_IN_KEY` and
+    :data:`IN_KEY_WHEN_CHANGED` variables are there only when set away from numba's default."""
     if config is None:
         from . import _compat
 
@@ -175,6 +192,10 @@ def config_component(config=None) -> dict:
     for name in WARNINGS_IN_KEY:
         value = getattr(config, name, 0)
         if value:  # left out at the default, so the key does not change
+            component[name] = _plain(name, value)
+    for name, (default, _why) in IN_KEY_WHEN_CHANGED.items():
+        value = getattr(config, name, None)
+        if value is not None and value != default:  # absent or the default: not there
             component[name] = _plain(name, value)
     return component
 

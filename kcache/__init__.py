@@ -16,7 +16,7 @@ __version__ = "0.1.0"
 _WHERE = {
     "Entry": ".entry", "EntryInfo": ".entryinfo",
     "ConfigError": ".errors", "CorruptEntry": ".errors", "KcacheError": ".errors",
-    "CacheMissError": ".errors",
+    "CacheMissError": ".errors", "MissingExtra": ".errors",
     "LockTimeout": ".errors", "NewerFormat": ".errors",
     "make_key": ".keys",
     "NotRemoved": ".prune", "PruneReport": ".prune", "RemoveReport": ".prune",
@@ -30,7 +30,7 @@ _LAZY = ("jit", "install", "uninstall", "compile_for", "explain", "CompileForErr
 __all__ = ["make_key", "Entry", "EntryInfo", "Store", "Stats", "PruneReport", "VerifyReport",
            "RemoveReport", "NotRemoved", "CopyReport",
            "KcacheError", "ConfigError", "LockTimeout", "CorruptEntry", "NewerFormat",
-           "ProgramCache", "compile_program", "CacheMissError", *_LAZY]
+           "ProgramCache", "compile_program", "CacheMissError", "MissingExtra", *_LAZY]
 
 
 def __getattr__(name: str):

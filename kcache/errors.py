@@ -10,6 +10,11 @@ class KcacheError(Exception):
     """Base class of every kcache error."""
 
 
+class MissingExtra(KcacheError, ImportError):
+    """An optional dependency a feature needs is not installed, or too old to use; the message
+    is one line that names the extra bringing it (``pip install 'kcache-cuda[programs]'``)."""
+
+
 class ConfigError(KcacheError, ValueError):
     """A setting has a bad value; the message names the variable/setting and what is accepted."""
 

@@ -14,23 +14,35 @@ make kernels. This module serves it from the same store as numba-cuda's kernels,
   compile's log and its time.
 
 Imported only when ``kcache.ProgramCache`` or ``kcache.compile_program`` is first used:
-``import kcache`` never imports cuda.
+``import kcache`` never imports cuda. They need cuda-core >= 1.2 (its ``ProgramCacheResource``
+protocol), the ``programs`` extra: numba-cuda before 0.30.2 pins cuda-core < 1.0, so it is not
+in the ``cu12``/``cu13`` extras. Without it this module still imports, and making a
+``ProgramCache`` or calling ``compile_program`` raises :class:`~kcache.errors.MissingExtra`,
+one line naming the extra.
 """
 from __future__ import annotations
 
 import functools
 import os
+import re
 import threading
 import time
+from importlib import metadata
 from typing import Any
 
-from cuda.core import ObjectCode, Program, ProgramOptions
-from cuda.core.utils import ProgramCacheResource, make_program_cache_key
+try:
+    from cuda.core import ObjectCode, Program, ProgramOptions
+    from cuda.core.utils import ProgramCacheResource, make_program_cache_key
+except ImportError as exc:  # no cuda-core, or one before 1.2 (numba-cuda < 0.30.2 pins < 1.0)
+    _UNAVAILABLE: ImportError | None = exc
+    ProgramCacheResource = object  # ProgramCache stays a class; making one raises MissingExtra
+else:
+    _UNAVAILABLE = None
 
 from . import artifacts
 from .entry import Entry, entry_kind
 from .config import environment_snapshot
-from .errors import KcacheError
+from .errors import KcacheError, MissingExtra
 from .keys import make_key
 from .store import Store
 from .toolchain import program_versions
@@ -47,6 +59,40 @@ MAX_SYMBOLS = 4096  # name expressions kept per entry
 NO_SUCH_ENTRY = "no such entry"  # Store.remove_many's reason for a key it does not hold
 _MAX_PENDING = 1024  # misses remembered per ProgramCache (to time the compile that follows)
 _MAX_COMPILE = 3600.0  # seconds: a longer gap between a miss and its set is no compile
+
+
+# --- cuda-core ----------------------------------------------------------------------------------
+
+#: The cuda-core the programs extra brings (``ProgramCacheResource``, ``make_program_cache_key``).
+CUDA_CORE_NEEDED = (1, 2)
+EXTRA = "pip install 'kcache-cuda[programs]'"
+
+
+def _require(what: str) -> None:
+    """Raise :class:`MissingExtra` (one line: :func:`unavailable_line`) when cuda-core >= 1.2
+    could not be imported."""
+    if _UNAVAILABLE is not None:
+        try:
+            installed = metadata.version("cuda-core")
+        except metadata.PackageNotFoundError:
+            installed = None
+        raise MissingExtra(unavailable_line(what, installed, _UNAVAILABLE)) from None
+
+
+def unavailable_line(what: str, installed: str | None, error: BaseException) -> str:
+    """Why ``what`` (e.g. "kcache.ProgramCache") cannot work with the cuda-core version
+    ``installed`` (None: not installed), whose import raised ``error``: one line that names
+    the extra."""
+    needed = ".".join(map(str, CUDA_CORE_NEEDED))
+    if installed is None:
+        return f"{what} needs cuda-core >= {needed}, which is not installed; install it with: {EXTRA}"
+    numbers = tuple(int(n) for n in re.findall(r"\d+", installed)[:2])
+    if numbers < CUDA_CORE_NEEDED:
+        return (f"{what} needs cuda-core >= {needed} and {installed} is installed (numba-cuda "
+                f"before 0.30.2 requires cuda-core < 1.0); install it with: {EXTRA}")
+    first = str(error).splitlines()[0] if str(error) else type(error).__name__
+    return (f"{what} needs cuda-core >= {needed}: cuda-core {installed} is installed but "
+            f"could not be imported ({first}); reinstall it with: {EXTRA}")
 
 
 # --- keys -------------------------------------------------------------------------------------
@@ -206,9 +252,11 @@ class ProgramCache(ProgramCacheResource):
     sets, and the protocol has no hook around the compile (use :func:`compile_program`).
     A broken or unreachable cache is a miss (``KeyError``), never an error. ``len()``,
     ``clear()`` and ``del`` concern the program entries of the writable root only (kernel
-    entries and read-only layers are untouched). Raises ConfigError for bad settings."""
+    entries and read-only layers are untouched). Raises ConfigError for bad settings,
+    :class:`~kcache.errors.MissingExtra` without cuda-core >= 1.2."""
 
     def __init__(self, root=None):
+        _require("kcache.ProgramCache")
         self.store = _store(root)
         self._misses: dict[bytes, float] = {}  # key -> monotonic time of its miss
 
@@ -297,7 +345,9 @@ def compile_program(code, code_type: str, options: ProgramOptions | None, target
     ``ObjectCode``. Raises what cuda.core raises for the inputs (``ValueError`` from
     ``make_program_cache_key`` for options it cannot key, e.g. ``include_path`` without
     ``extra_digest``; NVRTC's error for bad source); a bad setting, or a broken, full or
-    unreachable cache, only costs a compile (warned once)."""
+    unreachable cache, only costs a compile (warned once). Without cuda-core >= 1.2:
+    :class:`~kcache.errors.MissingExtra`."""
+    _require("kcache.compile_program")
     options = options if options is not None else ProgramOptions()
     ct, tt = str(code_type).lower(), str(target_type).lower()
     names = tuple(name_expressions)

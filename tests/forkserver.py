@@ -191,7 +191,10 @@ class ForkPopen(_RealPopen):
     def _execute_child(self, args, executable, preexec_fn, close_fds, pass_fds, cwd, env,
                        startupinfo, creationflags, shell, p2cread, p2cwrite, c2pread, c2pwrite,
                        errread, errwrite, restore_signals, gid, gids, uid, umask,
-                       start_new_session, process_group):
+                       start_new_session, *later):
+        # later: what newer Pythons pass after start_new_session, given back as it came
+        # (3.11 added process_group; 3.10 has nothing there)
+        process_group = later[0] if later else None
         parsed = None
         fds = [p2cread if p2cread != -1 else 0, c2pwrite if c2pwrite != -1 else 1,
                errwrite if errwrite != -1 else 2]
@@ -209,7 +212,7 @@ class ForkPopen(_RealPopen):
             return super()._execute_child(
                 args, executable, preexec_fn, close_fds, pass_fds, cwd, env, startupinfo,
                 creationflags, shell, p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite,
-                restore_signals, gid, gids, uid, umask, start_new_session, process_group)
+                restore_signals, gid, gids, uid, umask, start_new_session, *later)
         pid, conn = forked
         self._close_pipe_fds(p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite)
         self.pid = pid

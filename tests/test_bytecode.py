@@ -10,6 +10,8 @@ import pytest
 
 from kcache.dispatcher.bytecode import references
 
+pytestmark = pytest.mark.compat  # runs in every leg of tests/compat/run.sh (docs/compat.md)
+
 
 def reference(code):
     """The same analysis through ``dis`` (EXTENDED_ARG is a prefix, never a chain break)."""

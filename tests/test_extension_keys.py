@@ -15,7 +15,8 @@ from fixtures_keys import key_in_subprocess, write_modules
 
 pytest.importorskip("numba.cuda")
 
-pytestmark = pytest.mark.slow  # keys computed in fresh processes
+pytestmark = [pytest.mark.slow,  # keys computed in fresh processes
+              pytest.mark.compat]  # runs in every leg of tests/compat/run.sh (docs/compat.md)
 
 KERNELS = """
     from numba import cuda
@@ -237,6 +238,57 @@ def test_overloads_of_user_functions_stay_in_the_fingerprint(tmp_path):
     result = key_in_subprocess(directory, "kern", "kern")
     assert "extensions" not in result["components"]
     assert "dep:helpers.twice" in result["components"]["source"]
+
+
+CPU_RNG = """
+    import numpy as np
+    from numba import njit
+
+    import plainkern
+
+    @njit
+    def draw(rng):
+        return rng.random()
+
+    draw(np.random.default_rng(1))  # numba's CPU target types a numpy Generator
+    kern = plainkern.kern
+"""
+
+
+def test_numba_typing_a_numpy_generator_leaves_the_key_as_it_was(tmp_path):
+    # numba's CPU target registers numpy's Generator methods (Cython functions) when it types
+    # one: a library's registrations, so no extensions component and the same key. They were
+    # taken for user code of module "_cython_3_x" (Python >= 3.11), and on Python 3.10, where
+    # the Cython function type's __module__ is a member descriptor, every key raised TypeError.
+    directory = write_modules(tmp_path / "p", {"plainkern": PLAIN, "cpurng": CPU_RNG})
+    plain = key_in_subprocess(directory, "plainkern", "kern")
+    after_rng = key_in_subprocess(directory, "cpurng", "kern")
+    assert "extensions" not in after_rng["components"]
+    assert after_rng["key"] == plain["key"]
+
+
+def test_objects_of_cython_function_type_are_judged_by_their_own_module():
+    import numpy as np
+
+    from kcache.dispatcher import extensions
+
+    method = np.random.Generator.random  # cython_function_or_method of numpy.random._generator
+    assert extensions._user_objects([(method, np.random.default_rng, type(method))]) == {}
+
+
+def test_a_module_that_is_not_a_str_is_a_user_module_of_no_name():
+    from kcache.dispatcher import extensions
+
+    Odd = type("Odd", (), {"__module__": 5})  # a class body may set __module__ to anything
+    NoModule = type("NoModule", (), {"__module__": None})
+
+    def fn():
+        pass
+
+    fn.__module__ = 7  # falls back on its globals' __name__ (this test module)
+    parts = [(Odd(),), (NoModule,), (fn,), (Odd,)]
+    found = extensions._user_objects(parts)
+    assert found == {id(parts[0][0]): "?", id(NoModule): "?", id(fn): __name__, id(Odd): "?"}
 
 
 # --- in one process -------------------------------------------------------------------------

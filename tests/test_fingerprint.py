@@ -12,6 +12,8 @@ from fixtures_keys import import_from, write_modules
 
 cuda = pytest.importorskip("numba.cuda")
 
+pytestmark = pytest.mark.compat  # runs in every leg of tests/compat/run.sh (docs/compat.md)
+
 LIMIT = 3
 
 

@@ -19,6 +19,8 @@ from fixtures_keys import SIG, import_from, write_modules
 
 cuda = pytest.importorskip("numba.cuda")
 
+pytestmark = pytest.mark.compat  # runs in every leg of tests/compat/run.sh (docs/compat.md)
+
 TOOLCHAIN = {"numba": "0.68.1", "numba-cuda": "0.30.4", "llvmlite": "0.50.0", "nvvm": "2.0",
              "nvjitlink": "13.0", "cuda_runtime": "13.0", "python": "3.11.7",
              "kcache-format": "1", "numpy": "2.4.6"}

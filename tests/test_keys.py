@@ -6,6 +6,8 @@ import pytest
 
 from kcache import make_key
 
+pytestmark = pytest.mark.compat  # runs in every leg of tests/compat/run.sh (docs/compat.md)
+
 COMPONENTS = {
     "format": 1,
     "kernel": "pkg.mod:axpy",

@@ -19,6 +19,8 @@ from kcache.dispatcher.components import kernel_components  # noqa: E402
 
 from fixtures_keys import import_from, write_modules  # noqa: E402
 
+pytestmark = pytest.mark.compat  # runs in every leg of tests/compat/run.sh (docs/compat.md)
+
 SIG = "void(float32[::1], float32[::1])"
 SHIFT = 7  # lines inserted at the top of a module
 

@@ -19,6 +19,8 @@ from kcache.dispatcher.misses import diff_components  # noqa: E402
 
 from fixtures_keys import SIG, key_in_subprocess, write_modules  # noqa: E402
 
+pytestmark = pytest.mark.compat  # runs in every leg of tests/compat/run.sh (docs/compat.md)
+
 REPO = Path(__file__).resolve().parents[1]
 TOOLCHAIN = {"numba-cuda": "0.30.4", "kcache-format": "1"}
 
@@ -64,11 +66,40 @@ def test_a_new_variable_is_reported():
 
 
 def test_tables_are_disjoint_and_in_the_docs():
-    assert not set(numba_config.IN_KEY) & set(numba_config.NOT_IN_KEY)
+    tables = (numba_config.IN_KEY, numba_config.NOT_IN_KEY, numba_config.WARNINGS_IN_KEY,
+              numba_config.IN_KEY_WHEN_CHANGED)
+    names = [name for table in tables for name in table]
+    assert len(names) == len(set(names))
     assert all(numba_config.IN_KEY.values()) and all(numba_config.NOT_IN_KEY.values())
+    assert all(why for _default, why in numba_config.IN_KEY_WHEN_CHANGED.values())
     doc = (REPO / "docs" / "keys.md").read_text()
-    for name in list(numba_config.IN_KEY) + list(numba_config.NOT_IN_KEY):
+    for name in names:
         assert f"`{name}`" in doc, name
+
+
+# The variables some numba versions of the supported range (0.60-0.68) have beyond those of
+# the numba this suite may run with: classified whichever numba is installed.
+@pytest.mark.parametrize("name", ["USE_LEGACY_TYPE_SYSTEM", "CAPTURED_ERRORS",
+                                  "USE_RVSDG_FRONTEND"])
+def test_the_variables_of_older_numbas_are_classified(name):
+    assert numba_config.unclassified(types.SimpleNamespace(**{name: 0})) == []
+
+
+@pytest.mark.parametrize("name, default, changed", [
+    ("USE_LEGACY_TYPE_SYSTEM", 1, 0), ("CAPTURED_ERRORS", "new_style", "old_style")])
+def test_a_switch_is_in_the_key_only_away_from_its_default(monkeypatch, name, default, changed):
+    kern = _kernel()
+    config = _compat.numba_config()
+    monkeypatch.delattr(config, name, raising=False)
+    absent = _components(kern)
+    assert name not in absent["config"]
+    monkeypatch.setattr(config, name, default, raising=False)
+    assert kcache.make_key(_components(kern)) == kcache.make_key(absent)
+    monkeypatch.setattr(config, name, changed, raising=False)
+    away = _components(kern)
+    assert away["config"][name] == changed
+    assert kcache.make_key(away) != kcache.make_key(absent)
+    assert diff_components(absent, away) == [f"numba config {name} '(unset)' -> {changed!r}"]
 
 
 def _kernel():
@@ -103,6 +134,8 @@ def test_each_code_changing_variable_changes_the_key(monkeypatch):
     config = _compat.numba_config()
     base = _components(kern)
     for name, value in CHANGED.items():
+        if isinstance(value, bool) and base["config"][name] is value:
+            value = not value  # a flag whose default differs between numba-cuda versions
         with monkeypatch.context() as m:
             m.setattr(config, name, value)
             changed = _components(kern)

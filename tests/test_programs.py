@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-cuda_core = pytest.importorskip("cuda.core")
+cuda_core = pytest.importorskip("cuda.core", minversion="1.2")  # the programs extra
 
 from cuda.core import Program, ProgramOptions  # noqa: E402
 

@@ -19,7 +19,7 @@ import re
 from typing import Any, Mapping
 
 from ..config import parse_bool, parse_duration
-from ..errors import ConfigError, KcacheError
+from ..errors import ConfigError, KcacheError, MissingExtra
 from ..warn import warn_once
 from ..tier import TierError
 from .base import (DEFAULT_LEASE_TTL, DEFAULT_MAX_ERRORS, DEFAULT_MAX_WAIT, DEFAULT_NAMESPACE,
@@ -38,7 +38,7 @@ URL_ACCEPTED = ("redis://host:port/db, rediss://host:port/db (TLS), unix:///path
 _SCHEME_RE = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 
 
-class MissingClient(KcacheError, ImportError):
+class MissingClient(MissingExtra):
     """The client library for a remote URL is not installed; the message names the extra
     (``pip install 'kcache-cuda[redis]'`` / ``'kcache-cuda[s3]'``) or fsspec's backend package."""
 
