@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Callable
 from .errors import CorruptEntry, LockTimeout, NewerFormat
 from .keys import KEY_RE
 from .localtier import GONE, NEWER, NOT_REGULAR, os_reason
+from .locks import STALE
 from .prune import (BUSY, TEMP_MAX_AGE, NotRemoved, PruneReport, RemoveReport, VerifyReport)
 from .stats import SHARDS, shard_of
 
@@ -104,9 +105,11 @@ class Removals:
         """Freed bytes, None when already gone, or why the entry was left."""
         house = self.house
         try:
-            with house.locks.hold(key, blocking=blocking) as held:
+            with house.locks.hold(key, blocking=blocking, if_stopped="leaving that entry in place") as held:
                 if held is False:  # busy; None: no usable lock file (warned), go on alone
                     return BUSY
+                if held == STALE:  # its holder is stopped: it may be writing that very entry
+                    return f"{BUSY}; its holder shows no heartbeat (stopped?)"
                 result = house.local.unlink(key)
         except LockTimeout:
             return f"{BUSY}; gave up after KCACHE_LOCK_TIMEOUT={house.lock_timeout:g} s"
