@@ -178,10 +178,13 @@ def sweep_temp(house: Housekeeping, *, dry_run: bool = False) -> int:
 
 def evict(house: Housekeeping, target: int) -> None:
     """Remove least-recently-used entries until the root holds <= ``target`` bytes (kcache's
-    old temp files are swept first: they take room too). Keys being written are skipped."""
+    old temp files are swept first: they take room too). Keys being written are skipped.
+    Totals that count more than the pass finds on disk are lowered first (:func:`lower_drift`)."""
     house.local.dirs.check()
     sweep_temp(house)
+    counted = [house.stats.shard_totals(s) for s in range(SHARDS)]  # before the scan: see lower_drift
     files = lru_order(list(house.local.scan()), house.max_entry_size)
+    lower_drift(house, files, counted)
     chosen, _kept = select_lru(files, target)
     batch = Removals(house, "evictions")
     try:
@@ -189,6 +192,23 @@ def evict(house: Housekeeping, target: int) -> None:
             batch.remove(key, blocking=False)
     finally:
         batch.write()
+
+
+def lower_drift(house: Housekeeping, files: list, counted: list) -> None:
+    """Lower each shard's totals by what ``counted`` (read before the scan) holds beyond the
+    ``files`` the scan found (``(key, path, lstat)``): writers killed between a removal and
+    its count (a bulk removal writes every DELTA_BATCH) leave totals above what is on disk,
+    and a put then ran an eviction pass each time. Never raises them (files copied in behind
+    the store's back wait for ``recount``). Written as a change, not a value: a put counted
+    meanwhile is kept; one published during the scan at worst leaves the total a little high."""
+    found = [[0, 0] for _ in range(SHARDS)]
+    for key, _path, st in files:
+        f = found[shard_of(key)]
+        f[0] += 1
+        f[1] += st.st_size
+    for shard, ((n, b), (fn, fb)) in enumerate(zip(counted, found)):
+        if n > fn or b > fb:
+            house.stats.add(shard, now=True, entries=min(0, fn - n), bytes=min(0, fb - b))
 
 
 @dataclasses.dataclass

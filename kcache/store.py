@@ -684,7 +684,8 @@ class Store(VerificationPath, RemotePolicy, EntryListing):
         a bulk removal: the store counts only what it writes and removes, so until then such
         files are missing from the totals and the size cap sees too few bytes. Exact only when
         no other process writes meanwhile (a put between the scan and the write is lost from
-        the totals), so never run implicitly."""
+        the totals), so never run implicitly. (Totals above what is on disk, as writers killed
+        in a bulk removal leave them, are lowered by the next eviction pass on its own.)"""
         if self.local in self._tiers:
             _maintenance().recount(self._housekeeping())
         return self.stats()
