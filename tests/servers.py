@@ -473,8 +473,11 @@ class StatingRedis(LoopbackServer):
     every command seen, its name upper-cased."""
 
     def __init__(self, stated: int | bytes = 50 << 20, interval: float = 0.5,
-                 value: bytes | None = None, rate: float = 1 << 20):
+                 value: bytes | None = None, rate: float = 1 << 20, flood: bool = False):
         self.value = value
+        self.flood = flood  # a read is answered with a 1 TiB string, sent as fast as it goes
+        self.sent = 0  # bytes of such answers sent
+        self.flood_ended = threading.Event()  # the client hung up on one
         self.stated = (stated if isinstance(stated, bytes) else
                        b":%d" % (len(value) if value is not None else stated))
         self.interval = interval
@@ -513,6 +516,16 @@ class StatingRedis(LoopbackServer):
             conn.sendall(b"%3\r\n+server\r\n+redis\r\n+version\r\n+7.0.0\r\n+proto\r\n:3\r\n")
         elif name == b"STRLEN":
             conn.sendall(self.stated + b"\r\n")
+        elif name in (b"GETRANGE", b"GET") and self.flood:
+            conn.sendall(b"$%d\r\n" % (1 << 40))
+            zeros = bytes(1 << 20)
+            try:
+                while not self._stop.is_set():  # until the client hangs up (OSError)
+                    conn.sendall(zeros)
+                    self.sent += len(zeros)
+            finally:
+                self.flood_ended.set()
+            return False
         elif name in (b"GETRANGE", b"GET") and self.value is None:
             self._drip(conn)
             return False

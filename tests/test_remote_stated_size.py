@@ -177,3 +177,21 @@ def test_redis_a_value_of_many_chunks_is_read_whole_or_not_at_all(redis_url):  #
         thread.join()
     assert all(s is None or s.data in (a, b) for s in seen)
     assert tier.read(k, CAP).data == a  # the last written
+
+
+def test_redis_an_answer_larger_than_the_value_is_cut_off_by_size():
+    """A server that states 100 bytes, then answers the read with a string claiming 1 TiB and
+    sends zeros as fast as loopback goes: the call stops once it has received what it can
+    use (the value, and 16 MiB of replies besides), not at its deadline (2 s: about 1 GiB
+    held in memory before)."""
+    pytest.importorskip("redis")
+    with StatingRedis(100, flood=True) as server:
+        tier = tier_on("redis", server)
+        start = time.monotonic()
+        with pytest.raises(TierError) as exc:
+            tier.read(key("flood"), CAP)
+        took = time.monotonic() - start
+        assert exc.value.kind == "bad_value" and "more than" in str(exc.value)
+        assert server.flood_ended.wait(10), "the client never hung up"
+        assert server.sent < 64 << 20, server.sent  # 16 MiB read, socket buffers besides
+    assert took < 2.0, took  # not cut off at the deadline

@@ -34,6 +34,7 @@ DEFAULT_TIMEOUT = 1.0  # seconds: each connect and each read of one operation
 CALL_TIMEOUTS = 2  # a whole call (connect, every read) ends within this many timeouts ...
 TRANSFER_RATE = 1 << 20  # ... plus 1 s per this many bytes it transfers (bytes per second at worst)
 CHUNK_MIN, CHUNK_MAX = 64 << 10, 1 << 20  # bytes: a value is read in chunks of this size (chunk_size)
+RECEIVE_SLACK = 16 << 20  # bytes a call may receive besides the value it reads (replies, listings)
 DEFAULT_MAX_ERRORS = 3  # consecutive failures before the tier switches itself off
 DEFAULT_LEASE_TTL = 10.0  # seconds; renewed every third of it while held, so a crash frees it fast
 DEFAULT_MAX_WAIT = 60.0  # seconds a waiter polls for another machine's compile before its own
@@ -150,10 +151,26 @@ class Deadline:
     def __init__(self, timeout: float):
         self.start = time.monotonic()
         self.at = self.start + CALL_TIMEOUTS * timeout
+        self.received = 0  # bytes the backend received (where it counts them: :meth:`receive`)
+        self.receivable = RECEIVE_SLACK  # ... and the most it may
 
     def transfer(self, nbytes: int) -> None:
         """Allow 1 s more per TRANSFER_RATE of ``nbytes`` (bytes sent, or just received)."""
         self.at += max(0, nbytes) / TRANSFER_RATE
+
+    def expect(self, nbytes: int) -> None:
+        """Allow ``nbytes`` to be received from now on (and RECEIVE_SLACK besides): a value of
+        that size, checked against the caller's limit (never time: that is earned,
+        :meth:`transfer`)."""
+        self.receivable = max(self.receivable, self.received + max(0, nbytes) + RECEIVE_SLACK)
+
+    def receive(self, nbytes: int) -> None:
+        """Count ``nbytes`` received by the call's connection; Oversent past what it may
+        receive (a reply claiming a 1 TiB string fills memory at the network's speed long
+        before any deadline)."""
+        self.received += nbytes
+        if self.received > self.receivable:
+            raise Oversent(f"the server sent more than the {self.receivable} bytes this call can use")
 
     def left(self) -> float:
         """Seconds until the deadline (0 or less: passed)."""
@@ -166,6 +183,11 @@ class Deadline:
 
 class Overrun(TimeoutError):
     """A call ran past its :class:`Deadline` (its thread was abandoned)."""
+
+
+class Oversent(Exception):
+    """A server sent a call more bytes than it can use (:meth:`Deadline.receive`). Not an
+    OSError, so that a client library passes it on as it is (redis-py closes the connection)."""
 
 
 _current = threading.local()
@@ -275,6 +297,11 @@ class RemoteTier:
                 self._failed(err)
             raise
         except Exception as exc:  # the backends raise many types: all become TierError
+            if isinstance(exc, Oversent):  # an answer, though a hostile one: a bad value
+                with contextlib.suppress(Exception):
+                    self._abandon()  # the rest of that answer is never read: a new connection
+                self._answered()
+                raise TierError("bad_value", f"{self.name}: {what}: {exc}; not read") from None
             if deadline is not None and (isinstance(exc, Overrun) or deadline.left() <= 0):
                 raise self._overrun(what, deadline) from None
             err = self._classify(exc)

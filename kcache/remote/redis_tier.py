@@ -65,7 +65,7 @@ class RedisTier(RemoteTier):
         if password:
             options["password"] = password
         try:
-            self._redis = redis.Redis.from_url(url, **options)
+            self._redis = redis.Redis.from_url(url, connection_class=_counted_class(url), **options)
         except (ValueError, TypeError) as exc:
             raise ConfigError(f"KCACHE_REMOTE={self.name!r} is not a Redis URL redis-py accepts "
                               f"({exc}); accepted: redis://host:port/db, rediss://host:port/db, "
@@ -102,6 +102,7 @@ class RedisTier(RemoteTier):
             size = self._stated(key, self._redis.strlen(name), limit)
             if size == 0:
                 return None  # absent (an empty value is no entry either)
+            current_deadline().expect(size)
             if size <= step:
                 pipe = self._redis.pipeline(transaction=True)
                 pipe.getrange(name, 0, step - 1)
@@ -112,6 +113,7 @@ class RedisTier(RemoteTier):
                 if size == len(data):  # the whole value, read atomically
                     return Blob(data) if data else None
                 size = self._stated(key, size, limit)  # replaced meanwhile by a larger one
+                current_deadline().expect(size)
             return self._read_chunks(key, name, size, limit, step)
 
         return self._call("read", op)
@@ -123,6 +125,7 @@ class RedisTier(RemoteTier):
         with self._redis.pipeline(transaction=True) as pipe:
             pipe.watch(name)
             size = self._stated(key, pipe.strlen(name), limit)  # as of the WATCH
+            deadline.expect(size)
             parts, got = [], 0
             while got < size:
                 part = self._chunk(key, pipe.getrange(name, got, min(got + step, size) - 1), step)
@@ -292,6 +295,62 @@ class RedisTier(RemoteTier):
 
     def _classify(self, exc: BaseException) -> TierError:
         return TierError(_kind(exc), describe(exc, self.hidden))
+
+
+class _CountingSocket:
+    """A connected socket whose every receipt counts against the current call's allowance
+    (base.Deadline.receive): a server that answers with more than a call can use (a string
+    claiming 1 TiB, an endless array) is cut off by size, not only at the deadline. Anything
+    else is the socket's own."""
+
+    __slots__ = ("_sock",)
+
+    def __init__(self, sock):
+        self._sock = sock
+
+    def recv(self, *args):
+        data = self._sock.recv(*args)
+        _received(len(data))
+        return data
+
+    def recv_into(self, buffer, *args):
+        n = self._sock.recv_into(buffer, *args)
+        _received(n)
+        return n
+
+    def __getattr__(self, name: str):
+        return getattr(self._sock, name)
+
+
+def _received(nbytes: int) -> None:
+    deadline = current_deadline()
+    if deadline is not None:
+        deadline.receive(nbytes)
+
+
+class _Counted:
+    """Mixed into redis-py's connection classes: the socket it connects is counted."""
+
+    def _connect(self):
+        return _CountingSocket(super()._connect())
+
+
+class _TCPConnection(_Counted, redis.Connection):
+    pass
+
+
+class _TLSConnection(_Counted, redis.SSLConnection):
+    pass
+
+
+class _UnixConnection(_Counted, redis.UnixDomainSocketConnection):
+    pass
+
+
+def _counted_class(url: str):
+    """The counted connection class for ``url``'s scheme (what redis-py's from_url picks)."""
+    scheme = url.split(":", 1)[0].lower()
+    return {"rediss": _TLSConnection, "unix": _UnixConnection}.get(scheme, _TCPConnection)
 
 
 def _quietly(fn) -> bool:
