@@ -15,6 +15,7 @@ import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -256,3 +257,42 @@ def test_lock_stale_under_one_second_counts_as_one(root, monkeypatch):
     assert Store(root)._locks.waiting_stale() == MIN_STALE == 1.0
     monkeypatch.setenv("KCACHE_LOCK_STALE", "0")
     assert Store(root)._locks.waiting_stale() == 0.0
+
+
+def _stats_holder(root: str, k: str, started, release_fd: int, stale: str | None) -> None:
+    """Holds the statistics shard lock of k's shard, as a writer of counters does for a few
+    milliseconds (a process frozen there holds it for good)."""
+    import filelock
+    from kcache.stats import shard_of
+    store = Store(root)
+    store.put(make_key({"stats": "first"}), entry(b"first"))  # the stats folder exists
+    with filelock.FileLock(str(store.layout.stats / f"{shard_of(k):x}.lock")):
+        started.set()
+        os.read(release_fd, 1)
+
+
+def test_a_put_behind_a_stopped_counter_writer_is_not_held(root, holders, stale_env):
+    """A holder stopped in the middle of writing counters holds that shard's lock: every put
+    of a key of that shard waited for it for good. Now a count waits 2 s, stays in memory,
+    and is written once the lock is free."""
+    k = make_key({"stats": "stopped"})
+    holder = holders(_stats_holder, root, k)
+    holder.stop()
+    store = Store(root)
+    done = []
+
+    def puts() -> None:
+        done.append(store.put(k, entry(b"put")))
+        done.append(store.put(make_key({"stats": "stopped", "again": 1}), entry(b"again")))
+
+    with pytest.warns(KcacheWarning, match="stayed locked"):
+        thread = threading.Thread(target=puts)
+        thread.start()
+        thread.join(PROMISE)  # before: waited for the stopped holder for good
+        assert done == [True, True]
+    assert store.stats().entries == 3  # this process's counts, kept in memory
+    holder.release()
+    deadline = time.monotonic() + START
+    while Store(root).stats().entries != 3:  # the background writer tries again, and writes
+        assert time.monotonic() < deadline, Store(root).stats()
+        time.sleep(0.05)  # polling with a deadline
