@@ -380,8 +380,12 @@ class _Heartbeats:
         with self._mutex:
             self._held[name] = self._held.get(name, 0) + 1
             if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="kcache-lock-heartbeat", daemon=True)
-                self._thread.start()
+                thread = threading.Thread(target=self._run, name="kcache-lock-heartbeat", daemon=True)
+                try:
+                    thread.start()
+                except RuntimeError:  # no thread to be had: no heartbeat (at worst a waiter
+                    return            # passes this holder: one duplicate compile); tried again next hold
+                self._thread = thread
 
     def discard(self, name: str) -> None:
         with self._mutex:

@@ -199,8 +199,9 @@ def lower_drift(house: Housekeeping, files: list, counted: list) -> None:
     ``files`` the scan found (``(key, path, lstat)``): writers killed between a removal and
     its count (a bulk removal writes every DELTA_BATCH) leave totals above what is on disk,
     and a put then ran an eviction pass each time. Never raises them (files copied in behind
-    the store's back wait for ``recount``). Written as a change, not a value: a put counted
-    meanwhile is kept; one published during the scan at worst leaves the total a little high."""
+    the store's back wait for ``recount``), never lowers them below what the scan found.
+    Written as a change under the shard's lock, not a value: a put counted meanwhile is kept;
+    one published during the scan at worst leaves the total a little high."""
     found = [[0, 0] for _ in range(SHARDS)]
     for key, _path, st in files:
         f = found[shard_of(key)]
@@ -208,7 +209,7 @@ def lower_drift(house: Housekeeping, files: list, counted: list) -> None:
         f[1] += st.st_size
     for shard, ((n, b), (fn, fb)) in enumerate(zip(counted, found)):
         if n > fn or b > fb:
-            house.stats.add(shard, now=True, entries=min(0, fn - n), bytes=min(0, fb - b))
+            house.stats.lower_totals(shard, max(0, n - fn), max(0, b - fb), (fn, fb))
 
 
 @dataclasses.dataclass

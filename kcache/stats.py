@@ -362,6 +362,17 @@ class StatsBook:
                 self._pending_hits.clear()
             return all([self._write(shard, zero) for shard in range(SHARDS)])
 
+    def lower_totals(self, shard: int, entries: int, nbytes: int, floor: tuple[int, int]) -> None:
+        """Lower ``shard``'s totals by ``entries`` and ``nbytes``, never below ``floor``
+        ((entries, bytes) an eviction's scan found there) and never raising them: two
+        evictions lowering the same drift lower it once."""
+        def lower(counters: dict, hits: dict) -> None:
+            for name, by, least in (("entries", entries, floor[0]), ("bytes", nbytes, floor[1])):
+                now = _num(counters.get(name, 0))
+                if now > least:
+                    counters[name] = max(now - by, least)
+        self._write(shard, lower)
+
     def set_totals(self, shard: int, entries: int, nbytes: int) -> None:
         """Overwrite ``shard``'s totals (recount)."""
         def put(counters: dict, hits: dict) -> None:

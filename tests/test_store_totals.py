@@ -181,3 +181,21 @@ def test_an_eviction_pass_lowers_totals_that_count_more_than_is_on_disk(root, mo
         s._totals_at = 0.0  # each put looks at the totals afresh (as after a second)
         assert s.put(key(("more", i)), entry(2000 + i, 50))
     assert passes == [] and totals(s) == disk(s)  # no more eviction passes
+
+
+def test_two_passes_lowering_the_same_drift_lower_it_once(root):
+    """Two eviction passes that read the totals before either lowered them (evict.lock passed
+    or unusable) never take the totals below what their scans found."""
+    from kcache import maintenance
+    from kcache.stats import SHARDS
+
+    s = Store(root)
+    fill(s, 20, size=50)
+    for shard in range(SHARDS):
+        s._stats.add(shard, now=True, entries=3, bytes=1000)  # as killed writers leave them
+    house = s._housekeeping()
+    counted = [house.stats.shard_totals(i) for i in range(SHARDS)]
+    files = list(house.local.scan())
+    maintenance.lower_drift(house, files, counted)
+    maintenance.lower_drift(house, files, counted)  # the second pass, with what it read before
+    assert totals(s) == disk(s)
