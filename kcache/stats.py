@@ -295,10 +295,8 @@ class StatsBook:
             # folder's descriptor, so a swapped stats folder or bucket is never followed
             lock = filelock.FileLock(self.dirs.path(STATS, lpath.name), mode=self.file_mode,
                                      is_singleton=True)
-            lock.acquire(timeout=0 if shard in self._stalled else SHARD_LOCK_WAIT)
-            self._stalled.discard(shard)
-            with lock:
-                lock.release()  # the ``with`` holds it once more, and releases both
+            with lock.acquire(timeout=0 if shard in self._stalled else SHARD_LOCK_WAIT):
+                self._stalled.discard(shard)
                 counters = _load(self.dirs, cpath)
                 for name, value in pend.items():
                     counters[name] = _num(counters.get(name, 0)) + value
