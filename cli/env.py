@@ -31,7 +31,7 @@ VARIABLES = (
              "(os.pathsep list)", "none", "readonly_dirs", "security.md#read-only-layers"),
     Variable("KCACHE_LOCK_TIMEOUT", "how long a process waits for another one compiling the "
              "same kernel (e.g. 90s, 30m)", "600 s", "lock_timeout", "store.md#configuration"),
-    Variable("KCACHE_LOCK_STALE", "a compiling process without a heartbeat this long (stopped) "
+    Variable("KCACHE_LOCK_STALE", "a lock holder without a heartbeat this long (stopped) "
              "is not waited for (0: always wait)", "30 s", None, "store.md#configuration"),
     Variable("KCACHE_SHARED", "1: a cache for a Unix group (setgid folders, group-writable "
              "files)", "off", "shared", "security.md#private-and-shared-mode"),

@@ -10,7 +10,7 @@ default. The root itself comes from the argument, ``KCACHE_DIR`` or platformdirs
 | max_size | KCACHE_MAX_SIZE | max_size | 2 GiB | bytes, or number + K/M/G/T (binary), KiB.., KB.. (decimal); 1 .. 2**63-1 bytes |
 | readonly_roots | KCACHE_READONLY_DIRS | readonly_dirs | () | os.pathsep list / JSON list of directories |
 | lock_timeout | KCACHE_LOCK_TIMEOUT | lock_timeout | 600 s | seconds 0 .. 100 years, or a duration like 90s, 5m |
-| lock_stale | KCACHE_LOCK_STALE | - | 30 s | a duration as for lock_timeout; 0: never pass a stopped compiler |
+| lock_stale | KCACHE_LOCK_STALE | - | 30 s | a duration as for lock_timeout (under 1 s counts as 1 s); 0: never pass a stopped lock holder |
 | disabled | KCACHE_DISABLE | - | False | 1/0, true/false, yes/no, on/off |
 | shared | KCACHE_SHARED | shared | False | 1/0, true/false, yes/no, on/off |
 | max_entry_size | KCACHE_MAX_ENTRY_SIZE | max_entry_size | 256 MiB | a size as for max_size (a larger entry file is refused unread) |
@@ -47,7 +47,7 @@ from .warn import warn_once
 
 DEFAULT_MAX_SIZE = 2 << 30  # bytes
 DEFAULT_LOCK_TIMEOUT = 600.0  # seconds; compiling one kernel can take minutes
-DEFAULT_LOCK_STALE = 30.0  # seconds without a compiler's heartbeat (kcache.locks): stopped
+DEFAULT_LOCK_STALE = 30.0  # seconds without a lock holder's heartbeat (kcache.locks): stopped
 DEFAULT_MAX_ENTRY_SIZE = 256 << 20  # bytes; a cubin is rarely above a few MiB
 DEFAULT_QUARANTINE_AGE = 30 * 86400.0  # seconds
 CONFIG_NAME = "config.json"

@@ -14,13 +14,16 @@ instances are process-wide singletons per path and reentrant, so a put inside
 killed compiler never leaves a stale lock behind.
 
 A stopped one does (SIGSTOP, a debugger's breakpoint, a frozen container): its flock stays.
-So a compile's holder (``hold(..., flight=True)``) renews a heartbeat, the lock file's mtime,
-from a thread every ``stale / 4`` s (at least once a second), and a waiter that sees the mtime
-unchanged for ``stale`` seconds (KCACHE_LOCK_STALE) stops waiting: it is told
-:data:`STALE`, counted in ``lock_stale``, warned once, and compiles on its own. A running
-holder, however slow, keeps its waiters waiting up to the lock timeout. (The heartbeat is a
-Python thread: a compile step that held the GIL for longer than ``stale`` would look stopped,
-at worst costing one duplicate compile, never a wrong entry.)
+So every holder (a compile, a put, an import, a removal, eviction) renews a heartbeat, the
+lock file's mtime, every :data:`BEAT` s from one thread of the process (:class:`_Heartbeats`),
+whatever its own KCACHE_LOCK_STALE: a live holder looks alive to every waiter. A waiter that
+sees the mtime unchanged for its ``stale`` seconds (KCACHE_LOCK_STALE, at least
+:data:`MIN_STALE`) stops waiting: it is told :data:`STALE`, counted in ``lock_stale``, warned
+once, and goes on without the lock (a compile compiles and publishes, a put publishes: the
+rename is atomic) or leaves that key (a removal). A running holder, however slow, keeps its
+waiters waiting up to the lock timeout. (The heartbeat is a Python thread: a step that held
+the GIL for longer than ``stale`` would look stopped, at worst costing one duplicate compile,
+never a wrong entry.)
 """
 from __future__ import annotations
 
@@ -41,7 +44,12 @@ from .warn import warn_once
 #: What ``KeyLocks.hold(..., flight=True)`` yields when the holder's heartbeat stopped.
 STALE = "stale"
 _POLL = 0.25  # seconds between a waiter's looks at the holder's heartbeat (at most)
-_BEAT = 1.0  # seconds between a holder's heartbeats (at most)
+#: Seconds between a holder's heartbeats: fixed, so that it never depends on the holder's own
+#: KCACHE_LOCK_STALE (0 there once meant no heartbeat, and a waiter passed a live compile).
+BEAT = 0.25
+#: The shortest stale period a waiter uses (seconds; a shorter KCACHE_LOCK_STALE counts as
+#: this): four heartbeats, so a waiter never takes a live holder for a stopped one.
+MIN_STALE = 1.0
 # Work while waiting (see KeyLocks.hold) starts after this many seconds of waiting: a holder
 # about to publish is waited for without it (its entry is then a hit the work would delay).
 WORK_GRACE = 0.1
@@ -83,6 +91,7 @@ class KeyLocks:
         self.timeout = timeout
         self.stale = stale
         self._passed = threading.local()  # .paths: locks this thread found stale and passed
+        self._busy_seen: dict[Path, tuple] = {}  # stopped_holder: path -> (heartbeat, first seen)
         self.file_mode = file_mode
         self._count = count
         self._on_error = on_error
@@ -95,17 +104,22 @@ class KeyLocks:
     @contextlib.contextmanager
     def hold(self, key: str, timeout: float | None = None, *, key_for_stats: str | None = None,
              blocking: bool = True, flight: bool = False,
-             while_waiting: Callable[[], None] | None = None) -> Iterator[bool | str | None]:
+             while_waiting: Callable[[], None] | None = None,
+             if_stopped: str | None = "publishing here without it") -> Iterator[bool | str | None]:
         """Hold ``key``'s lock. Yields True when held; False when, with ``blocking=False``,
         another process holds it; None when the lock file cannot be used (a lock folder that
         is not writable, a symlink, ...: a no-op lock, warned once; callers go on as if
         alone, so a broken lock folder never stops a put or an eviction). Raises LockTimeout
         after ``timeout`` seconds (default: the store's lock_timeout).
 
-        ``flight=True`` (a compile): while held, the heartbeat runs; while waiting, a holder
-        whose heartbeat has not moved for ``stale`` seconds is passed: yields :data:`STALE`
-        (counted, warned once), and until the block ends this thread's other holds of the
-        same lock (the put of what it compiled) go on without it, as for a no-op lock.
+        While held, the heartbeat runs (every holder's, :class:`_Heartbeats`). While waiting,
+        a holder whose heartbeat has not moved for ``stale`` seconds is passed: yields
+        :data:`STALE` (counted, warned once saying what this holder does instead:
+        ``if_stopped``, e.g. "publishing here without it"; a compile's is "compiling here
+        without it"), and until the block ends this thread's other holds of the same lock
+        (the put of what it compiled) go on without it, as for a no-op lock. The caller then
+        goes on without the lock, or leaves the key alone (a removal). ``if_stopped=None``:
+        never pass a holder (``Store.lock``: the caller's own critical section).
         ``while_waiting()``: called once when another process still holds the lock after a
         short wait (0.1 s), before this one waits on (work the wait hides); whatever it raises
         is ignored. Not called when the timeout or, for a flight, the stale period is under
@@ -121,21 +135,55 @@ class KeyLocks:
         setting = "the timeout argument" if timeout is not None else "KCACHE_LOCK_TIMEOUT"
         timeout = self.timeout if timeout is None else timeout
         skey = key_for_stats or key
-        acquired = self._acquire(lock, path, timeout, blocking, skey, self.stale if flight else 0.0,
-                                 while_waiting, setting)
+        stale = self.waiting_stale() if flight or if_stopped is not None else 0.0
+        acquired = self._acquire(lock, path, timeout, blocking, skey, stale, while_waiting, setting)
         if acquired == STALE:
-            yield from self._passing_block(path, skey)
+            yield from self._passing_block(path, skey, "compiling here without it" if flight else if_stopped)
             return
         if not acquired:
             yield None if acquired is False and path in self._passing() else acquired
             return
-        beat = self._heartbeat(path) if flight else None
+        beat = self._beat(path)
         try:
             yield True
         finally:
             if beat is not None:
-                beat.stop()
+                HEARTBEATS.discard(beat)
             lock.release()
+
+    def waiting_stale(self) -> float:
+        """Seconds without a heartbeat after which this process passes a holder: the
+        KCACHE_LOCK_STALE setting, at least :data:`MIN_STALE`; 0 (never) when it is 0."""
+        return max(self.stale, MIN_STALE) if self.stale > 0 else 0.0
+
+    @contextlib.contextmanager
+    def beating(self, path: Path) -> Iterator[None]:
+        """Renew the heartbeat of lock file ``path`` (a lock this process holds, e.g.
+        ``evict.lock``) until the block ends."""
+        beat = self._beat(path)
+        try:
+            yield
+        finally:
+            if beat is not None:
+                HEARTBEATS.discard(beat)
+
+    def stopped_holder(self, path: Path) -> bool:
+        """Whether the holder of lock file ``path``, found busy by a non-blocking try, has
+        shown no heartbeat for :meth:`waiting_stale` seconds, judged over this process's
+        successive calls (its own clock, from the first call that saw this heartbeat)."""
+        stale = self.waiting_stale()
+        if stale <= 0:
+            return False
+        try:
+            beat = _beat_of(self._through_folder(path))
+        except OSError:
+            return False
+        now = time.monotonic()
+        seen = self._busy_seen.get(path)
+        if seen is None or seen[0] != beat:
+            self._busy_seen[path] = (beat, now)
+            return False
+        return now - seen[1] >= stale
 
     def _through_folder(self, path: Path) -> str:
         """Lock file ``path`` named through its folder's descriptor (:meth:`RootDirs.path`),
@@ -143,11 +191,15 @@ class KeyLocks:
         folder = path.parent.relative_to(self.dirs.root).as_posix()
         return self.dirs.path(folder, path.name)
 
-    def _heartbeat(self, path: Path):
+    def _beat(self, path: Path) -> str | None:
+        """Start renewing ``path``'s heartbeat; the name to hand HEARTBEATS.discard (None when
+        the folder went away meanwhile: no heartbeat, waiters time out)."""
         try:
-            return _Heartbeat(self._through_folder(path), self.stale)
-        except OSError:  # the folder went away meanwhile: no heartbeat (waiters time out)
+            name = self._through_folder(path)
+        except OSError:
             return None
+        HEARTBEATS.add(name)
+        return name
 
     def _passing(self) -> set:
         paths = getattr(self._passed, "paths", None)
@@ -155,11 +207,11 @@ class KeyLocks:
             paths = self._passed.paths = set()
         return paths
 
-    def _passing_block(self, path: Path, skey: str):
+    def _passing_block(self, path: Path, skey: str, doing: str):
         self._count(skey, now=True, lock_stale=1)
-        warn_once("lock-stale", f"kcache: the process holding lock file {path} shows no "
-                  f"heartbeat for {self.stale:g} s (stopped: SIGSTOP, a debugger, a frozen "
-                  f"container?); compiling here without it (KCACHE_LOCK_STALE)")
+        warn_once(f"lock-stale:{doing}", f"kcache: the process holding lock file {path} shows no "
+                  f"heartbeat for {self.waiting_stale():g} s (stopped: SIGSTOP, a debugger, a frozen "
+                  f"container?); {doing} (KCACHE_LOCK_STALE)")
         passing = self._passing()
         passing.add(path)
         try:
@@ -307,31 +359,59 @@ def _wait_watching(lock, path: str, timeout: float, stale: float) -> bool | str:
             return STALE
 
 
-class _Heartbeat:
-    """Renews a held lock file's mtime every ``stale / 4`` s (at most every second, so that a
-    waiter with a shorter KCACHE_LOCK_STALE than this process's sees it too) from a daemon
-    thread, until stopped; as kcache.remote's lease renewer does for a Redis lease. A stopped
-    process stops renewing. ``os.utime(..., None)``: the time is now, which any writer of
-    the file may set (a shared root's files belong to several users); never through a
-    symlink."""
+class _Heartbeats:
+    """Renews the mtime of every lock file this process holds, every :data:`BEAT` s, from one
+    daemon thread (started by the first hold, ended when none is left): a thread per hold
+    would cost every put and every removal of an eviction a thread's start. As kcache.remote's
+    lease renewer does for a Redis lease. A stopped process stops renewing. ``os.utime(...,
+    None)``: the time is now, which any writer of the file may set (a shared root's files
+    belong to several users); never through a symlink. A beat just after a release touches a
+    lock no longer held: harmless (the next holder is alive, or looks so one beat longer)."""
 
-    def __init__(self, path: str, stale: float):
-        self._stop = threading.Event()
-        if stale <= 0:
-            self._thread = None
-            return
-        self._thread = threading.Thread(target=self._run, args=(path, min(stale / 4, _BEAT)),
-                                        name="kcache-lock-heartbeat", daemon=True)
-        self._thread.start()
+    def __init__(self):
+        self._reset()
 
-    def _run(self, path: str, period: float) -> None:
-        while not self._stop.wait(period):
-            try:
-                os.utime(path, None, follow_symlinks=False)
-            except OSError:  # the lock folder went away or turned unwritable: waiters time out
-                return
+    def _reset(self) -> None:
+        self._mutex = threading.Lock()
+        self._held: dict[str, int] = {}  # lock file name -> holds (reentrant)
+        self._thread: threading.Thread | None = None
 
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
+    def add(self, name: str) -> None:
+        with self._mutex:
+            self._held[name] = self._held.get(name, 0) + 1
+            if self._thread is None:
+                thread = threading.Thread(target=self._run, name="kcache-lock-heartbeat", daemon=True)
+                try:
+                    thread.start()
+                except RuntimeError:  # no thread to be had: no heartbeat (at worst a waiter
+                    return            # passes this holder: one duplicate compile); tried again next hold
+                self._thread = thread
+
+    def discard(self, name: str) -> None:
+        with self._mutex:
+            left = self._held.get(name, 0) - 1
+            if left > 0:
+                self._held[name] = left
+            else:
+                self._held.pop(name, None)
+
+    def _run(self) -> None:
+        tick = threading.Event()  # never set: a timer between beats, not synchronisation
+        while True:
+            tick.wait(BEAT)
+            with self._mutex:
+                names = list(self._held)
+                if not names:
+                    self._thread = None
+                    return
+            for name in names:
+                try:
+                    os.utime(name, None, follow_symlinks=False)
+                except OSError:  # the lock folder went away or turned unwritable: waiters time out
+                    pass
+
+
+HEARTBEATS = _Heartbeats()
+if hasattr(os, "register_at_fork"):
+    # a forked child holds none of its parent's locks (nor has its heartbeat thread)
+    os.register_at_fork(after_in_child=HEARTBEATS._reset)

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Callable
 from .errors import CorruptEntry, LockTimeout, NewerFormat
 from .keys import KEY_RE
 from .localtier import GONE, NEWER, NOT_REGULAR, os_reason
+from .locks import STALE
 from .prune import (BUSY, TEMP_MAX_AGE, NotRemoved, PruneReport, RemoveReport, VerifyReport)
 from .stats import SHARDS, shard_of
 
@@ -104,9 +105,11 @@ class Removals:
         """Freed bytes, None when already gone, or why the entry was left."""
         house = self.house
         try:
-            with house.locks.hold(key, blocking=blocking) as held:
+            with house.locks.hold(key, blocking=blocking, if_stopped="leaving that entry in place") as held:
                 if held is False:  # busy; None: no usable lock file (warned), go on alone
                     return BUSY
+                if held == STALE:  # its holder is stopped: it may be writing that very entry
+                    return f"{BUSY}; its holder shows no heartbeat (stopped?)"
                 result = house.local.unlink(key)
         except LockTimeout:
             return f"{BUSY}; gave up after KCACHE_LOCK_TIMEOUT={house.lock_timeout:g} s"
@@ -175,10 +178,13 @@ def sweep_temp(house: Housekeeping, *, dry_run: bool = False) -> int:
 
 def evict(house: Housekeeping, target: int) -> None:
     """Remove least-recently-used entries until the root holds <= ``target`` bytes (kcache's
-    old temp files are swept first: they take room too). Keys being written are skipped."""
+    old temp files are swept first: they take room too). Keys being written are skipped.
+    Totals that count more than the pass finds on disk are lowered first (:func:`lower_drift`)."""
     house.local.dirs.check()
     sweep_temp(house)
+    counted = [house.stats.shard_totals(s) for s in range(SHARDS)]  # before the scan: see lower_drift
     files = lru_order(list(house.local.scan()), house.max_entry_size)
+    lower_drift(house, files, counted)
     chosen, _kept = select_lru(files, target)
     batch = Removals(house, "evictions")
     try:
@@ -186,6 +192,24 @@ def evict(house: Housekeeping, target: int) -> None:
             batch.remove(key, blocking=False)
     finally:
         batch.write()
+
+
+def lower_drift(house: Housekeeping, files: list, counted: list) -> None:
+    """Lower each shard's totals by what ``counted`` (read before the scan) holds beyond the
+    ``files`` the scan found (``(key, path, lstat)``): writers killed between a removal and
+    its count (a bulk removal writes every DELTA_BATCH) leave totals above what is on disk,
+    and a put then ran an eviction pass each time. Never raises them (files copied in behind
+    the store's back wait for ``recount``), never lowers them below what the scan found.
+    Written as a change under the shard's lock, not a value: a put counted meanwhile is kept;
+    one published during the scan at worst leaves the total a little high."""
+    found = [[0, 0] for _ in range(SHARDS)]
+    for key, _path, st in files:
+        f = found[shard_of(key)]
+        f[0] += 1
+        f[1] += st.st_size
+    for shard, ((n, b), (fn, fb)) in enumerate(zip(counted, found)):
+        if n > fn or b > fb:
+            house.stats.lower_totals(shard, max(0, n - fn), max(0, b - fb), (fn, fb))
 
 
 @dataclasses.dataclass

@@ -57,6 +57,11 @@ COUNTERS = ("hits", "misses", "compiles", "puts", "evictions", "corrupt", "lock_
 TOTALS = ("entries", "bytes")
 FLOAT_COUNTERS = {"compile_seconds", "seconds_saved", "remote_wait_seconds"}
 FLUSH_INTERVAL = 1.0  # seconds
+# Seconds a write waits for its shard's lock: a running writer holds it for milliseconds, a
+# stopped one (SIGSTOP, a debugger, a frozen container) for good, and every put counts.
+# Past it the counts stay in memory (written by a later write), and until one succeeds the
+# shard's lock is only tried, never waited for.
+SHARD_LOCK_WAIT = 2.0
 SHARDS = 16
 _MAX_SHARD_FILE = 64 << 20  # bytes; a hits file of ~1M keys
 _MAX_SHARD_ITEMS = 1 << 20  # items of one shard's map (per-entry hits: entries of the shard)
@@ -147,6 +152,7 @@ class StatsBook:
         self.enabled = True
         self.disk = True  # False: the root's counter files are neither read nor written
         self._broken: set[int] = set()  # shards kept in memory (their files are unusable)
+        self._stalled: set[int] = set()  # shards whose lock was held past SHARD_LOCK_WAIT
         self._flush_requested = False  # this book is in the flusher's queue
         # Two locks, always taken in this order: _io (one writer of this book's files at a
         # time) and _mutex (the in-memory counts, held for dict updates only), so a count is
@@ -287,8 +293,10 @@ class StatsBook:
         try:
             # filelock takes a path: /proc/self/fd/N/NAME names the lock inside the stats
             # folder's descriptor, so a swapped stats folder or bucket is never followed
-            with filelock.FileLock(self.dirs.path(STATS, lpath.name), mode=self.file_mode,
-                                   is_singleton=True):
+            lock = filelock.FileLock(self.dirs.path(STATS, lpath.name), mode=self.file_mode,
+                                     is_singleton=True)
+            with lock.acquire(timeout=0 if shard in self._stalled else SHARD_LOCK_WAIT):
+                self._stalled.discard(shard)
                 counters = _load(self.dirs, cpath)
                 for name, value in pend.items():
                     counters[name] = _num(counters.get(name, 0)) + value
@@ -312,7 +320,14 @@ class StatsBook:
                 self._pending[shard].update(pend)
                 self._pending_hits[shard].update(phits)
                 self._forget[shard] |= forget
-            if isinstance(exc, FileNotFoundError):
+            if isinstance(exc, filelock.Timeout):  # held by a stopped process? written later
+                self._stalled.add(shard)
+                with self._mutex:
+                    self._flush_later()  # the background writer tries again (without waiting)
+                warn_once("stats-stalled", f"kcache: statistics shard {cpath} stayed locked for "
+                          f"{SHARD_LOCK_WAIT:g} s (by a stopped process?); its counts are kept in "
+                          "memory and written once it is free")
+            elif isinstance(exc, FileNotFoundError):
                 self._folder_ok = False
                 self._on_missing()  # directory deleted under us: recreated on the next write
             elif exc.errno in ROOT_ERRNOS:
@@ -344,6 +359,17 @@ class StatsBook:
                 self._pending.clear()
                 self._pending_hits.clear()
             return all([self._write(shard, zero) for shard in range(SHARDS)])
+
+    def lower_totals(self, shard: int, entries: int, nbytes: int, floor: tuple[int, int]) -> None:
+        """Lower ``shard``'s totals by ``entries`` and ``nbytes``, never below ``floor``
+        ((entries, bytes) an eviction's scan found there) and never raising them: two
+        evictions lowering the same drift lower it once."""
+        def lower(counters: dict, hits: dict) -> None:
+            for name, by, least in (("entries", entries, floor[0]), ("bytes", nbytes, floor[1])):
+                now = _num(counters.get(name, 0))
+                if now > least:
+                    counters[name] = max(now - by, least)
+        self._write(shard, lower)
 
     def set_totals(self, shard: int, entries: int, nbytes: int) -> None:
         """Overwrite ``shard``'s totals (recount)."""

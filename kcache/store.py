@@ -321,11 +321,13 @@ class Store(VerificationPath, RemotePolicy, EntryListing):
         """Context manager holding ``key``'s lock (filelock; reentrant in one process).
 
         ``timeout`` in seconds (default lock_timeout / KCACHE_LOCK_TIMEOUT); raises LockTimeout
-        naming the lock file. On a root where lock files cannot be created it is a no-op."""
+        naming the lock file. On a root where lock files cannot be created it is a no-op.
+        A stopped holder is waited for up to the timeout (the caller's critical section is
+        never entered without the lock); while held, the heartbeat runs."""
         check_key(key)
         if not self._ensure_root():
             return contextlib.nullcontext(False)  # disabled, untrusted or unwritable: no files
-        return self._locks.hold(key, timeout)
+        return self._locks.hold(key, timeout, if_stopped=None)
 
     def _compile_lock(self, key: str, while_waiting=None):
         """:meth:`lock` for a compile: the holder renews a heartbeat; a holder without one for
@@ -338,7 +340,10 @@ class Store(VerificationPath, RemotePolicy, EntryListing):
     def put(self, key: str, entry: Entry, *, components: dict | None = None) -> bool:
         """Publish ``entry`` under ``key`` atomically; True if written.
 
-        False (never an exception) if the store is disabled or the root is read-only,
+        A holder of the key's lock that shows no heartbeat for KCACHE_LOCK_STALE seconds
+        (stopped) is not waited for: the entry is published without the lock (the rename is
+        atomic; ``lock_stale``, warned once). False (never an exception) if the store is
+        disabled or the root is read-only,
         missing, full or untrusted, the entry's path is taken by something that is not an
         entry file, or the encoded entry is larger than ``max_entry_size`` bytes (reads would
         refuse it; neither stored nor published): counted in ``write_errors_*``, warned once;
@@ -582,8 +587,14 @@ class Store(VerificationPath, RemotePolicy, EntryListing):
         lock = try_global(self.layout.evict_lock, self._file_mode, self._locks.ready_folder,
                           self.local.dirs)
         if lock == BUSY:
-            return  # another process is evicting
-        if isinstance(lock, OSError):
+            if not self._locks.stopped_holder(self.layout.evict_lock):
+                return  # another process is evicting
+            # ... or was, and is stopped: its lock would hold every eviction off for good
+            warn_once("evict-stale", f"kcache: the process holding {self.layout.evict_lock} shows "
+                      f"no heartbeat for {self._locks.waiting_stale():g} s (stopped?); evicting "
+                      "without it (KCACHE_LOCK_STALE)")
+            lock = None
+        elif isinstance(lock, OSError):
             # The size cap holds without the global lock (removals take each key's lock);
             # two processes may then evict at once, a little more than needed.
             warn_once("evict-lock", f"kcache: cannot use {self.layout.evict_lock} "
@@ -591,7 +602,8 @@ class Store(VerificationPath, RemotePolicy, EntryListing):
             lock = None
         try:
             maintenance = _maintenance()
-            maintenance.evict(self._housekeeping(), int(self.max_size * maintenance.EVICT_TARGET))
+            with self._locks.beating(self.layout.evict_lock) if lock is not None else contextlib.nullcontext():
+                maintenance.evict(self._housekeeping(), int(self.max_size * maintenance.EVICT_TARGET))
         finally:
             if lock is not None:
                 lock.release()
@@ -672,7 +684,8 @@ class Store(VerificationPath, RemotePolicy, EntryListing):
         a bulk removal: the store counts only what it writes and removes, so until then such
         files are missing from the totals and the size cap sees too few bytes. Exact only when
         no other process writes meanwhile (a put between the scan and the write is lost from
-        the totals), so never run implicitly."""
+        the totals), so never run implicitly. (Totals above what is on disk, as writers killed
+        in a bulk removal leave them, are lowered by the next eviction pass on its own.)"""
         if self.local in self._tiers:
             _maintenance().recount(self._housekeeping())
         return self.stats()

@@ -417,3 +417,231 @@ def unique_namespace() -> str:
 
 def repo_root() -> Path:
     return Path(__file__).resolve().parent.parent
+
+
+# -- servers that state a size, then drip ------------------------------------------------------
+
+def _resp_commands(conn: socket.socket, stop: threading.Event) -> Iterator[list[bytes]]:
+    """The commands a Redis client sends on ``conn`` (RESP arrays of bulk strings), one list
+    of words each, until the client closes or ``stop`` is set."""
+    buf = b""
+    conn.settimeout(0.1)
+    while not stop.is_set():
+        while True:  # every complete command in the buffer
+            words, rest = _resp_parse(buf)
+            if words is None:
+                break
+            buf = rest
+            yield words
+        try:
+            data = conn.recv(65536)
+        except socket.timeout:
+            continue
+        except OSError:
+            return
+        if not data:
+            return
+        buf += data
+
+
+def _resp_parse(buf: bytes) -> tuple[list[bytes] | None, bytes]:
+    """(words, rest) of the first complete RESP array in ``buf``, else (None, buf)."""
+    if not buf.startswith(b"*") or b"\r\n" not in buf:
+        return None, buf
+    head, _, rest = buf.partition(b"\r\n")
+    words = []
+    for _ in range(int(head[1:])):
+        line, sep, rest = rest.partition(b"\r\n")
+        if not sep:
+            return None, buf
+        n = int(line[1:])
+        if len(rest) < n + 2:
+            return None, buf
+        words.append(rest[:n])
+        rest = rest[n + 2:]
+    return words, rest
+
+
+class StatingRedis(LoopbackServer):
+    """A fake Redis (RESP on a loopback port) that states a size and then drips. STRLEN answers
+    ``stated`` (a size, or raw bytes sent as they are: ``b":-5"``, ``b"$3\r\nabc"``); a read of
+    the value (GETRANGE, GET, alone or in a transaction) answers with the header of a value
+    that long, then one byte every ``interval`` seconds, never finishing (the attack: slow,
+    not synchronisation). With ``value``: a server that is slow but honest: STRLEN is its
+    length and a GETRANGE sends that slice at ``rate`` bytes per second. Other commands
+    answer ``+OK`` (``+QUEUED`` inside MULTI; EXEC answers each queued one). ``commands``:
+    every command seen, its name upper-cased."""
+
+    def __init__(self, stated: int | bytes = 50 << 20, interval: float = 0.5,
+                 value: bytes | None = None, rate: float = 1 << 20, flood: bool = False):
+        self.value = value
+        self.flood = flood  # a read is answered with a 1 TiB string, sent as fast as it goes
+        self.sent = 0  # bytes of such answers sent
+        self.flood_ended = threading.Event()  # the client hung up on one
+        self.stated = (stated if isinstance(stated, bytes) else
+                       b":%d" % (len(value) if value is not None else stated))
+        self.interval = interval
+        self.rate = rate
+        self.commands: list[list[bytes]] = []
+        super().__init__()
+
+    def serve(self, conn: socket.socket) -> None:
+        queued: list[list[bytes]] | None = None
+        try:
+            for words in _resp_commands(conn, self._stop):
+                words = [words[0].upper(), *words[1:]]
+                self.commands.append(words)
+                name = words[0]
+                if name == b"MULTI":
+                    queued = []
+                    conn.sendall(b"+OK\r\n")
+                elif queued is not None and name not in (b"EXEC", b"DISCARD"):
+                    queued.append(words)
+                    conn.sendall(b"+QUEUED\r\n")
+                elif name == b"EXEC":
+                    conn.sendall(b"*%d\r\n" % len(queued))
+                    for each in queued:
+                        if not self._answer(conn, each):
+                            return
+                    queued = None
+                elif not self._answer(conn, words):
+                    return
+        except OSError:
+            return
+
+    def _answer(self, conn: socket.socket, words: list[bytes]) -> bool:
+        """Answer one command; False once a dripping answer ended (the client went away)."""
+        name = words[0]
+        if name == b"HELLO":  # redis-py >= 8 speaks RESP3: a map of the server's facts
+            conn.sendall(b"%3\r\n+server\r\n+redis\r\n+version\r\n+7.0.0\r\n+proto\r\n:3\r\n")
+        elif name == b"STRLEN":
+            conn.sendall(self.stated + b"\r\n")
+        elif name in (b"GETRANGE", b"GET") and self.flood:
+            conn.sendall(b"$%d\r\n" % (1 << 40))
+            zeros = bytes(1 << 20)
+            try:
+                while not self._stop.is_set():  # until the client hangs up (OSError)
+                    conn.sendall(zeros)
+                    self.sent += len(zeros)
+            finally:
+                self.flood_ended.set()
+            return False
+        elif name in (b"GETRANGE", b"GET") and self.value is None:
+            self._drip(conn)
+            return False
+        elif name in (b"GETRANGE", b"GET"):
+            first, last = (int(words[2]), int(words[3])) if name == b"GETRANGE" else (0, -1)
+            part = self.value[first:] if last == -1 else self.value[first:last + 1]
+            conn.sendall(b"$%d\r\n" % len(part))
+            self._pace(conn, part + b"\r\n")
+        elif name == b"PEXPIRE":
+            conn.sendall(b":1\r\n")
+        else:
+            conn.sendall(b"+OK\r\n")
+        return True
+
+    def _drip(self, conn: socket.socket) -> None:
+        size = int(self.stated[1:]) if self.stated[:1] == b":" else 50 << 20
+        conn.sendall(b"$%d\r\n" % max(size, 1))
+        while not self._stop.is_set():
+            conn.sendall(b"K")
+            self._stop.wait(self.interval)  # the attack: slow, not synchronisation
+
+    def _pace(self, conn: socket.socket, data: bytes) -> None:
+        """Send ``data`` at ``rate`` bytes per second, in 64 KiB pieces (the server's speed)."""
+        piece = 64 << 10
+        for i in range(0, len(data), piece):
+            conn.sendall(data[i:i + piece])
+            self._stop.wait(min(piece, len(data) - i) / self.rate)
+
+
+class StatingS3:
+    """A fake S3 endpoint (http.server on a loopback port) that states a size and then drips:
+    HEAD answers ``Content-Length: <stated>`` (any text), GET (ranged or not) the length of
+    what was asked, then one byte of the body every ``interval`` seconds, never finishing.
+    With ``value``: slow but honest: HEAD states its length, a GET sends the range asked at
+    ``rate`` bytes per second. ``requests``: (method, path, Range header) seen."""
+
+    def __init__(self, stated: int | str = 50 << 20, interval: float = 0.5,
+                 value: bytes | None = None, rate: float = 1 << 20):
+        import http.server
+
+        self.value = value
+        self.stated = str(len(value) if value is not None else stated)
+        self.interval = interval
+        self.rate = rate
+        self.requests: list[tuple[str, str, str | None]] = []
+        self._stop = threading.Event()
+        owner = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args) -> None:  # quiet
+                pass
+
+            def _head(self, length: str) -> None:
+                owner.requests.append((self.command, self.path, self.headers.get("Range")))
+                self.send_response(200 if owner.value is None or self.command == "HEAD" else 206)
+                self.send_header("Content-Length", length)
+                self.send_header("Content-Type", "application/octet-stream")
+                self.send_header("ETag", '"0123456789abcdef0123456789abcdef"')
+                self.send_header("Last-Modified", "Mon, 01 Jan 2024 00:00:00 GMT")
+                self.end_headers()
+
+            def do_HEAD(self) -> None:
+                self._head(owner.stated)
+
+            def do_GET(self) -> None:
+                asked = self.headers.get("Range", "")
+                first, last = 0, None
+                if asked.startswith("bytes=") and "-" in asked:
+                    a, _, b = asked[6:].partition("-")
+                    first, last = int(a), (int(b) if b else None)
+                if owner.value is not None:
+                    self._send(owner.value[first:None if last is None else last + 1])
+                    return
+                self._head(owner.stated if last is None else str(last - first + 1))
+                try:
+                    while not owner._stop.is_set():
+                        self.wfile.write(b"K")
+                        self.wfile.flush()
+                        owner._stop.wait(owner.interval)  # the attack, not synchronisation
+                except OSError:
+                    pass
+                self.close_connection = True
+
+            def _send(self, data: bytes) -> None:
+                """``data`` at ``rate`` bytes per second, in 64 KiB pieces (the server's speed)."""
+                self._head(str(len(data)))
+                piece = 64 << 10
+                try:
+                    for i in range(0, len(data), piece):
+                        self.wfile.write(data[i:i + piece])
+                        self.wfile.flush()
+                        owner._stop.wait(min(piece, len(data) - i) / owner.rate)
+                except OSError:
+                    self.close_connection = True
+
+        self.httpd = http.server.ThreadingHTTPServer((LOOPBACK, 0), Handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        self._thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                                        daemon=True)
+        self._thread.start()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://{LOOPBACK}:{self.port}"
+
+    def close(self) -> None:
+        self._stop.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self._thread.join()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -149,3 +149,53 @@ def test_killed_bulk_removal_leaves_totals_off_by_at_most_one_batch(root, what):
     assert on_disk[1] <= nbytes
     s.recount()
     assert totals(s) == on_disk
+
+
+@pytest.mark.slow
+def test_an_eviction_pass_lowers_totals_that_count_more_than_is_on_disk(root, monkeypatch):
+    """Issue 32: writers killed in bulk removals left `stats` counting 496 entries against 27
+    on disk, and every later put ran an eviction pass until recount(). The next pass finds
+    less on disk than counted and lowers the totals (once per pass); then puts stop evicting."""
+    from kcache import maintenance
+
+    s = Store(root)
+    n, stop = DELTA_BATCH * 2 + 20, DELTA_BATCH + 40  # killed with 40 removals uncounted
+    fill(s, n, size=50)
+    proc = subprocess.run([sys.executable, "-c", KILLED, str(root), "prune", str(stop)], timeout=120)
+    assert proc.returncode == 0
+    on_disk, counted = disk(s), totals(s)
+    assert counted[0] == on_disk[0] + 40 and counted[1] > on_disk[1]  # the drift
+    per_entry = on_disk[1] // on_disk[0]
+    cap = (on_disk[0] + 16) * per_entry  # counted is over it; what is on disk, and one more, is not
+    assert counted[1] > cap and (on_disk[0] + 1) * per_entry < maintenance.EVICT_TARGET * cap
+    passes = []
+    real = maintenance.evict
+    monkeypatch.setattr(maintenance, "evict", lambda house, target: (passes.append(target), real(house, target)))
+    s = Store(root, max_size=cap)
+    evicted = s.stats().evictions  # the killed prune's first batch
+    assert s.put(key("after"), entry(1000, 50))
+    assert passes and totals(s) == disk(s) == (on_disk[0] + 1, disk(s)[1])  # corrected, no recount()
+    assert s.stats().evictions == evicted  # nothing on disk had to go
+    passes.clear()
+    for i in range(3):
+        s._totals_at = 0.0  # each put looks at the totals afresh (as after a second)
+        assert s.put(key(("more", i)), entry(2000 + i, 50))
+    assert passes == [] and totals(s) == disk(s)  # no more eviction passes
+
+
+def test_two_passes_lowering_the_same_drift_lower_it_once(root):
+    """Two eviction passes that read the totals before either lowered them (evict.lock passed
+    or unusable) never take the totals below what their scans found."""
+    from kcache import maintenance
+    from kcache.stats import SHARDS
+
+    s = Store(root)
+    fill(s, 20, size=50)
+    for shard in range(SHARDS):
+        s._stats.add(shard, now=True, entries=3, bytes=1000)  # as killed writers leave them
+    house = s._housekeeping()
+    counted = [house.stats.shard_totals(i) for i in range(SHARDS)]
+    files = list(house.local.scan())
+    maintenance.lower_drift(house, files, counted)
+    maintenance.lower_drift(house, files, counted)  # the second pass, with what it read before
+    assert totals(s) == disk(s)

@@ -2,8 +2,10 @@
 key names, and the single-flight result type.
 
 A remote tier is a *soft* tier: each connect and each read is bounded by the timeout, and every
-call as a whole by a :class:`Deadline` (2 x timeout, plus 1 s per MiB it transfers: a server
-that answers one byte at a time within each read's timeout is still cut off). Every failure is
+call as a whole by a :class:`Deadline` (2 x timeout, plus 1 s per MiB it sends, and per MiB it
+has received: a server that answers one byte at a time within each read's timeout is still cut
+off, whatever size it stated). A value is read in chunks of at most :func:`chunk_size` bytes,
+each one earning the time for the next when it has arrived. Every failure is
 a :class:`~kcache.tier.TierError` with a kind (a call cut off at its deadline: ``timeout``);
 after ``max_errors`` consecutive failures the tier switches itself off for the rest of the
 process (every later call raises ``TierError("unavailable")`` at once, with no network
@@ -31,6 +33,8 @@ DEFAULT_NAMESPACE = "kcache"
 DEFAULT_TIMEOUT = 1.0  # seconds: each connect and each read of one operation
 CALL_TIMEOUTS = 2  # a whole call (connect, every read) ends within this many timeouts ...
 TRANSFER_RATE = 1 << 20  # ... plus 1 s per this many bytes it transfers (bytes per second at worst)
+CHUNK_MIN, CHUNK_MAX = 64 << 10, 1 << 20  # bytes: a value is read in chunks of this size (chunk_size)
+RECEIVE_SLACK = 16 << 20  # bytes a call may receive besides the value it reads (replies, listings)
 DEFAULT_MAX_ERRORS = 3  # consecutive failures before the tier switches itself off
 DEFAULT_LEASE_TTL = 10.0  # seconds; renewed every third of it while held, so a crash frees it fast
 DEFAULT_MAX_WAIT = 60.0  # seconds a waiter polls for another machine's compile before its own
@@ -129,17 +133,44 @@ def url_credentials(url: str) -> tuple[str, ...]:
     return tuple(v for v in found if v)
 
 
+def chunk_size(timeout: float) -> int:
+    """Bytes per read of a value (each its own request, :meth:`Deadline.transfer` credited once
+    it arrived): what the slowest accepted server (TRANSFER_RATE) sends in one ``timeout``,
+    within CHUNK_MIN .. CHUNK_MAX. The first chunk has only the base deadline (2 x timeout),
+    so at that rate it arrives in half of it; each later one in the second it earned."""
+    return int(min(CHUNK_MAX, max(CHUNK_MIN, timeout * TRANSFER_RATE)))
+
+
 class Deadline:
     """The end of one tier call: CALL_TIMEOUTS x ``timeout`` seconds after it starts, pushed
-    back by 1 s per TRANSFER_RATE bytes the call transfers (:meth:`transfer`)."""
+    back by 1 s per TRANSFER_RATE bytes the call transfers (:meth:`transfer`): bytes it sends
+    (its own, granted before sending) and bytes it has received (granted as they arrive, never
+    for a size a server states: a server that states 50 MiB and then sends one byte every
+    0.5 s would otherwise hold the call for 50 s)."""
 
     def __init__(self, timeout: float):
         self.start = time.monotonic()
         self.at = self.start + CALL_TIMEOUTS * timeout
+        self.received = 0  # bytes the backend received (where it counts them: :meth:`receive`)
+        self.receivable = RECEIVE_SLACK  # ... and the most it may
 
     def transfer(self, nbytes: int) -> None:
-        """Allow ``nbytes`` more bytes to be transferred before the deadline."""
+        """Allow 1 s more per TRANSFER_RATE of ``nbytes`` (bytes sent, or just received)."""
         self.at += max(0, nbytes) / TRANSFER_RATE
+
+    def expect(self, nbytes: int) -> None:
+        """Allow ``nbytes`` to be received from now on (and RECEIVE_SLACK besides): a value of
+        that size, checked against the caller's limit (never time: that is earned,
+        :meth:`transfer`)."""
+        self.receivable = max(self.receivable, self.received + max(0, nbytes) + RECEIVE_SLACK)
+
+    def receive(self, nbytes: int) -> None:
+        """Count ``nbytes`` received by the call's connection; Oversent past what it may
+        receive (a reply claiming a 1 TiB string fills memory at the network's speed long
+        before any deadline)."""
+        self.received += nbytes
+        if self.received > self.receivable:
+            raise Oversent(f"the server sent more than the {self.receivable} bytes this call can use")
 
     def left(self) -> float:
         """Seconds until the deadline (0 or less: passed)."""
@@ -152,6 +183,11 @@ class Deadline:
 
 class Overrun(TimeoutError):
     """A call ran past its :class:`Deadline` (its thread was abandoned)."""
+
+
+class Oversent(Exception):
+    """A server sent a call more bytes than it can use (:meth:`Deadline.receive`). Not an
+    OSError, so that a client library passes it on as it is (redis-py closes the connection)."""
 
 
 _current = threading.local()
@@ -261,6 +297,11 @@ class RemoteTier:
                 self._failed(err)
             raise
         except Exception as exc:  # the backends raise many types: all become TierError
+            if isinstance(exc, Oversent):  # an answer, though a hostile one: a bad value
+                with contextlib.suppress(Exception):
+                    self._abandon()  # the rest of that answer is never read: a new connection
+                self._answered()
+                raise TierError("bad_value", f"{self.name}: {what}: {exc}; not read") from None
             if deadline is not None and (isinstance(exc, Overrun) or deadline.left() <= 0):
                 raise self._overrun(what, deadline) from None
             err = self._classify(exc)
@@ -354,6 +395,17 @@ class RemoteTier:
     def _too_large(self, key: str, size: int | str, limit: int) -> TierError:
         return TierError("bad_value", f"{self.name}: value of {key} is {size} bytes, larger than "
                                       f"the limit of {limit} bytes; not read")
+
+    def _stated(self, key: str, size, limit: int) -> int:
+        """``size``, the size a server stated for ``key``'s value, if it is one of 0 .. ``limit``
+        bytes; else TierError("bad_value") (not a size: negative, not an integer; or above the
+        limit), before anything of the value is read."""
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise TierError("bad_value", f"{self.name}: the size stated for {key} is not a size "
+                                          f"({repr(size)[:40]}); not read")
+        if size > limit:
+            raise self._too_large(key, size, limit)
+        return size
 
 
 class Unopened(RemoteTier):

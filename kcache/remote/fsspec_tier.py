@@ -18,12 +18,12 @@ import fsspec
 
 from ..layout import SUFFIX, entry_key
 from ..tier import Blob, TierError
-from .base import (Deadline, Overrun, RemoteTier, causes, current_deadline, describe, os_kind, redact,
-                   run_within, url_credentials, version_tag)
+from .base import (Deadline, Overrun, RemoteTier, causes, chunk_size, current_deadline, describe, os_kind,
+                   redact, run_within, url_credentials, version_tag)
 
 S3_PROTOCOLS = ("s3", "s3a")
 # Besides the connect and read timeouts, each call is bounded as a whole (base.Deadline: 2 x
-# timeout, plus 1 s per MiB transferred): an asynchronous backend (s3fs, gcsfs, ...) runs each
+# timeout, plus 1 s per MiB sent or received): an asynchronous backend (s3fs, gcsfs, ...) runs each
 # step on fsspec's loop with what is left of it, a blocking one (ftp, sftp, file) runs the call
 # in a thread of its own. The read timeout alone does not bound a PUT: botocore sends "Expect:
 # 100-continue" and aiohttp waits for the interim answer with no timeout at all (a server that
@@ -146,35 +146,62 @@ class FsspecTier(RemoteTier):
 
     # -- the tier protocol ----------------------------------------------------------
     def read(self, key: str, limit: int) -> Blob | None:
-        """``key``'s value or None. The object's size is checked first (a value above
-        ``limit`` bytes is TierError("bad_value"), not read; so is anything but a file); then
-        at most limit + 1 bytes are read (a ranged read), so a value replaced meanwhile by a
-        larger one is still refused within the bound."""
+        """``key``'s value or None. The object's size is checked first (a stated size that is
+        not one of 0 .. ``limit`` bytes is TierError("bad_value"), not read; so is anything
+        but a file). A value of one chunk (base.chunk_size: 1 MiB at the default timeout) is
+        then read in one ranged read of at most limit + 1 bytes, so a value replaced meanwhile
+        by a larger one is still refused within the bound; a larger one chunk by chunk, then
+        looked at again (a value replaced while read is a miss). Each chunk that arrives adds
+        1 s per MiB to the call's deadline; a size the server states adds nothing."""
         path = self.path(key)
+        step = chunk_size(self.timeout)
 
         def op() -> Blob | None:
             try:
                 info = self._run("info", path)
             except FileNotFoundError:
                 return None
-            size = info.get("size")
-            if info.get("type") != "file" or not isinstance(size, int):
+            if not isinstance(info, dict) or info.get("type") != "file":
+                kind = info.get("type") if isinstance(info, dict) else None
                 raise TierError("bad_value", f"{self.name}: value of {key} is not a regular object "
-                                             f"(type {info.get('type')!r}); not read")
-            if size > limit:
-                raise self._too_large(key, size, limit)
+                                             f"(type {repr(kind)[:40]}); not read")
+            size = self._stated(key, info.get("size"), limit)
             if size == 0:
                 return None  # an empty object is no entry (and a ranged read of it fails)
-            current_deadline().transfer(size)
             try:
-                data = self._run("cat_file", path, start=0, end=limit + 1)
+                data = (self._cat(key, path, 0, limit + 1) if size <= step
+                        else self._read_chunks(key, path, info, size, step))
             except FileNotFoundError:
                 return None  # removed meanwhile
-            if len(data) > limit:
+            if data is not None and len(data) > limit:
                 raise self._too_large(key, f"more than {limit}", limit)
-            return Blob(bytes(data))
+            return Blob(data) if data else None
 
         return self._call("read", op)
+
+    def _cat(self, key: str, path: str, start: int, end: int) -> bytes:
+        """Bytes ``start`` .. ``end`` - 1 of ``path`` (fewer at its end); the call's deadline
+        grows by what arrived."""
+        data = self._run("cat_file", path, start=start, end=end)
+        if not isinstance(data, (bytes, bytearray)) or len(data) > end - start:
+            raise TierError("bad_value", f"{self.name}: the server sent more or other than the "
+                                          f"{end - start} bytes asked of the value of {key}; not read")
+        current_deadline().transfer(len(data))
+        return bytes(data)
+
+    def _read_chunks(self, key: str, path: str, info: dict, size: int, step: int) -> bytes | None:
+        """A value of ``size`` bytes (stated by ``info``) in ``step``-byte ranged reads; None
+        when the object is not the same afterwards (size, ETag, mtime: replaced while read)."""
+        parts, got = [], 0
+        while got < size:
+            part = self._cat(key, path, got, min(got + step, size))
+            if not part:
+                return None  # shrunk meanwhile
+            parts.append(part)
+            got += len(part)
+        if got != size or _version(self._run("info", path)) != _version(info):
+            return None
+        return b"".join(parts)
 
     def write(self, key: str, data: bytes) -> None:
         """Publish ``key``'s value: one PUT (atomic on object stores); on a local file system
@@ -253,6 +280,15 @@ class FsspecTier(RemoteTier):
 
     def _classify(self, exc: BaseException) -> TierError:
         return TierError(_kind(exc), describe(exc, self.hidden))
+
+
+def _version(info) -> tuple:
+    """What tells one version of an object from another in an fsspec ``info``: its size,
+    ETag (S3, GCS) and modification time, whichever the backend gives."""
+    if not isinstance(info, dict):
+        return (None,)
+    return tuple(repr(info.get(k)) for k in ("size", "ETag", "etag", "mtime", "LastModified", "updated",
+                                             "created", "ino"))
 
 
 def _protocols(fs) -> tuple:

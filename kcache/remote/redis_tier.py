@@ -24,8 +24,8 @@ from ..errors import ConfigError
 from ..keys import KEY_RE
 from ..locks import WORK_GRACE, WORK_ROOM, run_while_waiting
 from ..tier import Blob, TierError
-from .base import (DEFAULT_LEASE_TTL, DEFAULT_MAX_WAIT, Flight, RemoteTier, current_deadline, describe, os_kind,
-                   redact, url_credentials, version_tag)
+from .base import (DEFAULT_LEASE_TTL, DEFAULT_MAX_WAIT, Flight, RemoteTier, chunk_size, current_deadline,
+                   describe, os_kind, redact, url_credentials, version_tag)
 
 POLL_FIRST, POLL_GROWTH, POLL_CAP = 0.02, 1.5, 0.5  # seconds: waiters' back-off
 SCAN_COUNT = 1000  # keys per SCAN page
@@ -65,7 +65,7 @@ class RedisTier(RemoteTier):
         if password:
             options["password"] = password
         try:
-            self._redis = redis.Redis.from_url(url, **options)
+            self._redis = redis.Redis.from_url(url, connection_class=_counted_class(url), **options)
         except (ValueError, TypeError) as exc:
             raise ConfigError(f"KCACHE_REMOTE={self.name!r} is not a Redis URL redis-py accepts "
                               f"({exc}); accepted: redis://host:port/db, rediss://host:port/db, "
@@ -86,30 +86,79 @@ class RedisTier(RemoteTier):
 
     # -- the tier protocol ----------------------------------------------------------
     def read(self, key: str, limit: int) -> Blob | None:
-        """``key``'s value or None. STRLEN first: a value above ``limit`` bytes is a
-        TierError("bad_value") without being transferred; then GETRANGE 0..limit, so a value
-        replaced meanwhile by a larger one still costs at most limit + 1 bytes (the call's
-        deadline grows by 1 s per MiB of the size). With a TTL and a writable tier a hit
-        renews the TTL (same MULTI)."""
+        """``key``'s value or None. STRLEN first: a stated size that is not one of 0 ..
+        ``limit`` bytes is a TierError("bad_value") without anything being transferred. A
+        value of one chunk (base.chunk_size: 1 MiB at the default timeout) is then read in one
+        transaction with its length (GETRANGE, STRLEN; PEXPIRE with a TTL on a writable tier:
+        a hit renews it); a larger one chunk by chunk under WATCH, then confirmed unchanged
+        in a transaction (else it is a miss: replaced while read). Each chunk that arrives
+        adds 1 s per MiB to the call's deadline; a size the server states adds nothing, so a
+        server that states 50 MiB and then trickles costs the base deadline (2 x timeout).
+        At most ``limit`` bytes are ever asked for."""
         name = self.redis_key(key)
+        step = chunk_size(self.timeout)
 
         def op() -> Blob | None:
-            size = self._redis.strlen(name)
+            size = self._stated(key, self._redis.strlen(name), limit)
             if size == 0:
                 return None  # absent (an empty value is no entry either)
-            if size > limit:
-                raise self._too_large(key, size, limit)
-            current_deadline().transfer(size)
-            pipe = self._redis.pipeline(transaction=True)
-            pipe.getrange(name, 0, limit)
-            if self._ttl_ms and self.writable:
-                pipe.pexpire(name, self._ttl_ms)
-            data = pipe.execute()[0]
-            if len(data) > limit:
-                raise self._too_large(key, f"more than {limit}", limit)
-            return Blob(bytes(data)) if data else None
+            current_deadline().expect(size)
+            if size <= step:
+                pipe = self._redis.pipeline(transaction=True)
+                pipe.getrange(name, 0, step - 1)
+                pipe.strlen(name)
+                self._renew(pipe, name)
+                data, size = pipe.execute()[:2]
+                data = self._chunk(key, data, step)
+                if size == len(data):  # the whole value, read atomically
+                    return Blob(data) if data else None
+                size = self._stated(key, size, limit)  # replaced meanwhile by a larger one
+                current_deadline().expect(size)
+            return self._read_chunks(key, name, size, limit, step)
 
         return self._call("read", op)
+
+    def _read_chunks(self, key: str, name: str, size: int, limit: int, step: int) -> Blob | None:
+        """A value of more than one chunk (``size`` stated, at most ``limit``), in ``step``-byte
+        GETRANGEs under WATCH; None when it changed meanwhile (EXEC refused: a miss)."""
+        deadline = current_deadline()
+        with self._redis.pipeline(transaction=True) as pipe:
+            pipe.watch(name)
+            size = self._stated(key, pipe.strlen(name), limit)  # as of the WATCH
+            deadline.expect(size)
+            parts, got = [], 0
+            while got < size:
+                part = self._chunk(key, pipe.getrange(name, got, min(got + step, size) - 1), step)
+                if not part:
+                    break  # shrunk: EXEC below says it changed
+                parts.append(part)
+                got += len(part)
+                deadline.transfer(len(part))  # the time for the next chunk, earned by this one
+            pipe.multi()
+            pipe.strlen(name)
+            self._renew(pipe, name)
+            try:
+                now = pipe.execute()[0]
+            except rx.WatchError:
+                return None  # replaced or removed while read: a miss, never a mix of two values
+        if now != got:
+            return None
+        return Blob(b"".join(parts)) if got else None
+
+    def _renew(self, pipe, name: str) -> None:
+        """With a TTL and a writable tier, a hit renews the value's TTL (in ``pipe``)."""
+        if self._ttl_ms and self.writable:
+            pipe.pexpire(name, self._ttl_ms)
+
+    def _chunk(self, key: str, data, step: int) -> bytes:
+        """``data``, the answer to a GETRANGE of at most ``step`` bytes, if it is one."""
+        if not isinstance(data, (bytes, bytearray)):
+            raise TierError("bad_value", f"{self.name}: the value of {key} came as "
+                                          f"{type(data).__name__}, not bytes; not read")
+        if len(data) > step:
+            raise TierError("bad_value", f"{self.name}: the server sent {len(data)} bytes of the "
+                                          f"value of {key} for {step} asked; not read")
+        return bytes(data)
 
     def write(self, key: str, data: bytes) -> None:
         """SET ``key``'s value (atomic in Redis), with PX = the TTL when one is set."""
@@ -246,6 +295,62 @@ class RedisTier(RemoteTier):
 
     def _classify(self, exc: BaseException) -> TierError:
         return TierError(_kind(exc), describe(exc, self.hidden))
+
+
+class _CountingSocket:
+    """A connected socket whose every receipt counts against the current call's allowance
+    (base.Deadline.receive): a server that answers with more than a call can use (a string
+    claiming 1 TiB, an endless array) is cut off by size, not only at the deadline. Anything
+    else is the socket's own."""
+
+    __slots__ = ("_sock",)
+
+    def __init__(self, sock):
+        self._sock = sock
+
+    def recv(self, *args):
+        data = self._sock.recv(*args)
+        _received(len(data))
+        return data
+
+    def recv_into(self, buffer, *args):
+        n = self._sock.recv_into(buffer, *args)
+        _received(n)
+        return n
+
+    def __getattr__(self, name: str):
+        return getattr(self._sock, name)
+
+
+def _received(nbytes: int) -> None:
+    deadline = current_deadline()
+    if deadline is not None:
+        deadline.receive(nbytes)
+
+
+class _Counted:
+    """Mixed into redis-py's connection classes: the socket it connects is counted."""
+
+    def _connect(self):
+        return _CountingSocket(super()._connect())
+
+
+class _TCPConnection(_Counted, redis.Connection):
+    pass
+
+
+class _TLSConnection(_Counted, redis.SSLConnection):
+    pass
+
+
+class _UnixConnection(_Counted, redis.UnixDomainSocketConnection):
+    pass
+
+
+def _counted_class(url: str):
+    """The counted connection class for ``url``'s scheme (what redis-py's from_url picks)."""
+    scheme = url.split(":", 1)[0].lower()
+    return {"rediss": _TLSConnection, "unix": _UnixConnection}.get(scheme, _TCPConnection)
 
 
 def _quietly(fn) -> bool:
