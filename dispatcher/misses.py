@@ -7,7 +7,13 @@ docs/keys.md describes them, e.g. ``dependency mathbits.step changed``, ``cc sm_
 
 from __future__ import annotations
 
-__all__ = ["diff_components", "explain_miss"]
+from kcache.text import QUOTE_LIMIT, cut
+
+__all__ = ["diff_components", "explain_miss", "one_line", "MAX_SHOWN"]
+
+#: Differences named for one miss; more are counted ("... and 12 more"). An entry may come
+#: from a bundle or another machine: its names and values are escaped and cut (kcache.text).
+MAX_SHOWN = 8
 
 # Component order in explain output: the most likely causes first.
 _ORDER = ("kernel", "source", "extensions", "signature", "target", "options", "config",
@@ -37,13 +43,13 @@ def diff_components(old: dict, new: dict) -> list[str]:
         if differ is not None and isinstance(a, dict) and isinstance(b, dict):
             lines.extend(differ(a, b))
         elif key == "signature":
-            lines.append(f"signature {a} -> {b}")
+            lines.append(f"signature {cut(a)} -> {cut(b)}")
         elif key == "cache_key":
-            lines.append(f"cache_key {a!r} -> {b!r}")
+            lines.append(f"cache_key {_short(a, QUOTE_LIMIT)} -> {_short(b, QUOTE_LIMIT)}")
         elif key == "launch_config":
-            lines.append(f"launch config {a} -> {b}")
+            lines.append(f"launch config {cut(a)} -> {cut(b)}")
         else:
-            lines.append(f"{key} {_short(a)} -> {_short(b)}")
+            lines.append(f"{cut(key)} {_short(a)} -> {_short(b)}")
     return lines
 
 
@@ -54,7 +60,9 @@ def explain_miss(store, components: dict) -> list[str]:
     nearest entry is the one with the fewest differing lines, the most recently used first
     on a tie.  Returns ``["no entry of this kernel yet"]`` when the store holds none, and a
     single line saying so when an entry with identical components exists (the key scheme
-    itself changed).  A store that cannot be read gives one line naming the error.
+    itself changed).  A store that cannot be read gives one line naming the error.  At most
+    MAX_SHOWN differences, then ``"and N more"``; every name and value from an entry escaped
+    and at most 200 characters (kcache.text.cut).
     """
     kernel = components.get("kernel")
     best = None
@@ -68,14 +76,21 @@ def explain_miss(store, components: dict) -> list[str]:
             if best is None or rank < best[0]:
                 best = (rank, lines, info)
     except Exception as exc:  # a broken cache never breaks the program, explain included
-        return [f"cannot read the cache to explain the miss: {exc}"]
+        return [f"cannot read the cache to explain the miss: {cut(exc)}"]
     if best is None:
         return ["no entry of this kernel yet"]
     _rank, lines, info = best
     if not lines:
-        return [f"entry {str(getattr(info, 'key', '?'))[:16]} has the same components "
+        return [f"entry {cut(getattr(info, 'key', '?'), 16)} has the same components "
                 "(the key scheme changed or the entry is unreadable)"]
+    if len(lines) > MAX_SHOWN:
+        lines = lines[:MAX_SHOWN] + [f"and {len(lines) - MAX_SHOWN} more"]
     return lines
+
+
+def one_line(lines) -> str:
+    """The lines of :func:`explain_miss` as the one line a miss logs and an exception quotes."""
+    return "; ".join(lines)
 
 
 # --- per-component differs ------------------------------------------------------------------
@@ -110,21 +125,21 @@ def _part_label(name: str) -> str:
     if name == "lines":
         return "line numbers (debug/lineinfo kernel)"
     if prefix == "lines":
-        return f"line numbers of {rest} (compiled with line info)"
+        return f"line numbers of {cut(rest)} (compiled with line info)"
     return {
-        "closure": f"closure variable {rest}",
-        "default": f"default of argument {rest}",
-        "dep": f"dependency {rest}",
-        "global": f"global {rest}",
-        "attr": f"module attribute {rest}",
-    }.get(prefix, f"source part {name}")
+        "closure": f"closure variable {cut(rest)}",
+        "default": f"default of argument {cut(rest)}",
+        "dep": f"dependency {cut(rest)}",
+        "global": f"global {cut(rest)}",
+        "attr": f"module attribute {cut(rest)}",
+    }.get(prefix, f"source part {cut(name)}")
 
 
 def _target(a: dict, b: dict) -> list[str]:
     lines = []
     for name in sorted(set(a) | set(b)):
         if a.get(name) != b.get(name):
-            lines.append(f"{name} {a.get(name)} -> {b.get(name)}")
+            lines.append(f"{cut(name)} {cut(a.get(name))} -> {cut(b.get(name))}")
     return lines
 
 
@@ -133,8 +148,8 @@ def _versions(a: dict, b: dict) -> list[str]:
     for name in sorted(set(a) | set(b)):
         x, y = a.get(name), b.get(name)
         if x != y:
-            lines.append(f"{name} {x if x is not None else '(none)'} -> "
-                         f"{y if y is not None else '(none)'}")
+            lines.append(f"{cut(name)} {cut(x) if x is not None else '(none)'} -> "
+                         f"{cut(y) if y is not None else '(none)'}")
     return lines
 
 
@@ -143,7 +158,7 @@ def _options(a: dict, b: dict) -> list[str]:
     for name in sorted(set(a) | set(b)):
         x, y = a.get(name, "(unset)"), b.get(name, "(unset)")
         if x != y:
-            lines.append(f"option {name} {_short(x)} -> {_short(y)}")
+            lines.append(f"option {cut(name)} {_short(x)} -> {_short(y)}")
     return lines
 
 
@@ -152,7 +167,7 @@ def _config(a: dict, b: dict) -> list[str]:
     for name in sorted(set(a) | set(b)):
         x, y = a.get(name, "(unset)"), b.get(name, "(unset)")
         if x != y:
-            lines.append(f"numba config {name} {_short(x)} -> {_short(y)}")
+            lines.append(f"numba config {cut(name)} {_short(x)} -> {_short(y)}")
     return lines
 
 
@@ -162,11 +177,11 @@ def _named_changes(names, a: dict, b: dict, what: str) -> list[str]:
     lines = []
     for name in names:
         if name not in b:
-            lines.append(f"{what} {name} removed")
+            lines.append(f"{what} {cut(name)} removed")
         elif name not in a:
-            lines.append(f"new {what} {name}")
+            lines.append(f"new {what} {cut(name)}")
         elif a[name] != b[name]:
-            lines.append(f"{what} {name} changed")
+            lines.append(f"{what} {cut(name)} changed")
     return lines
 
 
@@ -184,7 +199,10 @@ _DIFFERS = {"source": _source, "target": _target, "toolchain": _versions,
 
 
 def _short(value, limit: int = 60) -> str:
-    if isinstance(value, str) and value.startswith("digest:"):
-        return value[:19]  # an option hashed by content: its digest prefix is enough
-    text = repr(value)
+    """``value`` as its repr, at most ``limit`` characters (escaped: it may be an entry's)."""
+    if isinstance(value, str):
+        if value.startswith("digest:"):
+            return cut(value[:19])  # an option hashed by content: its digest prefix is enough
+        value = value[:limit]  # a 10 MB string is not copied whole into its repr
+    text = repr(value)  # escaped: the types msgpack decodes to have printable reprs
     return text if len(text) <= limit else text[: limit - 3] + "..."

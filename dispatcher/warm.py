@@ -26,6 +26,7 @@ import re
 import sys
 
 from kcache import arch as _arch
+from kcache.text import QUOTE_LIMIT, cut
 
 from . import _compat, discover, sigspec
 from .aot import CompileForError, check_cc, compile_for_report
@@ -129,11 +130,17 @@ class Row:
 
 
 def row_of(task: Task, outcome: dict) -> Row:
-    """The report row of ``task`` given its worker ``outcome``."""
+    """The report row of ``task`` given its worker ``outcome`` (its reason may quote an
+    entry's text, replay's kernels: one escaped line of at most REASON_LIMIT characters)."""
+    reason = outcome.get("reason")
     return Row(kernel=task.kernel, status=outcome["status"], origin=task.origin,
                signature=task.sigspec, display=task.display, cc=cc_text(task.cc),
                arch=outcome.get("arch") or arch_name(task.cc), key=outcome.get("key"),
-               compile_seconds=outcome.get("compile_seconds"), reason=outcome.get("reason"))
+               compile_seconds=outcome.get("compile_seconds"),
+               reason=None if reason is None else cut(reason, REASON_LIMIT))
+
+
+REASON_LIMIT = 2 * QUOTE_LIMIT  # characters of a row's reason
 
 
 # --- planning ---------------------------------------------------------------------------------
@@ -470,4 +477,4 @@ def failure_text(exc: BaseException, limit: int = 400) -> str:
     if cut > 0:
         text = text[:cut].rstrip()
     text = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return cut(text, limit)  # control characters other than ANSI colours escaped

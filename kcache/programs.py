@@ -46,6 +46,7 @@ PRODUCER = KIND = "program"
 #: Artifacts an entry may hold, as ``ObjectCode.code_type`` names them.
 TARGETS = ("cubin", "ptx", "ltoir")
 MAX_LOG = 64 << 10  # characters of a compile log kept in an entry's header
+_LOG_KEEP = "\n\t\0"  # control characters of a log written as they are (harmless on a terminal)
 MAX_SYMBOLS = 4096  # name expressions kept per entry
 NO_SUCH_ENTRY = "no such entry"  # Store.remove_many's reason for a key it does not hold
 _MAX_PENDING = 1024  # misses remembered per ProgramCache (to time the compile that follows)
@@ -364,7 +365,7 @@ def compile_program(code, code_type: str, options: ProgramOptions | None, target
     try:
         store = _store(root)
     except Exception as exc:  # a bad setting or an unusable root: compile uncached
-        warn_once("program-store", f"kcache: cannot open the cache ({exc}); programs are "
+        warn_once("program-store", f"kcache: cannot open the cache ({cut(exc)}); programs are "
                   "compiled uncached")
         obj, log, _seconds = _compile(code, ct, options, tt, names)
         _write_log(logs, log)
@@ -392,7 +393,7 @@ def compile_program(code, code_type: str, options: ProgramOptions | None, target
         raise failed.args[0] from None  # the user's error (bad source), as cuda.core raises it
     except Exception as exc:  # lock timeout, unusable store: the program still compiles
         warn_once("program-store-error", f"kcache: cache store failed ({type(exc).__name__}: "
-                  f"{exc}); programs still compile")
+                  f"{cut(exc)}); programs still compile")
         entry = None
     if "object" in built:
         _write_log(logs, built["log"])
@@ -405,7 +406,11 @@ def compile_program(code, code_type: str, options: ProgramOptions | None, target
         obj, log, _seconds = _compile(code, ct, options, tt, names)
         _write_log(logs, log)
         return obj
-    _write_log(logs, entry.meta.get("log"))
+    # The entry's log may come from a bundle or another machine: escaped and bounded by the
+    # cap it was written under; kept are lines, tabs and the NUL that ends NVRTC's log (as
+    # cuda.core hands it over: a hit writes what the compile wrote).
+    recorded = entry.meta.get("log")
+    _write_log(logs, cut(recorded, MAX_LOG, keep=_LOG_KEEP) if isinstance(recorded, str) else None)
     return obj
 
 

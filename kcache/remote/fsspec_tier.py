@@ -17,6 +17,7 @@ from typing import Iterator
 import fsspec
 
 from ..layout import SUFFIX, entry_key
+from ..text import cut
 from ..tier import Blob, TierError
 from .base import (Deadline, Overrun, RemoteTier, causes, current_deadline, describe, os_kind, redact,
                    run_within, url_credentials, version_tag)
@@ -160,7 +161,7 @@ class FsspecTier(RemoteTier):
             size = info.get("size")
             if info.get("type") != "file" or not isinstance(size, int):
                 raise TierError("bad_value", f"{self.name}: value of {key} is not a regular object "
-                                             f"(type {info.get('type')!r}); not read")
+                                             f"(type {cut(repr(info.get('type')), 40)}); not read")
             if size > limit:
                 raise self._too_large(key, size, limit)
             if size == 0:
