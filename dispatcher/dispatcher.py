@@ -488,6 +488,9 @@ class KCacheDispatcher(_compat.CUDADispatcher):
             key, components = self.kcache_key(argtypes, cc, store=store)
         except _components.Uncacheable as exc:
             _clock.key += _now() - start
+            if isinstance(exc, _components.LinkUnread):  # not the kernel's nature: say so
+                warn_once(f"link-unread:{self._kcache_name()}", f"kcache: {exc}; "
+                          f"{self._kcache_name()} runs uncached")
             return self._kcache_uncached_build(sig, str(exc))
         _clock.key += _now() - start
         bypass = _numba_config.bypass_reason()
