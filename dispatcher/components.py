@@ -335,9 +335,11 @@ _MAX_INCLUDES = 16 * _MAX_HEADERS  # #include lines looked up for one kernel
 _CHUNK = 1 << 20  # bytes read and digested at a time
 
 
-def _includes(text: bytes) -> list:
-    """The ``(kind, name)`` of each distinct ``#include`` line of ``text``, in order."""
-    return list(dict.fromkeys(_INCLUDE.findall(text)))
+def _includes(text) -> list:
+    """The ``(kind, name)`` (bytes) of each distinct ``#include`` line of ``text`` (bytes or
+    bytearray), in order."""
+    return list(dict.fromkeys((bytes(kind), bytes(name))
+                              for kind, name in _INCLUDE.findall(text)))
 
 
 class _Reader:
@@ -374,7 +376,7 @@ class _Reader:
                 known = self._known[ident] = (digest, _includes(held) if scan else [], scan)
         return known[0], known[1] if scan else []
 
-    def _digest(self, f, size: int, what: str, scan: bool) -> tuple[str, bytes]:
+    def _digest(self, f, size: int, what: str, scan: bool) -> tuple[str, bytearray]:
         self._check(size, self.total + size, what)  # the size the file states, unread
         h, held, n = hashlib.blake2b(digest_size=16), bytearray(), 0
         while chunk := f.read(min(_CHUNK, _MAX_HEADER_BYTES + 1 - n)):
@@ -384,7 +386,7 @@ class _Reader:
             h.update(chunk)
             if scan:
                 held += chunk
-        return h.hexdigest(), bytes(held)
+        return h.hexdigest(), held
 
     @staticmethod
     def _check(size: int, total: int, what: str) -> None:
