@@ -14,6 +14,7 @@ sigspec grammar, and a module is imported only if it was found in the TARGETs th
 """
 from __future__ import annotations
 
+from kcache.entry import MAX_NAME
 from kcache.text import QUOTE_LIMIT, cut
 from kcache.toolchain import is_stale
 
@@ -99,7 +100,10 @@ def _cc(components: dict) -> tuple:
 
 
 def _module(kernel: str) -> str:
-    """The module of ``"module:qualname"``; _Skip for a name warm could not import."""
+    """The module of ``"module:qualname"``; _Skip for a name warm could not import (or one
+    longer than an entry's header may name a kernel: not a name kcache wrote)."""
+    if len(kernel) > MAX_NAME:
+        raise _Skip(f"kernel name of {len(kernel)} characters (more than {MAX_NAME})")
     try:
         return split_kernel(kernel)[0]
     except ValueError:

@@ -186,10 +186,13 @@ def _value(value: Any, limit: int) -> tuple[str | None, bytes, str | None, dict 
 
 
 def _read_code_file(path: str, limit: int) -> bytes:
-    """The bytes of a path-backed ``ObjectCode``'s file: a regular file (opened without
-    blocking, so a FIFO put there cannot hold the program) of at most ``limit`` bytes (the
-    largest entry a read accepts: a larger one could never be served); OSError otherwise."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    """The bytes of a path-backed ``ObjectCode``'s file: a regular file (``stat`` before the
+    open, so no device or FIFO is opened; ``fstat`` after an ``O_NONBLOCK`` open, so one put
+    there meanwhile cannot block the program) of at most ``limit`` bytes (the largest entry a
+    read accepts: a larger one could never be served); OSError otherwise."""
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise OSError(errno.EINVAL, "not a regular file", path)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
     with os.fdopen(fd, "rb") as f:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(errno.EINVAL, "not a regular file", path)

@@ -212,3 +212,27 @@ def test_warm_with_explain_says_at_most_one_line_per_kernel_compiled(tmp_path):
     assert "more" in misses[0] and "owned" in misses[0], misses  # the second: the first compile
     assert raw_control(done.stderr) == [] and raw_control(done.stdout) == []
     assert len(done.stderr) + len(done.stdout) < 20_000, (len(done.stderr), len(lines))
+
+
+# --- kcache warm --replay: entries it lists -------------------------------------------------------
+
+def test_replay_lists_hostile_entries_escaped_and_cut(store, tmp_path):
+    """Stale entries whose kernel is 10 MB of escapes, a 10,000-character identifier of a
+    module the TARGETs hold, a list, or whose target is escapes: each one row, escaped and
+    cut, never an exception."""
+    pytest.importorskip("numba.cuda")
+    from kcache.dispatcher import replay
+    from kcache.dispatcher.warm import Plan
+    old = {"toolchain": {"numba-cuda": "0.0.1"}, "target": {"cc": "sm_90a"},
+           "signature": RAW * 1000}
+    kernels = [HUGE, "mod:" + "k" * 10_000, ["not", "text"], "mod:" + RAW]
+    for n, kernel in enumerate(kernels):
+        plant(store, {**old, "kernel": kernel, "n": n}, signature=RAW * 1000)
+    plant(store, {**old, "kernel": "mod:k", "target": {"cc": RAW * 100}}, arch=RAW * 100)
+    for modules in (None, {"mod": str(tmp_path)}):
+        plan = replay.plan_replay(Plan(), store, modules=modules)
+        assert len(plan.rows) == 5 and not plan.tasks, plan.rows
+        for row in plan.rows:
+            assert row.status == "skipped"
+            for text in (row.kernel, row.display, row.reason):
+                assert text is None or (len(text) <= 2 * QUOTE_LIMIT and raw_control(text) == [])
