@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from kcache.text import QUOTE_LIMIT, cut
 
-__all__ = ["diff_components", "explain_miss", "one_line", "MAX_SHOWN"]
+__all__ = ["diff_components", "differences", "explain_miss", "one_line", "MAX_SHOWN"]
 
 #: Differences named for one miss; more are counted ("... and 12 more"). An entry may come
 #: from a bundle or another machine: its names and values are escaped and cut (kcache.text).
@@ -28,13 +28,13 @@ def diff_components(old: dict, new: dict) -> list[str]:
     are equal.  Unknown
     top-level keys are compared too ("<name> changed").  Never raises on malformed input.
     """
-    return [word() for word in _differences(old, new)]
+    return [word() for word in differences(old, new)]
 
 
-def _differences(old: dict, new: dict) -> list:
-    """:func:`diff_components`'s lines, each a function that words it: only the lines shown
-    are worded (escaped and cut), so ranking entries that each differ in 100,000 places
-    costs a comparison per place, not a message."""
+def differences(old: dict, new: dict) -> list:
+    """:func:`diff_components`'s lines, each a function of no argument that words it: only
+    the lines shown are worded (escaped and cut), so ranking entries that each differ in
+    100,000 places costs a comparison per place, not a message."""
     old = old if isinstance(old, dict) else {}
     new = new if isinstance(new, dict) else {}
     keys = [k for k in _ORDER if k in old or k in new]
@@ -80,7 +80,7 @@ def explain_miss(store, components: dict) -> list[str]:
             theirs = getattr(info, "components", None)
             if not isinstance(theirs, dict) or theirs.get("kernel") != kernel:
                 continue
-            lines = _differences(theirs, components)
+            lines = differences(theirs, components)
             rank = (len(lines), -float(getattr(info, "last_used", 0) or 0))
             if best is None or rank < best[0]:
                 best = (rank, lines, info)

@@ -451,15 +451,15 @@ def _own_cache_key(kernel):
 def _changed(expect: dict, now: dict) -> str | None:
     """What differs between an entry's components and the kernel's current ones, toolchain
     and launch configuration aside (dispatcher/misses.py words it); None if nothing."""
-    from .misses import diff_components
+    from .misses import differences
     ignore = ("toolchain", "launch_config")
     old = {k: v for k, v in expect.items() if k not in ignore}
     new = {k: v for k, v in now.items() if k not in ignore}
-    lines = diff_components(old, new)
+    lines = differences(old, new)  # worded only the three shown (an entry's may be many)
     if not lines:
         return None
     more = f" (and {len(lines) - 3} more)" if len(lines) > 3 else ""
-    return "; ".join(lines[:3]) + more
+    return "; ".join(word() for word in lines[:3]) + more
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
