@@ -473,8 +473,8 @@ def failure_text(exc: BaseException, limit: int = 400) -> str:
     message between them says what is wrong."""
     text = " ".join(_ANSI.sub("", str(exc)).split())
     text = _PIPELINE.sub("", text)
-    cut = text.find(' File "')
-    if cut > 0:
-        text = text[:cut].rstrip()
+    source = text.find(' File "')
+    if source > 0:
+        text = text[:source].rstrip()
     text = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
     return cut(text, limit)  # control characters other than ANSI colours escaped
