@@ -250,7 +250,6 @@ def test_a_fifo_link_file_runs_the_kernel_uncached_with_one_warning(store, tmp_p
 
 
 def test_a_device_link_file_runs_the_kernel_uncached_with_one_warning(store, private):
-    from numba import cuda
     from numba.cuda import types
 
     from kcache.dispatcher import jit
@@ -265,4 +264,3 @@ def test_a_device_link_file_runs_the_kernel_uncached_with_one_warning(store, pri
         k.compile((types.int32[::1],))
     assert k.stats.compiles == 1 and list(store.entries()) == []
     assert "is not a regular file" in kcache.dispatcher.explain(k)[0]
-    del cuda
