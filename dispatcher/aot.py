@@ -261,10 +261,10 @@ def _compile_one(kernel, argtypes, cc, store, cache_key) -> CompiledEntry:
     compiled = {}
 
     def create():
-        if explain_enabled():
-            from .misses import explain_miss
-            log_explanations(kernel, [f"{name} {shown} for {arch}: miss: {line}"
-                                      for line in explain_miss(store, components)])
+        if explain_enabled():  # one line per miss, as the dispatcher logs it
+            from .misses import explain_miss, one_line
+            log_explanations(kernel, [f"{name} {shown} for {arch}: miss: "
+                                      f"{one_line(explain_miss(store, components))}"])
         # offline_target compiles every device function afresh (for cc): no compile made
         # under other globals is reused here (kcache.dispatcher.dep_guard)
         with _compat.offline_target(cc) as full, compile_warnings.captured() as said:

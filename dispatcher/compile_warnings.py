@@ -17,7 +17,7 @@ import sys
 import threading
 import warnings
 
-from kcache.text import escape
+from kcache.text import cut
 
 #: Bounds on what an entry may make a process say (an entry is input like any other).
 MAX_WARNINGS = 64
@@ -95,8 +95,9 @@ def replay(recorded, subject: str | None = None) -> int:
             continue
         category = resolve_category(name)
         # An entry may come from a bundle or another machine: an escape sequence in its text
-        # must not reach the terminal raw (as everything the CLI shows from a cache).
-        text, filename = escape(text, keep="\n\t"), escape(filename)
+        # must not reach the terminal raw (as everything the CLI shows from a cache), and
+        # escaped it stays within the bound it was written under.
+        text, filename = cut(text, MAX_TEXT, keep="\n\t"), cut(filename, MAX_TEXT)
         if subject:
             text = text.replace(SUBJECT, subject)
         # The instance is made without the category's __init__ (NumbaWarning's would add its

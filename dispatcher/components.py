@@ -12,7 +12,6 @@ it into the key; the named components let explain say which one changed.
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import os
 import re
@@ -24,6 +23,7 @@ import msgpack
 
 from kcache.arch import arch_name
 from kcache.keys import CanonicalMap, canonical_map, packed_map
+from kcache.text import cut
 
 from .extensions import extensions_component
 from .fingerprint import Uncacheable, digest_of, fingerprint, line_digest, value_digest
@@ -32,6 +32,7 @@ from .numba_config import (IN_KEY, IN_KEY_WHEN_CHANGED, WARNINGS_IN_KEY, bypass_
 
 __all__ = [
     "COMPONENTS_FORMAT",
+    "LinkUnread",
     "Uncacheable",
     "arch_name",
     "kernel_components",
@@ -259,15 +260,18 @@ def link_digests(link) -> dict:
 
     A path counts by basename + contents (directories never do); a ``LinkableCode``
     (duck-typed: ``data``, ``kind``, ``name``) by name, kind, nrt flag and data.  Two items
-    with the same name get ``name#2``, ``name#3``.  Raises :class:`Uncacheable` for a file
-    that cannot be read, a ``LinkableCode`` with setup/teardown callbacks (they run Python at
-    module load, which a cached entry cannot replay) or an item of another type.
+    with the same name get ``name#2``, ``name#3``.  Files are read as :class:`_Reader` says
+    (regular files only, bounded one by one and in all).  Raises :class:`LinkUnread` for a
+    file that is not read (missing, not a regular file, too large), :class:`Uncacheable`
+    for a ``LinkableCode`` with setup/teardown callbacks (they run Python at module load,
+    which a cached entry cannot replay) or an item of another type.
     """
     if isinstance(link, (str, os.PathLike)) or hasattr(link, "kind"):
         link = [link]
+    reader = _Reader()
     out: dict = {}
     for item in link:
-        name, digest = _link_item(item)
+        name, digest = _link_item(item, reader)
         unique, n = name, 1
         while unique in out:
             n += 1
@@ -276,36 +280,39 @@ def link_digests(link) -> dict:
     return out
 
 
-def _link_item(item):
+class LinkUnread(Uncacheable):
+    """A ``link=`` file, or a header a linked CUDA C++ source includes, that kcache does not
+    read (missing, not a regular file, over the bounds of :class:`_Reader`): the kernel
+    runs uncached (warned once per kernel: kcache.dispatcher)."""
+
+
+def _link_item(item, reader: "_Reader"):
     if isinstance(item, (str, os.PathLike)):
         path = os.fspath(item)
-        try:
-            with open(path, "rb") as f:
-                data = f.read()
-        except OSError as exc:
-            raise Uncacheable(f"link file {path!r} cannot be read: {exc.strerror or exc}") from exc
-        digest = hashlib.blake2b(data, digest_size=16).hexdigest()
-        headers = _included(data, os.path.dirname(path), path) if path.endswith(".cu") else []
+        source = path.endswith(".cu")
+        digest, includes = reader.read(path, f"link file {_shown(path)}", scan=source)
+        headers = _included(includes, os.path.dirname(path), path, reader) if source else []
         if headers:  # CUDA C++ that NVRTC compiles: its headers count too (keys without any
             digest = digest_of([digest, headers])  # stay those of before)
         return os.path.basename(path), digest
     if hasattr(item, "data") and hasattr(item, "kind"):
         if getattr(item, "setup_callback", None) or getattr(item, "teardown_callback", None):
             raise Uncacheable(
-                f"link= object {getattr(item, 'name', '?')!r} has setup/teardown callbacks"
+                f"link= object {_shown(getattr(item, 'name', '?'))} has setup/teardown callbacks"
             )
         data = item.data
         if isinstance(data, str):
             data = data.encode("utf-8")
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise Uncacheable(
-                f"link= object {getattr(item, 'name', '?')!r} holds {type(data).__name__}, "
-                "not bytes or str"
+                f"link= object {_shown(getattr(item, 'name', '?'))} holds "
+                f"{type(data).__name__}, not bytes or str"
             )
         parts = [str(item.kind), bool(getattr(item, "nrt", False)),
                  hashlib.blake2b(bytes(data), digest_size=32).digest()]
         name = str(getattr(item, "name", "<unnamed>"))
-        headers = _included(bytes(data), None, name) if str(item.kind) == "cu" else []
+        headers = (_included(_includes(bytes(data)), None, name, reader)
+                   if str(item.kind) == "cu" else [])
         if headers:  # numba-cuda's CUSource: NVRTC resolves its headers too
             parts.append(headers)
         return name, digest_of(parts)
@@ -314,40 +321,107 @@ def _link_item(item):
     )
 
 
+def _shown(name) -> str:
+    """A path or name in a reason: quoted, escaped, cut (kcache.text.cut)."""
+    return cut(repr(os.fspath(name) if isinstance(name, os.PathLike) else name))
+
+
 #: ``#include "name"`` / ``#include <name>`` at the start of a line (spaces allowed).
 _INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"]', re.MULTILINE)
 _MAX_HEADERS = 1024  # header files followed from one linked source
-_MAX_HEADER_BYTES = 16 << 20  # bytes read of one header
+_MAX_HEADER_BYTES = 16 << 20  # bytes read of one link= file or header
+_MAX_LINK_BYTES = 64 << 20  # bytes read of all the link= files and headers of one kernel
+_MAX_INCLUDES = 16 * _MAX_HEADERS  # #include lines looked up for one kernel
+_CHUNK = 1 << 20  # bytes read and digested at a time
 
 
-def _read_header(path: str) -> bytes:
-    """At most _MAX_HEADER_BYTES + 1 bytes of regular file ``path``: never blocking on a FIFO
-    put there after it was found to be a file (``O_NONBLOCK``, then ``fstat``). OSError."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file", path)
-        return f.read(_MAX_HEADER_BYTES + 1)
+def _includes(text) -> list:
+    """The ``(kind, name)`` (bytes) of each distinct ``#include`` line of ``text`` (bytes or
+    bytearray), in order."""
+    return list(dict.fromkeys((bytes(kind), bytes(name))
+                              for kind, name in _INCLUDE.findall(text)))
 
 
-def _included(source: bytes, own_dir: str | None, what: str) -> list:
-    """``[[name as written, digest], ...]`` of the headers a linked CUDA C++ source includes,
-    transitively, that are not the toolkit's: NVRTC (numba-cuda's ``nvrtc.compile``) finds a
-    quoted one in the working directory (or beside the including file), and either kind in
-    numba-cuda's ``CUDA_NVRTC_EXTRA_SEARCH_PATHS`` or at an absolute path; each candidate found
-    there is digested, so an edited header is another key. One found nowhere is the toolkit's
-    or numba-cuda's (their versions are in the key), or is not read at all (an ``#include`` in
-    ``#if 0`` or a comment; a missing one fails the compile). Nested headers are looked for
-    beside the path they were found at, as NVRTC does, not beside a symlink's target. Raises
-    :class:`Uncacheable` past _MAX_HEADERS headers or for a header that cannot be read."""
+class _Reader:
+    """Reads the ``link=`` files of one kernel and the headers they include, each a regular
+    file (checked with ``stat`` before it is opened, so no device or FIFO is opened, and
+    with ``fstat`` after an ``O_NONBLOCK`` open, so one swapped in meanwhile cannot block),
+    one at a time, digested as read (only a CUDA C++ file is held, to find its
+    ``#include`` lines): at most _MAX_HEADER_BYTES each, _MAX_LINK_BYTES in all. A file
+    read once (same device, inode, size and times) is not read again: N links to one
+    header cost one read. Over a bound: :class:`LinkUnread`."""
+
+    def __init__(self):
+        self.total = 0  # bytes read so far
+        self.lookups = 0  # #include lines looked up so far
+        self._known: dict = {}  # file identity -> (digest, includes)
+
+    def read(self, path: str, what: str, scan: bool) -> tuple[str, list]:
+        """``(blake2b-128 hex digest, includes)`` of regular file ``path`` (``includes``:
+        its ``#include`` lines when ``scan``, else []). ``what`` names it in a reason."""
+        try:
+            if not stat.S_ISREG(os.stat(path).st_mode):
+                raise LinkUnread(f"{what} is not a regular file")
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        except OSError as exc:
+            raise LinkUnread(f"{what} cannot be read: {cut(exc.strerror or exc)}") from exc
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):  # swapped for a FIFO or device after the stat
+                raise LinkUnread(f"{what} is not a regular file")
+            ident = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+            known = self._known.get(ident)
+            if known is None or (scan and not known[2]):
+                digest, held = self._digest(f, st.st_size, what, scan)
+                known = self._known[ident] = (digest, _includes(held) if scan else [], scan)
+        return known[0], known[1] if scan else []
+
+    def _digest(self, f, size: int, what: str, scan: bool) -> tuple[str, bytearray]:
+        self._check(size, self.total + size, what)  # the size the file states, unread
+        h, held, n = hashlib.blake2b(digest_size=16), bytearray(), 0
+        while chunk := f.read(min(_CHUNK, _MAX_HEADER_BYTES + 1 - n)):
+            n += len(chunk)
+            self.total += len(chunk)
+            self._check(n, self.total, what)  # what was read: a file that grows meanwhile
+            h.update(chunk)
+            if scan:
+                held += chunk
+        return h.hexdigest(), held
+
+    @staticmethod
+    def _check(size: int, total: int, what: str) -> None:
+        if size > _MAX_HEADER_BYTES:
+            raise LinkUnread(f"{what} is larger than {_MAX_HEADER_BYTES >> 20} MiB")
+        if total > _MAX_LINK_BYTES:
+            raise LinkUnread(f"{what} would make the link files and headers read for this "
+                             f"kernel more than {_MAX_LINK_BYTES >> 20} MiB")
+
+
+def _included(includes: list, own_dir: str | None, what: str, reader: _Reader) -> list:
+    """``[[name as written, digest], ...]`` of the headers a linked CUDA C++ source includes
+    (``includes``: its ``#include`` lines, :func:`_includes`), transitively, that are not the
+    toolkit's: NVRTC (numba-cuda's ``nvrtc.compile``) finds a quoted one in the working
+    directory (or beside the including file), and either kind in numba-cuda's
+    ``CUDA_NVRTC_EXTRA_SEARCH_PATHS`` or at an absolute path; each candidate found there is
+    digested, so an edited header is another key. One found nowhere (or a folder) is the
+    toolkit's or numba-cuda's (their versions are in the key), or is not read at all (an
+    ``#include`` in ``#if 0`` or a comment; a missing one fails the compile). Nested headers
+    are looked for beside the path they were found at, as NVRTC does, not beside a
+    symlink's target. Headers are read by ``reader`` (one at a time, bounded; a FIFO or
+    device there is not read). Raises :class:`LinkUnread` past _MAX_HEADERS headers or
+    _MAX_INCLUDES ``#include`` lines, or for a header ``reader`` refuses."""
     from . import _compat
 
     paths = getattr(_compat.numba_config(), "CUDA_NVRTC_EXTRA_SEARCH_PATHS", "") or ""
     extra = [p for p in str(paths).split(":") if p]
-    out, seen, todo = [], set(), [(source, own_dir)]
-    while todo:
-        text, folder = todo.pop()
-        for kind, raw in _INCLUDE.findall(text):
+    out, seen, todo = [], set(), [(includes, own_dir)]
+    while todo:  # (include lines, folder): never a file's bytes, read one at a time
+        lines, folder = todo.pop()
+        for kind, raw in lines:
+            reader.lookups += 1
+            if reader.lookups > _MAX_INCLUDES:
+                raise LinkUnread(f"link source {_shown(what)} and its headers have more than "
+                                 f"{_MAX_INCLUDES} #include lines")
             name = raw.decode("utf-8", "replace").strip()
             if os.path.isabs(name):
                 dirs = [""]
@@ -355,23 +429,26 @@ def _included(source: bytes, own_dir: str | None, what: str) -> list:
                 dirs = ([os.getcwd()] + ([folder] if folder else []) if kind == b'"' else [])
                 dirs += extra
             for path in {os.path.abspath(os.path.join(d, name)) for d in dirs}:
-                if not os.path.isfile(path) or (path, folder) in seen:
+                if (path, folder) in seen or not _exists(path):
                     continue
                 if len(seen) >= _MAX_HEADERS:
-                    raise Uncacheable(f"link source {what!r} includes more than {_MAX_HEADERS} "
-                                      "headers")
+                    raise LinkUnread(f"link source {_shown(what)} includes more than "
+                                     f"{_MAX_HEADERS} headers")
                 seen.add((path, folder))
-                try:
-                    data = _read_header(path)
-                except OSError as exc:
-                    raise Uncacheable(f"header {path!r} of link source {what!r} cannot be read: "
-                                      f"{exc.strerror or exc}") from exc
-                if len(data) > _MAX_HEADER_BYTES:
-                    raise Uncacheable(f"header {path!r} of link source {what!r} is larger than "
-                                      f"{_MAX_HEADER_BYTES >> 20} MiB")
-                out.append([name, hashlib.blake2b(data, digest_size=16).hexdigest()])
-                todo.append((data, os.path.dirname(path)))
+                digest, nested = reader.read(
+                    path, f"header {_shown(path)} of link source {_shown(what)}", scan=True)
+                out.append([name, digest])
+                todo.append((nested, os.path.dirname(path)))
     return sorted(out)
+
+
+def _exists(path: str) -> bool:
+    """Whether NVRTC would open ``path`` as a header: something there that is not a folder
+    (a FIFO or device counts: it is refused, never skipped as if absent)."""
+    try:
+        return not stat.S_ISDIR(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return False
 
 
 # --- source line numbers (debug / lineinfo kernels only) -----------------------------------

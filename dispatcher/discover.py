@@ -24,6 +24,8 @@ import pkgutil
 import sys
 from pathlib import Path
 
+from kcache.text import cut
+
 from . import _compat
 from .dispatcher import kernel_name
 
@@ -209,17 +211,18 @@ def kernels_of(module) -> list[Kernel]:
 
 def find_kernel(module, qualname: str):
     """The kernel dispatcher ``module.<qualname>`` (dotted attributes). Raises LookupError
-    naming what was found instead."""
+    naming what was found instead (``qualname`` may be an entry's: quoted escaped and cut)."""
     obj = module
+    shown = f"{module.__name__}:{cut(qualname)}"
     for part in qualname.split("."):
         obj = getattr(obj, part, None)
         if obj is None:
-            raise LookupError(f"no kernel {module.__name__}:{qualname} (no attribute "
-                              f"{qualname!r} in the module)")
+            raise LookupError(f"no kernel {shown} (no attribute {cut(repr(qualname))} in the "
+                              "module)")
     if not isinstance(obj, _compat.CUDADispatcher):
-        raise LookupError(f"{module.__name__}:{qualname} is a {type(obj).__name__}, not a "
+        raise LookupError(f"{shown} is a {type(obj).__name__}, not a "
                           "kernel made by numba.cuda.jit or kcache.jit")
     if obj.targetoptions.get("device"):
-        raise LookupError(f"{module.__name__}:{qualname} is a device function; warm the "
+        raise LookupError(f"{shown} is a device function; warm the "
                           "kernels that call it")
     return obj

@@ -24,6 +24,7 @@ from kcache import arch as _arch
 from kcache.config import environment_snapshot
 from kcache.keys import canonical_bytes, key_of_bytes
 from kcache.layout import BUCKET
+from kcache.text import cut
 from kcache import toolchain as _toolchain  # noqa: F401
 from kcache.warn import held_back, warn_once
 
@@ -483,6 +484,9 @@ class KCacheDispatcher(_compat.CUDADispatcher):
             key, components = self.kcache_key(argtypes, cc, store=store)
         except _components.Uncacheable as exc:
             _clock.key += _now() - start
+            if isinstance(exc, _components.LinkUnread):  # not the kernel's nature: say so
+                warn_once(f"link-unread:{self._kcache_name()}", f"kcache: {exc}; "
+                          f"{self._kcache_name()} runs uncached")
             return self._kcache_uncached_build(sig, str(exc))
         _clock.key += _now() - start
         bypass = _numba_config.bypass_reason()
@@ -667,9 +671,10 @@ class KCacheDispatcher(_compat.CUDADispatcher):
         try:
             kernel = entry_to_kernel(entry, argtypes, full, extensions=extensions, **served)
         except Exception as exc:  # whatever a field of an entry makes the rebuild raise: unusable
+            # (its text may quote the entry's fields: escaped and cut, kcache.text)
             warn_once("dispatcher-entry", f"kcache: an entry of {self._kcache_name()} cannot "
-                      f"be used here ({type(exc).__name__}: {exc}); compiling instead")
-            return None, f"the cached entry cannot be used here ({exc})"
+                      f"be used here ({type(exc).__name__}: {cut(exc)}); compiling instead")
+            return None, f"the cached entry cannot be used here ({cut(exc)})"
         finally:
             _clock.rebuild += _now() - start
         start = _now()
@@ -679,8 +684,9 @@ class KCacheDispatcher(_compat.CUDADispatcher):
             self._kcache_counts["fallbacks"] += 1
             _process_counts["fallbacks"] += 1
             cubin_error = exc
+            # the driver's words may quote the entry's code (its JIT log): escaped and cut
             warn_once("dispatcher-driver", f"kcache: the driver refused a cached cubin of "
-                      f"{self._kcache_name()} ({exc}); trying its PTX")
+                      f"{self._kcache_name()} ({cut(exc)}); trying its PTX")
         else:
             _clock.load += _now() - start
             # Outside the driver's try: a warning the program's filters turn into an error is
@@ -693,9 +699,9 @@ class KCacheDispatcher(_compat.CUDADispatcher):
             kernel.bind()
         except Exception as exc:  # no PTX, or a PTX ISA newer than this driver
             warn_once("dispatcher-ptx", f"kcache: the cached PTX of {self._kcache_name()} "
-                      f"does not load either ({exc}); compiling instead")
-            return None, (f"the driver refused the cached cubin ({cubin_error}) and its PTX "
-                          f"({exc})")
+                      f"does not load either ({cut(exc)}); compiling instead")
+            return None, (f"the driver refused the cached cubin ({cut(cubin_error)}) and its "
+                          f"PTX ({cut(exc)})")
         self._kcache_say_again(entry)
         return kernel, None
 
@@ -741,19 +747,19 @@ class KCacheDispatcher(_compat.CUDADispatcher):
         self._kcache_counts["store_errors"] += 1
         _process_counts["store_errors"] += 1
         warn_once("dispatcher-store-error", f"kcache: cache store failed ({type(exc).__name__}: "
-                  f"{exc}); kernels still compile and run")
+                  f"{cut(exc)}); kernels still compile and run")
 
     def _kcache_explain(self, store, components, argtypes):
         if not explain_enabled():
             return
+        from .misses import explain_miss, one_line
         try:
-            from .misses import explain_miss
             lines = explain_miss(store, components)
         except Exception as exc:  # explaining must never fail the call
-            lines = [f"(cannot explain: {type(exc).__name__}: {exc})"]
+            lines = [f"(cannot explain: {type(exc).__name__}: {cut(exc)})"]
         what = f"{self._kcache_name()} {_compat.signature_display(argtypes)}"
-        self._kcache_log([f"{what}: miss: {line}" for line in lines]
-                         or [f"{what}: miss: no entry of this kernel"])
+        # One line per miss (the differences joined): an entry cannot flood the log.
+        self._kcache_log([f"{what}: miss: {one_line(lines) or 'no entry of this kernel'}"])
 
     def _kcache_log(self, lines):
         log_explanations(self, lines)

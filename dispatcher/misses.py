@@ -7,7 +7,13 @@ docs/keys.md describes them, e.g. ``dependency mathbits.step changed``, ``cc sm_
 
 from __future__ import annotations
 
-__all__ = ["diff_components", "explain_miss"]
+from kcache.text import QUOTE_LIMIT, cut
+
+__all__ = ["diff_components", "differences", "explain_miss", "one_line", "MAX_SHOWN"]
+
+#: Differences named for one miss; more are counted ("... and 12 more"). An entry may come
+#: from a bundle or another machine: its names and values are escaped and cut (kcache.text).
+MAX_SHOWN = 8
 
 # Component order in explain output: the most likely causes first.
 _ORDER = ("kernel", "source", "extensions", "signature", "target", "options", "config",
@@ -22,11 +28,18 @@ def diff_components(old: dict, new: dict) -> list[str]:
     are equal.  Unknown
     top-level keys are compared too ("<name> changed").  Never raises on malformed input.
     """
+    return [word() for word in differences(old, new)]
+
+
+def differences(old: dict, new: dict) -> list:
+    """:func:`diff_components`'s lines, each a function of no argument that words it: only
+    the lines shown are worded (escaped and cut), so ranking entries that each differ in
+    100,000 places costs a comparison per place, not a message."""
     old = old if isinstance(old, dict) else {}
     new = new if isinstance(new, dict) else {}
     keys = [k for k in _ORDER if k in old or k in new]
     keys += sorted((set(old) | set(new)) - set(_ORDER) - {"opaque"}, key=str)
-    lines: list[str] = []
+    lines: list = []
     for key in keys:
         a, b = old.get(key), new.get(key)
         if a == b:
@@ -34,16 +47,18 @@ def diff_components(old: dict, new: dict) -> list[str]:
         differ = _DIFFERS.get(key)
         if key == "extensions":  # present only in processes with user extensions
             a, b = a if isinstance(a, dict) else {}, b if isinstance(b, dict) else {}
+        # (default arguments bind each line's values now: a closure would see the last ones)
         if differ is not None and isinstance(a, dict) and isinstance(b, dict):
             lines.extend(differ(a, b))
         elif key == "signature":
-            lines.append(f"signature {a} -> {b}")
+            lines.append(lambda a=a, b=b: f"signature {cut(a)} -> {cut(b)}")
         elif key == "cache_key":
-            lines.append(f"cache_key {a!r} -> {b!r}")
+            lines.append(lambda a=a, b=b: f"cache_key {_short(a, QUOTE_LIMIT)} -> "
+                                          f"{_short(b, QUOTE_LIMIT)}")
         elif key == "launch_config":
-            lines.append(f"launch config {a} -> {b}")
+            lines.append(lambda a=a, b=b: f"launch config {cut(a)} -> {cut(b)}")
         else:
-            lines.append(f"{key} {_short(a)} -> {_short(b)}")
+            lines.append(lambda k=key, a=a, b=b: f"{cut(k)} {_short(a)} -> {_short(b)}")
     return lines
 
 
@@ -54,7 +69,9 @@ def explain_miss(store, components: dict) -> list[str]:
     nearest entry is the one with the fewest differing lines, the most recently used first
     on a tie.  Returns ``["no entry of this kernel yet"]`` when the store holds none, and a
     single line saying so when an entry with identical components exists (the key scheme
-    itself changed).  A store that cannot be read gives one line naming the error.
+    itself changed).  A store that cannot be read gives one line naming the error.  At most
+    MAX_SHOWN differences, then ``"and N more"``; every name and value from an entry escaped
+    and at most 200 characters (kcache.text.cut).
     """
     kernel = components.get("kernel")
     best = None
@@ -63,36 +80,41 @@ def explain_miss(store, components: dict) -> list[str]:
             theirs = getattr(info, "components", None)
             if not isinstance(theirs, dict) or theirs.get("kernel") != kernel:
                 continue
-            lines = diff_components(theirs, components)
+            lines = differences(theirs, components)
             rank = (len(lines), -float(getattr(info, "last_used", 0) or 0))
             if best is None or rank < best[0]:
                 best = (rank, lines, info)
     except Exception as exc:  # a broken cache never breaks the program, explain included
-        return [f"cannot read the cache to explain the miss: {exc}"]
+        return [f"cannot read the cache to explain the miss: {cut(exc)}"]
     if best is None:
         return ["no entry of this kernel yet"]
     _rank, lines, info = best
     if not lines:
-        return [f"entry {str(getattr(info, 'key', '?'))[:16]} has the same components "
+        return [f"entry {cut(getattr(info, 'key', '?'), 16)} has the same components "
                 "(the key scheme changed or the entry is unreadable)"]
-    return lines
+    shown = [word() for word in lines[:MAX_SHOWN]]
+    return shown + [f"and {len(lines) - MAX_SHOWN} more"] if len(lines) > MAX_SHOWN else shown
+
+
+def one_line(lines) -> str:
+    """The lines of :func:`explain_miss` as the one line a miss logs and an exception quotes."""
+    return "; ".join(lines)
 
 
 # --- per-component differs ------------------------------------------------------------------
 
 
-def _source(a: dict, b: dict) -> list[str]:
+def _source(a: dict, b: dict) -> list:
     lines = []
     for name in sorted(set(a) | set(b), key=_part_order):
         if a.get(name) == b.get(name):
             continue
-        what = _part_label(name)
         if name not in a:
-            lines.append(f"new {what}")
+            lines.append(lambda name=name: f"new {_part_label(name)}")
         elif name not in b:
-            lines.append(f"{what} removed")
+            lines.append(lambda name=name: f"{_part_label(name)} removed")
         else:
-            lines.append(f"{what} changed")
+            lines.append(lambda name=name: f"{_part_label(name)} changed")
     return lines
 
 
@@ -103,6 +125,10 @@ def _part_order(name: str):
     return (rank, name)
 
 
+_PART_WORDS = {"closure": "closure variable", "default": "default of argument",
+               "dep": "dependency", "global": "global", "attr": "module attribute"}
+
+
 def _part_label(name: str) -> str:
     prefix, _, rest = name.partition(":")
     if name == "code":
@@ -110,71 +136,56 @@ def _part_label(name: str) -> str:
     if name == "lines":
         return "line numbers (debug/lineinfo kernel)"
     if prefix == "lines":
-        return f"line numbers of {rest} (compiled with line info)"
-    return {
-        "closure": f"closure variable {rest}",
-        "default": f"default of argument {rest}",
-        "dep": f"dependency {rest}",
-        "global": f"global {rest}",
-        "attr": f"module attribute {rest}",
-    }.get(prefix, f"source part {name}")
+        return f"line numbers of {cut(rest)} (compiled with line info)"
+    words = _PART_WORDS.get(prefix)
+    return f"{words} {cut(rest)}" if words else f"source part {cut(name)}"
 
 
-def _target(a: dict, b: dict) -> list[str]:
-    lines = []
-    for name in sorted(set(a) | set(b)):
-        if a.get(name) != b.get(name):
-            lines.append(f"{name} {a.get(name)} -> {b.get(name)}")
-    return lines
+def _target(a: dict, b: dict) -> list:
+    return [lambda n=name: f"{cut(n)} {cut(a.get(n))} -> {cut(b.get(n))}"
+            for name in sorted(set(a) | set(b)) if a.get(name) != b.get(name)]
 
 
-def _versions(a: dict, b: dict) -> list[str]:
-    lines = []
-    for name in sorted(set(a) | set(b)):
+def _versions(a: dict, b: dict) -> list:
+    def word(name):
         x, y = a.get(name), b.get(name)
-        if x != y:
-            lines.append(f"{name} {x if x is not None else '(none)'} -> "
-                         f"{y if y is not None else '(none)'}")
-    return lines
+        return (f"{cut(name)} {cut(x) if x is not None else '(none)'} -> "
+                f"{cut(y) if y is not None else '(none)'}")
+    return [lambda n=name: word(n) for name in sorted(set(a) | set(b))
+            if a.get(name) != b.get(name)]
 
 
-def _options(a: dict, b: dict) -> list[str]:
-    lines = []
-    for name in sorted(set(a) | set(b)):
-        x, y = a.get(name, "(unset)"), b.get(name, "(unset)")
-        if x != y:
-            lines.append(f"option {name} {_short(x)} -> {_short(y)}")
-    return lines
+def _options(a: dict, b: dict, what: str = "option") -> list:
+    def word(name):
+        return (f"{what} {cut(name)} {_short(a.get(name, '(unset)'))} -> "
+                f"{_short(b.get(name, '(unset)'))}")
+    return [lambda n=name: word(n) for name in sorted(set(a) | set(b))
+            if a.get(name, "(unset)") != b.get(name, "(unset)")]
 
 
-def _config(a: dict, b: dict) -> list[str]:
-    lines = []
-    for name in sorted(set(a) | set(b)):
-        x, y = a.get(name, "(unset)"), b.get(name, "(unset)")
-        if x != y:
-            lines.append(f"numba config {name} {_short(x)} -> {_short(y)}")
-    return lines
+def _config(a: dict, b: dict) -> list:
+    return _options(a, b, "numba config")
 
 
-def _named_changes(names, a: dict, b: dict, what: str) -> list[str]:
+def _named_changes(names, a: dict, b: dict, what: str) -> list:
     """One line per name of ``names`` whose value differs between ``a`` and ``b``:
     "<what> X removed", "new <what> X", "<what> X changed"."""
     lines = []
     for name in names:
         if name not in b:
-            lines.append(f"{what} {name} removed")
+            lines.append(lambda n=name: f"{what} {cut(n)} removed")
         elif name not in a:
-            lines.append(f"new {what} {name}")
+            lines.append(lambda n=name: f"new {what} {cut(n)}")
         elif a[name] != b[name]:
-            lines.append(f"{what} {name} changed")
+            lines.append(lambda n=name: f"{what} {cut(n)} changed")
     return lines
 
 
-def _link(a: dict, b: dict) -> list[str]:
+def _link(a: dict, b: dict) -> list:
     return _named_changes(list(a) + [n for n in b if n not in a], a, b, "link file")
 
 
-def _extensions(a: dict, b: dict) -> list[str]:
+def _extensions(a: dict, b: dict) -> list:
     return _named_changes(sorted(set(a) | set(b), key=str), a, b, "extensions registered by")
 
 
@@ -184,7 +195,10 @@ _DIFFERS = {"source": _source, "target": _target, "toolchain": _versions,
 
 
 def _short(value, limit: int = 60) -> str:
-    if isinstance(value, str) and value.startswith("digest:"):
-        return value[:19]  # an option hashed by content: its digest prefix is enough
-    text = repr(value)
+    """``value`` as its repr, at most ``limit`` characters (escaped: it may be an entry's)."""
+    if isinstance(value, str):
+        if value.startswith("digest:"):
+            return cut(value[:19])  # an option hashed by content: its digest prefix is enough
+        value = value[:limit]  # a 10 MB string is not copied whole into its repr
+    text = repr(value)  # escaped: the types msgpack decodes to have printable reprs
     return text if len(text) <= limit else text[: limit - 3] + "..."

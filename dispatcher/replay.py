@@ -14,6 +14,8 @@ sigspec grammar, and a module is imported only if it was found in the TARGETs th
 """
 from __future__ import annotations
 
+from kcache.entry import MAX_NAME
+from kcache.text import QUOTE_LIMIT, cut
 from kcache.toolchain import is_stale
 
 from . import _compat, sigspec
@@ -54,6 +56,8 @@ def plan_replay(plan: Plan, store, ccs=None, modules=None) -> Plan:
         if not components:
             continue
         kernel = components.get("kernel") or info.kernel or "?"
+        if not isinstance(kernel, str):  # a damaged or hostile entry's: no name to import
+            kernel = cut(repr(kernel), 80)
         stale = is_stale(components, current)
         try:
             cc = _cc(components)
@@ -73,8 +77,11 @@ def plan_replay(plan: Plan, store, ccs=None, modules=None) -> Plan:
             if stale:
                 skipped.setdefault((kernel, info.signature, info.arch, str(why)), info.key)
     for (kernel, display, arch, reason), key in skipped.items():
-        plan.rows.append(Row(kernel=kernel, status="skipped", origin="replay", display=display,
-                             arch=arch, key=key, reason=reason))
+        # listed, never used: an entry's text, escaped and cut (kcache.text)
+        plan.rows.append(Row(kernel=cut(kernel), status="skipped", origin="replay",
+                             display=None if display is None else cut(display),
+                             arch=None if arch is None else cut(arch), key=key,
+                             reason=cut(reason, 2 * QUOTE_LIMIT)))
     plan.without_signatures[:] = [k for k in plan.without_signatures if k not in known]
     return plan
 
@@ -89,11 +96,14 @@ def _cc(components: dict) -> tuple:
     try:
         return parse_cc(str(target.get("cc")))
     except ValueError:
-        raise _Skip(f"unknown target {target.get('cc')!r}") from None
+        raise _Skip(f"unknown target {cut(repr(target.get('cc')))}") from None
 
 
 def _module(kernel: str) -> str:
-    """The module of ``"module:qualname"``; _Skip for a name warm could not import."""
+    """The module of ``"module:qualname"``; _Skip for a name warm could not import (or one
+    longer than an entry's header may name a kernel: not a name kcache wrote)."""
+    if len(kernel) > MAX_NAME:
+        raise _Skip(f"kernel name of {len(kernel)} characters (more than {MAX_NAME})")
     try:
         return split_kernel(kernel)[0]
     except ValueError:

@@ -15,6 +15,7 @@ import os
 
 from kcache import arch as _arch
 from kcache.errors import CacheMissError
+from kcache.text import cut
 from kcache.warn import warn_once
 
 ENV = "KCACHE_REQUIRE_HIT"
@@ -86,9 +87,9 @@ def _reason(dispatcher, argtypes, cc) -> str:
         if store is None:
             return "not cached: no cache store"
         _key, components = dispatcher.kcache_key(argtypes, cc, store=store)
-        from .misses import explain_miss
+        from .misses import explain_miss, one_line
         lines = explain_miss(store, components)
         no_entry = "no entry of this kernel yet" in lines or lines[0].startswith("cannot read")
-        return "; ".join(lines) if no_entry else "the nearest entry differs: " + "; ".join(lines)
+        return one_line(lines) if no_entry else "the nearest entry differs: " + one_line(lines)
     except Exception as exc:  # explaining must not hide the refusal itself
-        return f"miss ({type(exc).__name__}: {exc})"
+        return f"miss ({type(exc).__name__}: {cut(exc)})"

@@ -26,6 +26,7 @@ import re
 import sys
 
 from kcache import arch as _arch
+from kcache.text import QUOTE_LIMIT, cut
 
 from . import _compat, discover, sigspec
 from .aot import CompileForError, check_cc, compile_for_report
@@ -129,11 +130,17 @@ class Row:
 
 
 def row_of(task: Task, outcome: dict) -> Row:
-    """The report row of ``task`` given its worker ``outcome``."""
+    """The report row of ``task`` given its worker ``outcome`` (its reason may quote an
+    entry's text, replay's kernels: one escaped line of at most REASON_LIMIT characters)."""
+    reason = outcome.get("reason")
     return Row(kernel=task.kernel, status=outcome["status"], origin=task.origin,
                signature=task.sigspec, display=task.display, cc=cc_text(task.cc),
                arch=outcome.get("arch") or arch_name(task.cc), key=outcome.get("key"),
-               compile_seconds=outcome.get("compile_seconds"), reason=outcome.get("reason"))
+               compile_seconds=outcome.get("compile_seconds"),
+               reason=None if reason is None else cut(reason, REASON_LIMIT))
+
+
+REASON_LIMIT = 2 * QUOTE_LIMIT  # characters of a row's reason
 
 
 # --- planning ---------------------------------------------------------------------------------
@@ -444,15 +451,15 @@ def _own_cache_key(kernel):
 def _changed(expect: dict, now: dict) -> str | None:
     """What differs between an entry's components and the kernel's current ones, toolchain
     and launch configuration aside (dispatcher/misses.py words it); None if nothing."""
-    from .misses import diff_components
+    from .misses import differences
     ignore = ("toolchain", "launch_config")
     old = {k: v for k, v in expect.items() if k not in ignore}
     new = {k: v for k, v in now.items() if k not in ignore}
-    lines = diff_components(old, new)
+    lines = differences(old, new)  # worded only the three shown (an entry's may be many)
     if not lines:
         return None
     more = f" (and {len(lines) - 3} more)" if len(lines) > 3 else ""
-    return "; ".join(lines[:3]) + more
+    return "; ".join(word() for word in lines[:3]) + more
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -466,8 +473,8 @@ def failure_text(exc: BaseException, limit: int = 400) -> str:
     message between them says what is wrong."""
     text = " ".join(_ANSI.sub("", str(exc)).split())
     text = _PIPELINE.sub("", text)
-    cut = text.find(' File "')
-    if cut > 0:
-        text = text[:cut].rstrip()
+    source = text.find(' File "')
+    if source > 0:
+        text = text[:source].rstrip()
     text = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return cut(text, limit)  # control characters other than ANSI colours escaped

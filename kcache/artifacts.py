@@ -21,7 +21,9 @@ artifact makes the entry corrupt: a miss, quarantined). What is checked, and not
 
 Checked are kernel entries (meta holding every field kcache.dispatcher needs to rebuild a
 launchable kernel, :data:`KERNEL_FIELDS`) and program entries (``meta["kind"] == "program"``,
-kcache.programs); an entry the store is given for other uses keeps its artifacts opaque.
+kcache.programs: every artifact must be one of these three kinds, what cuda.core's
+``Program.compile`` makes, since bytes of any other kind would be served unchecked); an entry
+the store is given for other uses keeps its artifacts opaque.
 
 **Description** (:func:`describe`). For cuda.core programs stored through
 ``kcache.ProgramCache`` (``Program.compile(cache=...)`` hands kcache only an opaque key and the
@@ -247,7 +249,8 @@ def check(kind: str, data: bytes) -> str | None:
 
 def problem(artifacts: dict, meta: dict) -> str | None:
     """Why a kernel entry (``meta`` holds every one of :data:`KERNEL_FIELDS`) or a program entry
-    (``meta["kind"] == "program"``) with ``artifacts`` (name -> bytes) must not be used, e.g.
+    (``meta["kind"] == "program"``; an artifact of another kind than cubin, PTX or LTO-IR is
+    refused too) with ``artifacts`` (name -> bytes) must not be used, e.g.
     "bad cubin: truncated: ...", or None (also for any other entry). Raises nothing."""
     if not isinstance(meta, dict):
         return None
@@ -257,9 +260,14 @@ def problem(artifacts: dict, meta: dict) -> str | None:
         why = _kernel_meta_problem(meta)
         if why is not None:
             return why
+    program = meta.get("kind") == "program"
     for kind, data in artifacts.items():
         test = _CHECKS.get(kind)
-        why = None if test is None else test(data)
+        if test is None:
+            if program:  # what cuda.core compiles is one of these; nothing else is checked
+                return f"artifact {str(kind)[:40]!r} is of no checked kind ({', '.join(_CHECKS)})"
+            continue
+        why = test(data)
         if why is not None:
             return f"bad {kind}: {why}"
     return None

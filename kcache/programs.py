@@ -22,9 +22,11 @@ one line naming the extra.
 """
 from __future__ import annotations
 
+import errno
 import functools
 import os
 import re
+import stat
 import threading
 import time
 from importlib import metadata
@@ -45,6 +47,7 @@ from .config import environment_snapshot
 from .errors import KcacheError, MissingExtra
 from .keys import make_key
 from .store import Store
+from .text import cut
 from .toolchain import program_versions
 from .warn import warn_once
 
@@ -55,6 +58,7 @@ PRODUCER = KIND = "program"
 #: Artifacts an entry may hold, as ``ObjectCode.code_type`` names them.
 TARGETS = ("cubin", "ptx", "ltoir")
 MAX_LOG = 64 << 10  # characters of a compile log kept in an entry's header
+_LOG_KEEP = "\n\t\0"  # control characters of a log written as they are (harmless on a terminal)
 MAX_SYMBOLS = 4096  # name expressions kept per entry
 NO_SUCH_ENTRY = "no such entry"  # Store.remove_many's reason for a key it does not hold
 _MAX_PENDING = 1024  # misses remembered per ProgramCache (to time the compile that follows)
@@ -142,6 +146,11 @@ def _key_bytes(key: Any) -> bytes:
     raise TypeError(f"cache keys must be bytes or str, got {type(key).__name__}")
 
 
+def _shown(program_key: bytes) -> str:
+    """A program key in a message: its hex digits (cut: a caller's str key may be long)."""
+    return cut(program_key.hex(), 80)
+
+
 # --- entries ----------------------------------------------------------------------------------
 
 def _meta(artifact: str, data: bytes, *, name: str | None, arch: str | None, via: str,
@@ -166,7 +175,8 @@ def _artifact(entry: Entry) -> tuple[str, bytes] | None:
     cubin, PTX or LTO-IR is a corrupt entry: a miss, quarantined)."""
     meta = entry.meta
     name = meta.get("artifact")
-    if meta.get("kind") != KIND or not isinstance(name, str) or name not in entry.artifacts:
+    if (meta.get("kind") != KIND or not isinstance(name, str) or name not in TARGETS
+            or name not in entry.artifacts):
         return None
     return name, entry.artifacts[name]
 
@@ -202,22 +212,51 @@ def _object_code(entry: Entry, target_type: str | None = None) -> ObjectCode | N
     return make(found[1], name=name if isinstance(name, str) else "", symbol_mapping=mapping)
 
 
-def _value(value: Any) -> tuple[str, bytes, str | None, dict | None]:
-    """``(artifact name, bytes, name, symbol mapping)`` of a value given to ProgramCache:
-    bytes-like (its kind sniffed), or an ``ObjectCode`` (a path-backed one is read now, as
-    cuda.core's caches do, so the entry holds the bytes)."""
+def _value(value: Any, limit: int) -> tuple[str | None, bytes, str | None, dict | None]:
+    """``(artifact kind, bytes, name, symbol mapping)`` of a value given to ProgramCache:
+    bytes-like (its kind sniffed: None when the bytes show none), or an ``ObjectCode`` (its
+    ``code_type``; a path-backed one is read now, as cuda.core's caches do, so the entry
+    holds the bytes: a regular file, at most ``limit`` bytes). OSError when that file cannot
+    be read; TypeError for a value of another type (the protocol's, as cuda.core's caches)."""
     if isinstance(value, (bytes, bytearray, memoryview)):
         data = bytes(value)
-        return artifacts.sniff(data) or "binary", data, None, None
+        return artifacts.sniff(data), data, None, None
     if isinstance(value, ObjectCode):
         code = value.code
         if isinstance(code, str):
-            with open(code, "rb") as f:
-                code = f.read()
+            code = _read_code_file(code, limit)
         mapping = value.symbol_mapping
         plain = all(isinstance(x, (str, bytes)) for pair in mapping.items() for x in pair)
         return str(value.code_type), bytes(code), value.name, mapping if plain else None
     raise TypeError(f"cache values must be bytes-like or ObjectCode, got {type(value).__name__}")
+
+
+def _read_code_file(path: str, limit: int) -> bytes:
+    """The bytes of a path-backed ``ObjectCode``'s file: a regular file (``stat`` before the
+    open, so no device or FIFO is opened; ``fstat`` after an ``O_NONBLOCK`` open, so one put
+    there meanwhile cannot block the program) of at most ``limit`` bytes (the largest entry a
+    read accepts: a larger one could never be served); OSError otherwise."""
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise OSError(errno.EINVAL, "not a regular file", path)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", path)
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise OSError(errno.EFBIG, f"larger than {limit} bytes (max_entry_size)", path)
+    return data
+
+
+def _refusal(kind: str | None, data: bytes) -> str | None:
+    """Why bytes of ``kind`` are not stored (kcache.artifacts checks a cubin, PTX or LTO-IR,
+    all that ``Program.compile`` makes; anything else would be served unchecked), or None."""
+    if kind not in TARGETS:
+        return (f"{len(data)} bytes of no kind kcache checks (accepted: {', '.join(TARGETS)})"
+                if kind is None else f"a {cut(kind, 40)} ObjectCode (accepted: "
+                f"{', '.join(TARGETS)})")
+    why = artifacts.check(kind, data)
+    return None if why is None else f"bad {kind}: {why}"
 
 
 # --- stores -----------------------------------------------------------------------------------
@@ -270,7 +309,7 @@ class ProgramCache(ProgramCacheResource):
             found = _artifact(entry)
             if found is not None:
                 return found[1]
-            warn_once("program-entry", f"kcache: the entry of program key {program_key.hex()} "
+            warn_once("program-entry", f"kcache: the entry of program key {_shown(program_key)} "
                       "is not a usable program entry; treated as a miss")
         if len(self._misses) >= _MAX_PENDING:
             self._misses.clear()
@@ -278,23 +317,44 @@ class ProgramCache(ProgramCacheResource):
         raise KeyError(key)
 
     def __setitem__(self, key, value) -> None:
+        """Store ``value`` (bytes-like or ``ObjectCode``) under ``key``. Bytes that are not a
+        plausible cubin, PTX or LTO-IR (kcache.artifacts) are not stored (counted in
+        ``artifacts_refused``, warned once): a later lookup is a miss. Raises nothing but
+        TypeError for a key or value of another type: a cache that cannot take the value
+        must not fail the ``Program.compile`` that made it."""
         program_key = _key_bytes(key)
-        artifact, data, name, mapping = _value(value)
+        if not isinstance(value, (bytes, bytearray, memoryview, ObjectCode)):
+            raise TypeError("cache values must be bytes-like or ObjectCode, got "
+                            f"{type(value).__name__}")
+        try:
+            self._set(program_key, value)
+        except Exception as exc:  # an unreadable ObjectCode file, a store failure: not stored
+            warn_once("program-put", f"kcache: program key {_shown(program_key)} not stored "
+                      f"({type(exc).__name__}: {cut(exc)})")
+
+    def _set(self, program_key: bytes, value) -> None:
+        artifact, data, name, mapping = _value(value, self.store.settings.max_entry_size)
         # cuda.core compiles between its miss and this set: that time is the compile's.
         began = self._misses.pop(program_key, None)
         seconds = None if began is None else time.monotonic() - began
         if seconds is not None and seconds > _MAX_COMPILE:
             seconds = None  # a set long after its miss (by hand, not cuda.core): not a compile
+        if seconds is not None:
+            self.store.record(compiles=1, compile_seconds=seconds)
+        why = _refusal(artifact, data)
+        if why is not None:
+            self.store.record(artifacts_refused=1)
+            warn_once("program-refused", f"kcache: program key {_shown(program_key)} not "
+                      f"stored: {why}; later lookups of it are misses")
+            return
         meta = _meta(artifact, data, name=name, arch=None, via="ProgramCache",
                      symbol_mapping=mapping, compile_seconds=seconds)
         kkey, components = _cache_key(program_key)
-        if seconds is not None:
-            self.store.record(compiles=1, compile_seconds=seconds)
         try:
             self.store.put(kkey, Entry({artifact: data}, meta), components=components)
         except (TypeError, ValueError) as exc:  # e.g. over the header's limits: not stored
-            warn_once("program-put", f"kcache: program key {program_key.hex()} not stored "
-                      f"({exc})")
+            warn_once("program-put", f"kcache: program key {_shown(program_key)} not stored "
+                      f"({cut(exc)})")
 
     def __delitem__(self, key) -> None:
         program_key = _key_bytes(key)
@@ -302,7 +362,7 @@ class ProgramCache(ProgramCacheResource):
         if report.failed and report.failed[0].reason == NO_SUCH_ENTRY:
             raise KeyError(key)
         if report.failed:  # busy past the lock timeout, read-only root, ...
-            raise KcacheError(f"cannot remove the entry of program key {program_key.hex()}: "
+            raise KcacheError(f"cannot remove the entry of program key {_shown(program_key)}: "
                               f"{report.failed[0].reason}")
 
     def _keys(self) -> list[str]:
@@ -358,7 +418,7 @@ def compile_program(code, code_type: str, options: ProgramOptions | None, target
     try:
         store = _store(root)
     except Exception as exc:  # a bad setting or an unusable root: compile uncached
-        warn_once("program-store", f"kcache: cannot open the cache ({exc}); programs are "
+        warn_once("program-store", f"kcache: cannot open the cache ({cut(exc)}); programs are "
                   "compiled uncached")
         obj, log, _seconds = _compile(code, ct, options, tt, names)
         _write_log(logs, log)
@@ -386,7 +446,7 @@ def compile_program(code, code_type: str, options: ProgramOptions | None, target
         raise failed.args[0] from None  # the user's error (bad source), as cuda.core raises it
     except Exception as exc:  # lock timeout, unusable store: the program still compiles
         warn_once("program-store-error", f"kcache: cache store failed ({type(exc).__name__}: "
-                  f"{exc}); programs still compile")
+                  f"{cut(exc)}); programs still compile")
         entry = None
     if "object" in built:
         _write_log(logs, built["log"])
@@ -399,7 +459,11 @@ def compile_program(code, code_type: str, options: ProgramOptions | None, target
         obj, log, _seconds = _compile(code, ct, options, tt, names)
         _write_log(logs, log)
         return obj
-    _write_log(logs, entry.meta.get("log"))
+    # The entry's log may come from a bundle or another machine: escaped and bounded by the
+    # cap it was written under; kept are lines, tabs and the NUL that ends NVRTC's log (as
+    # cuda.core hands it over: a hit writes what the compile wrote).
+    recorded = entry.meta.get("log")
+    _write_log(logs, cut(recorded, MAX_LOG, keep=_LOG_KEEP) if isinstance(recorded, str) else None)
     return obj
 
 

@@ -53,6 +53,7 @@ from .localtier import LocalTier, os_reason  # noqa: F401 (os_reason: API)
 from .remotepolicy import RemotePolicy
 from .stats import COUNTERS, ROOT_ERRNOS, SHARDS, StatsBook, shard_of
 from .tier import TierError
+from .text import cut
 from .verification import VerificationPath
 from .warn import warn_once
 
@@ -360,7 +361,7 @@ class Store(VerificationPath, RemotePolicy, EntryListing):
         why = artifacts.problem(entry.artifacts, entry.meta)
         if why is not None:  # e.g. an empty cubin from the compile step: never published
             self._count(key, now=True, artifacts_refused=1)
-            warn_once("artifact-refused", f"kcache: not storing the entry of {entry.meta.get('kernel', key)} "
+            warn_once("artifact-refused", f"kcache: not storing the entry of {cut(entry.meta.get('kernel') or key)} "
                       f"({why}); the kernel still runs, uncached")
             return False
         data = fmt.encode(key, entry, components)

@@ -52,3 +52,22 @@ def _escape_char(c: str) -> str:
     if code < 0x10000:
         return f"\\u{code:04x}"
     return f"\\U{code:08x}"
+
+
+#: Characters of a name or value from an entry or a server quoted in a message, a warning or
+#: an exception (a kernel name, a signature, a server's error text): longer ones are cut.
+QUOTE_LIMIT = 200
+
+
+def cut(text, limit: int = QUOTE_LIMIT, keep: str = "") -> str:
+    """``text`` (str; anything else through ``str``) :func:`escape`-d and at most ``limit``
+    characters: a longer one keeps its start and ends with ``…`` and is never escaped past
+    what is shown (a 10 MB name costs what its first ``limit`` characters cost). ``keep`` as
+    for :func:`escape` (``"\\n\\t"`` for a compile log). For text from a cache entry, a bundle
+    or a server on its way to a terminal, a log or an exception's message."""
+    if not isinstance(text, str):
+        text = str(text)
+    shown = escape(text[:limit + 1], keep)
+    if len(shown) <= limit and len(text) <= limit:
+        return shown
+    return shown[:limit - 1] + "…"

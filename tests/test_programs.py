@@ -7,6 +7,7 @@ entries. The launch test is marked ``gpu``.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import multiprocessing
@@ -27,6 +28,7 @@ import clikit  # noqa: E402
 import kcache  # noqa: E402
 from kcache import Entry, Store, make_key  # noqa: E402
 from kcache import artifacts  # noqa: E402
+from kcache.warn import KcacheWarning  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 SRC = 'extern "C" __global__ void add_one(int* a) { a[threadIdx.x] += 1; }'
@@ -232,6 +234,140 @@ def test_program_entry_whose_artifact_is_not_what_it_says_is_a_miss(root):
     assert not store.put(key, Entry({"cubin": b"\x7fELF..."}, meta), components=components)
     cache = kcache.ProgramCache(root)
     assert cache.get(b"k" * 32) is None
+
+
+@functools.lru_cache(maxsize=1)
+def _cubin() -> bytes:
+    return bytes(Program(SRC, "c++", options=opts()).compile("cubin").code)
+
+
+#: What ProgramCache was given and stored, then served as a cubin (issue 32, item 4).
+UNCHECKED = {
+    "empty": lambda: b"",
+    "8 random bytes": lambda: bytes.fromhex("9c1f5e0a7d3b62e4"),
+    "100 NULs": lambda: b"\0" * 100,
+    "garbage": lambda: b"GARBAGE-NOT-A-CUBIN",
+    "cubin without its first byte": lambda: _cubin()[1:],
+    "cubin cut short": lambda: _cubin()[:-64],
+    "ptx without .version": lambda: b"//\n.target sm_90\n.entry k()\n{\n ret;\n}\n",
+    "lto-ir magic only": lambda: artifacts.LTOIR_MAGIC + b"\0" * 4,
+}
+
+
+@pytest.mark.parametrize("what", UNCHECKED)
+def test_program_cache_stores_no_bytes_that_no_check_passes(root, what):
+    cache, data = kcache.ProgramCache(root), UNCHECKED[what]()
+    with pytest.warns(KcacheWarning, match=r"program key 6b not stored: .*later lookups"):
+        cache[b"k"] = data  # never raises: the exception would reach Program.compile
+    with pytest.raises(KeyError):
+        cache[b"k"]
+    assert cache.get("k") is None and list(Store(root).entries()) == []
+    cache.close()
+    assert counters(root)["artifacts_refused"] == 1
+
+
+def test_program_cache_warns_once_for_refused_bytes(root, recwarn):
+    cache = kcache.ProgramCache(root)
+    for n in range(3):
+        cache[bytes([n])] = b"\0" * 100
+    said = [str(w.message) for w in recwarn.list if "not stored" in str(w.message)]
+    assert len(said) == 1 and "program key 00 not stored" in said[0], said
+
+
+def test_program_compile_never_gets_planted_garbage_from_the_cache(root):
+    from cuda.core.utils import make_program_cache_key
+    cache = kcache.ProgramCache(root)
+    key = make_program_cache_key(code=SRC, code_type="c++", options=opts(), target_type="cubin")
+    with pytest.warns(KcacheWarning, match="not stored"):
+        cache[key] = b"GARBAGE-NOT-A-CUBIN"
+    obj = Program(SRC, "c++", options=opts()).compile("cubin", cache=cache)
+    assert bytes(obj.code) == _cubin()  # compiled: the garbage was never stored
+    assert cache[key] == _cubin()  # and the compile's cubin was
+
+
+def test_program_cache_takes_what_program_compile_makes(root):
+    """cubin (NVRTC, and the PTX linker), PTX (NVVM: NVRTC's own needs a driver here) and
+    LTO-IR (NVRTC -dlto, NVVM): every kind cuda.core's Program.compile produces is stored."""
+    ir = textwrap.dedent("""\
+        target triple = "nvptx64-nvidia-cuda"
+        target datalayout = "e-p:64:64:64-i1:8:8-i8:8:8-i16:16:16-i32:32:32-i64:64:64-i128:128:128-f32:32:32-f64:64:64-v16:16:16-v32:32:32-v64:64:64-v128:128:128-n16:32:64"
+        define void @k(i32* %a) {
+          ret void
+        }
+        !nvvm.annotations = !{!0}
+        !0 = !{void (i32*)* @k, !"kernel", i32 1}
+        !nvvmir.version = !{!1}
+        !1 = !{i32 2, i32 0, i32 3, i32 1}
+    """)
+    lto = opts(link_time_optimization=True)
+    made = {"cubin": Program(SRC, "c++", options=opts()).compile("cubin"),
+            "ltoir": Program(SRC, "c++", options=lto).compile("ltoir"),
+            "ptx": Program(ir, "nvvm", options=opts()).compile("ptx"),
+            "nvvm ltoir": Program(ir, "nvvm", options=lto).compile("ltoir")}
+    cache = kcache.ProgramCache(root)
+    for name, obj in made.items():
+        cache[name.encode()] = bytes(obj.code)
+        assert cache[name.encode()] == bytes(obj.code), name
+    ptx = made["ptx"].code
+    cubin = Program(bytes(ptx).decode(), "ptx", options=opts()).compile("cubin")
+    cache[b"from ptx"] = cubin
+    assert cache[b"from ptx"] == bytes(cubin.code)
+    assert len(cache) == 5
+
+
+def test_program_cache_refuses_an_object_code_of_another_kind_and_a_fifo(root, tmp_path):
+    from cuda.core import ObjectCode
+    cache = kcache.ProgramCache(root)
+    with pytest.warns(KcacheWarning, match="not stored: a fatbin ObjectCode"):
+        cache[b"fat"] = ObjectCode.from_fatbin(b"\x50\xed\x55\xba" + b"\0" * 60)
+    fifo = tmp_path / "code.cubin"
+    os.mkfifo(fifo)  # no writer: reading it would block the program for ever
+    with pytest.warns(KcacheWarning, match="not stored .*not a regular file"):
+        cache[b"fifo"] = ObjectCode.from_cubin(str(fifo))
+    assert cache.get(b"fat") is None and cache.get(b"fifo") is None
+    with pytest.raises(TypeError, match="bytes-like or ObjectCode"):
+        cache[b"k"] = "a str is no artifact"  # the protocol's error, as cuda.core's caches
+
+
+@pytest.mark.parametrize("artifact", ["binary", "cubin"])
+def test_a_program_entry_planted_with_unchecked_bytes_is_a_miss(root, artifact):
+    """An entry an older kcache wrote as "binary" (bytes sniff could not tell), or one put in
+    the root by anyone: every read checks again."""
+    from kcache import entry as fmt
+    from kcache.programs import program_components
+    key, components = program_components(b"k")
+    meta = {"kind": "program", "via": "ProgramCache", "artifact": artifact, "kernel": None}
+    data = fmt.encode(key, Entry({artifact: b"GARBAGE-NOT-A-CUBIN"}, meta), components)
+    path = Store(root).layout.entry(key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    cache = kcache.ProgramCache(root)
+    with pytest.warns(KcacheWarning, match="corrupt"):
+        assert cache.get(b"k") is None
+    cache.close()
+    assert counters(root)["corrupt"] == 1 and not path.exists()  # quarantined
+
+
+def test_compile_program_is_served_no_planted_garbage(root):
+    """compile_program is not affected (issue 32): it takes only the artifact its target names,
+    checked on every read (a bad cubin is corrupt; a "binary" one is no usable entry)."""
+    from kcache import entry as fmt
+    from cuda.core.utils import make_program_cache_key
+    from kcache.programs import _cache_key
+    program_key = make_program_cache_key(code=SRC, code_type="c++", options=opts(),
+                                         target_type="cubin")
+    key, components = _cache_key(program_key, "c++", "cubin", "sm_90")
+    for artifact in ("cubin", "binary"):
+        meta = {"kind": "program", "via": "compile_program", "artifact": artifact,
+                "kernel": "default_program", "symbol_mapping": []}
+        data = fmt.encode(key, Entry({artifact: b"GARBAGE-NOT-A-CUBIN"}, meta), components)
+        path = Store(root).layout.entry(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        with pytest.warns(KcacheWarning, match="corrupt|not a usable program entry"):
+            obj = kcache.compile_program(SRC, "c++", opts(), "cubin", root=root)
+        assert bytes(obj.code) == _cubin(), artifact
+        kcache.warn.reset()
 
 
 def test_program_cache_len_clear_del_concern_programs_only(root):

@@ -25,6 +25,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from ..entry import FORMAT_VERSION
 from ..keys import check_key
+from ..text import cut
 from ..tier import Blob, TierError
 
 T = TypeVar("T")
@@ -110,15 +111,21 @@ def os_kind(exc: BaseException) -> str | None:
 
 
 def describe(exc: BaseException, hidden: tuple[str, ...] = ()) -> str:
-    """One line for a backend error: its type and first line, at most 300 characters. When
-    the backend's words contain one of ``hidden`` (the credentials the tier sends: a server
-    may echo a command it refused), they are left out whole, never edited."""
-    text = str(exc).strip().splitlines()
+    """One line for a backend error: its type and the first line of its words, escaped and
+    cut to 200 characters (kcache.text.cut: a Redis error reply or an object store's error
+    message is the server's text, on its way to a program's warning). When the backend's
+    words contain one of ``hidden`` (the credentials the tier sends: a server may echo a
+    command it refused), they are left out whole, never edited."""
+    # The first 64 KiB: more than any line shown (200) plus any secret that could overlap it.
+    text = str(exc)[:_DESCRIBE_SCAN].strip().splitlines()
     if not text and isinstance(exc, TimeoutError):
         text = ["no answer before the call's deadline"]
     if text and any(secret and secret in text[0] for secret in hidden):
         return f"{type(exc).__name__} (its message is not shown: it may contain a credential)"
-    return (f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__)[:300]
+    return f"{type(exc).__name__}: {cut(text[0])}" if text else type(exc).__name__
+
+
+_DESCRIBE_SCAN = 64 << 10  # characters of a backend's error text looked at
 
 
 def url_credentials(url: str) -> tuple[str, ...]:

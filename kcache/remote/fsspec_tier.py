@@ -17,6 +17,7 @@ from typing import Iterator
 import fsspec
 
 from ..layout import SUFFIX, entry_key
+from ..text import cut
 from ..tier import Blob, TierError
 from .base import (Deadline, Overrun, RemoteTier, causes, chunk_size, current_deadline, describe, os_kind,
                    redact, run_within, url_credentials, version_tag)
@@ -164,7 +165,7 @@ class FsspecTier(RemoteTier):
             if not isinstance(info, dict) or info.get("type") != "file":
                 kind = info.get("type") if isinstance(info, dict) else None
                 raise TierError("bad_value", f"{self.name}: value of {key} is not a regular object "
-                                             f"(type {repr(kind)[:40]}); not read")
+                                             f"(type {cut(repr(kind), 40)}); not read")
             size = self._stated(key, info.get("size"), limit)
             if size == 0:
                 return None  # an empty object is no entry (and a ranged read of it fails)
