@@ -118,7 +118,9 @@ def test_value_larger_than_limit_is_refused_without_transfer(tier, raw):
         tier.read(k, 1000)
     sent = raw.info("stats")["total_net_output_bytes"] - sent_before
     assert exc.value.kind == "bad_value" and "larger than the limit" in str(exc.value)
-    assert sent < 64 << 10  # STRLEN said no: the 4 MiB value never left the server
+    # STRLEN said no: the 4 MiB value never left the server (the count is the server's, and
+    # other workers' tests may share it: 1 MiB leaves room for their traffic, not for the value)
+    assert sent < 1 << 20
     assert tier.read(k, 4 << 20).data == b"\x00" * (4 << 20)  # within the limit: read
 
 
