@@ -28,3 +28,40 @@ def test_a_header_whose_read_fails_is_refused_not_raised(tmp_path):
     source.write_text(f'#include "{FAILING}"\nextern "C" __device__ int f(int x) {{ return x; }}\n')
     with pytest.raises(LinkUnread, match="cannot be read"):
         link_digests([str(source)])
+
+
+# --- kcache export OUT: a symlink planted in /tmp ------------------------------------------------
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="planting a link owned by another user needs root")
+def test_export_never_follows_a_symlink_another_user_planted_in_a_sticky_folder(tmp_path):
+    """As root, ``kcache export /tmp/b.kcb`` where user nobody planted ``b.kcb -> victim``
+    replaced the victim with the bundle (realpath resolves the link past the kernel's
+    fs.protected_symlinks check); refused now: one line, exit 1, victim untouched."""
+    import subprocess
+    import sys
+
+    from kcache import Entry, Store, make_key
+    root = tmp_path / "root"
+    Store(root).put(make_key({"attack": "planted-link"}), Entry({"x": b"data"}, {}))
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"precious\n")
+    sticky = tmp_path / "tmp"
+    sticky.mkdir()
+    sticky.chmod(0o1777)
+    planted = sticky / "b.kcb"
+    planted.symlink_to(victim)
+    os.lchown(planted, 65534, 65534)  # nobody's link
+    env = dict(os.environ, KCACHE_DIR=str(root))
+    done = subprocess.run([sys.executable, "-m", "kcache", "export", str(planted)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert "symlink owned by another user" in done.stderr and len(done.stderr.splitlines()) == 1
+    assert victim.read_bytes() == b"precious\n"
+    assert os.path.islink(planted) and sorted(os.listdir(sticky)) == ["b.kcb"]
+    # the user's own link is theirs to follow, as before
+    mine = sticky / "mine.kcb"
+    mine.symlink_to(tmp_path / "out.kcb")
+    done = subprocess.run([sys.executable, "-m", "kcache", "export", str(mine)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "out.kcb").stat().st_size > 0
