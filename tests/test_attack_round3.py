@@ -65,3 +65,37 @@ def test_export_never_follows_a_symlink_another_user_planted_in_a_sticky_folder(
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "out.kcb").stat().st_size > 0
+
+
+# --- KCACHE_RECORD behind a stopped recorder ---------------------------------------------------
+
+def test_record_behind_a_stopped_holder_of_its_lock_waits_once_not_per_kernel(tmp_path, monkeypatch):
+    """A process stopped (SIGSTOP) while holding the signatures file's lock made every new
+    kernel of a recording program wait LOCK_TIMEOUT (30 s each, measured 3 x 30.0 s), though
+    the warning said the run's signatures are not recorded; recording now stops there."""
+    import signal
+    import subprocess
+    import sys
+    import warnings
+
+    from kcache.dispatcher import record
+    sigs = tmp_path / "sigs.txt"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import filelock, sys, time\n"
+         f"held = filelock.FileLock({str(sigs) + '.lock'!r})\nheld.acquire()\n"
+         "print('held', flush=True)\n"
+         "time.sleep(600)\n"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        os.kill(holder.pid, signal.SIGSTOP)
+        monkeypatch.setattr(record, "LOCK_TIMEOUT", 0.5)
+        record.start(sigs)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            record._append(str(sigs), "mod:k0", "void(float32[::1])")
+        assert record.path() is None  # later kernels are not held behind the stopped holder
+    finally:
+        record.stop()
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait()
+        holder.stdout.close()
