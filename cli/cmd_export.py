@@ -3,6 +3,7 @@ secret when one is set; docs/containers.md "Bundle format")."""
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 from kcache.cli.args import add_entry_filters, nonblank_arg, want_json
@@ -52,6 +53,20 @@ def _items(store, infos, progress) -> list[tuple[dict, bytes]]:
     return items
 
 
+def _refuse_planted_link(path: Path) -> None:
+    """Problem if ``path`` is a symlink another user planted in a sticky world-writable
+    folder (/tmp): realpath resolves it without the kernel's ``fs.protected_symlinks``
+    check, so ``export /tmp/b.kcb`` as root replaced the file it named (``cp`` is refused)."""
+    try:
+        link, folder = os.lstat(path), os.stat(path.parent)
+    except OSError:
+        return  # nothing there: created in place
+    if (stat.S_ISLNK(link.st_mode) and folder.st_mode & stat.S_ISVTX and folder.st_mode & 0o002
+            and link.st_uid not in (os.geteuid(), folder.st_uid)):
+        raise Problem(f"export: {path} is a symlink owned by another user (uid {link.st_uid}) "
+                      "in a folder every user can write: not followed, nothing written")
+
+
 def run(args) -> int:
     """Export. JSON: ``{"path", "entries", "entry_bytes", "bundle_bytes", "compressed",
     "signed", "keys"}``. Exit 1 (nothing written) when no entry matches."""
@@ -60,6 +75,7 @@ def run(args) -> int:
     if args.out == "-":  # not a file name anyone means
         raise UsageError("export: OUT '-': a bundle is written to a file, not to standard "
                          "output (accepted: a file path)")
+    _refuse_planted_link(Path(args.out).expanduser())
     out = Path(os.path.realpath(Path(args.out).expanduser()))
     if out.is_dir() or args.out.endswith("/"):  # "new/" names a folder, never a file "new"
         raise UsageError(f"export: {args.out if args.out.endswith('/') else out} is a folder "

@@ -372,14 +372,20 @@ class _Reader:
             ident = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
             known = self._known.get(ident)
             if known is None or (scan and not known[2]):
-                digest, held = self._digest(f, st.st_size, what, scan)
+                try:  # a "regular" file whose read fails (/proc/self/mem: EIO) or would block
+                    digest, held = self._digest(f, st.st_size, what, scan)
+                except OSError as exc:
+                    raise LinkUnread(f"{what} cannot be read: "
+                                     f"{cut(exc.strerror or exc)}") from exc
                 known = self._known[ident] = (digest, _includes(held) if scan else [], scan)
         return known[0], known[1] if scan else []
 
     def _digest(self, f, size: int, what: str, scan: bool) -> tuple[str, bytearray]:
         self._check(size, self.total + size, what)  # the size the file states, unread
         h, held, n = hashlib.blake2b(digest_size=16), bytearray(), 0
-        while chunk := f.read(min(_CHUNK, _MAX_HEADER_BYTES + 1 - n)):
+        while (chunk := f.read(min(_CHUNK, _MAX_HEADER_BYTES + 1 - n))) != b"":
+            if chunk is None:  # O_NONBLOCK: a /proc file that would block (kmsg), not its end
+                raise BlockingIOError("a read would block")
             n += len(chunk)
             self.total += len(chunk)
             self._check(n, self.total, what)  # what was read: a file that grows meanwhile

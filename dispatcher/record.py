@@ -125,6 +125,8 @@ def _append(file: str, kernel: str, signature: str) -> None:
     except (OSError, Timeout) as exc:
         warn_once("record-write", f"kcache: {ENV}: cannot write {file} ({exc}); signatures "
                   "of this run are not recorded")
+        if isinstance(exc, Timeout):  # a stopped holder: as said, not again (30 s per kernel)
+            stop()
 
 
 def _is_empty(file: str) -> bool:
