@@ -98,7 +98,12 @@ class RemotePolicy:
             self._count(key, now=True, remote_bad=1)
             warn_once("remote-bad", f"kcache: a value of {self._remote.name} was refused ({exc}); "
                       "treated as a miss, never used")
+            self._remote.refused(exc)
+            if self._remote.disabled_reason:
+                warn_once("remote-off", f"kcache: {self._remote.name}: "
+                          f"{self._remote.disabled_reason}; this process goes on without it")
             return None
+        self._remote.used()
         self._count(key, remote_hits=1)
         self._publish(key, data, remote=False)  # backfill: the next read is local
         return header, ent, self._remote

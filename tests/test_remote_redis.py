@@ -124,15 +124,26 @@ def test_value_larger_than_limit_is_refused_without_transfer(tier, raw):
     assert tier.read(k, 4 << 20).data == b"\x00" * (4 << 20)  # within the limit: read
 
 
-def test_value_of_another_type_is_a_bad_value_and_the_tier_stays_on(tier, raw, ns):
+def test_value_of_another_type_is_a_bad_value_and_three_in_a_row_switch_the_tier_off(tier, raw, ns):
+    """A bad value is an answer (the connection is fine) but costs its call: a server
+    answering only with bad values is switched off like one that fails (attack review, round
+    3: -WRONGTYPE after 0.9 s held every lookup 0.9 s); a good answer in between resets."""
     k = key("list")
     raw.rpush(f"{ns}:v{fmt.FORMAT_VERSION}:{k}", b"not a string")
-    for _ in range(5):  # more than max_errors: bad values are answers, not failures
+    for _ in range(2):
         with pytest.raises(TierError) as exc:
             tier.read(k, LIMIT)
         assert exc.value.kind == "bad_value"
-    assert tier.disabled_reason is None
-    assert tier.read(key("absent"), LIMIT) is None
+    tier.used()  # a value that passed the store's checks
+    for _ in range(3):
+        assert tier.disabled_reason is None
+        with pytest.raises(TierError) as exc:
+            tier.read(k, LIMIT)
+        assert exc.value.kind == "bad_value"
+    assert "3 values in a row were refused" in tier.disabled_reason
+    with pytest.raises(TierError) as exc:
+        tier.read(key("absent"), LIMIT)
+    assert exc.value.kind == "unavailable"
 
 
 def test_read_only_tier_refuses_writes(redis_url, raw, ns):

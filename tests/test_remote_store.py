@@ -165,6 +165,22 @@ def test_a_tampered_value_is_refused_and_never_served(tmp_path, backend):
     assert b"compiled by B" in backend.tier().read(k, LIMIT).data  # B's good value replaced it
 
 
+def test_a_server_that_sends_only_refused_values_is_switched_off(tmp_path, backend):
+    """Each read of a tampered value is an answer (the connection is fine), so the errors in a
+    row never grew: a server sending only bad values cost every lookup. Three refused in a row
+    switch the tier off; the fourth lookup sends nothing."""
+    ks = [key("refused", i, backend.kind) for i in range(4)]
+    env = backend.env()
+    machine(tmp_path, tmp_path / "a", [["get_or_create", k] for k in ks], env, machine="A")
+    for k in ks:
+        flip_a_byte(backend, k)
+    b = machine(tmp_path, tmp_path / "b", [["get", k] for k in ks], env, machine="B")
+    assert [r["hit"] for r in b["results"]] == [False] * 4
+    assert b["stats"]["remote_bad"] == 3 and b["stats"]["remote_errors_unavailable"] == 1
+    assert any("switched off for this process after 3 values in a row were refused" in w
+               for w in b["warnings"]), b["warnings"]
+
+
 def test_with_a_secret_unsigned_and_wrongly_signed_values_are_refused(tmp_path, backend):
     signed, unsigned = key("signed", backend.kind), key("unsigned", backend.kind)
     machine(tmp_path, tmp_path / "a", [["get_or_create", signed]],

@@ -273,6 +273,9 @@ class RemoteTier:
         #: why the tier switched itself off (None while it is on); for the store's one warning
         self.disabled_reason: str | None = None
         self._errors = 0  # consecutive failures
+        # values refused in a row (a bad answer, or the store's checks): an answer resets
+        # _errors, so a server that answers only with bad values, slowly, is counted here
+        self._refused = 0
         self._mutex = threading.Lock()
 
     def __repr__(self) -> str:
@@ -300,6 +303,7 @@ class RemoteTier:
         except TierError as err:  # raised by the subclass itself, already named
             if err.kind == "bad_value":
                 self._answered()
+                self.refused(err)
             else:
                 self._failed(err)
             raise
@@ -308,13 +312,16 @@ class RemoteTier:
                 with contextlib.suppress(Exception):
                     self._abandon()  # the rest of that answer is never read: a new connection
                 self._answered()
-                raise TierError("bad_value", f"{self.name}: {what}: {exc}; not read") from None
+                err = TierError("bad_value", f"{self.name}: {what}: {exc}; not read")
+                self.refused(err)
+                raise err from None
             if deadline is not None and (isinstance(exc, Overrun) or deadline.left() <= 0):
                 raise self._overrun(what, deadline) from None
             err = self._classify(exc)
             err.args = (f"{self.name}: {what}: {err}",)
             if err.kind == "bad_value":
                 self._answered()
+                self.refused(err)
             else:
                 self._failed(err)
             raise err from exc
@@ -361,6 +368,21 @@ class RemoteTier:
     def _answered(self) -> None:
         with self._mutex:
             self._errors = 0
+
+    def refused(self, why: object) -> None:
+        """A value of this tier was refused (a bad answer, or the store's checks): after
+        ``max_errors`` in a row the tier switches itself off, as after errors, so a server
+        that sends only bad values cannot cost every lookup its deadline."""
+        with self._mutex:
+            self._refused += 1
+            if self.disabled_reason is None and self._refused >= self.max_errors:
+                self.disabled_reason = (f"switched off for this process after {self._refused} "
+                                        f"values in a row were refused (last: {why})")
+
+    def used(self) -> None:
+        """A value of this tier passed the store's checks: the refusals in a row start again."""
+        with self._mutex:
+            self._refused = 0
 
     def _failed(self, err: TierError, at_once: bool = False) -> None:
         with self._mutex:
