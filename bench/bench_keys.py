@@ -149,7 +149,11 @@ CHILD = textwrap.dedent("""
         return wrapper
 
     if what == "hit":
-        _compat.current_cc = lambda: (9, 0)  # no GPU: the device's answer
+        try:
+            from kcache.dispatcher.frontends.numba_cuda import signatures as _cc_home
+        except ImportError:  # a baseline before the numba-cuda bridge package
+            _cc_home = _compat
+        _cc_home.current_cc = lambda: (9, 0)  # no GPU: the device's answer
         _compat.Kernel.bind = lambda self: None  # no GPU: no module load
         disp_mod.KCacheDispatcher.kcache_key = timed("key", disp_mod.KCacheDispatcher.kcache_key)
         store.get_or_create = timed("store", store.get_or_create)

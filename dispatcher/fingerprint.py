@@ -50,6 +50,7 @@ import msgpack
 from kcache.entry import _FACTORY  # the written-out dataclass default (kcache.entry)
 
 from .bytecode import references
+from .frontends.numba_cuda import registries as _nc_registries
 
 __all__ = ["Fingerprint", "Uncacheable", "fingerprint", "dependencies", "digest_of", "value_digest",
            "line_digest", "content_digest", "describe", "named_by_library", "is_library_module",
@@ -1040,15 +1041,13 @@ def _weak(obj):
 
 
 def _fixed_signatures(disp) -> list | None:
-    from . import _compat
 
-    return _compat.fixed_signatures(disp)
+    return _nc_registries.fixed_signatures(disp)
 
 
 def _overload_implementations(fn) -> list:
     """(implementation, jit options) of each numba-cuda ``@overload`` of ``fn``: read from
     numba-cuda's typing registry, an internal, hence through the compatibility module (which
     imports numba-cuda only here, so this module stays importable without it)."""
-    from . import _compat
 
-    return _compat.overload_implementations(fn)
+    return _nc_registries.overload_implementations(fn)
