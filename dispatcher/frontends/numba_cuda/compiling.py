@@ -2,9 +2,7 @@
 compiled kernel its own cache (or kcache's) cannot keep."""
 from __future__ import annotations
 
-from numba.cuda.memory_management.nrt import NRT_LIBRARY
-
-from .internals import Kernel, _codegen
+from .internals import NRT_LIBRARY, Kernel, _codegen
 
 def compile_kernel(py_func, argtypes: tuple, targetoptions: dict):
     """Compile a kernel exactly as ``CUDADispatcher.compile`` does on a cache miss:

@@ -13,9 +13,18 @@ from __future__ import annotations
 
 import inspect
 
+# Every numba-cuda module and name the bridge reads, imported here (support.refusal imports
+# this module: a name gone from numba-cuda is one refusal line, not an ImportError later).
 from numba.cuda import codegen as _codegen
 from numba.cuda import dispatcher as _dispatcher
-from numba.cuda.core.compiler_lock import global_compiler_lock  # noqa: F401  (re-exported)
+from numba.cuda import types  # noqa: F401
+from numba.cuda.api import get_current_device  # noqa: F401
+from numba.cuda.core import config  # noqa: F401
+from numba.cuda.core import sigutils  # noqa: F401
+from numba.cuda.core.callconv import _MinimalCallHelper  # noqa: F401
+from numba.cuda.core.compiler_lock import global_compiler_lock  # noqa: F401
+from numba.cuda.memory_management.nrt import NRT_LIBRARY  # noqa: F401  (sets config's NRT names)
+from numba.cuda.typing import signature as make_signature  # noqa: F401
 
 try:  # cuda-core >= 0.5 (numba-cuda 0.26 needs 0.5.1; before 0.30.2 it pins < 1.0)
     from cuda.core import ObjectCode

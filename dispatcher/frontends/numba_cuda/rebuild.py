@@ -3,13 +3,9 @@
 (:func:`rebuild_kernel`), as numba-cuda's pickle cache does."""
 from __future__ import annotations
 
-from numba.cuda import types
-from numba.cuda.core.callconv import _MinimalCallHelper
-from numba.cuda.memory_management.nrt import NRT_LIBRARY
-from numba.cuda.typing import signature as _make_signature
-
 from . import internals as _internals
-from .internals import CUDACodeLibrary, Kernel, ObjectCode
+from .internals import NRT_LIBRARY, CUDACodeLibrary, Kernel, ObjectCode, _MinimalCallHelper, types
+from .internals import make_signature as _make_signature
 
 def kernel_state(kernel, cc) -> dict:
     """What an entry needs from a compiled kernel for full cc ``cc`` (``kcache.arch.full_cc``):

@@ -3,13 +3,9 @@ signature, the key's signature text, the signature namespace, the device's cc an
 configuration, the configuration module and the ccs the toolkit compiles for."""
 from __future__ import annotations
 
-from numba.cuda import types
-from numba.cuda.api import get_current_device
-from numba.cuda.core import config as _config
-from numba.cuda.core import sigutils
-from numba.cuda.memory_management import nrt as _nrt  # noqa: F401  (sets config's NRT attributes)
-
 from . import internals as _internals
+from .internals import config as _config
+from .internals import get_current_device, sigutils, types
 
 def normalize_signature(sig) -> tuple:
     """Argument types of ``sig`` (a signature string, a numba Signature or a tuple of numba

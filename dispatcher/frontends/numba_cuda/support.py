@@ -28,10 +28,7 @@ def refusal() -> str | None:
     that says it has not (installed version, :data:`SUPPORTED`, the first internals missing).
     Worked out once per process (imports the bridge's ``internals``)."""
     try:
-        # Every module of the bridge that imports numba-cuda: a name one of them imports
-        # being gone is a refusal too, found here rather than at the first kernel.
-        from . import compiling, eager, offline, patching, rebuild, registries, signatures  # noqa: F401
-        from . import internals
+        from . import internals  # every numba-cuda name the bridge imports: gone -> refused
         missing = internals.missing_internals()
     except Exception as exc:  # a numba-cuda module or name the bridge imports is gone
         missing = [" ".join(f"{type(exc).__name__}: {exc}".split())[:200]]
