@@ -149,10 +149,8 @@ CHILD = textwrap.dedent("""
         return wrapper
 
     if what == "hit":
-        try:
-            from kcache.dispatcher.frontends.numba_cuda import signatures as _cc_home
-        except ImportError:  # a baseline before the numba-cuda bridge package
-            _cc_home = _compat
+        # where current_cc is defined (the bridge's signatures module; a baseline's _compat)
+        _cc_home = sys.modules[_compat.current_cc.__module__]
         _cc_home.current_cc = lambda: (9, 0)  # no GPU: the device's answer
         _compat.Kernel.bind = lambda self: None  # no GPU: no module load
         disp_mod.KCacheDispatcher.kcache_key = timed("key", disp_mod.KCacheDispatcher.kcache_key)

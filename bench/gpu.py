@@ -166,10 +166,8 @@ CHILD = textwrap.dedent('''
     if fake:                               # no GPU: compile for cc 9.0, "launch" = compile
         from kcache.dispatcher import _compat
         stack.enter_context(_compat.offline_target((9, 0)))
-        try:
-            from kcache.dispatcher.frontends.numba_cuda import signatures as _cc_home
-        except ImportError:  # a baseline before the numba-cuda bridge package
-            _cc_home = _compat
+        # where current_cc is defined (the bridge's signatures module; a baseline's _compat)
+        _cc_home = sys.modules[_compat.current_cc.__module__]
         _cc_home.current_cc = lambda: (9, 0)
         def bind(self):
             self._codelibrary.get_cubin()
@@ -629,10 +627,8 @@ APP_CHILD = textwrap.dedent('''
     if fake:                               # no GPU: compile for cc 9.0, "launch" = compile
         from kcache.dispatcher import _compat
         stack.enter_context(_compat.offline_target((9, 0)))
-        try:
-            from kcache.dispatcher.frontends.numba_cuda import signatures as _cc_home
-        except ImportError:  # a baseline before the numba-cuda bridge package
-            _cc_home = _compat
+        # where current_cc is defined (the bridge's signatures module; a baseline's _compat)
+        _cc_home = sys.modules[_compat.current_cc.__module__]
         _cc_home.current_cc = lambda: (9, 0)
         def bind(self):
             self._codelibrary.get_cubin()

@@ -34,10 +34,8 @@ CHILD = textwrap.dedent(r'''
     clock = time.thread_time if sys.argv[2] == "cpu" else time.perf_counter
     stack = contextlib.ExitStack()          # kept: the offline target lasts for the process
     stack.enter_context(_compat.offline_target((9, 0)))
-    try:
-        from kcache.dispatcher.frontends.numba_cuda import signatures as _cc_home
-    except ImportError:  # a baseline before the numba-cuda bridge package
-        _cc_home = _compat
+    # where current_cc is defined (the bridge's signatures module; a baseline's _compat)
+    _cc_home = sys.modules[_compat.current_cc.__module__]
     _cc_home.current_cc = lambda: (9, 0)
     _compat.Kernel.bind = lambda self: self._codelibrary.get_cubin()
     phases, current = {}, [None]

@@ -12,7 +12,7 @@ import sys as _sys
 
 # Only what ``install`` needs is imported with the package (``KCACHE_ENABLE=1`` imports it in
 # every process that imports numba.cuda, kernels or not): the dispatcher, the store and the
-# key are imported when the first cached kernel is defined (``install.adopt``), compile_for
+# key are imported when the first cached kernel is defined (the bridge's ``adopt``), compile_for
 # and the rest when first asked for (module ``__getattr__``, as ``kcache`` itself does).
 from .install import install, installed, uninstall
 from .jit import jit

@@ -20,18 +20,18 @@ import time
 from kcache import arch as _arch
 from kcache.errors import KcacheError, LockTimeout
 
-from . import _support
-from .components import Uncacheable
-from .frontends.numba_cuda.dispatcher import KCacheDispatcher
-from .keying import kernel_key
-from .process import explain_enabled, kernel_name, log_explanations
 from . import compile_warnings
-from .kernel_entry import NotStorable, kernel_to_entry, marker_entry
+from .components import Uncacheable
 from .frontends.numba_cuda import compiling as _nc_compiling
 from .frontends.numba_cuda import internals as _nc_internals
 from .frontends.numba_cuda import offline as _nc_offline
 from .frontends.numba_cuda import patching as _nc_patching
 from .frontends.numba_cuda import signatures as _nc_signatures
+from .frontends.numba_cuda.bridge import FRONTEND
+from .frontends.numba_cuda.dispatcher import KCacheDispatcher
+from .kernel_entry import NotStorable, kernel_to_entry, marker_entry
+from .keying import kernel_key
+from .process import explain_enabled, kernel_name, log_explanations
 
 __all__ = ["compile_for", "compile_for_report", "parse_cc", "check_cc", "CompiledEntry",
            "NotStored", "CompileForError", "DEFAULT_CC"]
@@ -210,7 +210,7 @@ def compile_for(kernel, signatures, cc=DEFAULT_CC, store=None, *, cache_key=None
     when any entry could not be stored: KCACHE_DISABLE is set, the root is read-only,
     missing or full, the kernel cannot be cached (``Uncacheable``'s reason), a lock timed
     out. It is raised after storing every entry that could be stored. Raises
-    ``kcache.KcacheError`` with ``_support.refusal``'s line, before anything else, when the
+    ``kcache.KcacheError`` with ``FRONTEND.refusal``'s line, before anything else, when the
     installed numba-cuda is one kcache does not support.
     """
     return [r.key for r in compile_for_report(kernel, signatures, cc, store, cache_key=cache_key)]
@@ -221,7 +221,7 @@ def compile_for_report(kernel, signatures, cc=DEFAULT_CC, store=None, *,
     """:func:`compile_for`, returning a :class:`CompiledEntry` per (cc, signature) instead of
     its key: whether it was compiled now or already cached, and the compile seconds. Same
     arguments and errors."""
-    reason = _support.refusal()
+    reason = FRONTEND.refusal()
     if reason is not None:
         raise KcacheError(reason)
     if not isinstance(kernel, _nc_internals.CUDADispatcher):

@@ -77,7 +77,8 @@ _LIBRARY = _SIMULATE + textwrap.dedent("""\
         kcache.uninstall()
     out["warnings"] = [[w.category.__name__, str(w.message)] for w in seen
                        if "kcache" in w.category.__module__ or "kcache" in str(w.message)]
-    out["line"] = kcache.dispatcher._support.refusal()
+    from kcache.dispatcher.frontends.numba_cuda import support
+    out["line"] = support.refusal()
     out["cache"] = os.listdir(os.environ["KCACHE_DIR"]) if os.path.exists(os.environ["KCACHE_DIR"]) else []
     print(json.dumps(out))
     """)

@@ -95,7 +95,7 @@ _METHODS = (
 def missing_internals() -> list:
     """The numba-cuda internals kcache needs that the installed numba-cuda lacks, by name
     (e.g. ``"_Kernel._rebuild(shared_memory_carveout=)"``); [] when it has them all. Feature
-    tests only (``_support.refusal`` makes the line; a module this one imports being gone
+    tests only (``support.refusal`` makes the line; a module this one imports being gone
     fails its import, which ``refusal`` reports too)."""
     missing = []
     for name, cls, wanted in _REBUILD_PARAMETERS:
