@@ -15,9 +15,12 @@ disabled, unwritable root, a kernel that cannot be cached, a lock timeout) is an
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import time
 
+from kcache import Store
 from kcache import arch as _arch
+from kcache.artifacts import problem
 from kcache.errors import KcacheError, LockTimeout
 
 from . import compile_warnings
@@ -163,7 +166,6 @@ def _check_arity(kernel, signatures, all_argtypes) -> None:
     the kernel's: numba-cuda would raise ``TypeError: Signature mismatch`` deep in its
     pipeline (``FixupArgs``, which compares with ``len(inspect.signature(py_func).parameters)``,
     the ``FunctionIdentity.arg_count`` it mirrors)."""
-    import inspect
     params = inspect.signature(kernel.py_func).parameters
     given = [signatures] if _nc_signatures.is_signature(signatures) else list(signatures)
     for sig, argtypes in zip(given, all_argtypes):
@@ -176,7 +178,6 @@ def _check_arity(kernel, signatures, all_argtypes) -> None:
 
 
 def _store_of(kernel, store):
-    from kcache import Store
     if store is None:
         options = kernel._kcache if isinstance(kernel, KCacheDispatcher) else None
         store = options.store if options is not None and options.store is not None else Store()
@@ -308,7 +309,6 @@ def _compile_one(kernel, argtypes, cc, store, cache_key) -> CompiledEntry:
 
 
 def _put_failed(store, entry=None) -> str:
-    from kcache.artifacts import problem
     why = problem(entry.artifacts, entry.meta) if entry is not None else None
     if why is not None:  # refused by Store.put: never published
         return f"the compile step returned a {why}; not stored"

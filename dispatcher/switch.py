@@ -8,45 +8,55 @@ from __future__ import annotations
 import contextlib
 import threading
 
-#: "options": install()'s arguments (a dict until the first cached kernel makes them an
-#: ``Options``), "mode": "cache", "all" or None.
-_state = {"options": None, "mode": None}
-_local = threading.local()
+class SwitchState:
+    """``mode``: "cache", "all" or None (not installed); ``options``: install()'s arguments (a
+    dict until the first cached kernel makes them an ``Options``), or None; ``local``:
+    per-thread, the options of the ``kcache.jit`` call under way (``local.options``)."""
+
+    __slots__ = ("mode", "options", "local")
+
+    def __init__(self):
+        self.mode = self.options = None
+        self.local = threading.local()
+
+
+#: The one switch of this process.
+STATE = SwitchState()
 
 
 def installed() -> str | None:
     """The installed mode ("cache" or "all"), or None."""
-    return _state["mode"]
+    return STATE.mode
 
 
 def set_installed(options, mode) -> None:
     """Set (or with ``None, None`` clear) what ``install()`` asked for."""
-    _state["options"], _state["mode"] = options, mode
+    STATE.options, STATE.mode = options, mode
 
 
 def installed_options():
     """What ``install()`` kept: a dict of its arguments, an ``Options``, or None."""
-    return _state["options"]
+    return STATE.options
 
 
 def keep_options(made, given) -> None:
     """Keep ``made`` (an ``Options``) for ``given`` (install()'s dict) when that is still the one
     installed: one Options (one default store) for every kernel."""
-    if _state["options"] is given:
-        _state["options"] = made
+    if STATE.options is given:
+        STATE.options = made
 
 
 def adopting_options():
     """The options ``kcache.jit`` gave to this thread's ``numba.cuda.jit`` call, or None."""
-    return getattr(_local, "options", None)
+    return getattr(STATE.local, "options", None)
 
 
 @contextlib.contextmanager
 def adopting(options):
     """While the block runs in this thread, :func:`adopting_options` is ``options``."""
-    previous = getattr(_local, "options", None)
-    _local.options = options
+    previous = getattr(STATE.local, "options", None)
+    STATE.local.options = options
     try:
         yield
     finally:
-        _local.options = previous
+        STATE.local.options = previous

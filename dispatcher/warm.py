@@ -24,14 +24,18 @@ import os
 import queue
 import re
 import sys
+import warnings
 
+from kcache import Store
 from kcache import arch as _arch
 from kcache.text import QUOTE_LIMIT, cut
+from kcache.warn import KcacheWarning
 
 from . import discover, sigspec
 from .aot import CompileForError, check_cc, compile_for_report
 from .components import Uncacheable, arch_name
 from .keying import kernel_key
+from .sigfile import split_kernel
 from .frontends.numba_cuda import eager as _nc_eager
 from .frontends.numba_cuda import signatures as _nc_signatures
 
@@ -338,9 +342,6 @@ _worker: dict = {}
 
 
 def _init_worker(settings: dict) -> None:
-    import warnings
-
-    from kcache.warn import KcacheWarning
     # As the kcache command does: a store warning is one line (logger "kcache"), not also a
     # `warnings` message with its source line, from every worker.
     warnings.simplefilter("ignore", KcacheWarning)
@@ -355,7 +356,6 @@ class _Runner:
     """Runs tasks in one process: imports each module once, keeps one store."""
 
     def __init__(self, settings: dict):
-        from kcache import Store
         for entry in reversed([settings["cwd"], *settings["path_entries"]]):
             if entry not in sys.path:
                 sys.path.insert(0, entry)
@@ -420,7 +420,6 @@ class _Runner:
                 "arch": result.arch, "compile_seconds": result.compile_seconds}
 
     def _kernel(self, task: Task):
-        from .sigfile import split_kernel
         module_name, qualname = split_kernel(task.kernel)
         module = self.modules.get(module_name)
         if module is None:
