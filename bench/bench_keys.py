@@ -149,7 +149,9 @@ CHILD = textwrap.dedent("""
         return wrapper
 
     if what == "hit":
-        _compat.current_cc = lambda: (9, 0)  # no GPU: the device's answer
+        # where current_cc is defined (the bridge's signatures module; a baseline's _compat)
+        _cc_home = sys.modules[_compat.current_cc.__module__]
+        _cc_home.current_cc = lambda: (9, 0)  # no GPU: the device's answer
         _compat.Kernel.bind = lambda self: None  # no GPU: no module load
         disp_mod.KCacheDispatcher.kcache_key = timed("key", disp_mod.KCacheDispatcher.kcache_key)
         store.get_or_create = timed("store", store.get_or_create)

@@ -25,7 +25,8 @@ Sections, in this order (each writes its figures to the results file when it end
   modes: ``kcache`` and ``numba`` on a filled cache, ``none`` and the ``floor``. The floor is
   the same process (interpreter, imports, ``@cuda.jit`` definitions, launches, clock from
   process start) in which each kernel's overload is rebuilt from its cubin, all of them read
-  from one file at start (with kcache's ``_compat.rebuild_kernel`` and nothing else of kcache:
+  from one file at start (with kcache's ``rebuild_kernel``, the numba-cuda bridge's
+  rebuild.py, and nothing else of kcache:
   no key, no store), and put into the dispatcher's overloads, so every launch goes through
   numba-cuda's dispatch of an overload it holds: what remains when a cache costs nothing. Each
   run is split (timers in the child) into interpreter start, imports, kernel definitions
@@ -41,7 +42,7 @@ Sections, in this order (each writes its figures to the results file when it end
   ``--budget``. Goal: kcache within 10 % of the floor (medians), at each size.
 
 ``--fake`` runs the same flow without a GPU: kernels are compiled for cc 9.0 through
-kcache's offline target (``kcache.dispatcher._compat.offline_target``; ``_Kernel.bind``
+kcache's offline target (``kcache.dispatcher.frontends.numba_cuda.offline.offline_target``; ``_Kernel.bind``
 builds the cubin instead of loading it) and "calls" are ``dispatcher.compile`` without a
 launch. The figures are then meaningless; the flow, the processes, the compiles counted and
 the results file are real.
@@ -165,7 +166,9 @@ CHILD = textwrap.dedent('''
     if fake:                               # no GPU: compile for cc 9.0, "launch" = compile
         from kcache.dispatcher import _compat
         stack.enter_context(_compat.offline_target((9, 0)))
-        _compat.current_cc = lambda: (9, 0)
+        # where current_cc is defined (the bridge's signatures module; a baseline's _compat)
+        _cc_home = sys.modules[_compat.current_cc.__module__]
+        _cc_home.current_cc = lambda: (9, 0)
         def bind(self):
             self._codelibrary.get_cubin()
         _compat.Kernel.bind = bind
@@ -224,7 +227,7 @@ CHILD = textwrap.dedent('''
         timed(D.KCacheDispatcher, "kcache_key", "key")
         timed(components, "fingerprint", "fingerprint")
         timed(Store, "get_or_create", "store read")
-        timed(D, "entry_to_kernel", "rebuild")
+        timed(sys.modules[D.KCacheDispatcher.__module__], "entry_to_kernel", "rebuild")
         timed(_compat.Kernel, "bind", "module load")
     if role == "preloaded":
         # numba-cuda's floor: every overload looked up (and its module loaded) before the
@@ -588,15 +591,24 @@ APP_CHILD = textwrap.dedent('''
     import numpy as np
     from numba import cuda
     if mode == "floor":
-        # The rebuild alone: kcache's numba-cuda-facing module (dispatcher/_compat.py) loaded
+        # The rebuild alone: kcache's numba-cuda rebuild (dispatcher/frontends/numba_cuda/rebuild.py) loaded
         # by itself, not the kcache.dispatcher package, whose imports are a cache's cost.
         import importlib.util
         import msgpack
+        import types as _types
+        from kcache.arch import full_cc as floor_full_cc
         found = importlib.util.find_spec("kcache.dispatcher")   # imports kcache, not this one
-        where = os.path.join(found.submodule_search_locations[0], "_compat.py")
-        spec = importlib.util.spec_from_file_location("bench_floor_compat", where)
-        compat = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(compat)
+        bridge = os.path.join(found.submodule_search_locations[0], "frontends", "numba_cuda")
+        if os.path.isdir(bridge):  # the bridge's modules as a package of their own
+            floor_pkg = _types.ModuleType("bench_floor_nc")
+            floor_pkg.__path__ = [bridge]
+            sys.modules["bench_floor_nc"] = floor_pkg
+            compat = importlib.import_module("bench_floor_nc.rebuild")
+        else:  # a baseline before the bridge package: its one module
+            where = os.path.join(found.submodule_search_locations[0], "_compat.py")
+            spec = importlib.util.spec_from_file_location("bench_floor_compat", where)
+            compat = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(compat)
     T_IMPORTS = time.time()
     module = importlib.import_module(opts["module"])
     kernels = module.KERNELS[opts["part"]::opts["parts"]]
@@ -615,7 +627,9 @@ APP_CHILD = textwrap.dedent('''
     if fake:                               # no GPU: compile for cc 9.0, "launch" = compile
         from kcache.dispatcher import _compat
         stack.enter_context(_compat.offline_target((9, 0)))
-        _compat.current_cc = lambda: (9, 0)
+        # where current_cc is defined (the bridge's signatures module; a baseline's _compat)
+        _cc_home = sys.modules[_compat.current_cc.__module__]
+        _cc_home.current_cc = lambda: (9, 0)
         def bind(self):
             self._codelibrary.get_cubin()
         _compat.Kernel.bind = bind
@@ -667,7 +681,7 @@ APP_CHILD = textwrap.dedent('''
         with open(opts["cubins"], "rb") as f:
             table = msgpack.unpackb(f.read())
         argtypes = (numba.types.Array(numba.from_dtype(np.float32), 1, "C"),) * 2
-        full = compat.full_cc(cc)
+        full = floor_full_cc(cc)
         for k in kernels:
             state = table[f"{k.py_func.__module__}:{k.py_func.__qualname__}"]
             kernel = compat.rebuild_kernel(state, argtypes, full,

@@ -12,7 +12,7 @@ import sys as _sys
 
 # Only what ``install`` needs is imported with the package (``KCACHE_ENABLE=1`` imports it in
 # every process that imports numba.cuda, kernels or not): the dispatcher, the store and the
-# key are imported when the first cached kernel is defined (``install.adopt``), compile_for
+# key are imported when the first cached kernel is defined (the bridge's ``adopt``), compile_for
 # and the rest when first asked for (module ``__getattr__``, as ``kcache`` itself does).
 from .install import install, installed, uninstall
 from .jit import jit
@@ -21,9 +21,10 @@ from .jit import jit
 _WHERE = {
     "CompiledEntry": ".aot", "CompileForError": ".aot", "NotStored": ".aot",
     "check_cc": ".aot", "compile_for": ".aot", "compile_for_report": ".aot", "parse_cc": ".aot",
-    "KCacheDispatcher": ".dispatcher", "KCacheStats": ".dispatcher", "Options": ".dispatcher",
-    "explain_enabled": ".dispatcher", "process_counts": ".dispatcher",
-    "set_explain": ".dispatcher", "own_phases": ".dispatcher",
+    "KCacheDispatcher": ".frontends.numba_cuda.dispatcher",
+    "KCacheStats": ".frontends.numba_cuda.dispatcher", "Options": ".options",
+    "explain_enabled": ".process", "process_counts": ".process",
+    "set_explain": ".process", "own_phases": ".process",
     "Uncacheable": ".fingerprint",
 }
 
@@ -41,8 +42,8 @@ def __getattr__(name: str):
         module = _importlib.import_module(where, __name__)
     except ImportError:
         # The bridge cannot be imported with this numba-cuda: say so in kcache's one line.
-        from ._support import refusal
-        reason = refusal()
+        from .frontends.numba_cuda.bridge import FRONTEND
+        reason = FRONTEND.refusal()
         if reason is None:
             raise
         from kcache.errors import KcacheError
@@ -66,12 +67,13 @@ def explain(target=True):
     for that kernel's misses and uncached compiles (list of str). Raises TypeError for
     anything else.
     """
-    from ._compat import CUDADispatcher
-    from .dispatcher import KCacheDispatcher, set_explain
+    from .frontends.numba_cuda.bridge import FRONTEND
+    from .process import set_explain
     if isinstance(target, bool):
         set_explain(target)
         return None
-    if isinstance(target, CUDADispatcher):
+    if FRONTEND.is_kernel_dispatcher(target):
+        KCacheDispatcher = FRONTEND.dispatcher_class()
         lines = list(getattr(target, "kcache_explanations", ()))
         if isinstance(target, KCacheDispatcher):
             lines += [f"{sig}: not cached: {why}" for sig, why in target.stats.uncached.items()

@@ -3,9 +3,9 @@ GPU and no driver (NVVM and nvJitLink come from the toolkit wheels).
 
 numba-cuda's ``compile_ptx`` asks the current device for its cc as soon as a kernel calls a
 ``@cuda.jit(device=True)`` function; here the whole compile runs inside
-``_compat.offline_target(cc)``, which also compiles those device functions afresh per cc, in
+``_nc_offline.offline_target(cc)``, which also compiles those device functions afresh per cc, in
 whatever module they live. Keys are computed exactly as a GPU process computes them
-(``dispatcher.kernel_key``), so a cache warmed here hits later on a GPU of that cc.
+(``keying.kernel_key``), so a cache warmed here hits later on a GPU of that cc.
 
 Warming ahead of time exists to store entries: an entry that could not be stored (store
 disabled, unwritable root, a kernel that cannot be cached, a lock timeout) is an error,
@@ -15,17 +15,26 @@ disabled, unwritable root, a kernel that cannot be cached, a lock timeout) is an
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import time
 
+from kcache import Store
 from kcache import arch as _arch
+from kcache.artifacts import problem
 from kcache.errors import KcacheError, LockTimeout
 
-from . import _compat, _support
-from .components import Uncacheable
-from .dispatcher import (KCacheDispatcher, explain_enabled, kernel_key, kernel_name,
-                         log_explanations)
 from . import compile_warnings
+from .components import Uncacheable
+from .frontends.numba_cuda import compiling as _nc_compiling
+from .frontends.numba_cuda import internals as _nc_internals
+from .frontends.numba_cuda import offline as _nc_offline
+from .frontends.numba_cuda import patching as _nc_patching
+from .frontends.numba_cuda import signatures as _nc_signatures
+from .frontends.numba_cuda.bridge import FRONTEND
+from .frontends.numba_cuda.dispatcher import KCacheDispatcher
 from .kernel_entry import NotStorable, kernel_to_entry, marker_entry
+from .keying import kernel_key
+from .process import explain_enabled, kernel_name, log_explanations
 
 __all__ = ["compile_for", "compile_for_report", "parse_cc", "check_cc", "CompiledEntry",
            "NotStored", "CompileForError", "DEFAULT_CC"]
@@ -93,11 +102,11 @@ def parse_cc(cc) -> tuple:
 
 def check_cc(cc) -> tuple:
     """:func:`parse_cc`, then check that the installed CUDA toolkit can compile for it (the
-    list numba-cuda reads from NVRTC, ``_compat.supported_ccs``; numba-cuda itself would
+    list numba-cuda reads from NVRTC, ``_nc_signatures.supported_ccs``; numba-cuda itself would
     silently pick the closest lower cc, or fail deep inside NVVM). Returns (major, minor);
     raises ValueError naming the cc and the supported ones."""
     parsed = parse_cc(cc)
-    supported = _compat.supported_ccs()
+    supported = _nc_signatures.supported_ccs()
     if supported is not None and parsed not in supported:
         plain = (parsed, list(parsed), f"{parsed[0]}.{parsed[1]}")
         given = "" if cc in plain else f" (given as {cc!r:.40})"
@@ -135,7 +144,7 @@ def _one_cc(cc) -> bool:
 
 
 def _signature_list(signatures) -> list:
-    if _compat.is_signature(signatures):
+    if _nc_signatures.is_signature(signatures):
         signatures = [signatures]
     if not isinstance(signatures, (list, tuple)) or not signatures:
         raise TypeError(f"signatures must be a signature (e.g. 'void(float32[::1])') or a "
@@ -143,7 +152,7 @@ def _signature_list(signatures) -> list:
     out = []
     for sig in signatures:
         try:
-            out.append(_compat.normalize_signature(sig))
+            out.append(_nc_signatures.normalize_signature(sig))
         except Exception as exc:  # numba raises SyntaxError/NameError/TypeError from eval
             error = ValueError if isinstance(sig, str) else TypeError
             raise error(f"signature {sig!r:.80} is not a numba kernel signature "
@@ -157,12 +166,11 @@ def _check_arity(kernel, signatures, all_argtypes) -> None:
     the kernel's: numba-cuda would raise ``TypeError: Signature mismatch`` deep in its
     pipeline (``FixupArgs``, which compares with ``len(inspect.signature(py_func).parameters)``,
     the ``FunctionIdentity.arg_count`` it mirrors)."""
-    import inspect
     params = inspect.signature(kernel.py_func).parameters
-    given = [signatures] if _compat.is_signature(signatures) else list(signatures)
+    given = [signatures] if _nc_signatures.is_signature(signatures) else list(signatures)
     for sig, argtypes in zip(given, all_argtypes):
         if len(argtypes) != len(params):
-            shown = sig if isinstance(sig, str) else _compat.signature_display(argtypes)
+            shown = sig if isinstance(sig, str) else _nc_signatures.signature_display(argtypes)
             raise ValueError(
                 f"signature {shown!r} has {len(argtypes)} argument"
                 f"{'' if len(argtypes) == 1 else 's'}; kernel {kernel_name(kernel)} takes "
@@ -170,7 +178,6 @@ def _check_arity(kernel, signatures, all_argtypes) -> None:
 
 
 def _store_of(kernel, store):
-    from kcache import Store
     if store is None:
         options = kernel._kcache if isinstance(kernel, KCacheDispatcher) else None
         store = options.store if options is not None and options.store is not None else Store()
@@ -204,7 +211,7 @@ def compile_for(kernel, signatures, cc=DEFAULT_CC, store=None, *, cache_key=None
     when any entry could not be stored: KCACHE_DISABLE is set, the root is read-only,
     missing or full, the kernel cannot be cached (``Uncacheable``'s reason), a lock timed
     out. It is raised after storing every entry that could be stored. Raises
-    ``kcache.KcacheError`` with ``_support.refusal``'s line, before anything else, when the
+    ``kcache.KcacheError`` with ``FRONTEND.refusal``'s line, before anything else, when the
     installed numba-cuda is one kcache does not support.
     """
     return [r.key for r in compile_for_report(kernel, signatures, cc, store, cache_key=cache_key)]
@@ -215,10 +222,10 @@ def compile_for_report(kernel, signatures, cc=DEFAULT_CC, store=None, *,
     """:func:`compile_for`, returning a :class:`CompiledEntry` per (cc, signature) instead of
     its key: whether it was compiled now or already cached, and the compile seconds. Same
     arguments and errors."""
-    reason = _support.refusal()
+    reason = FRONTEND.refusal()
     if reason is not None:
         raise KcacheError(reason)
-    if not isinstance(kernel, _compat.CUDADispatcher):
+    if not isinstance(kernel, _nc_internals.CUDADispatcher):
         raise TypeError(f"compile_for needs a kernel made by kcache.jit or numba.cuda.jit, "
                         f"not {type(kernel).__name__}")
     if kernel.targetoptions.get("device"):
@@ -244,7 +251,7 @@ def compile_for_report(kernel, signatures, cc=DEFAULT_CC, store=None, *,
                 if not blocked and not store.writable:
                     blocked = str(exc)  # the root proved unwritable: compile nothing more
                 failures.append(NotStored(kernel_name(kernel),
-                                          _compat.signature_display(argtypes), target,
+                                          _nc_signatures.signature_display(argtypes), target,
                                           _arch.arch_name(target), str(exc)))
     if failures:
         raise CompileForError(failures, results)
@@ -256,7 +263,7 @@ class _NotStored(Exception):
 
 
 def _compile_one(kernel, argtypes, cc, store, cache_key) -> CompiledEntry:
-    name, shown, arch = (kernel_name(kernel), _compat.signature_display(argtypes),
+    name, shown, arch = (kernel_name(kernel), _nc_signatures.signature_display(argtypes),
                          _arch.arch_name(cc))
     compiled = {}
 
@@ -267,9 +274,9 @@ def _compile_one(kernel, argtypes, cc, store, cache_key) -> CompiledEntry:
                                       f"{one_line(explain_miss(store, components))}"])
         # offline_target compiles every device function afresh (for cc): no compile made
         # under other globals is reused here (kcache.dispatcher.dep_guard)
-        with _compat.offline_target(cc) as full, compile_warnings.captured() as said:
+        with _nc_offline.offline_target(cc) as full, compile_warnings.captured() as said:
             start = time.perf_counter()
-            built = _compat.compile_kernel(kernel.py_func, argtypes, kernel.targetoptions)
+            built = _nc_compiling.compile_kernel(kernel.py_func, argtypes, kernel.targetoptions)
             entry = _entry(built, full, name, shown, arch, start)
         if said:  # said again wherever the entry is served, as the compile said it
             entry.meta["warnings"] = compile_warnings.encode(said, repr(kernel.py_func))
@@ -281,7 +288,7 @@ def _compile_one(kernel, argtypes, cc, store, cache_key) -> CompiledEntry:
         # As the dispatcher does for an eager compile: kernel under the "no launch
         # configuration" key, marker under the plain key.
         lc_key, lc_components = kernel_key(kernel, argtypes, cc,
-                                           _compat.launch_config_key(kernel, None), cache_key)
+                                           _nc_patching.launch_config_key(kernel, None), cache_key)
         if not store.put(lc_key, entry, components=lc_components):
             raise _NotStored(_put_failed(store, entry))
         return marker_entry(kernel_name=name, signature=shown, arch=arch)
@@ -302,7 +309,6 @@ def _compile_one(kernel, argtypes, cc, store, cache_key) -> CompiledEntry:
 
 
 def _put_failed(store, entry=None) -> str:
-    from kcache.artifacts import problem
     why = problem(entry.artifacts, entry.meta) if entry is not None else None
     if why is not None:  # refused by Store.put: never published
         return f"the compile step returned a {why}; not stored"

@@ -29,6 +29,7 @@ from .extensions import extensions_component
 from .fingerprint import Uncacheable, digest_of, fingerprint, line_digest, value_digest
 from .numba_config import (IN_KEY, IN_KEY_WHEN_CHANGED, WARNINGS_IN_KEY, bypass_reason,
                            config_component, settings_values)
+from .frontends.numba_cuda import signatures as _nc_signatures
 
 __all__ = [
     "COMPONENTS_FORMAT",
@@ -160,9 +161,8 @@ _CONFIG_NAMES = tuple(IN_KEY) + tuple(WARNINGS_IN_KEY) + tuple(IN_KEY_WHEN_CHANG
 
 
 def _config():
-    from . import _compat
 
-    config = _compat.numba_config()
+    config = _nc_signatures.numba_config()
     values = settings_values(config, _CONFIG_NAMES)
     last = _last_config
     # The usual lookup: the very same objects as the last one read (a setting changed is
@@ -416,9 +416,8 @@ def _included(includes: list, own_dir: str | None, what: str, reader: _Reader) -
     symlink's target. Headers are read by ``reader`` (one at a time, bounded; a FIFO or
     device there is not read). Raises :class:`LinkUnread` past _MAX_HEADERS headers or
     _MAX_INCLUDES ``#include`` lines, or for a header ``reader`` refuses."""
-    from . import _compat
 
-    paths = getattr(_compat.numba_config(), "CUDA_NVRTC_EXTRA_SEARCH_PATHS", "") or ""
+    paths = getattr(_nc_signatures.numba_config(), "CUDA_NVRTC_EXTRA_SEARCH_PATHS", "") or ""
     extra = [p for p in str(paths).split(":") if p]
     out, seen, todo = [], set(), [(includes, own_dir)]
     while todo:  # (include lines, folder): never a file's bytes, read one at a time

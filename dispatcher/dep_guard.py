@@ -21,8 +21,8 @@ import threading
 import types
 import weakref
 
-from . import _compat
 from .fingerprint import dependencies
+from .frontends.numba_cuda import compiling as _nc_compiling
 
 #: device dispatcher -> {id(compile result): (the result, the digest it was made under)}
 _noted: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -39,7 +39,7 @@ def watched(py_func):
     overloaded = [(f, digest) for f, digest in found if isinstance(f, types.FunctionType)]
     for dev, digest in devs:
         _note(dev, digest)  # what exists now, at first sight
-    before = {id(dev): {id(r) for r in _compat.device_overloads(dev)} for dev, _ in devs}
+    before = {id(dev): {id(r) for r in _nc_compiling.device_overloads(dev)} for dev, _ in devs}
     # numba-cuda keeps the compile of an @overload implementation (register_jitable's too) per
     # argument types where kcache cannot see it: one whose digest moved since this process
     # first compiled with it may be reused as it was (a new signature is refused too).
@@ -55,7 +55,7 @@ def watched(py_func):
         for fn, digest in overloaded:
             _note_first_use(fn, digest)
         for dev, digest in devs:
-            for result in _compat.device_overloads(dev):
+            for result in _nc_compiling.device_overloads(dev):
                 if id(result) not in before[id(dev)]:
                     _note(dev, digest, result)  # made by this compile, under today's globals
                     continue
@@ -77,7 +77,7 @@ def _note(dev, digest: str, result=None) -> None:
     """Note ``result`` (default: every compile result ``dev`` holds, at first sight) as made
     under ``digest``; results ``dev`` no longer holds are forgotten (the table holds them, so
     it must not outlive them: ``offline_target`` swaps a dispatcher's results out and back)."""
-    live = _compat.device_overloads(dev)
+    live = _nc_compiling.device_overloads(dev)
     with _lock:
         try:
             table = _noted.setdefault(dev, {})

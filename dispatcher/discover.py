@@ -10,8 +10,8 @@ and always hidden folders, ``__pycache__``, virtual environments, ``setup.py`` a
 
 Modules are imported inside :func:`import_context`: numba-cuda would compile eager
 signatures (``@cuda.jit("void(float32[::1])")``) at import, which needs a GPU; there, they are
-only noted (``_compat.deferred_eager_compiles``), and device functions compiled at import see
-a stand-in device (``_compat.offline_target``).
+only noted (``_nc_eager.deferred_eager_compiles``), and device functions compiled at import see
+a stand-in device (``_nc_offline.offline_target``).
 """
 from __future__ import annotations
 
@@ -26,8 +26,10 @@ from pathlib import Path
 
 from kcache.text import cut
 
-from . import _compat
-from .dispatcher import kernel_name
+from .process import kernel_name
+from .frontends.numba_cuda import eager as _nc_eager
+from .frontends.numba_cuda import internals as _nc_internals
+from .frontends.numba_cuda import offline as _nc_offline
 
 __all__ = ["TargetError", "ModuleRef", "Kernel", "resolve_targets", "import_context",
            "import_module", "kernels_of", "find_kernel", "is_test_name"]
@@ -181,7 +183,7 @@ def _add_cwd() -> None:
 def import_context(cc):
     """Import modules without a GPU: eager kernel signatures noted, not compiled; device
     functions compiled at import see a device of compute capability ``cc``."""
-    with _compat.offline_target(cc), _compat.deferred_eager_compiles():
+    with _nc_offline.offline_target(cc), _nc_eager.deferred_eager_compiles():
         yield
 
 
@@ -200,7 +202,7 @@ def kernels_of(module) -> list[Kernel]:
     definition order; one per dispatcher."""
     out, seen = [], set()
     for attr, obj in list(vars(module).items()):
-        if not isinstance(obj, _compat.CUDADispatcher) or id(obj) in seen:
+        if not isinstance(obj, _nc_internals.CUDADispatcher) or id(obj) in seen:
             continue
         if obj.targetoptions.get("device") or obj.py_func.__module__ != module.__name__:
             continue
@@ -219,7 +221,7 @@ def find_kernel(module, qualname: str):
         if obj is None:
             raise LookupError(f"no kernel {shown} (no attribute {cut(repr(qualname))} in the "
                               "module)")
-    if not isinstance(obj, _compat.CUDADispatcher):
+    if not isinstance(obj, _nc_internals.CUDADispatcher):
         raise LookupError(f"{shown} is a {type(obj).__name__}, not a "
                           "kernel made by numba.cuda.jit or kcache.jit")
     if obj.targetoptions.get("device"):

@@ -34,6 +34,7 @@ from kcache.keys import canonical_map
 
 from .fingerprint import (Uncacheable, content_digest, describe, digest_of, is_library_class,
                           is_library_module, named_by_library, value_digest)
+from .frontends.numba_cuda import registries as _nc_registries
 
 __all__ = ["extensions_component"]
 
@@ -91,20 +92,19 @@ def _refresh(state) -> None:
     if "numba.cuda.typing.templates" not in sys.modules:
         state.modules, state.hot_size = len(sys.modules), 0  # no numba-cuda: nothing registered
         return
-    from . import _compat
 
     # Most imports register nothing into a registry (a program's own modules, numpy's): when
     # no registry module appeared and no container grew (they only grow), nothing is new,
     # and the ~200 containers are not enumerated again (which cost the first kernel call
     # 0.2-0.4 ms whenever anything was imported after the first definition).
-    present = tuple(name in sys.modules for name in _registry_modules(_compat))
+    present = tuple(name in sys.modules for name in _registry_modules(_nc_registries))
     if present == state.present and _hot_size(state.all) == state.all_size:
         state.modules = len(sys.modules)
         return
-    registries = _compat.extension_registries()
+    registries = _nc_registries.extension_registries()
     before = len(state.found), len(state.opaque)
     for kind, _hot, container in registries:
-        _read_new(state, kind, container, _compat)
+        _read_new(state, kind, container, _nc_registries)
     state.hot = [container for _kind, hot, container in registries if hot]
     state.hot_size = _hot_size(state.hot)
     state.all = [container for _kind, _hot, container in registries]
@@ -115,7 +115,7 @@ def _refresh(state) -> None:
         _build(state)
 
 
-_MODULES: list = []  # _compat.extension_registry_modules(), once
+_MODULES: list = []  # _nc_registries.extension_registry_modules(), once
 
 
 def _registry_modules(compat) -> tuple:

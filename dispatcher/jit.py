@@ -1,7 +1,7 @@
 """``kcache.jit``: ``numba.cuda.jit`` with kcache caching on by default."""
 from __future__ import annotations
 
-from . import _support
+from .frontends.numba_cuda.bridge import FRONTEND
 from .install import adopting
 
 
@@ -15,10 +15,10 @@ def jit(func_or_sig=None, *, cache: bool = True, cache_key: str | None = None, s
     except: ``cache`` (bool, default True) uses the kcache store, never numba-cuda's pickle
     cache; ``cache_key`` (str or None) is mixed into every key (e.g. a release id); ``store``
     is a ``kcache.Store`` (default: ``kcache.Store()`` configured by ``KCACHE_*``).
-    Returns a :class:`~kcache.dispatcher.dispatcher.KCacheDispatcher` (device functions: a
+    Returns a :class:`~kcache.dispatcher.frontends.numba_cuda.dispatcher.KCacheDispatcher` (device functions: a
     plain ``CUDADispatcher``) or, given only signatures, a decorator. Errors are
     ``numba.cuda.jit``'s; a non-str ``cache_key`` is a TypeError. With a numba-cuda kcache
-    does not support (``_support.refusal``: warned once), ``numba.cuda.jit(func_or_sig,
+    does not support (``FRONTEND.refusal``: warned once), ``numba.cuda.jit(func_or_sig,
     **kwargs)`` itself: nothing cached.
     """
     from numba import cuda
@@ -29,16 +29,15 @@ def jit(func_or_sig=None, *, cache: bool = True, cache_key: str | None = None, s
         def decorator(func):
             return jit(func, cache=cache, cache_key=cache_key, store=store, **kwargs)
         return decorator
-    if _support.warn_refusal():
+    if FRONTEND.warn_refusal():
         return cuda.jit(func_or_sig, **kwargs)
 
-    from . import _compat
-    from .dispatcher import Options  # the store and the key come with the first kernel
+    from .options import Options  # the store and the key come with the first kernel
 
     options = Options(store=store, cache=cache, cache_key=cache_key)
     with adopting(options):
         result = cuda.jit(func_or_sig, cache=True, **kwargs)
-    if not (_compat.is_signature(func_or_sig) or isinstance(func_or_sig, list)):
+    if not (FRONTEND.is_signature(func_or_sig) or isinstance(func_or_sig, list)):
         return result  # a function was given: result is its dispatcher
 
     def compile_with_signatures(func):

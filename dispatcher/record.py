@@ -20,6 +20,8 @@ import threading
 
 from kcache.warn import warn_once
 
+from .frontends.numba_cuda import signatures as _nc_signatures
+from .process import kernel_name
 
 __all__ = ["ENV", "start", "stop", "path", "note", "skipped", "LOCK_TIMEOUT"]
 
@@ -68,7 +70,6 @@ def note(dispatcher, argtypes) -> None:
 
 def _note(dispatcher, argtypes) -> None:
     from . import sigspec  # imported only when recording is on
-    from .dispatcher import kernel_name
     name = kernel_name(dispatcher)
     memo = (name, argtypes)
     if memo in _state["seen"]:
@@ -82,8 +83,7 @@ def _note(dispatcher, argtypes) -> None:
         except sigspec.Unexpressible as exc:
             reason = str(exc)
     if reason is not None:
-        from . import _compat
-        _state["skipped"][f"{name} {_compat.signature_display(argtypes)}"] = reason
+        _state["skipped"][f"{name} {_nc_signatures.signature_display(argtypes)}"] = reason
         warn_once(f"record-skip:{name}", f"kcache: {ENV}: not recording {name}: {reason}")
         return
     _append(_state["path"], name, text)

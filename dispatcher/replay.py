@@ -18,12 +18,14 @@ from kcache.entry import MAX_NAME
 from kcache.text import QUOTE_LIMIT, cut
 from kcache.toolchain import is_stale
 
-from . import _compat, sigspec
+from . import sigspec
 from .aot import parse_cc
 from .components import toolchain_components
-from .dispatcher import _toolchain_memo
+from .options import toolchain_memo
 from .sigfile import split_kernel
 from .warm import Plan, Row
+from .frontends.numba_cuda import internals as _nc_internals
+from .frontends.numba_cuda import signatures as _nc_signatures
 
 __all__ = ["plan_replay"]
 
@@ -47,7 +49,7 @@ def plan_replay(plan: Plan, store, ccs=None, modules=None) -> Plan:
     cannot be replayed, with the reason. Entries of ``modules``' kernels made by the
     current toolchain are counted in ``plan.current`` (warm already), and those kernels
     leave ``plan.without_signatures``. Reads headers only; imports nothing."""
-    current = toolchain_components(_toolchain_memo(store))
+    current = toolchain_components(toolchain_memo(store))
     wanted = {tuple(cc[:2]) for cc in ccs} if ccs else None
     skipped: dict = {}
     known: set = set()
@@ -115,7 +117,7 @@ def _replayable(info, components: dict, kernel: str, cc, path_entry) -> dict:
     """The ``Plan.add`` arguments that replay ``info`` (its module found in a TARGET, on
     ``sys.path`` with ``path_entry``); raises _Skip with the reason."""
     launch_config = components.get("launch_config")
-    if launch_config not in (None, _compat.NO_LAUNCH_CONFIG):
+    if launch_config not in (None, _nc_internals.NO_LAUNCH_CONFIG):
         raise _Skip("compiled for one launch configuration of a launch-config-sensitive "
                     "kernel; it is compiled again on its first launch")
     argtypes, text = _signature(info, components)
@@ -138,7 +140,7 @@ def _signature(info, components: dict) -> tuple:
             argtypes = sigspec.parse_signature(text)
         except ValueError as exc:
             raise _Skip(f"its recorded signature (meta.sigspec) is refused: {exc}") from None
-        if _compat.signature_string(argtypes) != components.get("signature"):
+        if _nc_signatures.signature_string(argtypes) != components.get("signature"):
             raise _Skip("its recorded signature (meta.sigspec) is not the one of its key")
         return argtypes, text
     argtypes = sigspec.from_signature_component(components.get("signature"))

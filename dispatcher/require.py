@@ -61,10 +61,10 @@ def check(dispatcher, argtypes) -> None:
     if how is None:
         return
     # The bridge is imported here, not with this module: install() imports this module
-    # before it knows whether numba-cuda is supported (_support.refusal).
-    from . import _compat
-    cc = _compat.current_cc()
-    name, shown = dispatcher._kcache_name(), _compat.signature_display(argtypes)
+    # before it knows whether numba-cuda is supported (support.refusal).
+    from .frontends.numba_cuda import signatures as _nc_signatures
+    cc = _nc_signatures.current_cc()
+    name, shown = dispatcher._kcache_name(), _nc_signatures.signature_display(argtypes)
     reason = _reason(dispatcher, argtypes, cc)
     where = f"{name} {shown} for cc {cc[0]}.{cc[1]} ({_arch.arch_name(cc)})"
     if how == WARN:

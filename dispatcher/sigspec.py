@@ -13,7 +13,7 @@ signatures files, entry metadata) and reads them back (``kcache warm``). Three f
   checked first with :mod:`ast` against a small grammar (numba type names, array slices, calls
   of a few type classes with literal arguments), so nothing but numba types is ever built.
 - :func:`from_signature_component`: the inverse of the ``signature`` key component
-  (``str`` of the types tuple, ``_compat.signature_string``, i.e. the types' ``repr``),
+  (``str`` of the types tuple, ``_nc_signatures.signature_string``, i.e. the types' ``repr``),
   verified by printing the result again; None when it cannot be inverted exactly.
 """
 from __future__ import annotations
@@ -23,7 +23,8 @@ import io
 import keyword
 import tokenize
 
-from . import _compat
+from .frontends.numba_cuda import signatures as _nc_signatures
+
 
 __all__ = ["Unexpressible", "format_signature", "format_or_none", "parse_signature",
            "from_signature_component", "MAX_SIGNATURE_CHARS"]
@@ -49,12 +50,12 @@ class Unexpressible(ValueError):
 # --- types -> text ----------------------------------------------------------------------------
 
 def _namespace() -> dict:
-    return _compat.signature_namespace()
+    return _nc_signatures.signature_namespace()
 
 
 def _scalar(t) -> str | None:
     """The namespace name of a number/boolean type that maps back to ``t`` itself."""
-    T = _compat.types
+    T = _nc_signatures.types
     if isinstance(t, (T.Integer, T.Float, T.Complex, T.Boolean)) and not isinstance(t, T.Literal):
         name = str(t)
         if _namespace().get(name) == t:
@@ -65,7 +66,7 @@ def _scalar(t) -> str | None:
 def format_type(t) -> str:
     """One numba type as sigspec text. Raises :class:`Unexpressible` for a type outside the
     grammar (see module docstring); the caller checks the round trip."""
-    T = _compat.types
+    T = _nc_signatures.types
     name = _scalar(t)
     if name is not None:
         return name
@@ -112,10 +113,10 @@ def format_signature(argtypes) -> str:
     try:
         back = parse_signature(text)
     except ValueError as exc:
-        raise Unexpressible(f"{_compat.signature_display(argtypes)}: {exc}") from None
+        raise Unexpressible(f"{_nc_signatures.signature_display(argtypes)}: {exc}") from None
     if back != argtypes:
-        raise Unexpressible(f"{_compat.signature_display(argtypes)} does not parse back to the "
-                            f"same types (got {_compat.signature_display(back)})")
+        raise Unexpressible(f"{_nc_signatures.signature_display(argtypes)} does not parse back to the "
+                            f"same types (got {_nc_signatures.signature_display(back)})")
     return text
 
 
@@ -146,7 +147,7 @@ def parse_signature(text) -> tuple:
         raise ValueError(f"not a signature: {exc.msg}") from None
     _check(tree.body, _namespace(), 0)
     try:
-        return _compat.normalize_signature(text.strip())
+        return _nc_signatures.normalize_signature(text.strip())
     except Exception as exc:  # numba raises TypeError/ValueError/KeyError from the types it builds
         raise ValueError(f"not a kernel signature: {type(exc).__name__}: "
                          f"{' '.join(str(exc).split())[:200]}") from None
@@ -231,7 +232,7 @@ def _check(node, ns: dict, depth: int) -> None:
     """Raise ValueError unless ``node`` is in the sigspec grammar."""
     if depth > _MAX_DEPTH:
         raise ValueError(f"signature nested deeper than {_MAX_DEPTH} levels")
-    T = _compat.types
+    T = _nc_signatures.types
     down = depth + 1
     if isinstance(node, ast.Name):
         if node.id.startswith("_") or not isinstance(ns.get(node.id), T.Type):
@@ -285,7 +286,7 @@ def _check(node, ns: dict, depth: int) -> None:
 
 def from_signature_component(text) -> tuple | None:
     """Argument types from an entry's ``components["signature"]``: ``str`` of the types tuple
-    (``_compat.signature_string``), which numba writes with each type's ``repr``, e.g.
+    (``_nc_signatures.signature_string``), which numba writes with each type's ``repr``, e.g.
     ``"(Array(float32, 1, 'C', False, aligned=True), int64)"``. That text is read with
     :func:`parse_signature` (the same grammar check, nothing else is evaluated) and accepted
     only if the types print back to ``text`` exactly. None when it cannot be inverted
@@ -294,6 +295,6 @@ def from_signature_component(text) -> tuple | None:
         return None
     try:
         argtypes = parse_signature(text)
-        return argtypes if _compat.signature_string(argtypes) == text else None
+        return argtypes if _nc_signatures.signature_string(argtypes) == text else None
     except Exception:  # ValueError from the grammar, or a type that cannot be printed
         return None

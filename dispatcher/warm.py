@@ -7,7 +7,7 @@ of them), handed to a worker through ``concurrent.futures`` (a pipe between this
 the workers it started; nothing is ever unpickled from a file or a cache); each worker
 imports the kernel's module itself and calls ``compile_for_report`` for one signature and one
 cc. numba's compiler is not thread-safe and ``compile_for`` patches numba globals
-(``_compat.offline_target``), hence processes, started with "spawn" (fresh interpreters:
+(``offline_target``), hence processes, started with "spawn" (fresh interpreters:
 nothing of this process's numba state is inherited). This process compiles too, from the
 same queue; ``jobs=1`` starts no worker, and neither do fewer than TASKS_PER_WORKER compiles.
 
@@ -24,14 +24,20 @@ import os
 import queue
 import re
 import sys
+import warnings
 
+from kcache import Store
 from kcache import arch as _arch
 from kcache.text import QUOTE_LIMIT, cut
+from kcache.warn import KcacheWarning
 
-from . import _compat, discover, sigspec
+from . import discover, sigspec
 from .aot import CompileForError, check_cc, compile_for_report
 from .components import Uncacheable, arch_name
-from .dispatcher import kernel_key
+from .keying import kernel_key
+from .sigfile import split_kernel
+from .frontends.numba_cuda import eager as _nc_eager
+from .frontends.numba_cuda import signatures as _nc_signatures
 
 __all__ = ["Task", "Row", "parse_cc_list", "cc_text", "plan_targets", "find_modules",
            "run_tasks", "STATUSES", "default_jobs"]
@@ -56,7 +62,7 @@ def parse_cc_list(values) -> list:
             try:
                 cc = check_cc(item)
             except ValueError as exc:
-                problem = _arch.option_problem("--cc", item, _compat.supported_ccs())
+                problem = _arch.option_problem("--cc", item, _nc_signatures.supported_ccs())
                 raise ValueError(problem or f"--cc {item!r}: {exc}") from None
             if cc not in out:
                 out.append(cc)
@@ -164,11 +170,11 @@ class Plan:
     def add(self, *, kernel, path_entry, argtypes, sigspec_text, eager_index, cc, origin,
             **extra) -> Task | None:
         """Add a task unless the same (kernel, argument types, cc) is planned already."""
-        memo = (kernel, _compat.signature_string(argtypes), tuple(cc))
+        memo = (kernel, _nc_signatures.signature_string(argtypes), tuple(cc))
         if memo in self._seen:
             return None
         task = Task(len(self.tasks), kernel, path_entry, sigspec_text, eager_index,
-                    _compat.signature_display(argtypes), tuple(cc), origin, **extra)
+                    _nc_signatures.signature_display(argtypes), tuple(cc), origin, **extra)
         self._seen[memo] = task
         self.tasks.append(task)
         if path_entry and path_entry not in self.path_entries:
@@ -195,7 +201,7 @@ def plan_targets(plan: Plan, targets, sig_lines, ccs, include_tests=False) -> Pl
                                  reason=f"cannot import {ref.name}: {failure_text(exc)}"))
             continue
         for found in discover.kernels_of(module):
-            eager = _compat.eager_signatures(found.dispatcher)
+            eager = _nc_eager.eager_signatures(found.dispatcher)
             if not eager and found.name not in by_kernel:
                 plan.without_signatures.append(found.name)
             for index, argtypes in enumerate(eager):
@@ -336,9 +342,6 @@ _worker: dict = {}
 
 
 def _init_worker(settings: dict) -> None:
-    import warnings
-
-    from kcache.warn import KcacheWarning
     # As the kcache command does: a store warning is one line (logger "kcache"), not also a
     # `warnings` message with its source line, from every worker.
     warnings.simplefilter("ignore", KcacheWarning)
@@ -353,7 +356,6 @@ class _Runner:
     """Runs tasks in one process: imports each module once, keeps one store."""
 
     def __init__(self, settings: dict):
-        from kcache import Store
         for entry in reversed([settings["cwd"], *settings["path_entries"]]):
             if entry not in sys.path:
                 sys.path.insert(0, entry)
@@ -406,7 +408,7 @@ class _Runner:
 
     def _compile(self, kernel, argtypes, task, cache_key, arch) -> dict:
         try:
-            with _compat.eager_device_functions(task.cc):
+            with _nc_eager.eager_device_functions(task.cc):
                 [result] = compile_for_report(kernel, [argtypes], cc=[task.cc],
                                               store=self.store, cache_key=cache_key)
         except CompileForError as exc:
@@ -418,7 +420,6 @@ class _Runner:
                 "arch": result.arch, "compile_seconds": result.compile_seconds}
 
     def _kernel(self, task: Task):
-        from .sigfile import split_kernel
         module_name, qualname = split_kernel(task.kernel)
         module = self.modules.get(module_name)
         if module is None:
@@ -434,11 +435,11 @@ class _Runner:
     def _argtypes(task: Task, kernel) -> tuple:
         if task.sigspec is not None:
             return sigspec.parse_signature(task.sigspec)
-        eager = _compat.eager_signatures(kernel)
+        eager = _nc_eager.eager_signatures(kernel)
         if task.eager_index is None or task.eager_index >= len(eager):
             raise LookupError(f"{task.kernel} has no eager signature {task.display}")
         argtypes = eager[task.eager_index]
-        if _compat.signature_display(argtypes) != task.display:
+        if _nc_signatures.signature_display(argtypes) != task.display:
             raise LookupError(f"{task.kernel}: eager signatures differ between processes")
         return argtypes
 

@@ -12,7 +12,8 @@ from kcache.warn import KcacheWarning
 
 pytest.importorskip("numba.cuda")
 
-from kcache.dispatcher import CompileForError, _compat, compile_for_report  # noqa: E402
+from kcache.dispatcher import CompileForError, compile_for_report  # noqa: E402
+from kcache.dispatcher.frontends.numba_cuda import rebuild as _nc_rebuild
 
 from test_dispatcher_fakegpu import _kernels, fake_gpu  # noqa: E402
 
@@ -76,7 +77,7 @@ def _sig():
 @pytest.fixture(params=["empty", "truncated"])
 def bad_compile(request, monkeypatch):
     """The compile step returns an empty or truncated cubin."""
-    real = _compat.kernel_state
+    real = _nc_rebuild.kernel_state
 
     def kernel_state(kernel, cc):
         state = real(kernel, cc)
@@ -84,7 +85,7 @@ def bad_compile(request, monkeypatch):
         state["cubin"] = b"" if request.param == "empty" else cubin[: len(cubin) // 2]
         return state
 
-    monkeypatch.setattr(_compat, "kernel_state", kernel_state)
+    monkeypatch.setattr(_nc_rebuild, "kernel_state", kernel_state)
     return request.param
 
 
@@ -116,7 +117,7 @@ def test_compile_for_report_does_not_say_cached_for_a_bad_cubin(store, bad_compi
 def test_a_stored_truncated_cubin_is_a_corrupt_entry_and_a_miss(store, monkeypatch):
     good_check = artifacts.problem
     monkeypatch.setattr(artifacts, "problem", lambda arts, meta: None)  # an older writer
-    real = _compat.kernel_state
+    real = _nc_rebuild.kernel_state
 
     def truncated(kernel, cc):
         state = real(kernel, cc)
@@ -124,9 +125,9 @@ def test_a_stored_truncated_cubin_is_a_corrupt_entry_and_a_miss(store, monkeypat
         return state
 
     with fake_gpu((9, 0)):
-        monkeypatch.setattr(_compat, "kernel_state", truncated)
+        monkeypatch.setattr(_nc_rebuild, "kernel_state", truncated)
         _kernels(store).compile(_sig())
-        monkeypatch.setattr(_compat, "kernel_state", real)
+        monkeypatch.setattr(_nc_rebuild, "kernel_state", real)
         monkeypatch.setattr(artifacts, "problem", good_check)
         (info,) = store.entries()
         _header, stored = kcache.entry.decode(store.local.read(info.key, 1 << 30).data, info.key)

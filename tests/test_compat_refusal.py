@@ -18,7 +18,8 @@ import pytest
 
 pytest.importorskip("numba.cuda")
 
-from kcache.dispatcher import _compat, _support  # noqa: E402
+from kcache.dispatcher import _support  # noqa: E402
+from kcache.dispatcher.frontends.numba_cuda import internals as _nc_internals
 
 pytestmark = pytest.mark.compat  # runs in every leg of tests/compat/run.sh (docs/compat.md)
 
@@ -76,7 +77,8 @@ _LIBRARY = _SIMULATE + textwrap.dedent("""\
         kcache.uninstall()
     out["warnings"] = [[w.category.__name__, str(w.message)] for w in seen
                        if "kcache" in w.category.__module__ or "kcache" in str(w.message)]
-    out["line"] = kcache.dispatcher._support.refusal()
+    from kcache.dispatcher.frontends.numba_cuda import support
+    out["line"] = support.refusal()
     out["cache"] = os.listdir(os.environ["KCACHE_DIR"]) if os.path.exists(os.environ["KCACHE_DIR"]) else []
     print(json.dumps(out))
     """)
@@ -161,18 +163,18 @@ def test_feature_tests_agree_with_the_supported_releases():
     if installed >= Version("0.31"):
         pytest.skip(f"numba-cuda {installed} is newer than the releases kcache was tested with")
     if installed >= Version("0.26"):
-        assert _compat.missing_internals() == [] and _support.refusal() is None
+        assert _nc_internals.missing_internals() == [] and _support.refusal() is None
     else:
-        assert _compat.missing_internals() and _support.refusal() is not None
+        assert _nc_internals.missing_internals() and _support.refusal() is not None
 
 
 def test_missing_internals_names_each_one(monkeypatch):
     def _rebuild(cls, cooperative, name, signature, codelibrary, debug, lineinfo,
                  call_helper, extensions):
         raise AssertionError
-    monkeypatch.setattr(_compat.Kernel, "_rebuild", classmethod(_rebuild))
-    monkeypatch.delattr(_compat.CUDACodeLibrary, "get_lto_ptx")
-    missing = _compat.missing_internals()
+    monkeypatch.setattr(_nc_internals.Kernel, "_rebuild", classmethod(_rebuild))
+    monkeypatch.delattr(_nc_internals.CUDACodeLibrary, "get_lto_ptx")
+    missing = _nc_internals.missing_internals()
     assert "_Kernel._rebuild(shared_memory_carveout=)" in missing
     assert "CUDACodeLibrary.get_lto_ptx" in missing
 
@@ -183,5 +185,5 @@ def test_missing_internals_names_each_one(monkeypatch):
     ((True, False), ["second"]),  # some only: kcache could not key such a kernel
 ])
 def test_launch_configurations_are_all_or_nothing(monkeypatch, present, missing):
-    monkeypatch.setattr(_compat, "_LAUNCH_CONFIG_FEATURES", dict(zip(("first", "second"), present)))
-    assert [m for m in _compat.missing_internals() if m in ("first", "second")] == missing
+    monkeypatch.setattr(_nc_internals, "_LAUNCH_CONFIG_FEATURES", dict(zip(("first", "second"), present)))
+    assert [m for m in _nc_internals.missing_internals() if m in ("first", "second")] == missing

@@ -24,8 +24,11 @@ pytestmark = pytest.mark.compat  # runs in every leg of tests/compat/run.sh (doc
 
 import kcache  # noqa: E402
 from kcache import arch as kc_arch  # noqa: E402
-from kcache.dispatcher import (CompileForError, _compat, compile_for,  # noqa: E402
+from kcache.dispatcher import (CompileForError, compile_for,  # noqa: E402
                                compile_for_report, parse_cc)
+from kcache.dispatcher.frontends.numba_cuda import compiling as _nc_compiling  # noqa: E402
+from kcache.dispatcher.frontends.numba_cuda import internals as _nc_internals  # noqa: E402
+from kcache.dispatcher.frontends.numba_cuda import signatures as _nc_signatures  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
@@ -66,7 +69,7 @@ def test_examples_round_trip_for_each_cc(store):
 
 def _rebuild(entry, sig, cc):
     from kcache.dispatcher.kernel_entry import entry_to_kernel
-    return entry_to_kernel(entry, _compat.normalize_signature(sig), kc_arch.full_cc(cc),
+    return entry_to_kernel(entry, _nc_signatures.normalize_signature(sig), kc_arch.full_cc(cc),
                            extensions=[])
 
 
@@ -193,7 +196,10 @@ _CHILD = textwrap.dedent("""
     #    after, and make every pickle-family loader raise).
     import pickle, marshal
     import kcache.dispatcher
-    from kcache.dispatcher import _compat, install
+    from kcache.dispatcher import install
+    from kcache.dispatcher.frontends.numba_cuda import compiling as _nc_compiling
+    from kcache.dispatcher.frontends.numba_cuda import internals as _nc_internals
+    from kcache.dispatcher.frontends.numba_cuda import signatures as _nc_signatures
     from numba.cuda.target import CUDATargetContext, CUDATypingContext
 
     def forbidden(*a, **k):
@@ -212,10 +218,10 @@ _CHILD = textwrap.dedent("""
     pickle.Unpickler = forbidden
     before = pickle_family()
     # A GPU would report its cc and bind the cubin; stand in for both.
-    _compat.current_cc = lambda: (9, 0)
-    _compat.Kernel.bind = lambda self: None
+    _nc_signatures.current_cc = lambda: (9, 0)
+    _nc_internals.Kernel.bind = lambda self: None
     for kernel, sigs in kernels.SIGNATURES.items():
-        k = kernel.compile(_compat.normalize_signature(sigs[0]))
+        k = kernel.compile(_nc_signatures.normalize_signature(sigs[0]))
         s = kernel.stats
         cubin = k._codelibrary._cubin_cache[(9, 0, "a")].code
         out[kernel.py_func.__name__] = {"hits": sum(s.cache_hits.values()),
@@ -280,8 +286,8 @@ def test_unwritable_root_is_an_error(tmp_path, monkeypatch):
     store = kcache.Store(tmp_path / "afile" / "sub")  # ENOTDIR even for root
     kernel, sig = _scaled_add()
     compiles = []
-    real_compile = _compat.compile_kernel
-    monkeypatch.setattr(_compat, "compile_kernel",
+    real_compile = _nc_compiling.compile_kernel
+    monkeypatch.setattr(_nc_compiling, "compile_kernel",
                         lambda *a: compiles.append(a) or real_compile(*a))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the store's own "cannot write" warning

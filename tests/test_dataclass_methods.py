@@ -1,6 +1,6 @@
-"""Dataclasses whose methods are written out (kcache.entry.Entry, kcache.config.Settings,
-kcache.dispatcher.fingerprint.Fingerprint: every process that defines a kernel imports them,
-and generating the methods costs ~2.5 ms of exec): they must behave exactly as the methods
+"""Dataclasses whose methods are written out (kcache.entry.Entry, kcache.config.Settings:
+every process that defines a kernel imports them, and generating the methods costs ~2.5 ms
+of exec): they must behave exactly as the methods
 dataclasses generates, which this checks against a dataclass made from the same fields.
 Adding a field without writing it into the methods fails here."""
 import dataclasses
@@ -11,9 +11,6 @@ import pytest
 
 from kcache.config import Settings
 from kcache.entry import Entry
-
-pytest.importorskip("numba.cuda")
-from kcache.dispatcher.fingerprint import Fingerprint  # noqa: E402
 
 
 def generated(cls):
@@ -33,8 +30,6 @@ CASES = [
              ((), {"artifacts": {}, "meta": None})]),
     (Settings, [((), SETTINGS), ((), dict(SETTINGS, max_entry_size=5, config={"shared": True})),
                 (tuple(SETTINGS.values()) + (7, 8.0, 9.0, {"a": 1}), {})]),
-    (Fingerprint, [(("d",), {}), (("d", {"code": "x"}, ["why"], {"m.f": ("l",)}), {}),
-                   ((), {"digest": "e", "lines": {}})]),
 ]
 
 

@@ -1,7 +1,7 @@
 """KCacheDispatcher's compile path on a machine without a GPU.
 
 ``fake_gpu(cc)`` stands in for the device where numba-cuda asks it for its cc
-(``_compat.offline_target``) and replaces ``_Kernel.bind`` (which loads the cubin into a CUDA
+(the bridge's ``offline_target``) and replaces ``_Kernel.bind`` (which loads the cubin into a CUDA
 context) by a cubin build, so ``KCacheDispatcher.compile`` runs its real miss and hit paths:
 key, store lookup, single-flight compile, entry encoding, rebuild from the entry. Other test
 modules import ``fake_gpu`` from here.
@@ -15,7 +15,11 @@ pytest.importorskip("numba.cuda")
 pytestmark = pytest.mark.compat  # runs in every leg of tests/compat/run.sh (docs/compat.md)
 
 import kcache  # noqa: E402
-from kcache.dispatcher import _compat  # noqa: E402
+from kcache.dispatcher.frontends.numba_cuda import internals as _nc_internals
+from kcache.dispatcher.frontends.numba_cuda import offline as _nc_offline
+from kcache.dispatcher.frontends.numba_cuda import patching as _nc_patching
+from kcache.dispatcher.frontends.numba_cuda import rebuild as _nc_rebuild
+from kcache.dispatcher.frontends.numba_cuda import signatures as _nc_signatures
 
 
 
@@ -29,9 +33,9 @@ def fake_gpu(cc=(9, 0)):
         bound.append(self)
         self._codelibrary.get_cubin()  # what bind() forces: codegen down to a cubin
 
-    with _compat.offline_target(cc):
-        mp.setattr(_compat, "current_cc", lambda: tuple(cc))
-        mp.setattr(_compat.Kernel, "bind", bind)
+    with _nc_offline.offline_target(cc):
+        mp.setattr(_nc_signatures, "current_cc", lambda: tuple(cc))
+        mp.setattr(_nc_internals.Kernel, "bind", bind)
         try:
             yield bound
         finally:
@@ -92,8 +96,8 @@ def test_a_served_kernel_is_what_this_numba_cuda_builds(store):
     for field in ("launch_config_sensitive", "shared_memory_carveout", "cooperative"):
         assert hasattr(served, field) == hasattr(compiled, field), field
         assert getattr(served, field, None) == getattr(compiled, field, None), field
-    assert hasattr(compiled, "launch_config_sensitive") == _compat.LAUNCH_CONFIGS
-    assert _compat.current_launch_config() is None  # no launch under way
+    assert hasattr(compiled, "launch_config_sensitive") == _nc_internals.LAUNCH_CONFIGS
+    assert _nc_signatures.current_launch_config() is None  # no launch under way
 
 
 def test_a_launch_config_sensitive_entry_is_refused_without_launch_configs(store, monkeypatch):
@@ -101,12 +105,12 @@ def test_a_launch_config_sensitive_entry_is_refused_without_launch_configs(store
     sig = (types.float32[::1],)
     with fake_gpu((9, 0)):
         kernel = _kernels(store).compile(sig)
-        state = _compat.kernel_state(kernel, (9, 0, "a"))
+        state = _nc_rebuild.kernel_state(kernel, (9, 0, "a"))
     state["launch_config_sensitive"] = True
-    monkeypatch.setattr(_compat, "LAUNCH_CONFIGS", False)
+    monkeypatch.setattr(_nc_internals, "LAUNCH_CONFIGS", False)
     with pytest.raises(ValueError, match="launch-config sensitive"):
-        _compat.rebuild_kernel(state, sig, (9, 0, "a"), extensions=[], exceptions={})
-    assert _compat.launch_config_key(None, None) == _compat.NO_LAUNCH_CONFIG
+        _nc_rebuild.rebuild_kernel(state, sig, (9, 0, "a"), extensions=[], exceptions={})
+    assert _nc_patching.launch_config_key(None, None) == _nc_internals.NO_LAUNCH_CONFIG
 
 
 SCALE = 2.0  # read by _scaled's kernel: a test rebinds it
@@ -231,7 +235,7 @@ def test_eager_signature_goes_through_the_store(store):
     assert isinstance(k, KCacheDispatcher) and k.specialized
     assert sum(k.stats.cache_misses.values()) == 1
     assert sum(k2.stats.cache_hits.values()) == 1
-    assert isinstance(cuda.jit(body), _compat.CUDADispatcher)
+    assert isinstance(cuda.jit(body), _nc_internals.CUDADispatcher)
 
 
 def test_uncacheable_kernel_runs_uncached_and_explains(store):
@@ -359,7 +363,7 @@ def test_driver_refusing_the_cached_cubin(store, monkeypatch, ptx_loads):
     counted as a miss, uncached with the reason, no error."""
     from numba.cuda import types
 
-    from kcache.dispatcher import dispatcher as dispatcher_mod
+    from kcache.dispatcher.frontends.numba_cuda import dispatcher as dispatcher_mod
     sig = (types.float32[::1],)
     with fake_gpu((9, 0)):
         _kernels(store).compile(sig)  # the entry
@@ -373,7 +377,7 @@ def test_driver_refusing_the_cached_cubin(store, monkeypatch, ptx_loads):
 
     monkeypatch.setattr(dispatcher_mod, "entry_to_kernel", entry_to_kernel)
     with fake_gpu((9, 0)) as bound:
-        fake_bind = _compat.Kernel.bind
+        fake_bind = _nc_internals.Kernel.bind
 
         def refusing_bind(self):
             use = rebuilt.get(id(self))
@@ -382,7 +386,7 @@ def test_driver_refusing_the_cached_cubin(store, monkeypatch, ptx_loads):
             fake_bind(self)
 
         inner = pytest.MonkeyPatch()  # undone before fake_gpu restores numba-cuda's bind
-        inner.setattr(_compat.Kernel, "bind", refusing_bind)
+        inner.setattr(_nc_internals.Kernel, "bind", refusing_bind)
         try:
             k = _kernels(store)
             with pytest.warns(Warning) as warned:

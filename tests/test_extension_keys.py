@@ -297,7 +297,9 @@ _STABLE_CHILD = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
 import kcache
-from kcache.dispatcher import _compat
+from kcache.dispatcher.frontends.numba_cuda import internals as _nc_internals
+from kcache.dispatcher.frontends.numba_cuda import offline as _nc_offline
+from kcache.dispatcher.frontends.numba_cuda import registries as _nc_registries
 from kcache.dispatcher.components import kernel_components
 from numba.cuda import types
 import usemeth
@@ -308,8 +310,8 @@ def key():
         toolchain={}, config={}))
 
 before = key()
-_compat.Kernel.bind = lambda self: None  # compiled down to LLVM, never loaded: no GPU
-with _compat.offline_target((9, 0)):
+_nc_internals.Kernel.bind = lambda self: None  # compiled down to LLVM, never loaded: no GPU
+with _nc_offline.offline_target((9, 0)):
     usemeth.kern.compile((types.float32[::1], types.float32[::1]))
 after = key()
 import ext2  # a new user registration after the first key is seen too
@@ -364,10 +366,13 @@ def test_compiling_registers_nothing_that_changes_later_keys(tmp_path):
 
 def test_the_registries_read_are_those_the_cuda_contexts_install():
     # An upgrade of numba-cuda that installs another registry must fail here, not leave a
-    # stale-kernel hole (dispatcher/_compat.py, _TYPING_REGISTRIES / _LOWERING_REGISTRIES).
-    from kcache.dispatcher import _compat
+    # stale-kernel hole (dispatcher/frontends/numba_cuda/registries.py, _TYPING_REGISTRIES /
+    # _LOWERING_REGISTRIES).
+    from kcache.dispatcher.frontends.numba_cuda import internals as _nc_internals
+    from kcache.dispatcher.frontends.numba_cuda import offline as _nc_offline
+    from kcache.dispatcher.frontends.numba_cuda import registries as _nc_registries
 
-    known, installed = _compat.known_and_installed_registries()
+    known, installed = _nc_registries.known_and_installed_registries()
     missing = [name for name, registry in installed if id(registry) not in known]
     assert not missing
     assert len(installed) >= 40

@@ -44,15 +44,15 @@ def test_part_names():
 def test_a_first_fingerprint_keeps_no_analysis_of_its_code():
     # Most functions are fingerprinted once (a kernel's first lookup): neither the result nor
     # its code's analysis is kept then; the second fingerprint keeps both, with the same digest.
-    from kcache.dispatcher import fingerprint as fp_module
+    from kcache.dispatcher.fingerprint import code as fp_code
 
     def f(out):
         out[0] = LIMIT
 
     first = fingerprint(f)
-    assert f.__code__ not in fp_module._code_info
+    assert f.__code__ not in fp_code._code_info
     second = fingerprint(f)
-    assert f.__code__ in fp_module._code_info
+    assert f.__code__ in fp_code._code_info
     assert second.digest == first.digest and second.parts == first.parts
 
 

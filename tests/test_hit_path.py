@@ -54,7 +54,9 @@ KERNEL_CHILD = """
     import kcache
     kcache.install("cache")
     from numba import cuda, types
-    from kcache.dispatcher import _compat
+    from kcache.dispatcher.frontends.numba_cuda import internals as _nc_internals
+    from kcache.dispatcher.frontends.numba_cuda import offline as _nc_offline
+    from kcache.dispatcher.frontends.numba_cuda import signatures as _nc_signatures
     from kcache.dispatcher.dispatcher import Options
     from kcache.stats import _FLUSHER
 
@@ -74,9 +76,9 @@ KERNEL_CHILD = """
                 f.write(change[2])
         else:
             os.environ[change[0]] = change[1]
-    with _compat.offline_target((9, 0)):
-        _compat.current_cc = lambda: (9, 0)
-        _compat.Kernel.bind = lambda self: self._codelibrary.get_cubin()
+    with _nc_offline.offline_target((9, 0)):
+        _nc_signatures.current_cc = lambda: (9, 0)
+        _nc_internals.Kernel.bind = lambda self: self._codelibrary.get_cubin()
         k.compile((types.float32[::1],))
     used = Options._default_store
     print(json.dumps({"early": str(early.root) if early else None,
@@ -142,15 +144,17 @@ BAD_THEN = """
     import kcache
     kcache.install("cache")
     from numba import cuda, types
-    from kcache.dispatcher import _compat
+    from kcache.dispatcher.frontends.numba_cuda import internals as _nc_internals
+    from kcache.dispatcher.frontends.numba_cuda import offline as _nc_offline
+    from kcache.dispatcher.frontends.numba_cuda import signatures as _nc_signatures
     with warnings.catch_warnings(record=True) as at_definition:
         @cuda.jit(cache=True)
         def k(a):
             a[0] = 1
     os.environ["KCACHE_MAX_SIZE"] = os.environ["THEN"]
-    with warnings.catch_warnings(record=True) as at_call, _compat.offline_target((9, 0)):
-        _compat.current_cc = lambda: (9, 0)
-        _compat.Kernel.bind = lambda self: self._codelibrary.get_cubin()
+    with warnings.catch_warnings(record=True) as at_call, _nc_offline.offline_target((9, 0)):
+        _nc_signatures.current_cc = lambda: (9, 0)
+        _nc_internals.Kernel.bind = lambda self: self._codelibrary.get_cubin()
         k.compile((types.float32[::1],))
     print(json.dumps({"definition": [str(w.message) for w in at_definition],
                       "call": [str(w.message) for w in at_call],

@@ -13,7 +13,9 @@ pytestmark = pytest.mark.compat  # runs in every leg of tests/compat/run.sh (doc
 
 from numba import cuda  # noqa: E402
 
-from kcache.dispatcher import KCacheDispatcher, _compat, install, installed, uninstall  # noqa: E402
+from kcache.dispatcher import KCacheDispatcher, install, installed, uninstall  # noqa: E402
+from kcache.dispatcher.frontends.numba_cuda import internals as _nc_internals
+from kcache.dispatcher.frontends.numba_cuda import patching as _nc_patching
 
 REPO = Path(__file__).resolve().parents[1]
 # The line of kcache-hook.pth (installed into site-packages by setup.py).
@@ -34,21 +36,21 @@ def _kernel(**kw):
 
 def test_install_cache_mode_routes_cache_true_only(restore):
     install()
-    assert _compat.is_patched()
+    assert _nc_patching.is_patched()
     assert installed() == "cache"
     assert isinstance(_kernel(cache=True), KCacheDispatcher)
     plain = _kernel()
-    assert type(plain) is _compat.CUDADispatcher
+    assert type(plain) is _nc_internals.CUDADispatcher
     device = cuda.jit(device=True, cache=True)(lambda x: x)
-    assert type(device) is _compat.CUDADispatcher
+    assert type(device) is _nc_internals.CUDADispatcher
     assert type(device._cache).__name__ == "NullCache"  # no numba-cuda pickle cache either
     uninstall()
     assert installed() is None
-    restored = _compat.CUDADispatcher.__dict__["enable_caching"]
-    assert not _compat.is_patched()
+    restored = _nc_internals.CUDADispatcher.__dict__["enable_caching"]
+    assert not _nc_patching.is_patched()
     assert restored.__qualname__ == "CUDADispatcher.enable_caching"  # numba-cuda's own
     again = _kernel(cache=True)
-    assert type(again) is _compat.CUDADispatcher
+    assert type(again) is _nc_internals.CUDADispatcher
     assert type(again._cache).__name__ == "CUDACache"
 
 
@@ -57,7 +59,7 @@ def test_install_all_mode_routes_every_kernel(restore):
     k = _kernel()
     assert isinstance(k, KCacheDispatcher) and k._kcache.cache_key == "r1"
     assert isinstance(_kernel(cache=True), KCacheDispatcher)
-    assert type(cuda.jit(device=True)(lambda x: x)) is _compat.CUDADispatcher
+    assert type(cuda.jit(device=True)(lambda x: x)) is _nc_internals.CUDADispatcher
 
 
 def test_kcache_jit_keeps_its_own_settings_under_mode_all(restore, tmp_path):
@@ -83,7 +85,7 @@ def test_kcache_jit_does_not_leak_into_numba_jit():
     from kcache.dispatcher import jit
     assert isinstance(jit(lambda a: None), KCacheDispatcher)
     k = _kernel(cache=True)  # patch applied by kcache.jit, but inert outside it
-    assert type(k) is _compat.CUDADispatcher and type(k._cache).__name__ == "CUDACache"
+    assert type(k) is _nc_internals.CUDADispatcher and type(k._cache).__name__ == "CUDACache"
 
 
 _CHILD = textwrap.dedent("""

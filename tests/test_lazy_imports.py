@@ -37,7 +37,9 @@ CHILD = """
     import numba.cuda
     from numba import cuda, types
     import kcache._hook                   # KCACHE_ENABLE=1: installs now, as the .pth does
-    from kcache.dispatcher import _compat
+    from kcache.dispatcher.frontends.numba_cuda import internals as _nc_internals
+    from kcache.dispatcher.frontends.numba_cuda import offline as _nc_offline
+    from kcache.dispatcher.frontends.numba_cuda import signatures as _nc_signatures
     after_import = sorted(sys.modules)
 
     @cuda.jit(cache=True)
@@ -49,9 +51,9 @@ CHILD = """
     from kcache.dispatcher.dispatcher import Options
     Options._default_store.get("ab" * 32)  # a miss read: no write, no lock
     if os.environ.get("CALL"):            # compile (fill) or serve (hit) through a fake GPU
-        with _compat.offline_target((9, 0)):
-            _compat.current_cc = lambda: (9, 0)
-            _compat.Kernel.bind = lambda self: self._codelibrary.get_cubin()
+        with _nc_offline.offline_target((9, 0)):
+            _nc_signatures.current_cc = lambda: (9, 0)
+            _nc_internals.Kernel.bind = lambda self: self._codelibrary.get_cubin()
             k.compile((types.float32[::1],))
     print(json.dumps({"after_import": after_import, "served": sorted(sys.modules),
                       "hits": k.stats.cache_hits[(types.float32[::1],)] if os.environ.get("CALL") else 0,
@@ -76,7 +78,7 @@ def imported(modules, names):
 def test_import_with_the_hook_leaves_the_store_and_key_for_the_first_kernel(tmp_path):
     res = child(tmp_path)
     assert res["installed"] == "cache"
-    assert imported(res["after_import"], ("kcache.store", "kcache.dispatcher.dispatcher",
+    assert imported(res["after_import"], ("kcache.store", "kcache.dispatcher.frontends.numba_cuda.dispatcher",
                                           "kcache.dispatcher.fingerprint", "msgpack",
                                           *NOT_ON_A_HIT)) == []
     assert "kcache.store" in res["served"]  # the first cached kernel opened it

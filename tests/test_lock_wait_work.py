@@ -115,13 +115,15 @@ def test_a_dispatcher_waiting_for_another_process_readies_its_compiler_once(root
     from numba import cuda
     from numba.cuda import types
 
-    from kcache.dispatcher import _compat, dispatcher as D
+    from kcache.dispatcher import dispatcher as D
+    from kcache.dispatcher import process
+    from kcache.dispatcher.frontends.numba_cuda import compiling as _nc_compiling
     from kcache.dispatcher import jit
     from test_dispatcher_fakegpu import fake_gpu
 
     store = Store(root, lock_timeout=WAIT)
     readied, waits, release = [], [], []
-    real_warm, real_ready = _compat.warm_compiler, D.KCacheDispatcher._kcache_ready_compiler
+    real_warm, real_ready = _nc_compiling.warm_compiler, D.KCacheDispatcher._kcache_ready_compiler
 
     def warm(targetoptions):
         real_warm(targetoptions)  # the real work: it must compile with the process's settings
@@ -132,10 +134,10 @@ def test_a_dispatcher_waiting_for_another_process_readies_its_compiler_once(root
         real_ready(self)
         os.write(release[-1], b"x")  # the holder gives up its lock, having published nothing
 
-    monkeypatch.setattr(_compat, "warm_compiler", warm)
+    monkeypatch.setattr(_nc_compiling, "warm_compiler", warm)
     monkeypatch.setattr(D.KCacheDispatcher, "_kcache_ready_compiler", ready)
-    monkeypatch.setattr(D, "_compiler_readied", [False])
-    monkeypatch.setitem(D._process_counts, "compiles", 0)
+    monkeypatch.setattr(process.STATE, "compiler_readied", False)
+    monkeypatch.setitem(process.STATE.counts, "compiles", 0)
 
     def kernel(n):
         @jit(store=store, lto=False)

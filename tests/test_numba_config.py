@@ -13,7 +13,8 @@ import pytest
 pytest.importorskip("numba.cuda")
 
 import kcache  # noqa: E402
-from kcache.dispatcher import _compat, numba_config  # noqa: E402
+from kcache.dispatcher import numba_config  # noqa: E402
+from kcache.dispatcher.frontends.numba_cuda import signatures as _nc_signatures
 from kcache.dispatcher.components import kernel_components  # noqa: E402
 from kcache.dispatcher.misses import diff_components  # noqa: E402
 
@@ -29,7 +30,7 @@ def _config_modules():
     """Every module numba-cuda reads settings from (one object when numba is installed)."""
     import numba.cuda.core.config as cuda_config
 
-    modules = {id(cuda_config): cuda_config, id(_compat.numba_config()): _compat.numba_config()}
+    modules = {id(cuda_config): cuda_config, id(_nc_signatures.numba_config()): _nc_signatures.numba_config()}
     try:
         import numba.core.config as core_config
     except ImportError:
@@ -40,7 +41,7 @@ def _config_modules():
 
 
 def test_every_config_variable_of_the_installed_numba_is_classified():
-    # numba-cuda adds variables when these modules are imported; _compat imports them.
+    # numba-cuda adds variables when these modules are imported; the bridge imports them.
     import numba.cuda.cudadrv.nvrtc  # noqa: F401
     import numba.cuda.debuginfo  # noqa: F401
     import numba.cuda.memory_management.nrt  # noqa: F401
@@ -89,7 +90,7 @@ def test_the_variables_of_older_numbas_are_classified(name):
     ("USE_LEGACY_TYPE_SYSTEM", 1, 0), ("CAPTURED_ERRORS", "new_style", "old_style")])
 def test_a_switch_is_in_the_key_only_away_from_its_default(monkeypatch, name, default, changed):
     kern = _kernel()
-    config = _compat.numba_config()
+    config = _nc_signatures.numba_config()
     monkeypatch.delattr(config, name, raising=False)
     absent = _components(kern)
     assert name not in absent["config"]
@@ -131,7 +132,7 @@ CHANGED = {
 def test_each_code_changing_variable_changes_the_key(monkeypatch):
     assert set(CHANGED) == set(numba_config.IN_KEY)
     kern = _kernel()
-    config = _compat.numba_config()
+    config = _nc_signatures.numba_config()
     base = _components(kern)
     for name, value in CHANGED.items():
         if isinstance(value, bool) and base["config"][name] is value:
@@ -147,7 +148,7 @@ def test_each_code_changing_variable_changes_the_key(monkeypatch):
 
 def test_variables_outside_the_key_keep_it(monkeypatch):
     kern = _kernel()
-    config = _compat.numba_config()
+    config = _nc_signatures.numba_config()
     base = kcache.make_key(_components(kern))
     for name in ("DUMP_ASSEMBLY", "CUDA_LOW_OCCUPANCY_WARNINGS", "CUDA_NRT_STATS",
                  "CUDA_DEFAULT_PTX_CC", "CUDA_LOG_LEVEL"):
@@ -156,7 +157,7 @@ def test_variables_outside_the_key_keep_it(monkeypatch):
 
 
 def test_nrt_flag_values_are_normalised(monkeypatch):
-    config = _compat.numba_config()
+    config = _nc_signatures.numba_config()
     monkeypatch.setattr(config, "CUDA_ENABLE_NRT", 1)
     assert numba_config.config_component()["CUDA_ENABLE_NRT"] is True
     monkeypatch.setattr(config, "CUDA_ENABLE_NRT", 0)

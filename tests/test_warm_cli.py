@@ -251,13 +251,14 @@ def test_eager_kernels_compile_to_the_keys_a_gpu_process_uses(tmp_path):
     code = textwrap.dedent(f"""
         import json, sys
         sys.path.insert(0, {str(tmp_path / 'proj')!r})
-        from kcache.dispatcher import discover, _compat
+        from kcache.dispatcher import discover
+        from kcache.dispatcher.frontends.numba_cuda import eager as _nc_eager
         from kcache.dispatcher.dispatcher import kernel_key
         ref = discover.ModuleRef("mypkg.kernels", None, "t")
         mod = discover.import_module(ref, (9, 0))
         keys = []
         for k in discover.kernels_of(mod):
-            for sig in _compat.eager_signatures(k.dispatcher):
+            for sig in _nc_eager.eager_signatures(k.dispatcher):
                 for cc in ((8, 0), (9, 0)):
                     keys.append(kernel_key(k.dispatcher, sig, cc, None, None)[0])
         print(json.dumps(keys))

@@ -31,16 +31,18 @@ RUN_EXAMPLES = textwrap.dedent(f"""
     import numpy as np
     import kcache
     kcache.install("cache")
-    from kcache.dispatcher import _compat
-    _compat.current_cc = lambda: (9, 0)
-    _compat.Kernel.bind = lambda self: self._codelibrary.get_cubin()
+    from kcache.dispatcher.frontends.numba_cuda import internals as _nc_internals
+    from kcache.dispatcher.frontends.numba_cuda import offline as _nc_offline
+    from kcache.dispatcher.frontends.numba_cuda import signatures as _nc_signatures
+    _nc_signatures.current_cc = lambda: (9, 0)
+    _nc_internals.Kernel.bind = lambda self: self._codelibrary.get_cubin()
     from examples import kernels
     x = np.zeros(256, np.float32)
     launches = [(kernels.scaled_add, (x, x, x)), (kernels.clamp_square, (np.zeros(256),)),
                 (kernels.block_sum, (x, x))]
     print("ready", flush=True)
     sys.stdin.readline()  # start together with the other processes
-    with _compat.offline_target((9, 0)):
+    with _nc_offline.offline_target((9, 0)):
         for disp, args in launches:
             disp.compile(tuple(disp.typeof_pyval(a) for a in args))  # what a launch calls
             disp.compile(tuple(disp.typeof_pyval(a) for a in args))  # in memory: not again

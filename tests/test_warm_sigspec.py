@@ -15,7 +15,8 @@ pytestmark = pytest.mark.compat  # runs in every leg of tests/compat/run.sh (doc
 from numba.cuda import types as T  # noqa: E402
 from numba.cuda.np.numpy_support import from_dtype  # noqa: E402
 
-from kcache.dispatcher import _compat, sigfile, sigspec  # noqa: E402
+from kcache.dispatcher import sigfile, sigspec  # noqa: E402
+from kcache.dispatcher.frontends.numba_cuda import signatures as _nc_signatures
 
 PACKED = from_dtype(np.dtype([("a", np.int8), ("b", np.float64)]))
 ALIGNED = from_dtype(np.dtype([("a", np.int8), ("b", np.float64)], align=True))
@@ -39,10 +40,10 @@ def test_round_trip_gives_equal_types(t):
     assert text.startswith("void(")
     assert sigspec.parse_signature(text) == argtypes
     # numba-cuda itself reads the text to the same types (what numba.cuda.jit(text) does)
-    assert _compat.normalize_signature(text) == argtypes
+    assert _nc_signatures.normalize_signature(text) == argtypes
     # and the key component (repr of the types) inverts exactly, except where numba's repr
     # is not a constructor call (a record field title is printed unquoted): then None.
-    component = _compat.signature_string(argtypes)
+    component = _nc_signatures.signature_string(argtypes)
     expected = None if t is TITLED else argtypes
     assert sigspec.from_signature_component(component) == expected
 
@@ -80,7 +81,7 @@ def test_types_without_a_text_form_are_unexpressible(t):
 ])
 def test_hostile_or_bad_text_is_refused_before_evaluation(text, complaint, monkeypatch):
     evaluated = []
-    monkeypatch.setattr(_compat, "normalize_signature",
+    monkeypatch.setattr(_nc_signatures, "normalize_signature",
                         lambda s: evaluated.append(s) or (_ for _ in ()).throw(TypeError(
                             "a kernel signature must return void")))
     with pytest.raises(ValueError, match=complaint):
@@ -109,7 +110,7 @@ DEEP = {
 @pytest.mark.parametrize("text", DEEP.values(), ids=DEEP.keys())
 def test_deep_or_long_text_is_one_short_error_before_the_parser(text, monkeypatch):
     assert len(text) < sigspec.MAX_SIGNATURE_CHARS
-    monkeypatch.setattr(_compat, "normalize_signature",
+    monkeypatch.setattr(_nc_signatures, "normalize_signature",
                         lambda s: pytest.fail("handed to numba's eval"))
     with pytest.raises(ValueError) as info:
         sigspec.parse_signature(text)

@@ -1,0 +1,4 @@
+"""Front-end bridges: one package per compiler front-end whose kernels kcache serves
+(``numba_cuda/``; ``numba_cuda_mlir/`` next). Each holds every internal of its front-end and
+implements :class:`~kcache.dispatcher.frontends.base.Frontend`; the rest of
+``kcache.dispatcher`` is front-end-generic (docs/dispatcher.md, "Layout")."""

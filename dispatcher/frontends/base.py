@@ -1,0 +1,86 @@
+"""What a front-end bridge provides: the seam between kcache's front-end-generic dispatcher
+code and one compiler front-end (numba-cuda; numba-cuda-mlir next).
+
+A bridge is a package under ``dispatcher/frontends/`` holding every internal of its front-end;
+nothing else in kcache reads a private name of that front-end. Its module ``bridge`` defines
+``FRONTEND``, an object with the attributes and methods below. Importing the bridge module
+imports the front-end's public package only; everything that needs the front-end's internals
+is imported once :meth:`Frontend.refusal` has said it is supported, so that an unsupported
+version costs one warning, never an ImportError.
+"""
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Callable, ContextManager, Protocol
+
+
+class Frontend(Protocol):
+    """A compiler front-end kcache serves kernels of.
+
+    ``name``: the front-end's name as entries record it (``"numba-cuda"``); ``distribution``:
+    its package on PyPI, whose version :meth:`version` reports; ``supported``: the releases
+    that have what the bridge needs (a version specifier, e.g. ``">= 0.26, < 0.31"``).
+    """
+
+    name: str
+    distribution: str
+    supported: str
+
+    def version(self) -> str | None:
+        """The installed front-end's version, or None when unknown."""
+
+    def numba(self) -> ModuleType:
+        """The numba package the front-end compiles with: ``numba.cuda`` for numba-cuda,
+        ``numba_cuda_mlir.numba_cuda`` for numba-cuda-mlir (which vendors it). The generic
+        modules (fingerprint, key components, bytecode reading, extension registries, numba
+        configuration, signature grammar) take numba's modules from here."""
+
+    def refusal(self) -> str | None:
+        """None when the installed front-end has every internal the bridge needs (tested as
+        features, never by version number); else the one line that says it has not, naming
+        the installed and the :attr:`supported` versions. Worked out once per process."""
+
+    def warn_refusal(self) -> bool:
+        """Warn :meth:`refusal`'s line once per process when there is one; True when refused
+        (caching is then off for this front-end: its own jit runs unchanged)."""
+
+    def is_signature(self, obj) -> bool:
+        """True if ``obj`` is an eager signature for the front-end's ``jit`` decorator."""
+
+    def is_kernel_dispatcher(self, obj) -> bool:
+        """True if ``obj`` is a kernel dispatcher of this front-end (kcache's or its own)."""
+
+    def dispatcher_class(self) -> type:
+        """kcache's dispatcher subclass for this front-end: overloads served from the store,
+        compiled on a miss (``compile``), rebuilt from an entry on a hit. Importing it imports
+        the store and the key."""
+
+    def adopt(self, dispatcher, options) -> object:
+        """Turn the front-end's dispatcher into kcache's in place (nothing compiled is lost);
+        ``options``: ``kcache.dispatcher.options.Options``. Returns it."""
+
+    def patch(self, on_enable_caching: Callable, on_init: Callable) -> None:
+        """Install the transparent switch: route the front-end's ``cache=True``
+        (``enable_caching``) to ``on_enable_caching(dispatcher, original)`` and call
+        ``on_init(dispatcher)`` after each new kernel dispatcher. Idempotent."""
+
+    def unpatch(self) -> None:
+        """Uninstall the transparent switch: the front-end's own methods back."""
+
+    def is_patched(self) -> bool:
+        """True while :meth:`patch` is in effect."""
+
+    def offline_target(self, cc) -> ContextManager[tuple]:
+        """A block in which kernels compile for compute capability ``cc`` without a GPU
+        (``compile_for``, ``kcache warm``); yields the full cc tuple."""
+
+    def compile_kernel(self, py_func, argtypes: tuple, targetoptions: dict) -> object:
+        """Compile a kernel exactly as the front-end does on a cache miss."""
+
+    def kernel_state(self, kernel, cc) -> dict:
+        """What an entry keeps of a compiled kernel for full cc ``cc``: the artifacts (cubin,
+        PTX, LTO-IR) unchanged and the plain data the rebuild needs."""
+
+    def rebuild_kernel(self, state: dict, argtypes: tuple, cc, **served) -> object:
+        """A launchable kernel from :meth:`kernel_state`'s ``state``, without the front-end's
+        typing or target context."""

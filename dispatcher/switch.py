@@ -1,0 +1,62 @@
+"""The transparent switch's state, read by the install functions and by the dispatchers they
+make: the mode ``install()`` set ("cache", "all" or None), the options it keeps, and the
+options ``kcache.jit`` gives to the ``numba.cuda.jit(cache=True)`` call it wraps (per thread).
+Its own module so that the dispatcher reads it without importing ``install`` (which imports
+the dispatcher)."""
+from __future__ import annotations
+
+import contextlib
+import threading
+
+class SwitchState:
+    """``mode``: "cache", "all" or None (not installed); ``options``: install()'s arguments (a
+    dict until the first cached kernel makes them an ``Options``), or None; ``local``:
+    per-thread, the options of the ``kcache.jit`` call under way (``local.options``)."""
+
+    __slots__ = ("mode", "options", "local")
+
+    def __init__(self):
+        self.mode = self.options = None
+        self.local = threading.local()
+
+
+#: The one switch of this process.
+STATE = SwitchState()
+
+
+def installed() -> str | None:
+    """The installed mode ("cache" or "all"), or None."""
+    return STATE.mode
+
+
+def set_installed(options, mode) -> None:
+    """Set (or with ``None, None`` clear) what ``install()`` asked for."""
+    STATE.options, STATE.mode = options, mode
+
+
+def installed_options():
+    """What ``install()`` kept: a dict of its arguments, an ``Options``, or None."""
+    return STATE.options
+
+
+def keep_options(made, given) -> None:
+    """Keep ``made`` (an ``Options``) for ``given`` (install()'s dict) when that is still the one
+    installed: one Options (one default store) for every kernel."""
+    if STATE.options is given:
+        STATE.options = made
+
+
+def adopting_options():
+    """The options ``kcache.jit`` gave to this thread's ``numba.cuda.jit`` call, or None."""
+    return getattr(STATE.local, "options", None)
+
+
+@contextlib.contextmanager
+def adopting(options):
+    """While the block runs in this thread, :func:`adopting_options` is ``options``."""
+    previous = getattr(STATE.local, "options", None)
+    STATE.local.options = options
+    try:
+        yield
+    finally:
+        STATE.local.options = previous
