@@ -321,7 +321,7 @@ def _put_failed(store, entry=None) -> str:
 
 def _entry(compiled, full, name, signature, arch, start):
     try:
-        entry = kernel_to_entry(compiled, full, kernel_name=name, signature=signature,
+        entry = kernel_to_entry(FRONTEND, compiled, full, kernel_name=name, signature=signature,
                                 arch=arch, compile_seconds=0.0)
     except NotStorable as exc:
         raise Uncacheable(str(exc)) from exc

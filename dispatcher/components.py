@@ -198,7 +198,7 @@ def prepare_shared(targetoptions: dict | None = None) -> None:
     are remembered by value, so a later change is still seen)."""
     toolchain_shared()
     _config()
-    bypass_reason()  # numba's settings read once: a lookup compares them with these
+    bypass_reason(_nc_signatures.numba_config())  # numba's settings read once: a lookup compares them with these
     # The first read of the extension registries (numba-cuda's own ~800-1,900 registrations,
     # a few ms) is done here too; a key then reads only what was registered since.
     extensions_component()

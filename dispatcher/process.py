@@ -1,6 +1,7 @@
 """The process-wide state of kcache's dispatchers, in one object (:data:`STATE`): counters over
 every kernel, the clock of the lookup being timed and the phases of those done, whether miss
-explanations are on, whether the compiler was readied while another process compiled.
+explanations are on, whether the compiler was readied while another process compiled, the
+default store (``options.Options``) and what ``KCACHE_RECORD`` records (``record``).
 
 Every lookup of an overload (``KCacheDispatcher.compile`` past the in-memory overloads) is
 timed phase by phase with ``perf_counter_ns`` (a few hundred nanoseconds in all), so kcache's
@@ -12,6 +13,7 @@ from __future__ import annotations
 import collections
 import logging
 import os
+import threading
 import time
 
 from kcache.config import ConfigError, parse_bool
@@ -45,9 +47,20 @@ class ProcessState:
     lookups done, as tuples in :class:`LookupClock` field order (text, flag and numbers, which
     the garbage collector stops tracking); ``explain``: misses are explained
     (``KCACHE_EXPLAIN``); ``compiler_readied``: the compiler was readied while another process
-    compiled (``KCacheDispatcher._kcache_ready_compiler``)."""
+    compiled (``KCacheDispatcher._kcache_ready_compiler``).
 
-    __slots__ = ("counts", "clock", "phases", "explain", "compiler_readied")
+    The default store (``options.Options``, under ``store_lock``): ``default_store``, the
+    ``kcache.Store`` (None: not opened yet; False: it could not be, warned); ``opened_early``:
+    ``kcache.config.environment_snapshot`` when ``Options.prepare`` opened it before any
+    kernel call (None otherwise); ``prepared``: ``Options.prepare`` has run.
+
+    ``KCACHE_RECORD`` (``record``): ``record_path``, the file recorded into (None: off);
+    ``recorded``: the (kernel, argument types) already noted; ``record_skipped``:
+    ``{"kernel signature": reason}`` of launches not recorded."""
+
+    __slots__ = ("counts", "clock", "phases", "explain", "compiler_readied", "store_lock",
+                 "default_store", "opened_early", "prepared", "record_path", "recorded",
+                 "record_skipped")
 
     def __init__(self, explain: bool = False):
         self.counts = collections.Counter()
@@ -55,6 +68,13 @@ class ProcessState:
         self.phases: list = []
         self.explain = explain
         self.compiler_readied = False
+        self.store_lock = threading.Lock()
+        self.default_store = None
+        self.opened_early = None
+        self.prepared = False
+        self.record_path: str | None = None
+        self.recorded: set = set()
+        self.record_skipped: dict = {}
 
     def keep_phases(self, clock: LookupClock) -> None:
         """Remember ``clock``'s lookup (the first :data:`PHASES_KEPT` of the process)."""

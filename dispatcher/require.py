@@ -54,17 +54,16 @@ def mode() -> str | None:
     return RAISE
 
 
-def check(dispatcher, argtypes) -> None:
-    """Before ``dispatcher`` compiles ``argtypes`` for a kernel call: raise CacheMissError
-    (RAISE) or warn once per kernel (WARN); nothing when compiles are allowed."""
+def check(frontend, dispatcher, argtypes) -> None:
+    """Before ``dispatcher`` (a kcache dispatcher of ``frontend``, a
+    ``frontends.base.Frontend``) compiles ``argtypes`` for a kernel call: raise
+    CacheMissError (RAISE) or warn once per kernel (WARN); nothing when compiles are
+    allowed."""
     how = mode()
     if how is None:
         return
-    # The bridge is imported here, not with this module: install() imports this module
-    # before it knows whether numba-cuda is supported (support.refusal).
-    from .frontends.numba_cuda import signatures as _nc_signatures
-    cc = _nc_signatures.current_cc()
-    name, shown = dispatcher._kcache_name(), _nc_signatures.signature_display(argtypes)
+    cc = frontend.current_cc()
+    name, shown = dispatcher._kcache_name(), frontend.signature_display(argtypes)
     reason = _reason(dispatcher, argtypes, cc)
     where = f"{name} {shown} for cc {cc[0]}.{cc[1]} ({_arch.arch_name(cc)})"
     if how == WARN:

@@ -29,6 +29,7 @@ from kcache.dispatcher import (CompileForError, compile_for,  # noqa: E402
 from kcache.dispatcher.frontends.numba_cuda import compiling as _nc_compiling  # noqa: E402
 from kcache.dispatcher.frontends.numba_cuda import internals as _nc_internals  # noqa: E402
 from kcache.dispatcher.frontends.numba_cuda import signatures as _nc_signatures  # noqa: E402
+from kcache.dispatcher.frontends.numba_cuda.bridge import FRONTEND  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
@@ -69,8 +70,8 @@ def test_examples_round_trip_for_each_cc(store):
 
 def _rebuild(entry, sig, cc):
     from kcache.dispatcher.kernel_entry import entry_to_kernel
-    return entry_to_kernel(entry, _nc_signatures.normalize_signature(sig), kc_arch.full_cc(cc),
-                           extensions=[])
+    return entry_to_kernel(FRONTEND, entry, _nc_signatures.normalize_signature(sig),
+                           kc_arch.full_cc(cc), extensions=[])
 
 
 @pytest.mark.slow

@@ -57,7 +57,7 @@ KERNEL_CHILD = """
     from kcache.dispatcher.frontends.numba_cuda import internals as _nc_internals
     from kcache.dispatcher.frontends.numba_cuda import offline as _nc_offline
     from kcache.dispatcher.frontends.numba_cuda import signatures as _nc_signatures
-    from kcache.dispatcher.dispatcher import Options
+    from kcache.dispatcher.process import STATE
     from kcache.stats import _FLUSHER
 
     @cuda.jit(cache=True)
@@ -66,7 +66,7 @@ KERNEL_CHILD = """
         if i < a.size:
             a[i] = 2 * a[i]
 
-    early = Options._default_store            # opened when k was defined
+    early = STATE.default_store            # opened when k was defined
     thread_at_definition = _FLUSHER.running
     for change in json.loads(os.environ.get("CHANGES", "[]")):
         if change[0] == "chdir":
@@ -80,7 +80,7 @@ KERNEL_CHILD = """
         _nc_signatures.current_cc = lambda: (9, 0)
         _nc_internals.Kernel.bind = lambda self: self._codelibrary.get_cubin()
         k.compile((types.float32[::1],))
-    used = Options._default_store
+    used = STATE.default_store
     print(json.dumps({"early": str(early.root) if early else None,
                       "used": str(used.root) if used else None, "same": used is early,
                       "layers": [str(p) for p in used.readonly_roots] if used else None,

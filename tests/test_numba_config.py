@@ -159,9 +159,9 @@ def test_variables_outside_the_key_keep_it(monkeypatch):
 def test_nrt_flag_values_are_normalised(monkeypatch):
     config = _nc_signatures.numba_config()
     monkeypatch.setattr(config, "CUDA_ENABLE_NRT", 1)
-    assert numba_config.config_component()["CUDA_ENABLE_NRT"] is True
+    assert numba_config.config_component(config)["CUDA_ENABLE_NRT"] is True
     monkeypatch.setattr(config, "CUDA_ENABLE_NRT", 0)
-    assert numba_config.config_component()["CUDA_ENABLE_NRT"] is False
+    assert numba_config.config_component(config)["CUDA_ENABLE_NRT"] is False
 
 
 KERNELS = """

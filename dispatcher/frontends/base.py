@@ -84,3 +84,27 @@ class Frontend(Protocol):
     def rebuild_kernel(self, state: dict, argtypes: tuple, cc, **served) -> object:
         """A launchable kernel from :meth:`kernel_state`'s ``state``, without the front-end's
         typing or target context."""
+
+    # What the front-end-generic modules ask of the front-end they are handed (issue 33:
+    # they never import a bridge themselves).
+
+    def numba_config(self) -> ModuleType:
+        """The configuration module the front-end reads while compiling (numba's
+        ``core.config``, vendored or not): ``numba_config`` and the key's components read
+        the settings that change code from it."""
+
+    def current_cc(self) -> tuple:
+        """(major, minor) of the current device; never builds a typing or target context
+        (``require`` names it in a refusal)."""
+
+    def signature_display(self, argtypes: tuple) -> str:
+        """Argument types as the front-end prints them, for people (entry
+        ``meta["signature"]``, messages): ``"(array(float32, 1d, C), float32)"``."""
+
+    def uncacheable_reason(self, kernel) -> str | None:
+        """Why a compiled kernel cannot be rebuilt from its artifacts and plain data alone
+        (it holds live Python objects), or None (``kernel_entry.kernel_to_entry``)."""
+
+    def device_overloads(self, dispatcher) -> list:
+        """The compile results a device-function dispatcher holds, one per argument types
+        (``dep_guard`` tells a compile it made from one it reused)."""

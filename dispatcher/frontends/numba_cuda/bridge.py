@@ -76,6 +76,26 @@ class NumbaCuda:
         from . import rebuild
         return rebuild.rebuild_kernel(state, argtypes, cc, **served)
 
+    def numba_config(self):
+        from . import signatures
+        return signatures.numba_config()
+
+    def current_cc(self) -> tuple:
+        from . import signatures
+        return signatures.current_cc()
+
+    def signature_display(self, argtypes: tuple) -> str:
+        from . import signatures
+        return signatures.signature_display(argtypes)
+
+    def uncacheable_reason(self, kernel) -> str | None:
+        from . import compiling
+        return compiling.uncacheable_reason(kernel)
+
+    def device_overloads(self, dispatcher) -> list:
+        from . import compiling
+        return compiling.device_overloads(dispatcher)
+
 
 #: The numba-cuda front-end.
 FRONTEND = NumbaCuda()

@@ -46,6 +46,7 @@ from . import compiling as _compiling
 from . import internals as _internals
 from . import patching as _patching
 from . import signatures as _signatures
+from .bridge import FRONTEND
 
 #: ``dispatcher.stats``: numba-cuda's ``_CompileStats`` fields (cache_path, cache_hits,
 #: cache_misses: Counters per signature) + kcache's: compiles (int), compile_seconds (float,
@@ -124,7 +125,7 @@ class KCacheDispatcher(_internals.CUDADispatcher):
         try:
             kernel = self._kcache_load_or_compile(argtypes, _signatures.current_launch_config())
             self.add_overload(kernel, argtypes)
-            _record.note(self, argtypes)  # KCACHE_RECORD: a signature this program launches
+            _record.note(FRONTEND, self, argtypes)  # KCACHE_RECORD: a signature this program launches
         finally:
             clock.total = _now() - start
             _STATE.keep_phases(clock)
@@ -255,7 +256,7 @@ class KCacheDispatcher(_internals.CUDADispatcher):
                           f"{self._kcache_name()} runs uncached")
             return self._kcache_uncached_build(sig, str(exc))
         _STATE.clock.key += _now() - start
-        bypass = _numba_config.bypass_reason()
+        bypass = _numba_config.bypass_reason(_signatures.numba_config())
         if bypass is not None:
             return self._kcache_bypass(store, key, components, argtypes, cc, bypass)
         start = _now()
@@ -348,7 +349,7 @@ class KCacheDispatcher(_internals.CUDADispatcher):
         the kernels they share; without this each turn paid a fresh process's first-compile
         set-up (0.3-0.6 s) after the previous one's compile instead of during it."""
         if (_STATE.compiler_readied or _STATE.counts["compiles"] or not self._can_compile
-                or _require.mode() is not None or _numba_config.bypass_reason() is not None):
+                or _require.mode() is not None or _numba_config.bypass_reason(_signatures.numba_config()) is not None):
             return
         _STATE.compiler_readied = True
         start = _now()
@@ -378,7 +379,7 @@ class KCacheDispatcher(_internals.CUDADispatcher):
         return kernel
 
     def _kcache_entry(self, kernel, argtypes, cc, seconds):
-        return kernel_to_entry(kernel, _arch.full_cc(cc), kernel_name=self._kcache_name(),
+        return kernel_to_entry(FRONTEND, kernel, _arch.full_cc(cc), kernel_name=self._kcache_name(),
                                signature=_signatures.signature_display(argtypes),
                                arch=_arch.arch_name(cc), compile_seconds=seconds,
                                warnings=getattr(kernel, "_kcache_warnings", None))
@@ -389,11 +390,11 @@ class KCacheDispatcher(_internals.CUDADispatcher):
         as ``_kcache_warnings``, for its entry."""
         if not self._can_compile:
             raise RuntimeError("Compilation disabled")
-        _require.check(self, argtypes)  # KCACHE_REQUIRE_HIT: may refuse (raise) or warn
+        _require.check(FRONTEND, self, argtypes)  # KCACHE_REQUIRE_HIT: may refuse (raise) or warn
         from ... import compile_warnings as _warnings  # a compile's (and a noisy entry's) only
         from ... import dep_guard as _dep_guard
         start = time.perf_counter()
-        with _warnings.captured() as said, _dep_guard.watched(self.py_func) as stale:
+        with _warnings.captured() as said, _dep_guard.watched(FRONTEND, self.py_func) as stale:
             kernel = _compiling.compile_kernel(self.py_func, argtypes, self.targetoptions)
             kernel.bind()  # force codegen so that there is a cubin to store
         kernel._kcache_warnings = _warnings.encode(said, repr(self.py_func))
@@ -434,7 +435,8 @@ class KCacheDispatcher(_internals.CUDADispatcher):
                   "launch_bounds": self.targetoptions.get("launch_bounds")}
         start = _now()
         try:
-            kernel = entry_to_kernel(entry, argtypes, full, extensions=extensions, **served)
+            kernel = entry_to_kernel(FRONTEND, entry, argtypes, full, extensions=extensions,
+                                     **served)
         except Exception as exc:  # whatever a field of an entry makes the rebuild raise: unusable
             # (its text may quote the entry's fields: escaped and cut, kcache.text)
             warn_once("dispatcher-entry", f"kcache: an entry of {self._kcache_name()} cannot "
@@ -459,8 +461,8 @@ class KCacheDispatcher(_internals.CUDADispatcher):
             self._kcache_say_again(entry)
             return kernel, None
         try:
-            kernel = entry_to_kernel(entry, argtypes, full, extensions=extensions, use="ptx",
-                                     **served)
+            kernel = entry_to_kernel(FRONTEND, entry, argtypes, full, extensions=extensions,
+                                     use="ptx", **served)
             kernel.bind()
         except Exception as exc:  # no PTX, or a PTX ISA newer than this driver
             warn_once("dispatcher-ptx", f"kcache: the cached PTX of {self._kcache_name()} "
@@ -486,7 +488,7 @@ class KCacheDispatcher(_internals.CUDADispatcher):
         if kernel is None:
             from ... import dep_guard as _dep_guard
             with _internals.global_compiler_lock, warnings.catch_warnings(), \
-                    _dep_guard.watched(self.py_func):  # notes the device functions it compiles
+                    _dep_guard.watched(FRONTEND, self.py_func):  # notes the device functions it compiles
                 warnings.simplefilter("ignore")
                 kernel = _compiling.compile_kernel(self.py_func, argtypes, self.targetoptions)
             self._kcache_inspected[argtypes] = kernel
