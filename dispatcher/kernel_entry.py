@@ -149,7 +149,8 @@ def marker_entry(*, kernel_name: str, signature: str, arch: str) -> Entry:
 def entry_to_kernel(frontend, entry: Entry, argtypes: tuple, cc, *, extensions, use: str = "cubin",
                     compiled=None, py_func=None, launch_bounds=None):
     """A launchable kernel of ``frontend`` (a ``frontends.base.Frontend``) rebuilt from
-    ``entry`` for full cc ``cc``, without numba's typing or target context. ``use``: "cubin" or "ptx" (driver/nvJitLink link of the PTX);
+    ``entry`` for full cc ``cc``, without numba's typing or target context. ``use``:
+    "cubin" or "ptx" (driver/nvJitLink link of the PTX);
     ``compiled``, ``py_func``, ``launch_bounds``: see ``frontend.rebuild_kernel``.
     Raises NotStorable if the entry lacks a field or an exception class is not loaded."""
     meta = entry.meta

@@ -110,7 +110,8 @@ _OFF = (None, 0, False, "", "none")
 
 def bypass_reason(config) -> str | None:
     """"NUMBA_<NAME> is on (...)" for the first :data:`BYPASS` setting of ``config`` (the
-    module the front-end reads, ``Frontend.numba_config()``) that is on, else None. A setting is off at numba's default:
+    module the front-end reads, ``Frontend.numba_config()``) that is on, else None. A
+    setting is off at numba's default:
     0, False, None, "" or "none" (``DEBUG_PRINT_*``)."""
     # Asked on every lookup: the answer for the same values and module is remembered.
     values = (id(config),) + settings_values(config, BYPASS)

@@ -361,7 +361,10 @@ def test_finding_an_entry_is_not_a_hit(store):
 
 
 def test_cc_forms_and_lists(store):
-    from kcache.dispatcher.aot import _cc_list
+    from kcache.dispatcher.aot import _cc_list as cc_list_of
+
+    def _cc_list(cc):
+        return cc_list_of(FRONTEND, cc)
     assert _cc_list((9, 0, "a")) == [(9, 0)] and _cc_list("sm_90a") == [(9, 0)]
     assert _cc_list(90) == [(9, 0)] and _cc_list([80, 90]) == [(8, 0), (9, 0)]
     assert _cc_list([(8, 0), "9.0a"]) == [(8, 0), (9, 0)]

@@ -56,14 +56,15 @@ def test_only_the_bridges_import_numba():
 
 BRIDGE = "kcache.dispatcher.frontends.numba_cuda"
 #: The entry points that pick the front-end (kcache.jit, install, the package's explain and
-#: first-use checks): they may import the bridge's ``bridge`` module (its FRONTEND), nothing else.
-ENTRY_POINTS = {"__init__.py", "install.py", "jit.py"}
+#: first-use checks, compile_for and check_cc, warm's workers): they may import the bridge's
+#: ``bridge`` module (its FRONTEND) or ``frontends.by_name``, nothing else of a bridge.
+ENTRY_POINTS = {"__init__.py", "install.py", "jit.py", "aot.py", "warm.py"}
 #: Old import paths, kept as plain re-exports of the bridge's modules.
 REEXPORTS = {"_compat.py", "_support.py", "dispatcher.py"}
 #: Generic modules that still import the bridge's modules by name (issue 33, not done yet).
 #: A module leaves this set when it takes the front-end from its caller.
-PENDING = {"aot.py", "components.py", "discover.py", "extensions.py", "fingerprint/walk.py",
-           "keying.py", "replay.py", "sigspec.py", "warm.py"}
+PENDING = {"components.py", "extensions.py", "fingerprint/walk.py", "sigspec.py"}
+FRONTENDS = "kcache.dispatcher.frontends"
 
 
 def imported_names(path: Path) -> list:
@@ -82,7 +83,9 @@ def imported_names(path: Path) -> list:
 
 
 def bridge_imports(path: Path) -> list:
-    return [n for n in imported_names(path) if n == BRIDGE or n.startswith(BRIDGE + ".")]
+    """What ``path`` imports of a bridge: any of ``frontends/`` but the Protocol (base)."""
+    return [n for n in imported_names(path) if n.startswith(FRONTENDS)
+            and not n.startswith(f"{FRONTENDS}.base")]
 
 
 def generic_modules() -> dict:
@@ -103,6 +106,7 @@ def test_generic_modules_are_handed_the_front_end():
                if k not in ENTRY_POINTS | REEXPORTS | PENDING}
     assert {k: v for k, v in generic.items() if v} == {}
     for name in ENTRY_POINTS:  # FRONTEND only: never a module with the front-end's internals
-        assert all(n.startswith(f"{BRIDGE}.bridge") for n in bridge_imports(modules[name])), name
+        assert all(n.startswith((f"{BRIDGE}.bridge", f"{FRONTENDS}.by_name"))
+                   for n in bridge_imports(modules[name])), name
     # the pending list is honest: each of them still imports the bridge (else drop it there)
     assert [k for k in sorted(PENDING) if not bridge_imports(modules[k])] == []

@@ -247,12 +247,13 @@ def test_shared_components_are_read_only_and_keep_the_key(numba_cuda):
     from numba import cuda, types
 
     from kcache.dispatcher.dispatcher import kernel_key
+    from kcache.dispatcher.frontends.numba_cuda.bridge import FRONTEND
 
     @cuda.jit(fastmath=True)  # fastmath=True: options hold a list
     def k(a):
         a[0] = 1
 
-    key, comps = kernel_key(k, (types.float32[::1],), (9, 0))
+    key, comps = kernel_key(FRONTEND, k, (types.float32[::1],), (9, 0))
     shared = [name for name, value in comps.items() if type(value) is CanonicalMap]
     assert {"toolchain", "config", "options", "target"} <= set(shared)
     with pytest.raises(TypeError, match="read-only"):
@@ -270,7 +271,7 @@ def test_shared_components_are_read_only_and_keep_the_key(numba_cuda):
     copied["toolchain"]["numba"] = "0.0"
     assert make_key(copied) != key
     # a second kernel of the process gets the same objects, not copies
-    _key2, comps2 = kernel_key(k, (types.float64[::1],), (9, 0))
+    _key2, comps2 = kernel_key(FRONTEND, k, (types.float64[::1],), (9, 0))
     assert comps2["toolchain"] is comps["toolchain"] and comps2["config"] is comps["config"]
 
 
@@ -287,12 +288,13 @@ def test_put_and_get_with_shared_components(tmp_path, numba_cuda):
     from numba import cuda, types
 
     from kcache.dispatcher.dispatcher import kernel_key
+    from kcache.dispatcher.frontends.numba_cuda.bridge import FRONTEND
 
     @cuda.jit
     def k(a):
         a[0] = 1
 
-    key, comps = kernel_key(k, (types.float32[::1],), (9, 0))
+    key, comps = kernel_key(FRONTEND, k, (types.float32[::1],), (9, 0))
     store = kcache.Store(tmp_path / "cache")
     assert store.put(key, Entry({"cubin": b"\x00" * 8}, {"kernel": "m:k"}), components=comps)
     assert store.header(key).components == _plain(comps)

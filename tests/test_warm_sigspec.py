@@ -244,12 +244,13 @@ def test_shipped_signature_files_parse():
 # --- --cc lists (dispatcher/warm.py: the one place warm parses a cc) --------------------------
 
 def test_cc_list_forms_and_errors():
+    from kcache.dispatcher.frontends.numba_cuda.bridge import FRONTEND
     from kcache.dispatcher.warm import parse_cc_list
-    assert parse_cc_list(["8.0,9.0"]) == [(8, 0), (9, 0)]
-    assert parse_cc_list(["sm_80", "90", "sm_90a", " 9.0 "]) == [(8, 0), (9, 0)]
+    assert parse_cc_list(FRONTEND, ["8.0,9.0"]) == [(8, 0), (9, 0)]
+    assert parse_cc_list(FRONTEND, ["sm_80", "90", "sm_90a", " 9.0 "]) == [(8, 0), (9, 0)]
     with pytest.raises(ValueError, match=r"--cc ninety: not a compute capability"):
-        parse_cc_list(["8.0,ninety"])
+        parse_cc_list(FRONTEND, ["8.0,ninety"])
     with pytest.raises(ValueError, match="empty compute capability"):
-        parse_cc_list(["8.0,"])
+        parse_cc_list(FRONTEND, ["8.0,"])
     with pytest.raises(ValueError, match=r"cc 99\.9 is not supported"):
-        parse_cc_list(["99.9"])
+        parse_cc_list(FRONTEND, ["99.9"])

@@ -108,3 +108,36 @@ class Frontend(Protocol):
     def device_overloads(self, dispatcher) -> list:
         """The compile results a device-function dispatcher holds, one per argument types
         (``dep_guard`` tells a compile it made from one it reused)."""
+
+    def signature_string(self, argtypes: tuple) -> str:
+        """The key's ``signature`` component: the argument types' exact text, naming layout,
+        readonly and alignment (``"(array(float32, 1d, C),)"``)."""
+
+    def normalize_signature(self, sig) -> tuple:
+        """Argument types of ``sig`` (a signature string, a signature object or a tuple of
+        types), as the front-end's ``jit`` reads an eager signature. Raises TypeError for a
+        kernel signature that does not return void."""
+
+    def supported_ccs(self) -> list | None:
+        """The compute capabilities ((major, minor), ascending) the installed toolkit
+        compiles for; None when it cannot be asked (``compile_for``, ``kcache warm --cc``)."""
+
+    #: The ``launch_config`` component of a launch-config-sensitive kernel compiled for no
+    #: launch configuration (an eager compile): what ``kcache warm --replay`` may replay.
+    no_launch_config: object
+
+    def launch_config_key(self, dispatcher, launch_config) -> object:
+        """The front-end's launch-configuration key of ``dispatcher`` for ``launch_config``
+        (None: the key of no launch configuration, :attr:`no_launch_config`)."""
+
+    def deferred_eager_compiles(self) -> ContextManager:
+        """A block in which kernels given eager signatures note them instead of compiling
+        (``kcache warm`` imports the program's modules in one)."""
+
+    def eager_signatures(self, dispatcher) -> list:
+        """The argument types of each eager signature ``dispatcher`` was given (compiled, or
+        noted in :meth:`deferred_eager_compiles`)."""
+
+    def eager_device_functions(self, cc) -> ContextManager:
+        """A block in which the device functions given eager signatures (noted at import)
+        compile for compute capability ``cc`` as they are reached."""

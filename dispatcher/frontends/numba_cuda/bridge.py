@@ -96,6 +96,39 @@ class NumbaCuda:
         from . import compiling
         return compiling.device_overloads(dispatcher)
 
+    def signature_string(self, argtypes: tuple) -> str:
+        from . import signatures
+        return signatures.signature_string(argtypes)
+
+    def normalize_signature(self, sig) -> tuple:
+        from . import signatures
+        return signatures.normalize_signature(sig)
+
+    def supported_ccs(self) -> list | None:
+        from . import signatures
+        return signatures.supported_ccs()
+
+    @property
+    def no_launch_config(self):
+        from . import internals
+        return internals.NO_LAUNCH_CONFIG
+
+    def launch_config_key(self, dispatcher, launch_config):
+        from . import patching
+        return patching.launch_config_key(dispatcher, launch_config)
+
+    def deferred_eager_compiles(self):
+        from . import eager
+        return eager.deferred_eager_compiles()
+
+    def eager_signatures(self, dispatcher) -> list:
+        from . import eager
+        return eager.eager_signatures(dispatcher)
+
+    def eager_device_functions(self, cc):
+        from . import eager
+        return eager.eager_device_functions(cc)
+
 
 #: The numba-cuda front-end.
 FRONTEND = NumbaCuda()

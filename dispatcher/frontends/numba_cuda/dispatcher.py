@@ -45,6 +45,7 @@ from ...process import explain_enabled, kernel_name, log_explanations
 from . import compiling as _compiling
 from . import internals as _internals
 from . import patching as _patching
+from . import rebuild as _rebuild  # noqa: F401  (a hit rebuilds: imported now, not on a hit)
 from . import signatures as _signatures
 from .bridge import FRONTEND
 
@@ -125,7 +126,8 @@ class KCacheDispatcher(_internals.CUDADispatcher):
         try:
             kernel = self._kcache_load_or_compile(argtypes, _signatures.current_launch_config())
             self.add_overload(kernel, argtypes)
-            _record.note(FRONTEND, self, argtypes)  # KCACHE_RECORD: a signature this program launches
+            # KCACHE_RECORD: a signature this program launches
+            _record.note(FRONTEND, self, argtypes)
         finally:
             clock.total = _now() - start
             _STATE.keep_phases(clock)
@@ -215,8 +217,8 @@ class KCacheDispatcher(_internals.CUDADispatcher):
         known = self._kcache_keys.get(memo)
         if known is None:
             # Into a local first: another thread may forget the entry's components meanwhile.
-            known = kernel_key_encoded(self, argtypes, cc, launch_config,
-                                        self._kcache.cache_key, store)
+            known = kernel_key_encoded(FRONTEND, self, argtypes, cc, launch_config,
+                                       self._kcache.cache_key, store)
             known = self._kcache_keys.setdefault(memo, known)
         key, components, encoded = known
         if components is None:  # a served signature's: decoded from their encoding
@@ -349,7 +351,8 @@ class KCacheDispatcher(_internals.CUDADispatcher):
         the kernels they share; without this each turn paid a fresh process's first-compile
         set-up (0.3-0.6 s) after the previous one's compile instead of during it."""
         if (_STATE.compiler_readied or _STATE.counts["compiles"] or not self._can_compile
-                or _require.mode() is not None or _numba_config.bypass_reason(_signatures.numba_config()) is not None):
+                or _require.mode() is not None
+                or _numba_config.bypass_reason(_signatures.numba_config()) is not None):
             return
         _STATE.compiler_readied = True
         start = _now()
@@ -488,7 +491,7 @@ class KCacheDispatcher(_internals.CUDADispatcher):
         if kernel is None:
             from ... import dep_guard as _dep_guard
             with _internals.global_compiler_lock, warnings.catch_warnings(), \
-                    _dep_guard.watched(FRONTEND, self.py_func):  # notes the device functions it compiles
+                    _dep_guard.watched(FRONTEND, self.py_func):  # notes the device functions
                 warnings.simplefilter("ignore")
                 kernel = _compiling.compile_kernel(self.py_func, argtypes, self.targetoptions)
             self._kcache_inspected[argtypes] = kernel
