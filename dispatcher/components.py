@@ -29,7 +29,6 @@ from .extensions import extensions_component
 from .fingerprint import Uncacheable, digest_of, fingerprint, line_digest, value_digest
 from .numba_config import (IN_KEY, IN_KEY_WHEN_CHANGED, WARNINGS_IN_KEY, bypass_reason,
                            config_component, settings_values)
-from .frontends.numba_cuda import signatures as _nc_signatures
 
 __all__ = [
     "COMPONENTS_FORMAT",
@@ -51,6 +50,7 @@ _BOOL_OPTIONS = frozenset({"debug", "lineinfo", "opt", "fastmath", "forceinline"
 def kernel_components(
     py_func,
     *,
+    frontend,
     signature: str,
     cc: tuple,
     output: str = "cubin",
@@ -62,7 +62,9 @@ def kernel_components(
 ) -> dict:
     """The components dict of one kernel overload (layout in docs/design.md).
 
-    ``py_func``: the kernel's Python function (or its dispatcher); ``signature``: numba's
+    ``py_func``: the kernel's Python function (or its dispatcher); ``frontend``: the
+    ``frontends.base.Frontend`` compiling it (its configuration module and extension
+    registries are read); ``signature``: numba's
     spelling of the argument types, e.g. ``"(array(float32, 1d, C),)"``; ``cc``: compute
     capability in any ``kcache.arch`` form (``(9, 0)``, ``(9, 0, "a")``, ``"sm_90a"``, ``90``;
     9.0 and 9.0a give the same key, as numba-cuda compiles both as ``sm_90a``); ``output``:
@@ -87,7 +89,8 @@ def kernel_components(
     source = dict(fp.parts)
     if options.get("debug") or options.get("lineinfo"):
         source.update(line_parts(fn, fp))
-    extensions, extensions_opaque = extensions_component()
+    extensions, extensions_opaque = extensions_component(frontend.registries())
+    config_module = frontend.numba_config()
     components = {
         "format": COMPONENTS_FORMAT,
         "kernel": f"{fn.__module__}:{fn.__qualname__}",
@@ -97,9 +100,10 @@ def kernel_components(
         "target": _target(cc, output),
         "toolchain": _shared("toolchain", toolchain if toolchain is not None
                              else toolchain_components()),
-        "config": _shared("config", config) if config is not None else _config(),
+        "config": _shared("config", config) if config is not None else _config(config_module),
         "options": _options(targetoptions or {}),
-        "link": link_digests(options["link"]) if options.get("link") else {},
+        "link": link_digests(options["link"], _search_paths(config_module))
+        if options.get("link") else {},
         "launch_config": _plain(launch_config),
         "cache_key": cache_key,
     }
@@ -160,9 +164,8 @@ def _target(cc, output: str):
 _CONFIG_NAMES = tuple(IN_KEY) + tuple(WARNINGS_IN_KEY) + tuple(IN_KEY_WHEN_CHANGED)
 
 
-def _config():
-
-    config = _nc_signatures.numba_config()
+def _config(config):
+    """The ``config`` component of ``config`` (the front-end's configuration module)."""
     values = settings_values(config, _CONFIG_NAMES)
     last = _last_config
     # The usual lookup: the very same objects as the last one read (a setting changed is
@@ -192,16 +195,18 @@ def _options(targetoptions: dict):
     return _remembered(("options", raw), make)
 
 
-def prepare_shared(targetoptions: dict | None = None) -> None:
+def prepare_shared(frontend, targetoptions: dict | None = None) -> None:
     """Put this process's toolchain and configuration components (and ``targetoptions``'
     encoding, if given) in canonical form now, as the first kernel call would (the results
-    are remembered by value, so a later change is still seen)."""
+    are remembered by value, so a later change is still seen); ``frontend``: the
+    ``frontends.base.Frontend`` of the kernels."""
     toolchain_shared()
-    _config()
-    bypass_reason(_nc_signatures.numba_config())  # numba's settings read once: a lookup compares them with these
+    config = frontend.numba_config()
+    _config(config)
+    bypass_reason(config)  # numba's settings read once: a lookup compares them with these
     # The first read of the extension registries (numba-cuda's own ~800-1,900 registrations,
     # a few ms) is done here too; a key then reads only what was registered since.
-    extensions_component()
+    extensions_component(frontend.registries())
     if targetoptions is not None:
         _options(targetoptions)
 
@@ -255,8 +260,10 @@ def _value_digest(value, name) -> str:
 # --- link= ----------------------------------------------------------------------------------
 
 
-def link_digests(link) -> dict:
-    """``{name: content digest}`` for each ``link=`` item, in order.
+def link_digests(link, search_paths: str = "") -> dict:
+    """``{name: content digest}`` for each ``link=`` item, in order. ``search_paths``: the
+    folders NVRTC also searches for a ``.cu`` source's headers (":"-separated: numba-cuda's
+    ``CUDA_NVRTC_EXTRA_SEARCH_PATHS``).
 
     A path counts by basename + contents (directories never do); a ``LinkableCode``
     (duck-typed: ``data``, ``kind``, ``name``) by name, kind, nrt flag and data.  Two items
@@ -271,7 +278,7 @@ def link_digests(link) -> dict:
     reader = _Reader()
     out: dict = {}
     for item in link:
-        name, digest = _link_item(item, reader)
+        name, digest = _link_item(item, reader, search_paths)
         unique, n = name, 1
         while unique in out:
             n += 1
@@ -286,12 +293,17 @@ class LinkUnread(Uncacheable):
     runs uncached (warned once per kernel: kcache.dispatcher)."""
 
 
-def _link_item(item, reader: "_Reader"):
+def _search_paths(config) -> str:
+    return str(getattr(config, "CUDA_NVRTC_EXTRA_SEARCH_PATHS", "") or "")
+
+
+def _link_item(item, reader: "_Reader", search_paths: str):
     if isinstance(item, (str, os.PathLike)):
         path = os.fspath(item)
         source = path.endswith(".cu")
         digest, includes = reader.read(path, f"link file {_shown(path)}", scan=source)
-        headers = _included(includes, os.path.dirname(path), path, reader) if source else []
+        headers = (_included(includes, os.path.dirname(path), path, reader, search_paths)
+                   if source else [])
         if headers:  # CUDA C++ that NVRTC compiles: its headers count too (keys without any
             digest = digest_of([digest, headers])  # stay those of before)
         return os.path.basename(path), digest
@@ -311,7 +323,7 @@ def _link_item(item, reader: "_Reader"):
         parts = [str(item.kind), bool(getattr(item, "nrt", False)),
                  hashlib.blake2b(bytes(data), digest_size=32).digest()]
         name = str(getattr(item, "name", "<unnamed>"))
-        headers = (_included(_includes(bytes(data)), None, name, reader)
+        headers = (_included(_includes(bytes(data)), None, name, reader, search_paths)
                    if str(item.kind) == "cu" else [])
         if headers:  # numba-cuda's CUSource: NVRTC resolves its headers too
             parts.append(headers)
@@ -403,12 +415,13 @@ class _Reader:
                              f"kernel more than {_MAX_LINK_BYTES >> 20} MiB")
 
 
-def _included(includes: list, own_dir: str | None, what: str, reader: _Reader) -> list:
+def _included(includes: list, own_dir: str | None, what: str, reader: _Reader,
+              search_paths: str) -> list:
     """``[[name as written, digest], ...]`` of the headers a linked CUDA C++ source includes
     (``includes``: its ``#include`` lines, :func:`_includes`), transitively, that are not the
     toolkit's: NVRTC (numba-cuda's ``nvrtc.compile``) finds a quoted one in the working
-    directory (or beside the including file), and either kind in numba-cuda's
-    ``CUDA_NVRTC_EXTRA_SEARCH_PATHS`` or at an absolute path; each candidate found there is
+    directory (or beside the including file), and either kind in ``search_paths`` (numba-cuda's
+    ``CUDA_NVRTC_EXTRA_SEARCH_PATHS``) or at an absolute path; each candidate found there is
     digested, so an edited header is another key. One found nowhere (or a folder) is the
     toolkit's or numba-cuda's (their versions are in the key), or is not read at all (an
     ``#include`` in ``#if 0`` or a comment; a missing one fails the compile). Nested headers
@@ -416,9 +429,7 @@ def _included(includes: list, own_dir: str | None, what: str, reader: _Reader) -
     symlink's target. Headers are read by ``reader`` (one at a time, bounded; a FIFO or
     device there is not read). Raises :class:`LinkUnread` past _MAX_HEADERS headers or
     _MAX_INCLUDES ``#include`` lines, or for a header ``reader`` refuses."""
-
-    paths = getattr(_nc_signatures.numba_config(), "CUDA_NVRTC_EXTRA_SEARCH_PATHS", "") or ""
-    extra = [p for p in str(paths).split(":") if p]
+    extra = [p for p in search_paths.split(":") if p]
     out, seen, todo = [], set(), [(includes, own_dir)]
     while todo:  # (include lines, folder): never a file's bytes, read one at a time
         lines, folder = todo.pop()

@@ -34,7 +34,6 @@ from kcache.keys import canonical_map
 
 from .fingerprint import (Uncacheable, content_digest, describe, digest_of, is_library_class,
                           is_library_module, named_by_library, value_digest)
-from .frontends.numba_cuda import registries as _nc_registries
 
 __all__ = ["extensions_component"]
 
@@ -47,7 +46,8 @@ _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a class statement or 
 
 
 class _State:
-    """What this process has read of the registries (one instance, module-level)."""
+    """What this process has read of one front-end's registries (one instance per
+    ``Frontend.registries()``, in :data:`_states`)."""
 
     def __init__(self):
         self.modules = -1  # len(sys.modules) when the registries were last resolved
@@ -62,23 +62,27 @@ class _State:
         self.failure: str | None = None  # a registration that could not be read
         self.component = None  # CanonicalMap, or None when there is no user registration
         self.opaque_list: list = []
+        self.registry_modules = None  # registries.extension_registry_modules(), once
 
 
-_state = _State()
+_states: dict = {}  # Frontend.registries() -> its _State
 _refreshing = threading.Lock()
 
 
-def extensions_component():
-    """``(component, opaque reasons)`` for this process: ``component`` is None when no user
+def extensions_component(registries):
+    """``(component, opaque reasons)`` for this process of the extension registries
+    ``registries`` reads (``Frontend.registries()``): ``component`` is None when no user
     registration exists (the key then has no ``extensions`` component), else a read-only
     ``{module: digest}``; ``opaque`` lists the registrations hashed by identity. Raises
     :class:`Uncacheable` when a user registration could not be read. O(1) per call once the
     registries were read: ``len(sys.modules)`` and the lengths of the public registries."""
-    state = _state
+    state = _states.get(registries)
+    if state is None:
+        state = _states.setdefault(registries, _State())
     if len(sys.modules) != state.modules or _hot_size(state.hot) != state.hot_size:
         with _refreshing:  # keys of other threads wait: a half-read registry is no answer
             if len(sys.modules) != state.modules or _hot_size(state.hot) != state.hot_size:
-                _refresh(state)
+                _refresh(state, registries)
     if state.failure is not None:
         raise Uncacheable(state.failure)
     return state.component, state.opaque_list
@@ -88,26 +92,28 @@ def _hot_size(containers) -> int:
     return sum(map(len, containers))
 
 
-def _refresh(state) -> None:
-    if "numba.cuda.typing.templates" not in sys.modules:
-        state.modules, state.hot_size = len(sys.modules), 0  # no numba-cuda: nothing registered
+def _refresh(state, registries) -> None:
+    if not registries.loaded():
+        state.modules, state.hot_size = len(sys.modules), 0  # nothing can be registered yet
         return
 
     # Most imports register nothing into a registry (a program's own modules, numpy's): when
     # no registry module appeared and no container grew (they only grow), nothing is new,
     # and the ~200 containers are not enumerated again (which cost the first kernel call
     # 0.2-0.4 ms whenever anything was imported after the first definition).
-    present = tuple(name in sys.modules for name in _registry_modules(_nc_registries))
+    if state.registry_modules is None:
+        state.registry_modules = registries.extension_registry_modules()
+    present = tuple(name in sys.modules for name in state.registry_modules)
     if present == state.present and _hot_size(state.all) == state.all_size:
         state.modules = len(sys.modules)
         return
-    registries = _nc_registries.extension_registries()
+    found = registries.extension_registries()
     before = len(state.found), len(state.opaque)
-    for kind, _hot, container in registries:
-        _read_new(state, kind, container, _nc_registries)
-    state.hot = [container for _kind, hot, container in registries if hot]
+    for kind, _hot, container in found:
+        _read_new(state, kind, container, registries)
+    state.hot = [container for _kind, hot, container in found if hot]
     state.hot_size = _hot_size(state.hot)
-    state.all = [container for _kind, _hot, container in registries]
+    state.all = [container for _kind, _hot, container in found]
     state.all_size = _hot_size(state.all)
     state.present = present
     state.modules = len(sys.modules)
@@ -115,16 +121,7 @@ def _refresh(state) -> None:
         _build(state)
 
 
-_MODULES: list = []  # _nc_registries.extension_registry_modules(), once
-
-
-def _registry_modules(compat) -> tuple:
-    if not _MODULES:
-        _MODULES.append(compat.extension_registry_modules())
-    return _MODULES[0]
-
-
-def _read_new(state, kind, container, compat) -> None:
+def _read_new(state, kind, container, registries) -> None:
     """Read the items ``container`` got since the last look (registries only grow)."""
     seen = state.read.get(id(container))
     done = seen[1] if seen is not None and seen[0] is container else 0
@@ -136,14 +133,14 @@ def _read_new(state, kind, container, compat) -> None:
     if kind == "rewrite-kinds":
         return  # the lists themselves are containers of their own
     try:
-        parts = compat.extension_parts(kind, items)
+        parts = registries.extension_parts(kind, items)
         suspects = _user_objects(parts)
         if not suspects:
             return  # the usual case: only library registrations, decided in bulk
         for item, item_parts in zip(items, parts):
             modules = [suspects[id(p)] for p in item_parts if id(p) in suspects]
             if modules:
-                for record in compat.extension_records(kind, item):
+                for record in registries.extension_records(kind, item):
                     _add(state, modules[0], record)
     except Exception as exc:  # a layout this numba-cuda version should not have
         state.failure = (f"a {kind} registration could not be read "

@@ -86,12 +86,12 @@ class Options:
             STATE.default_store = None
             STATE.opened_early = None
 
-    def prepare(self, targetoptions: dict | None = None) -> None:
+    def prepare(self, frontend, targetoptions: dict | None = None) -> None:
         """What every hit needs, done once per process when the first cached kernel is
         defined (during the program's imports) instead of in its first call: open the store,
-        know the toolchain versions, encode the components every key shares
-        (``targetoptions``: the first kernel's). Whatever would warn is left to the first
-        call, which then does it again and warns as before.
+        know the toolchain versions, encode the components every key shares (``frontend``:
+        its ``frontends.base.Frontend``; ``targetoptions``: the first kernel's). Whatever
+        would warn is left to the first call, which then does it again and warns as before.
         Never raises: a problem shows (and is warned about) at the kernel call, as before."""
         if not self.cache or STATE.prepared:
             return
@@ -102,7 +102,7 @@ class Options:
                 return
             with held_back():  # a warning here would be a first call's: it is left to it
                 _components.toolchain_components(lambda: toolchain_memo(store))
-                _components.prepare_shared(targetoptions)
+                _components.prepare_shared(frontend, targetoptions)
         except Exception:  # the kernel call does it again and reports it
             pass
 

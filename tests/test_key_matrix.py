@@ -57,7 +57,8 @@ def _no_bytecode(monkeypatch):
 
 
 def components(kernel, **overrides):
-    args = dict(signature=SIG, cc=(9, 0), targetoptions=kernel.targetoptions,
+    from kcache.dispatcher.frontends.numba_cuda.bridge import FRONTEND
+    args = dict(frontend=FRONTEND, signature=SIG, cc=(9, 0), targetoptions=kernel.targetoptions,
                 toolchain=TOOLCHAIN)
     args.update(overrides)
     return kernel_components(kernel, **args)

@@ -118,7 +118,8 @@ def _kernel():
 
 
 def _components(kern):
-    return kernel_components(kern, signature=SIG, cc=(9, 0),
+    from kcache.dispatcher.frontends.numba_cuda.bridge import FRONTEND
+    return kernel_components(kern, frontend=FRONTEND, signature=SIG, cc=(9, 0),
                              targetoptions=kern.targetoptions, toolchain=TOOLCHAIN)
 
 

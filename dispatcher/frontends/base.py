@@ -109,6 +109,13 @@ class Frontend(Protocol):
         """The compile results a device-function dispatcher holds, one per argument types
         (``dep_guard`` tells a compile it made from one it reused)."""
 
+    def registries(self) -> ModuleType:
+        """The reader of the front-end's extension registries (``extensions``, the
+        fingerprint's walk): a namespace with ``loaded()`` (anything can be registered yet),
+        ``extension_registry_modules()``, ``extension_registries()`` (``[(kind, hot,
+        container)]``), ``extension_parts(kind, items)``, ``extension_records(kind, item)``,
+        ``fixed_signatures(dispatcher)`` and ``overload_implementations(fn)``."""
+
     def signature_string(self, argtypes: tuple) -> str:
         """The key's ``signature`` component: the argument types' exact text, naming layout,
         readonly and alignment (``"(array(float32, 1d, C),)"``)."""

@@ -96,6 +96,10 @@ class NumbaCuda:
         from . import compiling
         return compiling.device_overloads(dispatcher)
 
+    def registries(self):
+        from . import registries
+        return registries
+
     def signature_string(self, argtypes: tuple) -> str:
         from . import signatures
         return signatures.signature_string(argtypes)

@@ -106,7 +106,7 @@ class KCacheDispatcher(_internals.CUDADispatcher):
         self._kcache_key_of = {}  # signature -> key
         # Lines logged for this kernel's misses (compile_for may have added some already).
         self.__dict__.setdefault("kcache_explanations", [])
-        options.prepare(self.targetoptions)
+        options.prepare(FRONTEND, self.targetoptions)
 
     # --- numba-cuda API ---------------------------------------------------------------------
 
