@@ -84,12 +84,13 @@ def kernel_components(
     if cache_key is not None and not isinstance(cache_key, str):
         raise TypeError(f"cache_key must be a string or None, not {type(cache_key).__name__}")
     fn = getattr(py_func, "py_func", py_func)
-    fp = fingerprint(fn)
+    registries = frontend.registries()
+    fp = fingerprint(fn, registries)
     options = targetoptions or {}
     source = dict(fp.parts)
     if options.get("debug") or options.get("lineinfo"):
         source.update(line_parts(fn, fp))
-    extensions, extensions_opaque = extensions_component(frontend.registries())
+    extensions, extensions_opaque = extensions_component(registries)
     config_module = frontend.numba_config()
     components = {
         "format": COMPONENTS_FORMAT,
@@ -101,7 +102,7 @@ def kernel_components(
         "toolchain": _shared("toolchain", toolchain if toolchain is not None
                              else toolchain_components()),
         "config": _shared("config", config) if config is not None else _config(config_module),
-        "options": _options(targetoptions or {}),
+        "options": _options(targetoptions or {}, registries),
         "link": link_digests(options["link"], _search_paths(config_module))
         if options.get("link") else {},
         "launch_config": _plain(launch_config),
@@ -184,10 +185,10 @@ def _config(config):
 _last_config: list = [None, (), None]  # (config module, its values, their component)
 
 
-def _options(targetoptions: dict):
+def _options(targetoptions: dict, registries):
     # msgpack bytes tell True from 1 and a str from bytes, as the encoding does; options
     # msgpack cannot pack (extensions, an inline cost model, sets) go the long way.
-    make = lambda: _shared("options", encode_options(dict(targetoptions)))  # noqa: E731
+    make = lambda: _shared("options", encode_options(dict(targetoptions), registries))  # noqa: E731
     try:
         raw = msgpack.packb(targetoptions, use_bin_type=True)
     except (TypeError, ValueError, OverflowError):
@@ -208,19 +209,20 @@ def prepare_shared(frontend, targetoptions: dict | None = None) -> None:
     # a few ms) is done here too; a key then reads only what was registered since.
     extensions_component(frontend.registries())
     if targetoptions is not None:
-        _options(targetoptions)
+        _options(targetoptions, frontend.registries())
 
 
 # --- options --------------------------------------------------------------------------------
 
 
-def encode_options(targetoptions: dict) -> dict:
+def encode_options(targetoptions: dict, registries) -> dict:
     """Target options as plain msgpack values, every key but ``link`` kept.
 
     Simple values (None, bool, int, float, str and tuples of them) stay readable so explain
     can print ``option fastmath False -> True``; ``extensions`` becomes the type identity
     (module.qualname) of each extension; anything else (e.g. an ``inline`` cost-model
-    function) becomes the digest of its canonical encoding.
+    function) becomes the digest of its canonical encoding (``registries``: as
+    ``fingerprint``'s).
     """
     out = {}
     for name in sorted(targetoptions):
@@ -235,7 +237,7 @@ def encode_options(targetoptions: dict) -> dict:
         elif isinstance(value, (set, frozenset)):
             value = sorted(value, key=repr)  # fastmath={"nsz", "arcp"}
         plain = _plain(value)
-        out[name] = plain if plain is not _UNPLAIN else _value_digest(value, name)
+        out[name] = plain if plain is not _UNPLAIN else _value_digest(value, name, registries)
     return out
 
 
@@ -252,9 +254,9 @@ def _plain(value):
     return _UNPLAIN
 
 
-def _value_digest(value, name) -> str:
+def _value_digest(value, name, registries) -> str:
     # The fingerprint's value encoding: functions by content, types and classes by name.
-    return "digest:" + value_digest(value, f"option {name}")
+    return "digest:" + value_digest(value, f"option {name}", registries=registries)
 
 
 # --- link= ----------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ def watched(frontend, py_func):
     ``frontends.base.Frontend`` compiling it (its ``device_overloads``). Yields a list that,
     when the block ends, holds why its result must not be stored (empty: it may be)."""
     reasons: list = []
-    found = _dependencies(py_func)
+    found = _dependencies(py_func, frontend.registries())
     devs = [(d, digest) for d, digest in found if not isinstance(d, types.FunctionType)]
     overloaded = [(f, digest) for f, digest in found if isinstance(f, types.FunctionType)]
     for dev, digest in devs:
@@ -66,9 +66,9 @@ def watched(frontend, py_func):
                                    "compile")
 
 
-def _dependencies(py_func) -> list:
+def _dependencies(py_func, registries) -> list:
     try:
-        return dependencies(py_func)
+        return dependencies(py_func, registries)
     except Exception:  # the key could not be worked out either: nothing is stored then
         return []
 

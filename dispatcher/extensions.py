@@ -141,20 +141,22 @@ def _read_new(state, kind, container, registries) -> None:
             modules = [suspects[id(p)] for p in item_parts if id(p) in suspects]
             if modules:
                 for record in registries.extension_records(kind, item):
-                    _add(state, modules[0], record)
+                    _add(state, modules[0], record, registries)
     except Exception as exc:  # a layout this numba-cuda version should not have
         state.failure = (f"a {kind} registration could not be read "
                          f"({type(exc).__name__}: {exc})")
 
 
-def _add(state, module, record) -> None:
+def _add(state, module, record, registries) -> None:
     what, keys, impls, options, covered_by = record
     if covered_by is not None and _walked_when_reached(covered_by):
         return  # in the fingerprint of every kernel that reaches covered_by
     label = " ".join([what, ", ".join(describe(k) for k in keys)])
     try:
-        parts = [content_digest(impl, f"extension {label}") for impl in impls]
-        opts = value_digest(options, f"extension {label} options") if options else None
+        parts = [content_digest(impl, f"extension {label}", registries=registries)
+                 for impl in impls]
+        opts = (value_digest(options, f"extension {label} options", registries=registries)
+                if options else None)
     except Uncacheable as exc:
         state.failure = f"extension {label}: {exc}"
         return

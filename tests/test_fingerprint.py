@@ -6,11 +6,24 @@ import sys
 import numpy as np
 import pytest
 
-from kcache.dispatcher.fingerprint import Fingerprint, Uncacheable, fingerprint, value_digest
+from kcache.dispatcher import fingerprint as _fingerprint
+from kcache.dispatcher.fingerprint import Fingerprint, Uncacheable
 
 from fixtures_keys import import_from, write_modules
 
 cuda = pytest.importorskip("numba.cuda")
+
+from kcache.dispatcher.frontends.numba_cuda.bridge import FRONTEND  # noqa: E402
+
+REGISTRIES = FRONTEND.registries()
+
+
+def fingerprint(py_func):
+    return _fingerprint.fingerprint(py_func, REGISTRIES)
+
+
+def value_digest(value, where="value"):
+    return _fingerprint.value_digest(value, where, registries=REGISTRIES)
 
 pytestmark = pytest.mark.compat  # runs in every leg of tests/compat/run.sh (docs/compat.md)
 

@@ -9,7 +9,6 @@ import sys
 import types
 import weakref
 
-from ..frontends.numba_cuda import registries as _nc_registries
 from .model import Fingerprint, Uncacheable, _MAX_DEPTH, digest_of
 from .code import (_EXACT_SCALARS, _code_info_of, _code_info_once, _scalar_payload, _sort_key,
                    line_digest)
@@ -56,7 +55,9 @@ def _with_line_info(options) -> bool:
 class _Walk:
     """One fingerprint computation: cycle protection, opaque notes, cache checks."""
 
-    def __init__(self, reached: dict | None = None):
+    def __init__(self, registries, reached: dict | None = None):
+        # Frontend.registries(): a dispatcher's fixed signatures, a function's @overloads
+        self.registries = registries
         self.in_progress: set[int] = set()  # id(fn) of the functions being walked
         self.cycles = 0  # back-references met so far
         self.done: dict[int, tuple] = {}  # id(fn) -> (Fingerprint, _Acc), acyclic ones only
@@ -366,9 +367,10 @@ class _Walk:
         # A plain function may be the target of @overload(fn): its typing templates hold the
         # Python implementations numba-cuda compiles instead of fn's own body.
         own = self._function_digest(fn, acc)
-        registered = _overload_implementations(fn)
+        read = self.registries.overload_implementations
+        registered = read(fn)
         # An @overload registered after this fingerprint was cached must be seen.
-        acc.check(_overload_implementations, (fn,), registered, by_equality=True)
+        acc.check(read, (fn,), registered, by_equality=True)
         impls = [self._overload_payload(impl, opts, acc) for impl, opts in registered]
         digest = digest_of(["overloaded", own, sorted(impls, key=_sort_key)]) if impls else own
         if self.reached is not None and registered:  # numba-cuda compiles it once per types
@@ -401,12 +403,12 @@ class _Walk:
             # A device function compiled with line info brings its line table into the kernel.
             acc.add_lines(_qualified(fn), (line_digest(fn),))
         parts = ["dispatcher", fn_digest, self._options_digest(disp, options, snapshot, where, acc)]
-        fixed = _fixed_signatures(disp)
+        fixed = self.registries.fixed_signatures(disp)
         if fixed is not None:
             # @jit("(i4, i4)") types a call against these alone (or refuses it, as a CPU
             # function on the device): the same body without them is another dependency.
             parts.append(["signatures", fixed])
-            acc.check(_weak_fixed_signatures, (ref,), fixed, by_equality=True)
+            acc.check(_weak_fixed_signatures, (self.registries, ref), fixed, by_equality=True)
         digest = digest_of(parts)
         if self.reached is not None:
             self.reached[id(disp)] = (disp, digest)
@@ -517,8 +519,8 @@ def _target_options(ref):
     return getattr(ref(), "targetoptions", None) or {}
 
 
-def _weak_fixed_signatures(ref):
-    return _fixed_signatures(ref())
+def _weak_fixed_signatures(registries, ref):
+    return registries.fixed_signatures(ref())
 
 
 def _weak(obj):
@@ -527,16 +529,3 @@ def _weak(obj):
         return weakref.ref(obj)
     except TypeError:
         return lambda: obj
-
-
-def _fixed_signatures(disp) -> list | None:
-
-    return _nc_registries.fixed_signatures(disp)
-
-
-def _overload_implementations(fn) -> list:
-    """(implementation, jit options) of each numba-cuda ``@overload`` of ``fn``: read from
-    numba-cuda's typing registry, an internal, hence through the compatibility module (which
-    imports numba-cuda only here, so this module stays importable without it)."""
-
-    return _nc_registries.overload_implementations(fn)
