@@ -108,6 +108,10 @@ def kernel_components(
         "launch_config": _plain(launch_config),
         "cache_key": cache_key,
     }
+    if frontend.name != "numba-cuda":
+        # Another front-end's kernels never share a key with numba-cuda's (whose keys, made
+        # before there was a second front-end, have no such component).
+        components["frontend"] = frontend.name
     if extensions is not None:
         # Only when the process has user extension registrations: keys of every other process
         # are the ones made before this component existed (docs/keys.md, "Extensions").
@@ -533,10 +537,15 @@ def toolchain_shared(memo_path=None):
     return _toolchain_map[1]
 
 
+#: Versions kcache.toolchain reports that are no part of numba-cuda's toolchain (another
+#: front-end's: its bridge's ``key_toolchain`` adds them to its own kernels' keys).
+_OTHER_FRONTENDS = ("numba-cuda-mlir",)
+
+
 def _toolchain() -> dict:
     from kcache.toolchain import package_versions
 
-    out = dict(package_versions())
+    out = {k: v for k, v in package_versions().items() if k not in _OTHER_FRONTENDS}
     for key, dists in _EXTRA_DISTS.items():
         for dist in dists:
             try:

@@ -15,6 +15,7 @@ import sys
 
 from kcache import Entry
 from kcache.artifacts import KERNEL_FIELDS
+from kcache.text import cut
 
 
 
@@ -124,9 +125,13 @@ def kernel_to_entry(frontend, kernel, cc, *, kernel_name: str, signature: str, a
         artifacts["ptx"] = state["ptx"].encode("utf-8")
     if state["ltoir"]:
         artifacts["ltoir"] = state["ltoir"]
-    meta = {f: state[f] for f in STATE_FIELDS}
-    if meta["nvvm_options"] and not all(isinstance(v, _PLAIN) for v in meta["nvvm_options"].values()):
-        raise NotStorable(f"NVVM options {meta['nvvm_options']!r} are not plain values")
+    artifacts.update(state.get("more_artifacts") or {})  # e.g. numba-cuda-mlir's MLIR text
+    meta = {f: state[f] for f in state_fields(frontend)}
+    if frontend.name != "numba-cuda":  # numba-cuda's entries came first: no field means it
+        meta["frontend"] = frontend.name
+    options = meta.get("nvvm_options")
+    if options and not all(isinstance(v, _PLAIN) for v in options.values()):
+        raise NotStorable(f"NVVM options {options!r} are not plain values")
     # sigspec is imported by writers only: a process served from the cache never needs it
     from .sigspec import format_or_none
     meta.update(kernel=kernel_name, signature=signature, arch=arch,
@@ -146,22 +151,41 @@ def marker_entry(*, kernel_name: str, signature: str, arch: str) -> Entry:
                                      "launch_config_sensitive": True, "marker": True})
 
 
-def entry_to_kernel(frontend, entry: Entry, argtypes: tuple, cc, *, extensions, use: str = "cubin",
-                    compiled=None, py_func=None, launch_bounds=None):
+def state_fields(frontend) -> tuple:
+    """The metadata fields an entry of ``frontend``'s kernels keeps for the rebuild
+    (``Frontend.state_fields``; numba-cuda's: :data:`STATE_FIELDS`)."""
+    return getattr(frontend, "state_fields", STATE_FIELDS)
+
+
+def entry_frontend(meta) -> str:
+    """The front-end whose kernel an entry holds: ``meta["frontend"]``, numba-cuda when absent
+    (entries written before a second front-end existed)."""
+    name = meta.get("frontend", "numba-cuda") if isinstance(meta, dict) else None
+    return name if isinstance(name, str) else "?"
+
+
+def entry_to_kernel(frontend, entry: Entry, argtypes: tuple, cc, *, use: str = "cubin",
+                    **served):
     """A launchable kernel of ``frontend`` (a ``frontends.base.Frontend``) rebuilt from
     ``entry`` for full cc ``cc``, without numba's typing or target context. ``use``:
-    "cubin" or "ptx" (driver/nvJitLink link of the PTX);
-    ``compiled``, ``py_func``, ``launch_bounds``: see ``frontend.rebuild_kernel``.
-    Raises NotStorable if the entry lacks a field or an exception class is not loaded."""
+    "cubin" or "ptx" (driver/nvJitLink link of the PTX); ``served``: what the front-end's
+    ``rebuild_kernel`` takes from the live dispatcher (numba-cuda: ``extensions``,
+    ``compiled``, ``py_func``, ``launch_bounds``). Raises NotStorable if the entry is another
+    front-end's, lacks a field or names an exception class that is not loaded."""
     meta = entry.meta
-    missing = [f for f in STATE_FIELDS if f not in meta]
+    if entry_frontend(meta) != frontend.name:  # the keys differ: only a forged entry gets here
+        raise NotStorable(f"the entry holds a {cut(entry_frontend(meta))} kernel, not a "
+                          f"{frontend.name} one")
+    fields = state_fields(frontend)
+    missing = [f for f in fields if f not in meta]
     if missing or "cubin" not in entry.artifacts:
         raise NotStorable(f"entry lacks {missing or ['cubin']}")
-    state = {f: meta[f] for f in STATE_FIELDS}
+    state = {f: meta[f] for f in fields}
     state["cubin"] = entry.artifacts["cubin"]
     ptx = entry.artifacts.get("ptx")
     state["ptx"] = ptx.decode("utf-8") if ptx else None
+    state["ltoir"] = entry.artifacts.get("ltoir")
+    state["more_artifacts"] = {k: v for k, v in entry.artifacts.items()
+                               if k not in ("cubin", "ptx", "ltoir")}
     exceptions = decode_exceptions(meta.get("exceptions"))
-    return frontend.rebuild_kernel(state, argtypes, cc, extensions=extensions,
-                                   exceptions=exceptions, use=use, compiled=compiled,
-                                   py_func=py_func, launch_bounds=launch_bounds)
+    return frontend.rebuild_kernel(state, argtypes, cc, exceptions=exceptions, use=use, **served)

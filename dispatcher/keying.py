@@ -28,11 +28,11 @@ def kernel_key_encoded(frontend, dispatcher, argtypes, cc, launch_config, cache_
     if isinstance(lc, tuple):
         lc = [list(lc[0]), list(lc[1]), lc[2]]
     # The memo path is only worked out the first time (the versions are kept per process).
-    toolchain = _components.toolchain_shared(lambda: toolchain_memo(store))
+    toolchain = frontend.key_toolchain(_components.toolchain_shared(lambda: toolchain_memo(store)))
     components = _components.kernel_components(
         dispatcher.py_func, frontend=frontend, signature=frontend.signature_string(argtypes),
-        cc=cc, output="cubin", targetoptions=dispatcher.targetoptions, launch_config=lc,
-        cache_key=cache_key, toolchain=toolchain)
+        cc=cc, output="cubin", targetoptions=frontend.key_targetoptions(dispatcher),
+        launch_config=lc, cache_key=cache_key, toolchain=toolchain)
     encoded = canonical_bytes(components)
     return key_of_bytes(encoded), components, encoded
 

@@ -16,7 +16,7 @@ __all__ = ["diff_components", "differences", "explain_miss", "one_line", "MAX_SH
 MAX_SHOWN = 8
 
 # Component order in explain output: the most likely causes first.
-_ORDER = ("kernel", "source", "extensions", "signature", "target", "options", "config",
+_ORDER = ("frontend", "kernel", "source", "extensions", "signature", "target", "options", "config",
           "link", "launch_config", "cache_key", "toolchain", "format")
 
 

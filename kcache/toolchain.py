@@ -20,6 +20,7 @@ from .entry import FORMAT_VERSION
 _DISTS = {
     "numba": "numba",
     "numba-cuda": "numba-cuda",
+    "numba-cuda-mlir": "numba-cuda-mlir",
     "llvmlite": "llvmlite",
     "cuda-bindings": "cuda-bindings",
     "cuda-core": "cuda-core",
@@ -31,7 +32,7 @@ _DISTS = {
 
 
 def package_versions() -> dict[str, str]:
-    """Installed versions: numba, numba-cuda, llvmlite, cuda-bindings, cuda-core, nvvm (the
+    """Installed versions: numba, numba-cuda, numba-cuda-mlir, llvmlite, cuda-bindings, cuda-core, nvvm (the
     NVVM wheel: nvidia-nvvm, or nvidia-cuda-nvcc-cu12), nvjitlink (nvidia-nvjitlink[-cu12]), python and
     kcache-format. Packages that are not installed are left out. Cached per process; the
     caller gets a copy."""

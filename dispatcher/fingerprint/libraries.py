@@ -89,6 +89,7 @@ def _is_numba_type(obj) -> bool:
         if cls.__name__ == "Type" and cls.__module__ in (
             "numba.core.types.abstract",
             "numba.cuda.types.abstract",
+            "numba_cuda_mlir.numba_cuda.types.abstract",  # numba-cuda-mlir's vendored numba
         ):
             return True
     return False

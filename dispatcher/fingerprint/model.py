@@ -12,7 +12,8 @@ import msgpack
 # Top-level packages whose code is covered by the toolchain versions in the key: their
 # functions and classes are identified by name, never walked.
 _LIBRARY_ROOTS = frozenset(
-    {"numba", "numba_cuda", "llvmlite", "numpy", "cuda", "kcache", "builtins", "msgpack"}
+    {"numba", "numba_cuda", "numba_cuda_mlir", "llvmlite", "numpy", "cuda", "kcache",
+     "builtins", "msgpack"}
 ) | frozenset(getattr(sys, "stdlib_module_names", ()))
 
 _MAX_DEPTH = 32  # nesting depth of containers before a value is treated as opaque

@@ -17,7 +17,9 @@ from typing import Callable, ContextManager, Protocol
 class Frontend(Protocol):
     """A compiler front-end kcache serves kernels of.
 
-    ``name``: the front-end's name as entries record it (``"numba-cuda"``); ``distribution``:
+    ``name``: the front-end's name as entries record it (``"numba-cuda"``,
+    ``"numba-cuda-mlir"``: key component ``frontend`` and entry ``meta["frontend"]`` for any
+    front-end but numba-cuda, whose keys and entries came first); ``distribution``:
     its package on PyPI, whose version :meth:`version` reports; ``supported``: the releases
     that have what the bridge needs (a version specifier, e.g. ``">= 0.26, < 0.31"``).
     """
@@ -148,3 +150,27 @@ class Frontend(Protocol):
     def eager_device_functions(self, cc) -> ContextManager:
         """A block in which the device functions given eager signatures (noted at import)
         compile for compute capability ``cc`` as they are reached."""
+
+    # Added for a second front-end (issue 34: numba-cuda-mlir).
+
+    #: The front-end's ``jit`` decorator by its public name, for messages
+    #: (``"numba.cuda.jit"``).
+    jit_name: str
+
+    def jit(self) -> Callable:
+        """The front-end's ``jit`` decorator (``numba.cuda.jit``), imported now."""
+
+    def key_targetoptions(self, dispatcher) -> dict:
+        """The target options of ``dispatcher`` the key takes (``components.encode_options``
+        encodes them): those that change code, as the user gave them (numba-cuda: every
+        one)."""
+
+    def key_toolchain(self, versions):
+        """The key's ``toolchain`` component for this front-end's kernels from the process's
+        versions (``components.toolchain_shared()``, numba-cuda's toolchain): the
+        front-end's own compiler packages in, the others out."""
+
+    def arch_name(self, cc) -> str:
+        """The arch the front-end compiles a kernel for on a device of compute capability
+        ``cc`` (numba-cuda: ``kcache.arch.arch_name``, ``sm_90a`` for 9.0; numba-cuda-mlir:
+        ``sm_90``), as entries record it."""

@@ -17,6 +17,7 @@ class NumbaCuda:
     name = "numba-cuda"
     distribution = "numba-cuda"
     supported = support.SUPPORTED
+    jit_name = "numba.cuda.jit"
 
     def version(self) -> str | None:
         from kcache.toolchain import package_versions
@@ -132,6 +133,19 @@ class NumbaCuda:
     def eager_device_functions(self, cc):
         from . import eager
         return eager.eager_device_functions(cc)
+
+    def key_targetoptions(self, dispatcher) -> dict:
+        return dispatcher.targetoptions  # every one is in the key (components.encode_options)
+
+    def key_toolchain(self, versions):
+        return versions  # components.toolchain_components() is numba-cuda's toolchain
+
+    def arch_name(self, cc) -> str:
+        from kcache.arch import arch_name
+        return arch_name(cc)
+
+    def jit(self):
+        return numba.cuda.jit
 
 
 #: The numba-cuda front-end.

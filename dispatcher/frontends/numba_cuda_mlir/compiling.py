@@ -1,0 +1,62 @@
+"""Compiling a kernel as numba-cuda-mlir does, and what of a compile result its own cache (or
+kcache's) cannot keep."""
+from __future__ import annotations
+
+from .internals import MLIRDispatcher, make_signature, types
+from .rebuild import compile_result
+
+
+def compile_kernel(py_func, argtypes: tuple, targetoptions: dict):
+    """Compile a kernel as ``MLIRDispatcher.compile`` (``_compile_public``) does for an
+    eager signature, in a fresh plain dispatcher (nothing cached, nothing kept): returns the
+    compile result. ``targetoptions``: the kernel dispatcher's (``cache`` dropped). Needs a
+    device or :func:`~.offline.offline_target`."""
+    options = {k: v for k, v in targetoptions.items() if k != "cache"}
+    disp = MLIRDispatcher(py_func, targetoptions=options)
+    return disp.compile(make_signature(types.none, *argtypes))
+
+
+def device_overloads(dispatcher) -> list:
+    """The compile results a dispatcher holds (``overloads`` values: a device function's
+    per argument types, compiled once by ``_compile_device_callee`` and then reused whatever
+    changed since), with those of the device dispatcher a kernel called from another kernel
+    gets (``_device_dispatcher``)."""
+    out = list(getattr(dispatcher, "overloads", {}).values())
+    inner = getattr(dispatcher, "_device_dispatcher", None)
+    if inner is not None:
+        out += list(getattr(inner, "overloads", {}).values())
+    return out
+
+
+def _callbacks(md) -> list:
+    from numba_cuda_mlir.mlir_optimization import _nrt_memsys_setup_callback
+    return [cb for cb in list(md.get("setup_callbacks") or ()) + list(
+        md.get("teardown_callbacks") or ()) if cb is not _nrt_memsys_setup_callback]
+
+
+def uncacheable_reason(kernel) -> str | None:
+    """Why a compile result cannot be rebuilt from its artifacts and plain data alone, or
+    None: a captured device array (numba-cuda-mlir bakes its pointer into the code and keeps
+    it in ``library.referenced_objects``; its own cache stores such kernels anyway), or
+    setup/teardown callbacks of ``LinkableCode`` (Python callables; NRT's own set-up callback
+    is given back by the rebuild)."""
+    cres = compile_result(kernel)
+    library = getattr(cres, "library", None)
+    for obj in (getattr(library, "referenced_objects", None) or {}).values():
+        if getattr(obj, "__cuda_array_interface__", None) is not None:
+            return ("the kernel captures a global device array; pass the array as an "
+                    "argument to cache it")
+    if _callbacks(cres.metadata):
+        return "the kernel links LinkableCode with setup/teardown callbacks (Python callables)"
+    return None
+
+
+def numba_cache_refusal(kernel):
+    """The exception numba-cuda-mlir's own cache raises when asked to save ``kernel``
+    (``cache=True``), or None. Mirrors ``caching.MLIRCacheImpl.check_cachable`` (0.6), which
+    ``save_overload`` calls right after the compile: a ``link=`` kernel -> ``RuntimeError``
+    (same text)."""
+    targetoptions = compile_result(kernel).metadata.get("targetoptions", {}) or {}
+    if targetoptions.get("link", []):
+        return RuntimeError("Cannot pickle CUDACodeLibrary with linking files")
+    return None
