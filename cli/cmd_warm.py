@@ -102,7 +102,8 @@ def run(args) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     try:
-        lines = [line for path in args.signatures for line in sigfile.read_signatures(path)]
+        lines = [line for path in args.signatures
+                 for line in sigfile.read_signatures(FRONTEND, path)]
     except sigfile.SignatureFileError as exc:
         raise UsageError(str(exc)) from None
     store = open_store(args)

@@ -137,7 +137,8 @@ def kernel_to_entry(frontend, kernel, cc, *, kernel_name: str, signature: str, a
     meta.update(kernel=kernel_name, signature=signature, arch=arch,
                 compile_seconds=float(compile_seconds),
                 exceptions=encode_exceptions(state["exceptions"]),
-                sigspec=format_or_none(state["argtypes"]))  # replayable text (kcache warm)
+                # replayable text (kcache warm)
+                sigspec=format_or_none(frontend, state["argtypes"]))
     if warnings:
         meta["warnings"] = list(warnings)
     return Entry(artifacts=artifacts, meta=meta)

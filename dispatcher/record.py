@@ -78,7 +78,7 @@ def _note(frontend, dispatcher, argtypes) -> None:
     text = None
     if reason is None:
         try:
-            text = sigspec.format_signature(argtypes)
+            text = sigspec.format_signature(frontend, argtypes)
         except sigspec.Unexpressible as exc:
             reason = str(exc)
     if reason is not None:

@@ -136,14 +136,14 @@ def _signature(frontend, info, components: dict) -> tuple:
         # Written by kcache from the very types of the entry: one that does not parse back
         # to them is a damaged or hostile entry, skipped (never evaluated).
         try:
-            argtypes = sigspec.parse_signature(text)
+            argtypes = sigspec.parse_signature(frontend, text)
         except ValueError as exc:
             raise _Skip(f"its recorded signature (meta.sigspec) is refused: {exc}") from None
         if frontend.signature_string(argtypes) != components.get("signature"):
             raise _Skip("its recorded signature (meta.sigspec) is not the one of its key")
         return argtypes, text
-    argtypes = sigspec.from_signature_component(components.get("signature"))
+    argtypes = sigspec.from_signature_component(frontend, components.get("signature"))
     if argtypes is None:
         raise _Skip("no replayable signature")
     # The component text itself parses (a tuple of type reprs) when no void(...) form exists.
-    return argtypes, sigspec.format_or_none(argtypes) or components["signature"]
+    return argtypes, sigspec.format_or_none(frontend, argtypes) or components["signature"]

@@ -206,7 +206,7 @@ def plan_targets(plan: Plan, targets, sig_lines, ccs, include_tests=False) -> Pl
             if not eager and found.name not in by_kernel:
                 plan.without_signatures.append(found.name)
             for index, argtypes in enumerate(eager):
-                text = sigspec.format_or_none(argtypes)
+                text = sigspec.format_or_none(plan.frontend, argtypes)
                 for cc in ccs:
                     plan.add(kernel=found.name, path_entry=ref.path_entry, argtypes=argtypes,
                              sigspec_text=text, eager_index=None if text else index, cc=cc,
@@ -439,7 +439,7 @@ class _Runner:
 
     def _argtypes(self, task: Task, kernel) -> tuple:
         if task.sigspec is not None:
-            return sigspec.parse_signature(task.sigspec)
+            return sigspec.parse_signature(self.frontend, task.sigspec)
         eager = self.frontend.eager_signatures(kernel)
         if task.eager_index is None or task.eager_index >= len(eager):
             raise LookupError(f"{task.kernel} has no eager signature {task.display}")

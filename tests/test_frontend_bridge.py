@@ -63,7 +63,7 @@ ENTRY_POINTS = {"__init__.py", "install.py", "jit.py", "aot.py", "warm.py"}
 REEXPORTS = {"_compat.py", "_support.py", "dispatcher.py"}
 #: Generic modules that still import the bridge's modules by name (issue 33, not done yet).
 #: A module leaves this set when it takes the front-end from its caller.
-PENDING = {"sigspec.py"}
+PENDING: set = set()
 FRONTENDS = "kcache.dispatcher.frontends"
 
 

@@ -118,6 +118,14 @@ class Frontend(Protocol):
         container)]``), ``extension_parts(kind, items)``, ``extension_records(kind, item)``,
         ``fixed_signatures(dispatcher)`` and ``overload_implementations(fn)``."""
 
+    def types(self) -> ModuleType:
+        """The numba types module of the front-end (``numba.cuda.types``): ``sigspec``
+        writes and checks signature text with its classes."""
+
+    def signature_namespace(self) -> dict:
+        """The names a signature string is evaluated with by the front-end's ``jit``
+        (``sigspec`` checks the text against its grammar and these names first)."""
+
     def signature_string(self, argtypes: tuple) -> str:
         """The key's ``signature`` component: the argument types' exact text, naming layout,
         readonly and alignment (``"(array(float32, 1d, C),)"``)."""

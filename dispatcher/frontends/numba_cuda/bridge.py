@@ -101,6 +101,14 @@ class NumbaCuda:
         from . import registries
         return registries
 
+    def types(self):
+        from . import signatures
+        return signatures.types
+
+    def signature_namespace(self) -> dict:
+        from . import signatures
+        return signatures.signature_namespace()
+
     def signature_string(self, argtypes: tuple) -> str:
         from . import signatures
         return signatures.signature_string(argtypes)
