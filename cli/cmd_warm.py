@@ -22,6 +22,8 @@ from kcache.cli.output import Column, is_terminal, message, print_json, print_ta
 from kcache.cli.text import line
 
 MAX_JOBS = 256
+#: kcache.dispatcher.frontends.NAMES (kept here: the parser must not import the dispatcher).
+FRONTENDS = ("numba-cuda", "numba-cuda-mlir")
 #: The device a module-name TARGET's parent packages see while ``--replay`` without ``--cc``
 #: finds its modules (only device functions compiled at import read it; no key does).
 REPLAY_IMPORT_CC = (9, 0)
@@ -67,7 +69,25 @@ def register(sub):
                    help="also walk tests (tests/ and test/ folders, test_*.py, *_test.py)")
     p.add_argument("--strict", action="store_true",
                    help="also fail (exit status 1) when a kernel found has no known signature")
+    p.add_argument("--frontend", choices=FRONTENDS, metavar="NAME",
+                   help="the compiler front-end whose kernels are warmed: numba-cuda or "
+                        "numba-cuda-mlir (default: numba-cuda when installed, else "
+                        "numba-cuda-mlir)")
     return p
+
+
+def _frontend(args):
+    """The front-end ``--frontend`` names, else ``frontends.default()``. Problem (exit 1) when
+    it is not installed."""
+    from kcache.dispatcher import frontends
+    try:
+        if args.frontend is not None:
+            return frontends.by_name(args.frontend)
+        return frontends.default()
+    except ImportError as exc:
+        wanted = args.frontend or "numba-cuda or numba-cuda-mlir"
+        raise Problem(f"warm needs {wanted} ({exc}); install kcache-cuda[cu12], "
+                      "kcache-cuda[cu13] or kcache-cuda[mlir]") from None
 
 
 def _jobs_arg(text: str) -> int:
@@ -88,13 +108,9 @@ def run(args) -> int:
                          "warm --help')")
     if not args.cc and (args.signatures or (args.targets and not args.replay)):
         raise UsageError("warm needs --cc, e.g. --cc 8.0,9.0 (forms: 8.0, 80, sm_90, sm_90a)")
-    try:  # the front-end warm compiles with: numba-cuda's (handed to everything below)
-        from kcache.dispatcher.frontends.numba_cuda.bridge import FRONTEND
-    except ImportError as exc:
-        raise Problem(f"warm needs numba-cuda ({exc}); install kcache-cuda[cu12] or "
-                      "kcache-cuda[cu13]") from None
+    FRONTEND = _frontend(args)  # the front-end warm compiles with, handed to everything below
     reason = FRONTEND.refusal()
-    if reason is not None:  # a numba-cuda kcache does not support: nothing can be warmed
+    if reason is not None:  # a release kcache does not support: nothing can be warmed
         raise Problem(reason)
     from kcache.dispatcher import discover, replay, sigfile, warm
     try:
@@ -177,6 +193,7 @@ class _KernelsOnly:
 def _document(args, store, ccs, jobs, rows, counts, plan, seconds, warm) -> dict:
     return {
         "root": str(store.root),
+        "frontend": plan.frontend.name,
         "cc": [warm.cc_text(cc) for cc in ccs],
         "jobs": jobs,
         "dry_run": bool(args.dry_run),

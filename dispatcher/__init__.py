@@ -1,9 +1,10 @@
-"""numba-cuda integration: kernels served from the kcache store (see docs/design.md and
-docs/dispatcher.md).
+"""numba-cuda and numba-cuda-mlir integration: kernels served from the kcache store (see
+docs/design.md, docs/dispatcher.md and docs/mlir.md).
 
 Public API: :func:`jit`, :func:`install`, :func:`uninstall`, :func:`compile_for`,
-:func:`explain`, :class:`KCacheDispatcher`. Importing this package imports numba-cuda (not
-the store: that comes with the first cached kernel).
+:func:`explain`, :class:`KCacheDispatcher` (numba-cuda's), ``KCacheMLIRDispatcher``
+(numba-cuda-mlir's). Importing this package imports no front-end (and not the store: that
+comes with the first cached kernel); each is imported when the program uses it.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ _WHERE = {
     "check_cc": ".aot", "compile_for": ".aot", "compile_for_report": ".aot", "parse_cc": ".aot",
     "KCacheDispatcher": ".frontends.numba_cuda.dispatcher",
     "KCacheStats": ".frontends.numba_cuda.dispatcher", "Options": ".options",
+    "KCacheMLIRDispatcher": ".frontends.numba_cuda_mlir.dispatcher",
     "explain_enabled": ".process", "process_counts": ".process",
     "set_explain": ".process", "own_phases": ".process",
     "Uncacheable": ".fingerprint",
@@ -31,7 +33,7 @@ _WHERE = {
 __all__ = ["jit", "install", "uninstall", "installed", "compile_for", "compile_for_report",
            "CompileForError", "CompiledEntry", "NotStored", "parse_cc", "check_cc", "explain",
            "KCacheDispatcher", "KCacheStats", "Options", "Uncacheable", "process_counts",
-           "explain_enabled", "own_phases"]
+           "explain_enabled", "own_phases", "KCacheMLIRDispatcher"]
 
 
 def __getattr__(name: str):
@@ -41,9 +43,10 @@ def __getattr__(name: str):
     try:
         module = _importlib.import_module(where, __name__)
     except ImportError:
-        # The bridge cannot be imported with this numba-cuda: say so in kcache's one line.
-        from .frontends.numba_cuda.bridge import FRONTEND
-        reason = FRONTEND.refusal()
+        # The bridge cannot be imported with this front-end release: say so in kcache's line.
+        from . import frontends
+        front = "numba-cuda-mlir" if "numba_cuda_mlir" in where else "numba-cuda"
+        reason = frontends.by_name(front).refusal()  # ImportError: it is not installed at all
         if reason is None:
             raise
         from kcache.errors import KcacheError
@@ -63,17 +66,18 @@ def explain(target=True):
     ``explain(True)`` / ``explain(False)``: log, for every later miss in this process (kernel
     calls and ``compile_for`` alike), which key component differs from the nearest entry of
     the same kernel (logger ``kcache.explain``; the same as ``KCACHE_EXPLAIN=1``).
-    ``explain(kernel)`` (a kcache or numba-cuda kernel dispatcher): the lines logged so far
-    for that kernel's misses and uncached compiles (list of str). Raises TypeError for
-    anything else.
+    ``explain(kernel)`` (a kernel dispatcher: kcache's, numba-cuda's or numba-cuda-mlir's):
+    the lines logged so far for that kernel's misses and uncached compiles (list of str).
+    Raises TypeError for anything else.
     """
-    from .frontends.numba_cuda.bridge import FRONTEND
+    from .frontends import of_dispatcher
     from .process import set_explain
     if isinstance(target, bool):
         set_explain(target)
         return None
-    if FRONTEND.is_kernel_dispatcher(target):
-        KCacheDispatcher = FRONTEND.dispatcher_class()
+    frontend = of_dispatcher(target)
+    if frontend is not None:
+        KCacheDispatcher = frontend.dispatcher_class()
         lines = list(getattr(target, "kcache_explanations", ()))
         if isinstance(target, KCacheDispatcher):
             lines += [f"{sig}: not cached: {why}" for sig, why in target.stats.uncached.items()

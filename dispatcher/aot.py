@@ -12,8 +12,9 @@ disabled, unwritable root, a kernel that cannot be cached, a lock timeout) is an
 :class:`CompileForError`, raised after everything else was stored, so that a build script
 (``python warm.py || exit 1``) fails instead of shipping a cold cache.
 
-The public functions pick the front-end (numba-cuda's bridge, ``FRONTEND``); the rest of this
-module is handed it (:func:`report` serves ``kcache warm``'s workers too).
+The public functions pick the front-end of the kernel they are given (``frontends.of_dispatcher``:
+numba-cuda's or numba-cuda-mlir's); the rest of this module is handed it (:func:`report`
+serves ``kcache warm``'s workers too).
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from kcache.errors import KcacheError, LockTimeout
 
 from . import compile_warnings
 from .components import Uncacheable
-from .frontends.numba_cuda.bridge import FRONTEND
+from . import frontends
 from .kernel_entry import NotStorable, kernel_to_entry, marker_entry
 from .keying import kernel_key
 from .process import explain_enabled, kernel_name, log_explanations
@@ -102,7 +103,7 @@ def check_cc(cc) -> tuple:
     list numba-cuda reads from NVRTC, ``Frontend.supported_ccs``; numba-cuda itself would
     silently pick the closest lower cc, or fail deep inside NVVM). Returns (major, minor);
     raises ValueError naming the cc and the supported ones."""
-    return checked_cc(FRONTEND, cc)
+    return checked_cc(frontends.default(), cc)
 
 
 def checked_cc(frontend, cc) -> tuple:
@@ -201,8 +202,8 @@ def _unwritable_reason(store) -> str | None:
 def compile_for(kernel, signatures, cc=DEFAULT_CC, store=None, *, cache_key=None) -> list:
     """Compile ``kernel`` for each signature and compute capability and store the entries.
 
-    ``kernel``: a kernel dispatcher (``kcache.jit`` or ``numba.cuda.jit``; not a device
-    function); ``signatures``: one signature (``"void(float32[::1])"``, a tuple of numba types)
+    ``kernel``: a kernel dispatcher (``kcache.jit``, ``numba.cuda.jit`` or
+    ``numba_cuda_mlir.cuda.jit``; not a device function); ``signatures``: one signature (``"void(float32[::1])"``, a tuple of numba types)
     or a list of them; ``cc``: (major, minor) or a list of them (strings "9.0"/"sm_90" too),
     each one the installed CUDA toolkit supports; ``store``: a ``kcache.Store`` (default: the
     kernel's, else ``kcache.Store()``); ``cache_key``: as ``kcache.jit``'s (default: the
@@ -214,8 +215,8 @@ def compile_for(kernel, signatures, cc=DEFAULT_CC, store=None, *, cache_key=None
     when any entry could not be stored: KCACHE_DISABLE is set, the root is read-only,
     missing or full, the kernel cannot be cached (``Uncacheable``'s reason), a lock timed
     out. It is raised after storing every entry that could be stored. Raises
-    ``kcache.KcacheError`` with ``FRONTEND.refusal``'s line, before anything else, when the
-    installed numba-cuda is one kcache does not support.
+    ``kcache.KcacheError`` with ``Frontend.refusal``'s line, before anything else, when the
+    kernel's front-end (numba-cuda, numba-cuda-mlir) is a release kcache does not support.
     """
     return [r.key for r in compile_for_report(kernel, signatures, cc, store, cache_key=cache_key)]
 
@@ -225,7 +226,8 @@ def compile_for_report(kernel, signatures, cc=DEFAULT_CC, store=None, *,
     """:func:`compile_for`, returning a :class:`CompiledEntry` per (cc, signature) instead of
     its key: whether it was compiled now or already cached, and the compile seconds. Same
     arguments and errors."""
-    return report(FRONTEND, kernel, signatures, cc, store, cache_key=cache_key)
+    frontend = frontends.of_dispatcher(kernel) or frontends.default()
+    return report(frontend, kernel, signatures, cc, store, cache_key=cache_key)
 
 
 def report(frontend, kernel, signatures, cc=DEFAULT_CC, store=None, *, cache_key=None) -> list:
@@ -262,7 +264,7 @@ def report(frontend, kernel, signatures, cc=DEFAULT_CC, store=None, *, cache_key
                     blocked = str(exc)  # the root proved unwritable: compile nothing more
                 failures.append(NotStored(kernel_name(kernel),
                                           frontend.signature_display(argtypes), target,
-                                          _arch.arch_name(target), str(exc)))
+                                          frontend.arch_name(target), str(exc)))
     if failures:
         raise CompileForError(failures, results)
     return results
@@ -274,7 +276,7 @@ class _NotStored(Exception):
 
 def _compile_one(frontend, kernel, argtypes, cc, store, cache_key) -> CompiledEntry:
     name, shown, arch = (kernel_name(kernel), frontend.signature_display(argtypes),
-                         _arch.arch_name(cc))
+                         frontend.arch_name(cc))
     compiled = {}
 
     def create():

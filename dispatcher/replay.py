@@ -47,14 +47,14 @@ def plan_replay(plan: Plan, store, ccs=None, modules=None) -> Plan:
     cannot be replayed, with the reason. Entries of ``modules``' kernels made by the
     current toolchain are counted in ``plan.current`` (warm already), and those kernels
     leave ``plan.without_signatures``. Reads headers only; imports nothing."""
-    current = toolchain_components(toolchain_memo(store))
+    current = plan.frontend.key_toolchain(toolchain_components(toolchain_memo(store)))
     wanted = {tuple(cc[:2]) for cc in ccs} if ccs else None
     skipped: dict = {}
     known: set = set()
     for info in store.entries():
         components = info.components if isinstance(info.components, dict) else {}
-        if not components:
-            continue
+        if not components or components.get("frontend", "numba-cuda") != plan.frontend.name:
+            continue  # another front-end's kernel (kcache warm --frontend names the one)
         kernel = components.get("kernel") or info.kernel or "?"
         if not isinstance(kernel, str):  # a damaged or hostile entry's: no name to import
             kernel = cut(repr(kernel), 80)

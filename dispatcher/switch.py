@@ -9,14 +9,16 @@ import contextlib
 import threading
 
 class SwitchState:
-    """``mode``: "cache", "all" or None (not installed); ``options``: install()'s arguments (a
-    dict until the first cached kernel makes them an ``Options``), or None; ``local``:
-    per-thread, the options of the ``kcache.jit`` call under way (``local.options``)."""
+    """``mode``: "cache", "all" or None (not installed: no front-end serves kernels yet);
+    ``options``: install()'s arguments (a dict until the first cached kernel makes them an
+    ``Options``), or None; ``requested``: ``(options dict, mode)`` install() asked for, kept
+    for front-ends imported later (None: not asked, or uninstalled); ``local``: per-thread,
+    the options of the ``kcache.jit`` call under way (``local.options``)."""
 
-    __slots__ = ("mode", "options", "local")
+    __slots__ = ("mode", "options", "requested", "local")
 
     def __init__(self):
-        self.mode = self.options = None
+        self.mode = self.options = self.requested = None
         self.local = threading.local()
 
 
@@ -30,8 +32,24 @@ def installed() -> str | None:
 
 
 def set_installed(options, mode) -> None:
-    """Set (or with ``None, None`` clear) what ``install()`` asked for."""
+    """Set (or with ``None, None`` clear) what serves kernels now: install()'s options and
+    mode, once a front-end is patched. A front-end patched after another keeps the options
+    already made (one default store for every kernel)."""
+    if options is not None and STATE.mode == mode and STATE.requested is not None \
+            and STATE.requested[0] is options and STATE.options is not None:
+        return  # installed already for this request (its options may be an Options by now)
     STATE.options, STATE.mode = options, mode
+
+
+def request(options, mode) -> None:
+    """Keep what ``install()`` asked for (``None, None``: forget it), for every front-end
+    imported from now on."""
+    STATE.requested = None if mode is None else (options, mode)
+
+
+def requested():
+    """``(options dict, mode)`` install() asked for, or None."""
+    return STATE.requested
 
 
 def installed_options():
