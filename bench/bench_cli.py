@@ -82,7 +82,7 @@ def fill_fast(root: Path, n: int) -> None:
     uses spread over a day, then recount the totals. For scale runs only: no locks, no
     fsync (``Store.put`` takes ~4 ms each here)."""
     from kcache.entry import encode
-    from kcache.layout import Layout
+    from kcache.disk.layout import Layout
     layout = Layout(root)
     now = time.time()
     made: set[str] = set()

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from kcache import Entry, Store, make_key
 from kcache import entry as fmt
-from kcache.layout import Layout
+from kcache.disk.layout import Layout
 
 
 def keys(n: int, tag: str = "bench") -> list[str]:

@@ -23,7 +23,7 @@ def untrusted(root, dirs, shared: bool) -> dict[str, str]:
     not use them."""
     from pathlib import Path
 
-    from kcache.fsio import Trust
+    from kcache.disk.fsio import Trust
     from kcache.localtier import LocalTier
     trust = Trust(bool(shared))
     out = {}

@@ -233,7 +233,7 @@ def entry_keys(store) -> list[str]:
     """The keys of every entry file in the writable root and the read-only dirs, from the
     file names alone (``kcache.layout.scan``; no header is read: naming the nearest keys of
     a mistyped prefix must not read 100,000 headers)."""
-    from kcache.layout import Layout, scan
+    from kcache.disk.layout import Layout, scan
     return [key for root in (store.root, *store.readonly_roots)
             for key, _path, _st in scan(Layout(root))]
 

@@ -73,7 +73,7 @@ def not_removed(failed) -> list[dict]:
 
 def _name_lock(failed) -> str:
     """The reason, naming the lock file when the entry was busy (another process held it)."""
-    from kcache.layout import Layout
+    from kcache.disk.layout import Layout
     from kcache.prune import BUSY
     if not failed.reason.startswith(BUSY):
         return failed.reason

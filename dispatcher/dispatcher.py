@@ -23,7 +23,7 @@ import kcache.store  # noqa: F401
 from kcache import arch as _arch
 from kcache.config import environment_snapshot
 from kcache.keys import canonical_bytes, key_of_bytes
-from kcache.layout import BUCKET
+from kcache.disk.layout import BUCKET
 from kcache.text import cut
 from kcache import toolchain as _toolchain  # noqa: F401
 from kcache.warn import held_back, warn_once

@@ -37,7 +37,7 @@ from typing import Callable, Iterator
 
 import msgpack
 
-from . import fsio
+from .disk import fsio
 from .entry import FORMAT_VERSION
 from .errors import CorruptEntry, KcacheError
 from .keys import KEY_RE

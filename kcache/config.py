@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 
-from . import fsio
+from .disk import fsio
 from .entry import _FACTORY  # the written-out dataclass default (kcache.entry)
 from .errors import ConfigError, CorruptEntry
 from .warn import warn_once
@@ -669,9 +669,8 @@ def write_setting(root, name: str, value: Any) -> Path:
             os.replace(path, backup)
             warn_once(f"config-replaced:{path}", f"kcache: {broken}; replaced it by a config file holding "
                       f"only {name}; the old one is kept as {backup}")
-        from . import atomic  # writing settings only: resolving them never writes
-        atomic.write_atomic(path, (json.dumps(conf, indent=2, sort_keys=True) + "\n").encode(),
-                            mode=mode)
+        fsio.write_atomic(path, (json.dumps(conf, indent=2, sort_keys=True) + "\n").encode(),
+                          mode=mode)
     except OSError as exc:  # name config.json, not the temp file beside it
         raise OSError(exc.errno, exc.strerror, str(path)) from None
     return path

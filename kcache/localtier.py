@@ -21,13 +21,13 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-from . import fsio
+from .disk import fsio
 from .entry import FORMAT_VERSION, MAGIC, PREFIX_SIZE, check_head, decode_header, parse_prefix
 from .errors import CorruptEntry
-from .layout import (BUCKET, CACHEDIR_TAG, ENTRIES, LOCKS, QUARANTINE, STATS, Layout, entry_key,
-                     entry_name, folder_listing, quarantine_name, quarantine_re, scan,
+from .disk.layout import (BUCKET, CACHEDIR_TAG, ENTRIES, LOCKS, QUARANTINE, STATS, Layout, entry_key,
+                     entry_name, folder_listing, quarantine_name, QUARANTINE_RE, scan,
                      warn_symlink)
-from .paths import RootDirs
+from .disk.paths import RootDirs
 from .tier import Blob
 from .warn import warn_once
 
@@ -390,7 +390,7 @@ class LocalTier:
         folders = [f"{ENTRIES}/{s}" for s in self.layout.shard_dirs(dirs=self.dirs)]
         for rel in folders + [STATS, BUCKET, ""]:
             for name, st in folder_listing(self.dirs, rel):
-                if (fsio.temp_re().fullmatch(name) and stat.S_ISREG(st.st_mode)
+                if (fsio.TEMP_RE.fullmatch(name) and stat.S_ISREG(st.st_mode)
                         and st.st_uid == self.trust.uid):
                     yield self.root / rel, name, st
 
@@ -404,7 +404,7 @@ class LocalTier:
         """Files in ``v1/quarantine/`` named as kcache names them, owned by this user (or
         its group in shared mode): (folder, name, lstat)."""
         for name, st in folder_listing(self.dirs, QUARANTINE):
-            if quarantine_re().fullmatch(name) and (st.st_uid == self.trust.uid or self.trust.file_ok(st)):
+            if QUARANTINE_RE.fullmatch(name) and (st.st_uid == self.trust.uid or self.trust.file_ok(st)):
                 yield self.layout.quarantine, name, st
 
     def sweep_quarantine(self, max_age: float, *, dry_run: bool = False) -> tuple[int, int]:

@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING, Callable
 from .errors import CorruptEntry, LockTimeout, NewerFormat
 from .keys import KEY_RE
 from .localtier import GONE, NEWER, NOT_REGULAR, os_reason
-from .locks import STALE
+from .disk.locks import STALE
 from .prune import (BUSY, TEMP_MAX_AGE, NotRemoved, PruneReport, RemoveReport, VerifyReport)
 from .stats import SHARDS, shard_of
 
 if TYPE_CHECKING:
-    from .locks import KeyLocks
+    from .disk.locks import KeyLocks
     from .localtier import LocalTier
     from .stats import StatsBook
 
@@ -278,8 +278,8 @@ def sweep_locks(house: Housekeeping, max_age: float = TEMP_MAX_AGE) -> int:
     orphan inode: at worst one duplicate compile.) A lock file's mtime is its creation time or
     the last heartbeat of a compile that held it (kcache.locks). Symlinked lock folders are
     never entered."""
-    from .fsio import lstat_at
-    from .layout import LOCK_SUFFIX, LOCKS, folder_listing
+    from .disk.fsio import lstat_at
+    from .disk.layout import LOCK_SUFFIX, LOCKS, folder_listing
     cutoff = time.time() - max_age
     n = 0
     dirs = house.local.dirs

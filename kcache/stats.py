@@ -41,10 +41,10 @@ from typing import Callable
 
 import msgpack
 
-from . import fsio
+from .disk import fsio
 from .errors import CorruptEntry
-from .layout import STATS
-from .paths import RootDirs
+from .disk.layout import STATS
+from .disk.paths import RootDirs
 from .warn import warn_once
 
 COUNTERS = ("hits", "misses", "compiles", "puts", "evictions", "corrupt", "lock_waits",

@@ -46,8 +46,8 @@ from .config import Settings, resolve
 from .entry import Entry
 from .errors import CorruptEntry, KcacheError, NewerFormat
 from .keys import check_key
-from .layout import BUCKET, ENTRIES, Layout
-from .paths import RootDirs
+from .disk.layout import BUCKET, ENTRIES, Layout
+from .disk.paths import RootDirs
 from .listing import EntryListing
 from .localtier import LocalTier, os_reason  # noqa: F401 (os_reason: API)
 from .remotepolicy import RemotePolicy
@@ -143,7 +143,7 @@ class Store(VerificationPath, RemotePolicy, EntryListing):
         if locks is None:
             with self._key_locks_made:  # one KeyLocks per store, whichever thread comes first
                 if self._key_locks is None:
-                    from .locks import KeyLocks
+                    from .disk.locks import KeyLocks
                     self._key_locks = KeyLocks(
                         self.layout, self.lock_timeout, self._file_mode, self._count,
                         self._lock_error, self._ready_folder, self.local.dirs,
@@ -584,7 +584,7 @@ class Store(VerificationPath, RemotePolicy, EntryListing):
             self._totals_at = now
         if sum(b for _n, b in self._totals.values()) <= self.max_size:
             return
-        from .locks import BUSY, try_global
+        from .disk.locks import BUSY, try_global
         lock = try_global(self.layout.evict_lock, self._file_mode, self._locks.ready_folder,
                           self.local.dirs)
         if lock == BUSY:

@@ -13,7 +13,7 @@ from typing import Callable
 
 import msgpack
 
-from . import fsio
+from .disk import fsio
 from .entry import FORMAT_VERSION
 
 # distribution name -> key in the result; the NVVM / nvJitLink wheels per CUDA major version
@@ -161,8 +161,7 @@ def _read_memo(path: Path) -> list:
 
 
 def _write_memo(path: Path, memo: list) -> None:
-    from . import atomic  # a new environment's only: reading the memo writes nothing
     try:
-        atomic.write_atomic(path, msgpack.packb(memo, use_bin_type=True), fsync=False)
+        fsio.write_atomic(path, msgpack.packb(memo, use_bin_type=True), fsync=False)
     except (OSError, TypeError, ValueError):
         pass  # a memo that cannot be written is only a recompute next time

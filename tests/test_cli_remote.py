@@ -14,7 +14,7 @@ import pytest
 import ptykit
 from kcache import signing
 from kcache import entry as fmt
-from kcache.layout import Layout
+from kcache.disk.layout import Layout
 from kcache.remote import open_remote
 from servers import (SilentServer, aws_env, make_redis, redis_url, refusing_port,  # noqa: F401
                      s3_bucket, s3_endpoint, unique_namespace)

@@ -22,7 +22,7 @@ import pytest
 
 from kcache import Entry, Store, make_key, signing
 from kcache import entry as fmt
-from kcache.layout import Layout
+from kcache.disk.layout import Layout
 from kcache.remote import open_remote
 from kcache.warn import KcacheWarning
 from servers import (DrippingServer, SilentServer, aws_env, make_redis, redis_url,  # noqa: F401

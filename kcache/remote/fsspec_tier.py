@@ -16,7 +16,7 @@ from typing import Iterator
 
 import fsspec
 
-from ..layout import SUFFIX, entry_key
+from ..disk.layout import SUFFIX, entry_key
 from ..text import cut
 from ..tier import Blob, TierError
 from .base import (Deadline, Overrun, RemoteTier, causes, chunk_size, current_deadline, describe, os_kind,

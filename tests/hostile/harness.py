@@ -43,7 +43,7 @@ from pathlib import Path
 from kcache import Entry, Store
 from kcache.entry import encode
 from kcache.keys import make_key
-from kcache.layout import Layout
+from kcache.disk.layout import Layout
 
 from .corpus import Kind
 from .craft import ARTIFACTS, META

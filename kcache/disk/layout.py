@@ -16,7 +16,6 @@ through their descriptor, so a symlinked shard is skipped (warned once), never l
 """
 from __future__ import annotations
 
-import functools
 import os
 import re
 import secrets
@@ -27,8 +26,8 @@ from typing import Iterator
 
 from .fsio import open_dir
 from .paths import RootDirs
-from .keys import key_re
-from .warn import warn_once
+from ..keys import KEY_RE
+from ..warn import warn_once
 
 BUCKET = "v1"
 #: Folders of a root, relative to it ("/"-separated), as kcache.paths.RootDirs names them.
@@ -38,27 +37,9 @@ STATS = f"{BUCKET}/stats"
 QUARANTINE = f"{BUCKET}/quarantine"
 SUFFIX = ".kce"
 LOCK_SUFFIX = ".lock"
-TMP_SUFFIX = ".tmp"
-
-
-# The patterns of the scans are compiled when first used (functools.cache), not by every
-# process that reads entries; QUARANTINE_RE stays importable (module __getattr__).
-@functools.cache
-def _shard_re() -> re.Pattern:
-    return re.compile(r"[0-9a-f]{2}")
-
-
-@functools.cache
-def quarantine_re() -> re.Pattern:
-    """``QUARANTINE_RE``: quarantined file names, ``<key>.<unix ns>.<pid>.<8 hex>.kce``
-    (never two alike)."""
-    return re.compile(r"([0-9a-f]{8,128})\.\d+\.\d+\.[0-9a-f]{8}\.kce")
-
-
-def __getattr__(name: str):
-    if name == "QUARANTINE_RE":
-        return quarantine_re()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+_SHARD_RE = re.compile(r"[0-9a-f]{2}")
+#: Quarantined file names, ``<key>.<unix ns>.<pid>.<8 hex>.kce`` (never two alike).
+QUARANTINE_RE = re.compile(r"([0-9a-f]{8,128})\.\d+\.\d+\.[0-9a-f]{8}\.kce")
 
 
 CACHEDIR_TAG = (
@@ -100,7 +81,7 @@ class Layout:
         kcache's; a symlinked shard is skipped with one warning. ``dirs``: the root's
         kcache.paths.RootDirs (default: a fresh one)."""
         for name, st in folder_listing(dirs or RootDirs(self.root), ENTRIES):
-            if not _shard_re().fullmatch(name) or (first is not None and not name.startswith(first)):
+            if not _SHARD_RE.fullmatch(name) or (first is not None and not name.startswith(first)):
                 continue
             if stat.S_ISLNK(st.st_mode):
                 warn_symlink(self.entries / name)
@@ -125,7 +106,7 @@ def entry_key(shard: str, name: str) -> str | None:
     if not name.endswith(SUFFIX):
         return None
     key = name[: -len(SUFFIX)]
-    return key if key_re().fullmatch(key) and key.startswith(shard) else None
+    return key if KEY_RE.fullmatch(key) and key.startswith(shard) else None
 
 
 def warn_symlink(path: Path) -> None:
