@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from kcache import Entry, Store, make_key
-from kcache import entry as fmt
+from kcache.entry import format as fmt
 from kcache.disk.layout import Layout
 
 

@@ -12,13 +12,13 @@ import os
 import re
 from typing import Any, Iterable
 
-from kcache.artifacts import MAX_ENTRY_POINTS
+from kcache.entry.artifacts import MAX_ENTRY_POINTS
 from kcache.cli.errors import NotFound, UsageError
 from kcache.cli.fmt import iso
 from kcache.cli.problems import SHORT_KEY, is_newer, newer_format_files, problem_of
 from kcache.cli.text import clip
 from kcache.cli.values import count, number, text
-from kcache.entry import entry_kind
+from kcache.entry.format import entry_kind
 
 _HEX = re.compile(r"^[0-9a-f]+$")
 

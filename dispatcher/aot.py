@@ -302,7 +302,7 @@ def _compile_one(kernel, argtypes, cc, store, cache_key) -> CompiledEntry:
 
 
 def _put_failed(store, entry=None) -> str:
-    from kcache.artifacts import problem
+    from kcache.entry.artifacts import problem
     why = problem(entry.artifacts, entry.meta) if entry is not None else None
     if why is not None:  # refused by Store.put: never published
         return f"the compile step returned a {why}; not stored"

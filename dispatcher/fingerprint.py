@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 
 import msgpack
 
-from kcache.entry import _FACTORY  # the written-out dataclass default (kcache.entry)
+from dataclasses import _HAS_DEFAULT_FACTORY as _FACTORY  # the written-out dataclass default
 
 from .bytecode import references
 

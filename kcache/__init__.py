@@ -14,7 +14,7 @@ __version__ = "0.1.0"
 
 #: public name -> the module that defines it
 _WHERE = {
-    "Entry": ".entry", "EntryInfo": ".entryinfo",
+    "Entry": ".entry", "EntryInfo": ".entry",
     "ConfigError": ".errors", "CorruptEntry": ".errors", "KcacheError": ".errors",
     "CacheMissError": ".errors", "MissingExtra": ".errors",
     "LockTimeout": ".errors", "NewerFormat": ".errors",

@@ -38,7 +38,7 @@ from typing import Callable, Iterator
 import msgpack
 
 from .disk import fsio
-from .entry import FORMAT_VERSION
+from .entry.format import FORMAT_VERSION
 from .errors import CorruptEntry, KcacheError
 from .keys import KEY_RE
 from .tier import Blob, TierError

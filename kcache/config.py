@@ -35,13 +35,11 @@ import json
 import math
 import os
 import re
-import reprlib
 from pathlib import Path
 from typing import Any
 
 
 from .disk import fsio
-from .entry import _FACTORY  # the written-out dataclass default (kcache.entry)
 from .errors import ConfigError, CorruptEntry
 from .warn import warn_once
 
@@ -215,7 +213,7 @@ def format_size(n: int) -> str:
 
 
 
-@dataclasses.dataclass(init=False, repr=False, eq=False)  # the methods are written out
+@dataclasses.dataclass
 class Settings:
     """Resolved configuration. Sizes in bytes, times in seconds; ``origins`` maps each
     setting name to where it came from: "argument", "env KCACHE_X", "config <path>", "default"."""
@@ -233,47 +231,6 @@ class Settings:
     #: config.json's contents as read ({} when absent, broken or in an untrusted root): the
     #: remote tier's settings are read from it (kcache.remote.remote_settings)
     config: dict = dataclasses.field(default_factory=dict)
-
-    # __init__, __repr__ and __eq__ are written out as dataclasses generates them (hence
-    # init=False, repr=False, eq=False above): generating them runs exec once per method,
-    # ~1 ms on a 2-core machine, paid by every process that defines a kernel. Still a
-    # dataclass (fields, asdict, replace); tests/test_dataclass_methods.py checks the methods
-    # against generated ones.
-    def __init__(self, root: Path, max_size: int, readonly_roots: tuple[Path, ...],
-                 lock_timeout: float, disabled: bool, shared: bool, origins: dict[str, str],
-                 max_entry_size: int = DEFAULT_MAX_ENTRY_SIZE,
-                 quarantine_age: float = DEFAULT_QUARANTINE_AGE,
-                 lock_stale: float = DEFAULT_LOCK_STALE, config: dict = _FACTORY) -> None:
-        self.root = root
-        self.max_size = max_size
-        self.readonly_roots = readonly_roots
-        self.lock_timeout = lock_timeout
-        self.disabled = disabled
-        self.shared = shared
-        self.origins = origins
-        self.max_entry_size = max_entry_size
-        self.quarantine_age = quarantine_age
-        self.lock_stale = lock_stale
-        self.config = dict() if config is _FACTORY else config
-
-    @reprlib.recursive_repr()
-    def __repr__(self):
-        return self.__class__.__qualname__ + (
-            f"(root={self.root!r}, max_size={self.max_size!r}, "
-            f"readonly_roots={self.readonly_roots!r}, lock_timeout={self.lock_timeout!r}, "
-            f"disabled={self.disabled!r}, shared={self.shared!r}, origins={self.origins!r}, "
-            f"max_entry_size={self.max_entry_size!r}, quarantine_age={self.quarantine_age!r}, "
-            f"lock_stale={self.lock_stale!r}, config={self.config!r})")
-
-    def __eq__(self, other):
-        if other.__class__ is self.__class__:
-            return ((self.root, self.max_size, self.readonly_roots, self.lock_timeout,
-                     self.disabled, self.shared, self.origins, self.max_entry_size,
-                     self.quarantine_age, self.lock_stale, self.config) ==
-                    (other.root, other.max_size, other.readonly_roots, other.lock_timeout,
-                     other.disabled, other.shared, other.origins, other.max_entry_size,
-                     other.quarantine_age, other.lock_stale, other.config))
-        return NotImplemented
 
     @property
     def config_path(self) -> Path:

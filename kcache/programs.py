@@ -41,8 +41,8 @@ except ImportError as exc:  # no cuda-core, or one before 1.2 (numba-cuda < 0.30
 else:
     _UNAVAILABLE = None
 
-from . import artifacts
-from .entry import Entry, entry_kind
+from .entry import artifacts
+from .entry.format import Entry, entry_kind
 from .config import environment_snapshot
 from .errors import KcacheError, MissingExtra
 from .keys import make_key

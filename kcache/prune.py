@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from .entryinfo import EntryInfo
+from .entry.info import EntryInfo
 
 # Why an entry was left in place by clear/prune/remove_many (NotRemoved.reason starts so).
 from .reasons import BUSY, NEWER, NOT_REGULAR, TEMP_MAX_AGE  # noqa: F401 (their old home)

@@ -40,10 +40,10 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from . import entry as fmt
+from .entry import format as fmt
 from . import artifacts, fsio
 from .config import Settings, resolve
-from .entry import Entry
+from .entry.format import Entry
 from .errors import CorruptEntry, KcacheError, NewerFormat
 from .keys import check_key
 from .disk.layout import BUCKET, ENTRIES, Layout

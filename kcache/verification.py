@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import stat
 
-from . import artifacts
-from . import entry as fmt
-from .entry import Entry
+from .entry import artifacts
+from .entry import format as fmt
+from .entry.format import Entry
 from .errors import CorruptEntry, NewerFormat
 from .keys import check_key
 from .localtier import GONE, KnownBad, LocalTier, identity as _identity, os_reason

@@ -7,7 +7,7 @@ import pytest
 
 import kcache
 from kcache import Entry, artifacts, make_key
-from kcache.artifacts import EM_CUDA, KERNEL_FIELDS, LTOIR_MAGIC
+from kcache.entry.artifacts import EM_CUDA, KERNEL_FIELDS, LTOIR_MAGIC
 from kcache.warn import KcacheWarning
 
 pytest.importorskip("numba.cuda")

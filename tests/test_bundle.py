@@ -14,7 +14,7 @@ import pytest
 import clikit
 
 from kcache import Entry, Store, make_key
-from kcache import entry as fmt
+from kcache.entry import format as fmt
 from kcache.bundle import BundleError, BundleTier, digest, have_zstd, write_bundle
 from kcache.bundle_v1 import MANIFEST
 

@@ -13,7 +13,7 @@ import pytest
 
 import ptykit
 from kcache import signing
-from kcache import entry as fmt
+from kcache.entry import format as fmt
 from kcache.disk.layout import Layout
 from kcache.remote import open_remote
 from servers import (SilentServer, aws_env, make_redis, redis_url, refusing_port,  # noqa: F401

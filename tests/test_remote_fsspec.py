@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from kcache import Entry, make_key
-from kcache import entry as fmt
+from kcache.entry import format as fmt
 from kcache.remote import open_remote
 from kcache.tier import Tier, TierError
 from servers import SilentServer, aws_env, refusing_port, s3_bucket, s3_endpoint  # noqa: F401

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kcache import ConfigError, CorruptEntry, Entry, make_key
-from kcache import entry as fmt
+from kcache.entry import format as fmt
 from kcache.signing import (MAGIC, MIN_SECRET, OVERHEAD, BadSignature, SignatureError, UnsignedValue,
                             is_signed, secret_from_env, unwrap, wrap)
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from kcache import Entry, Store, make_key, signing
-from kcache import entry as fmt
+from kcache.entry import format as fmt
 from kcache.disk.layout import Layout
 from kcache.remote import open_remote
 from kcache.warn import KcacheWarning

@@ -10,7 +10,7 @@ import pytest
 
 import kcache
 from kcache import Entry, NewerFormat, Store, make_key
-from kcache import entry as fmt
+from kcache.entry import format as fmt
 
 META = {"kernel": "pkg.mod:axpy", "signature": "(float32[::1],)", "arch": "sm_90a",
         "compile_seconds": 0.75, "entry_name": "_Z4axpy", "cooperative": False,

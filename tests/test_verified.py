@@ -5,7 +5,7 @@ import warnings
 import pytest
 
 from kcache import Entry, Store, make_key
-from kcache import entry as fmt
+from kcache.entry import format as fmt
 from kcache import verified
 from kcache.verified import VERIFIED, Verified
 

@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 
 from kcache import Entry, Store
-from kcache.entry import encode
+from kcache.entry.format import encode
 from kcache.keys import make_key
 from kcache.disk.layout import Layout
 

@@ -37,14 +37,13 @@ import dataclasses
 import hashlib
 import math
 import os
-import reprlib
 import struct
 import time
 from typing import Any
 
 import msgpack
 
-from .errors import CorruptEntry, NewerFormat
+from ..errors import CorruptEntry, NewerFormat
 
 MAGIC = b"KCACHE\x00E"
 FORMAT_VERSION = 1
@@ -55,16 +54,11 @@ MAX_HEADER = 16 << 20  # bytes
 MAX_BODY = 4 << 30  # bytes; a cubin is rarely above a few MiB
 MAX_FILE = PREFIX_SIZE + MAX_HEADER + MAX_BODY + SUM_SIZE
 
-#: The default of a field with a default_factory in a written-out dataclass __init__ (Entry,
-#: kcache.config.Settings, kcache.dispatcher.fingerprint.Fingerprint), the object the
-#: generated one uses (inspect.signature shows it as "<factory>").
-_FACTORY = getattr(dataclasses, "_HAS_DEFAULT_FACTORY", object())
-
 # Header fields lifted from Entry.meta (the rest of meta is kept as is inside "meta").
 _META_FIELDS = {"kernel": str, "signature": str, "arch": str, "compile_seconds": (int, float)}
 
 
-@dataclasses.dataclass(init=False, repr=False, eq=False)  # the methods are written out
+@dataclasses.dataclass
 class Entry:
     """A cache entry: named artifacts and metadata.
 
@@ -75,25 +69,6 @@ class Entry:
 
     artifacts: dict[str, bytes]
     meta: dict = dataclasses.field(default_factory=dict)
-
-    # __init__, __repr__ and __eq__ are written out as dataclasses generates them (hence
-    # init=False, repr=False, eq=False above): generating them runs exec once per method,
-    # ~0.6 ms on a 2-core machine, paid by every process that defines a kernel. Still a
-    # dataclass (fields, asdict, replace); tests/test_dataclass_methods.py checks the methods
-    # against generated ones.
-    def __init__(self, artifacts: dict[str, bytes], meta: dict = _FACTORY) -> None:
-        self.artifacts = artifacts
-        self.meta = dict() if meta is _FACTORY else meta
-        self.__post_init__()
-
-    @reprlib.recursive_repr()
-    def __repr__(self):
-        return self.__class__.__qualname__ + f"(artifacts={self.artifacts!r}, meta={self.meta!r})"
-
-    def __eq__(self, other):
-        if other.__class__ is self.__class__:
-            return (self.artifacts, self.meta) == (other.artifacts, other.meta)
-        return NotImplemented
 
     def __post_init__(self) -> None:
         if not isinstance(self.artifacts, dict):
@@ -120,15 +95,6 @@ class Entry:
         entry = cls.__new__(cls)
         entry.artifacts, entry.meta = artifacts, meta
         return entry
-
-
-def __getattr__(name: str):
-    # EntryInfo (listings, prune, the command line) is built when first asked for, not with
-    # the entry format that every cache hit imports (kcache.entryinfo says why).
-    if name == "EntryInfo":
-        from .entryinfo import EntryInfo
-        return EntryInfo
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 #: Kinds of entry (``kcache ls --kind``): numba-cuda kernels (kcache.dispatcher) and cuda.core
