@@ -24,7 +24,7 @@ def untrusted(root, dirs, shared: bool) -> dict[str, str]:
     from pathlib import Path
 
     from kcache.disk.fsio import Trust
-    from kcache.localtier import LocalTier
+    from kcache.tiers.local import LocalTier
     trust = Trust(bool(shared))
     out = {}
     for path in (str(root), *dirs):

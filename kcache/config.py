@@ -567,7 +567,7 @@ def _normalize(name: str, value: Any) -> Any:
     if name == "readonly_dirs":
         return [str(p) for p in _paths(value, name)]
     if name in REMOTE_SETTINGS:
-        from . import remote  # its checks, as the store applies them; imports no client library
+        from .tiers import remote  # its checks, as the store applies them; imports no client library
         field = next(f for f, (_env, key) in remote.VARIABLES.items() if key == name)
         checked = remote.check_setting(field, value, name)  # seconds for durations
         return 0.0 if checked is None else checked  # a TTL of 0 (no expiry) is stored as 0

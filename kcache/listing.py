@@ -11,7 +11,7 @@ from typing import Iterator
 
 from .errors import CorruptEntry, NewerFormat
 from .keys import check_key
-from .localtier import LocalTier, os_reason
+from .tiers.local import LocalTier, os_reason
 from .reasons import NOT_REGULAR
 
 

@@ -24,14 +24,14 @@ from typing import TYPE_CHECKING, Callable
 
 from .errors import CorruptEntry, LockTimeout, NewerFormat
 from .keys import KEY_RE
-from .localtier import GONE, NEWER, NOT_REGULAR, os_reason
+from .tiers.local import GONE, NEWER, NOT_REGULAR, os_reason
 from .disk.locks import STALE
 from .prune import (BUSY, TEMP_MAX_AGE, NotRemoved, PruneReport, RemoveReport, VerifyReport)
 from .stats import SHARDS, shard_of
 
 if TYPE_CHECKING:
     from .disk.locks import KeyLocks
-    from .localtier import LocalTier
+    from .tiers.local import LocalTier
     from .stats import StatsBook
 
 @dataclasses.dataclass(frozen=True)

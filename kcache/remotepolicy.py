@@ -15,7 +15,7 @@ from typing import Callable
 
 from .errors import CorruptEntry, KcacheError, NewerFormat
 from .keys import check_key
-from .tier import TierError
+from .tiers.tier import TierError
 from .warn import warn_once
 
 
@@ -34,7 +34,7 @@ class RemotePolicy:
             self._remote_opened = True
             if not self.disabled and (os.environ.get("KCACHE_REMOTE", "").strip()
                                       or self.settings.config.get("remote")):
-                from .remote import open_configured  # imports no client library by itself
+                from .tiers.remote import open_configured  # imports no client library by itself
                 self._remote, self._remote_settings = open_configured(os.environ, self.settings.config)
         return self._remote
 
@@ -45,7 +45,7 @@ class RemotePolicy:
         configured remote KcacheError, instead of one warning and None. Works while the
         store is disabled (the command was asked for explicitly)."""
         if self._remote is None:
-            from .remote import open_settings, remote_settings
+            from .tiers.remote import open_settings, remote_settings
             settings = remote_settings(os.environ, self.settings.config)
             if settings is None:
                 raise KcacheError("no remote tier is configured: set KCACHE_REMOTE (e.g. "

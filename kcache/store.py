@@ -49,10 +49,10 @@ from .keys import check_key
 from .disk.layout import BUCKET, ENTRIES, Layout
 from .disk.paths import RootDirs
 from .listing import EntryListing
-from .localtier import LocalTier, os_reason  # noqa: F401 (os_reason: API)
+from .tiers.local import LocalTier, os_reason  # noqa: F401 (os_reason: API)
 from .remotepolicy import RemotePolicy
 from .stats import COUNTERS, ROOT_ERRNOS, SHARDS, StatsBook, shard_of
-from .tier import TierError
+from .tiers.tier import TierError
 from .text import cut
 from .verification import VerificationPath
 from .warn import warn_once

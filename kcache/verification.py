@@ -14,9 +14,9 @@ from .entry import format as fmt
 from .entry.format import Entry
 from .errors import CorruptEntry, NewerFormat
 from .keys import check_key
-from .localtier import GONE, KnownBad, LocalTier, identity as _identity, os_reason
+from .tiers.local import GONE, KnownBad, LocalTier, identity as _identity, os_reason
 from .reasons import BUSY
-from .tier import TierError
+from .tiers.tier import TierError
 from .verified import VERIFIED
 from .warn import warn_once
 

@@ -7,7 +7,7 @@ import textwrap
 import pytest
 
 from kcache import ConfigError
-from kcache.remote import (DEFAULT_MAX_WAIT, DEFAULT_NAMESPACE, DEFAULT_TIMEOUT, MissingClient,
+from kcache.tiers.remote import (DEFAULT_MAX_WAIT, DEFAULT_NAMESPACE, DEFAULT_TIMEOUT, MissingClient,
                            RemoteSettings, open_configured, open_remote, redact, remote_settings)
 from kcache.warn import KcacheWarning
 

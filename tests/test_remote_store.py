@@ -23,7 +23,7 @@ import pytest
 from kcache import Entry, Store, make_key, signing
 from kcache.entry import format as fmt
 from kcache.disk.layout import Layout
-from kcache.remote import open_remote
+from kcache.tiers.remote import open_remote
 from kcache.warn import KcacheWarning
 from servers import (DrippingServer, SilentServer, aws_env, make_redis, redis_url,  # noqa: F401
                      refusing_port, s3_bucket, s3_endpoint, unique_namespace, wait_until)

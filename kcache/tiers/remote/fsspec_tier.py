@@ -16,8 +16,8 @@ from typing import Iterator
 
 import fsspec
 
-from ..disk.layout import SUFFIX, entry_key
-from ..text import cut
+from ...disk.layout import SUFFIX, entry_key
+from ...text import cut
 from ..tier import Blob, TierError
 from .base import (Deadline, Overrun, RemoteTier, causes, chunk_size, current_deadline, describe, os_kind,
                    redact, run_within, url_credentials, version_tag)

@@ -23,9 +23,9 @@ import time
 from typing import Callable, Iterator, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
-from ..entry.format import FORMAT_VERSION
-from ..keys import check_key
-from ..text import cut
+from ...entry.format import FORMAT_VERSION
+from ...keys import check_key
+from ...text import cut
 from ..tier import Blob, TierError
 
 T = TypeVar("T")

@@ -23,7 +23,7 @@ import tarfile
 from pathlib import Path
 from typing import Iterator
 
-from .bundle import (_ZSTD_MAGIC, BUNDLE_FORMAT, MAX_ENTRIES, BundleError, Contents, Region,
+from .common import (ZSTD_MAGIC, BUNDLE_FORMAT, MAX_ENTRIES, BundleError, Contents, Region,
                      inflate, inflate_cap, pread_exact)
 
 VERSION = 1
@@ -50,7 +50,7 @@ _KINDS = {tarfile.XHDTYPE: "a pax extended header", tarfile.XGLTYPE: "a pax glob
 def open_v1(path: Path, fd: int, size: int, head: bytes, secret: bytes | None) -> Contents:
     """Index the version-1 bundle open as ``fd`` (``size`` bytes, starting with ``head``).
     Raises BundleError: a secret is set, not a tar, over a bound."""
-    zstd = head.startswith(_ZSTD_MAGIC)
+    zstd = head.startswith(ZSTD_MAGIC)
     if not zstd and pread_exact(fd, 5, 257) != b"ustar":
         raise BundleError(f"{path} is not a kcache bundle (neither a version-{VERSION} tar nor "
                           "a version-2 bundle)")

@@ -21,17 +21,17 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-from .disk import fsio
-from .entry.format import FORMAT_VERSION, MAGIC, PREFIX_SIZE, check_head, decode_header, parse_prefix
-from .errors import CorruptEntry
-from .disk.layout import (BUCKET, CACHEDIR_TAG, ENTRIES, LOCKS, QUARANTINE, STATS, Layout, entry_key,
+from ..disk import fsio
+from ..entry.format import FORMAT_VERSION, MAGIC, PREFIX_SIZE, check_head, decode_header, parse_prefix
+from ..errors import CorruptEntry
+from ..disk.layout import (BUCKET, CACHEDIR_TAG, ENTRIES, LOCKS, QUARANTINE, STATS, Layout, entry_key,
                      entry_name, folder_listing, quarantine_name, QUARANTINE_RE, scan,
                      warn_symlink)
-from .disk.paths import RootDirs
+from ..disk.paths import RootDirs
 from .tier import Blob
-from .warn import warn_once
+from ..warn import warn_once
 
-from .reasons import NEWER, NOT_REGULAR  # why removal left a file in place
+from ..reasons import NEWER, NOT_REGULAR  # why removal left a file in place
 
 GONE = "gone"
 _HEADER_READ = 8192  # bytes read at once for a header: real headers are a few KiB  # quarantine: the file vanished or was replaced meanwhile (nothing to do)
@@ -335,7 +335,7 @@ class LocalTier:
         envelope (its trailing checksum holds, as :func:`kcache.entry.decode` requires before
         it says "newer"): such a file is a newer kcache's, never judged or deleted here. Read
         in chunks (a multi-GiB file costs time, not memory)."""
-        from .entry.format import MAX_FILE, envelope_sum_holds
+        from ..entry.format import MAX_FILE, envelope_sum_holds
         try:
             fd, st = fsio.open_regular(name, MAX_FILE, dir_fd=shard_fd)
         except (OSError, CorruptEntry):

@@ -20,9 +20,9 @@ import redis.exceptions as rx
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from ..errors import ConfigError
-from ..keys import KEY_RE
-from ..disk.locks import WORK_GRACE, WORK_ROOM, run_while_waiting
+from ...errors import ConfigError
+from ...keys import KEY_RE
+from ...disk.locks import WORK_GRACE, WORK_ROOM, run_while_waiting
 from ..tier import Blob, TierError
 from .base import (DEFAULT_LEASE_TTL, DEFAULT_MAX_WAIT, Flight, RemoteTier, chunk_size, current_deadline,
                    describe, os_kind, redact, url_credentials, version_tag)

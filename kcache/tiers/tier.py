@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Iterator, Protocol, runtime_checkable
 
-from .errors import KcacheError
+from ..errors import KcacheError
 
 #: Kinds of :class:`TierError`, counted apart in the stats (``remote_errors`` by kind).
 ERROR_KINDS = ("timeout", "refused", "auth", "bad_value", "io", "unavailable")

@@ -18,9 +18,9 @@ import os
 import re
 from typing import Any, Mapping
 
-from ..config import parse_bool, parse_duration
-from ..errors import ConfigError, KcacheError, MissingExtra
-from ..warn import warn_once
+from ...config import parse_bool, parse_duration
+from ...errors import ConfigError, KcacheError, MissingExtra
+from ...warn import warn_once
 from ..tier import TierError
 from .base import (DEFAULT_LEASE_TTL, DEFAULT_MAX_ERRORS, DEFAULT_MAX_WAIT, DEFAULT_NAMESPACE,
                    DEFAULT_TIMEOUT, NAMESPACE_ACCEPTED, NAMESPACE_RE, Flight, Unopened, describe, redact,
@@ -88,7 +88,7 @@ def remote_settings(env: Mapping[str, str] | None = None,
     (``KCACHE_REMOTE_SECRET``, else ``KCACHE_SECRET``) come from the environment only.
     Raises ConfigError naming the variable, what was given (never a secret) and what is
     accepted."""
-    from ..signing import secret_from_env
+    from ...signing import secret_from_env
 
     env = os.environ if env is None else env
     config = config or {}
