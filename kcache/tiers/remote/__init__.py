@@ -18,7 +18,7 @@ import os
 import re
 from typing import Any, Mapping
 
-from ...config import parse_bool, parse_duration
+from ...config.values import parse_bool, parse_duration
 from ...errors import ConfigError, KcacheError, MissingExtra
 from ...warn import warn_once
 from ..tier import TierError
