@@ -35,7 +35,7 @@ def secret_of(args) -> bytes | None:
 
 def _long_enough(secret: bytes, name: str) -> bytes:
     from kcache.errors import ConfigError
-    from kcache.signing import check_secret
+    from kcache.tiers.remote.signing import check_secret
     try:
         return check_secret(secret, name)
     except ConfigError as exc:

@@ -19,9 +19,9 @@ _WHERE = {
     "CacheMissError": ".errors", "MissingExtra": ".errors",
     "LockTimeout": ".errors", "NewerFormat": ".errors",
     "make_key": ".keys",
-    "NotRemoved": ".prune", "PruneReport": ".prune", "RemoveReport": ".prune",
-    "VerifyReport": ".prune",
-    "Stats": ".statsreport", "Store": ".store", "CopyReport": ".store",
+    "NotRemoved": ".store", "PruneReport": ".store", "RemoveReport": ".store",
+    "VerifyReport": ".store",
+    "Stats": ".store", "Store": ".store", "CopyReport": ".store",
     # cuda.core programs: kcache.programs imports cuda.core, so only when one is asked for
     "ProgramCache": ".programs", "compile_program": ".programs",
 }

@@ -12,7 +12,7 @@ import time
 import pytest
 
 import ptykit
-from kcache import signing
+from kcache.tiers.remote import signing
 from kcache.entry import format as fmt
 from kcache.disk.layout import Layout
 from kcache.tiers.remote import open_remote

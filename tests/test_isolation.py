@@ -27,7 +27,7 @@ import pytest
 
 from kcache import Store, entry as fmt, fsio
 from kcache.disk.layout import QUARANTINE_RE, Layout
-from kcache.stats import SHARDS, shard_of
+from kcache.store.stats import SHARDS, shard_of
 from kcache.warn import KcacheWarning
 from trustkit import (DAY, IS_ROOT, age, child_env, entry, json_out, key, no_traceback, run_cli,
                       run_py, strict_json)

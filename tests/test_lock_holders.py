@@ -263,7 +263,7 @@ def _stats_holder(root: str, k: str, started, release_fd: int, stale: str | None
     """Holds the statistics shard lock of k's shard, as a writer of counters does for a few
     milliseconds (a process frozen there holds it for good)."""
     import filelock
-    from kcache.stats import shard_of
+    from kcache.store.stats import shard_of
     store = Store(root)
     store.put(make_key({"stats": "first"}), entry(b"first"))  # the stats folder exists
     with filelock.FileLock(str(store.layout.stats / f"{shard_of(k):x}.lock")):

@@ -141,7 +141,7 @@ def run_python(code: str) -> subprocess.CompletedProcess:
 def test_import_kcache_imports_no_client_library():
     out = run_python("""
         import sys
-        import kcache, kcache.remote, kcache.signing
+        import kcache, kcache.tiers.remote, kcache.tiers.remote.signing
         heavy = [m for m in ("redis", "fsspec", "s3fs", "botocore", "aiobotocore") if m in sys.modules]
         assert not heavy, heavy
         print("ok")

@@ -6,7 +6,8 @@ import multiprocessing as mp
 
 import pytest
 
-from kcache import CorruptEntry, Entry, Store, make_key, signing
+from kcache import CorruptEntry, Entry, Store, make_key
+from kcache.tiers.remote import signing
 from kcache.entry import format as fmt
 from kcache.disk.layout import Layout
 from kcache.tiers.remote import open_remote

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from kcache import Entry, Store, make_key, signing
+from kcache import Entry, Store, make_key
+from kcache.tiers.remote import signing
 from kcache.entry import format as fmt
 from kcache.disk.layout import Layout
 from kcache.tiers.remote import open_remote

@@ -6,8 +6,8 @@ import pytest
 
 from kcache import Entry, Store, make_key
 from kcache.entry import format as fmt
-from kcache import verified
-from kcache.verified import VERIFIED, Verified
+from kcache.store import verified
+from kcache.store.verified import VERIFIED, Verified
 
 
 @pytest.fixture(autouse=True)

@@ -31,9 +31,14 @@ from ..disk.paths import RootDirs
 from .tier import Blob
 from ..warn import warn_once
 
-from ..reasons import NEWER, NOT_REGULAR  # why removal left a file in place
 
 GONE = "gone"
+# Why clear/prune/remove_many left an entry file in place (``NotRemoved.reason`` starts so;
+# kcache.store.reports), and how old a temp file must be to be swept.
+TEMP_MAX_AGE = 3600.0  # seconds; a writer never takes that long between create and replace
+BUSY = "busy (locked by another process)"
+NOT_REGULAR = "not a regular file"
+NEWER = "written by a newer kcache format version (never deleted)"
 _HEADER_READ = 8192  # bytes read at once for a header: real headers are a few KiB  # quarantine: the file vanished or was replaced meanwhile (nothing to do)
 
 

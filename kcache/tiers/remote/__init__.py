@@ -88,7 +88,7 @@ def remote_settings(env: Mapping[str, str] | None = None,
     (``KCACHE_REMOTE_SECRET``, else ``KCACHE_SECRET``) come from the environment only.
     Raises ConfigError naming the variable, what was given (never a secret) and what is
     accepted."""
-    from ...signing import secret_from_env
+    from .signing import secret_from_env
 
     env = os.environ if env is None else env
     config = config or {}

@@ -40,39 +40,27 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from .entry import format as fmt
-from . import artifacts, fsio
-from .config import Settings, resolve
-from .entry.format import Entry
-from .errors import CorruptEntry, KcacheError, NewerFormat
-from .keys import check_key
-from .disk.layout import BUCKET, ENTRIES, Layout
-from .disk.paths import RootDirs
+from ..disk import fsio
+from ..entry import artifacts
+from ..entry import format as fmt
+from ..config import Settings, resolve
+from ..entry.format import Entry
+from ..errors import CorruptEntry, KcacheError, NewerFormat
+from ..keys import check_key
+from ..disk.layout import BUCKET, ENTRIES, Layout
+from ..disk.paths import RootDirs
 from .listing import EntryListing
-from .tiers.local import LocalTier, os_reason  # noqa: F401 (os_reason: API)
-from .remotepolicy import RemotePolicy
+from ..tiers.local import LocalTier, os_reason  # noqa: F401 (os_reason: API)
+from .remote import RemotePolicy
 from .stats import COUNTERS, ROOT_ERRNOS, SHARDS, StatsBook, shard_of
-from .tiers.tier import TierError
-from .text import cut
-from .verification import VerificationPath
-from .warn import warn_once
+from ..tiers.tier import TierError
+from ..text import cut
+from .reading import VerificationPath
+from ..warn import warn_once
 
-# Maintenance (clear, prune, verify, eviction) and the reports (Stats among them: building
-# its 34-field dataclass cost a first kernel definition ~2 ms) are imported when first used:
-# a process that only reads entries never imports them. Their names stay importable from here.
-_ELSEWHERE = {"DELTA_BATCH": "maintenance", "EVICT_TARGET": "maintenance",
-              "CopyReport": "prune", "PruneReport": "prune", "RemoveReport": "prune",
-              "VerifyReport": "prune", "Stats": "statsreport"}
-
-
-def __getattr__(name: str):
-    where = _ELSEWHERE.get(name)
-    if where is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-    return getattr(importlib.import_module(f".{where}", __package__), name)
-
-
+# Maintenance (clear, prune, verify, eviction) and the reports are imported when first used:
+# they bring the lock library and the reports' dataclasses, which a process that only reads
+# entries never needs (tests/test_lazy_imports.py).
 def _maintenance():
     from . import maintenance
     return maintenance
@@ -143,7 +131,7 @@ class Store(VerificationPath, RemotePolicy, EntryListing):
         if locks is None:
             with self._key_locks_made:  # one KeyLocks per store, whichever thread comes first
                 if self._key_locks is None:
-                    from .disk.locks import KeyLocks
+                    from ..disk.locks import KeyLocks
                     self._key_locks = KeyLocks(
                         self.layout, self.lock_timeout, self._file_mode, self._count,
                         self._lock_error, self._ready_folder, self.local.dirs,
@@ -471,7 +459,7 @@ class Store(VerificationPath, RemotePolicy, EntryListing):
         per key. Returns a CopyReport: ``copied``, ``present`` and ``skipped`` (keys),
         ``failed`` ([(key, reason)]: absent, corrupt, not verified, not written). Never
         raises for a bad entry."""
-        from .prune import CopyReport
+        from .reports import CopyReport
         report = CopyReport()
         try:
             wanted = list(dict.fromkeys(tier.keys() if keys is None else [check_key(k) for k in keys]))
@@ -584,7 +572,7 @@ class Store(VerificationPath, RemotePolicy, EntryListing):
             self._totals_at = now
         if sum(b for _n, b in self._totals.values()) <= self.max_size:
             return
-        from .disk.locks import BUSY, try_global
+        from ..disk.locks import BUSY, try_global
         lock = try_global(self.layout.evict_lock, self._file_mode, self._locks.ready_folder,
                           self.local.dirs)
         if lock == BUSY:
@@ -624,11 +612,11 @@ class Store(VerificationPath, RemotePolicy, EntryListing):
         hour, lock files of absent entries unused for an hour and quarantined files older
         than ``quarantine_age`` (default 30 days) are swept. ``dry_run`` reports without
         removing. Removals count as ``evictions``."""
-        from .config import parse_duration, parse_size
+        from ..config import parse_duration, parse_size
         cap = self.max_size if max_size is None else parse_size(max_size, "max_size")
         age = None if older_than is None else parse_duration(older_than, "older_than")
         if self.local not in self._tiers:
-            from .prune import PruneReport
+            from .reports import PruneReport
             return PruneReport(dry_run=dry_run)
         return _maintenance().prune(self._housekeeping(), cap, age, where, dry_run)
 
@@ -645,7 +633,7 @@ class Store(VerificationPath, RemotePolicy, EntryListing):
     def stats(self) -> Stats:
         """Persistent counters summed over the 16 shards (plus this process's unwritten ones),
         and what the quarantine holds."""
-        from .statsreport import Stats
+        from .reports import Stats
         if self.writable and self._ready:
             self._stats.flush()
         values = {k: v for k, v in self._stats.read().items() if k in Stats.__dataclass_fields__}

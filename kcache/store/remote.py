@@ -13,10 +13,10 @@ from __future__ import annotations
 import os
 from typing import Callable
 
-from .errors import CorruptEntry, KcacheError, NewerFormat
-from .keys import check_key
-from .tiers.tier import TierError
-from .warn import warn_once
+from ..errors import CorruptEntry, KcacheError, NewerFormat
+from ..keys import check_key
+from ..tiers.tier import TierError
+from ..warn import warn_once
 
 
 class RemotePolicy:
@@ -34,7 +34,7 @@ class RemotePolicy:
             self._remote_opened = True
             if not self.disabled and (os.environ.get("KCACHE_REMOTE", "").strip()
                                       or self.settings.config.get("remote")):
-                from .tiers.remote import open_configured  # imports no client library by itself
+                from ..tiers.remote import open_configured  # imports no client library by itself
                 self._remote, self._remote_settings = open_configured(os.environ, self.settings.config)
         return self._remote
 
@@ -45,7 +45,7 @@ class RemotePolicy:
         configured remote KcacheError, instead of one warning and None. Works while the
         store is disabled (the command was asked for explicitly)."""
         if self._remote is None:
-            from .tiers.remote import open_settings, remote_settings
+            from ..tiers.remote import open_settings, remote_settings
             settings = remote_settings(os.environ, self.settings.config)
             if settings is None:
                 raise KcacheError("no remote tier is configured: set KCACHE_REMOTE (e.g. "
@@ -62,7 +62,7 @@ class RemotePolicy:
         return self._remote_settings if self.remote is not None else None
 
     def _remote_limit(self) -> int:
-        from .signing import OVERHEAD
+        from ..tiers.remote.signing import OVERHEAD
         return self.settings.max_entry_size + OVERHEAD
 
     def _unwrap(self, tier, data: bytes) -> bytes:
@@ -70,7 +70,7 @@ class RemotePolicy:
         secret is set (kcache.signing: a missing or wrong signature raises CorruptEntry)."""
         if tier is not self._remote or tier is None:
             return data
-        from .signing import unwrap
+        from ..tiers.remote.signing import unwrap
         secret = self._remote_settings.secret
         return unwrap(secret, data, require=secret is not None)
 
@@ -124,7 +124,7 @@ class RemotePolicy:
             return "no writable remote tier"
         secret = self._remote_settings.secret
         if secret is not None:
-            from .signing import wrap
+            from ..tiers.remote.signing import wrap
             data = wrap(secret, data)
         try:
             remote.write(key, data)
@@ -144,7 +144,7 @@ class RemotePolicy:
         if remote is None or not remote.writable:
             raise KcacheError("no writable remote tier is configured (KCACHE_REMOTE, and "
                               "KCACHE_REMOTE_READONLY unset)")
-        from .prune import CopyReport  # the reports are imported when one is made
+        from .reports import CopyReport  # the reports are imported when one is made
         report = CopyReport()
         try:
             there = set(remote.keys())

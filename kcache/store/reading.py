@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import stat
 
-from .entry import artifacts
-from .entry import format as fmt
-from .entry.format import Entry
-from .errors import CorruptEntry, NewerFormat
-from .keys import check_key
-from .tiers.local import GONE, KnownBad, LocalTier, identity as _identity, os_reason
-from .reasons import BUSY
-from .tiers.tier import TierError
+from ..entry import artifacts
+from ..entry import format as fmt
+from ..entry.format import Entry
+from ..errors import CorruptEntry, NewerFormat
+from ..keys import check_key
+from ..tiers.local import GONE, KnownBad, LocalTier, identity as _identity, os_reason
+from ..tiers.local import BUSY
+from ..tiers.tier import TierError
 from .verified import VERIFIED
-from .warn import warn_once
+from ..warn import warn_once
 
 
 class VerificationPath:

@@ -22,16 +22,16 @@ import stat
 import time
 from typing import TYPE_CHECKING, Callable
 
-from .errors import CorruptEntry, LockTimeout, NewerFormat
-from .keys import KEY_RE
-from .tiers.local import GONE, NEWER, NOT_REGULAR, os_reason
-from .disk.locks import STALE
-from .prune import (BUSY, TEMP_MAX_AGE, NotRemoved, PruneReport, RemoveReport, VerifyReport)
+from ..errors import CorruptEntry, LockTimeout, NewerFormat
+from ..keys import KEY_RE
+from ..tiers.local import GONE, NEWER, NOT_REGULAR, os_reason
+from ..disk.locks import STALE
+from .reports import (BUSY, TEMP_MAX_AGE, NotRemoved, PruneReport, RemoveReport, VerifyReport)
 from .stats import SHARDS, shard_of
 
 if TYPE_CHECKING:
-    from .disk.locks import KeyLocks
-    from .tiers.local import LocalTier
+    from ..disk.locks import KeyLocks
+    from ..tiers.local import LocalTier
     from .stats import StatsBook
 
 @dataclasses.dataclass(frozen=True)
@@ -278,8 +278,8 @@ def sweep_locks(house: Housekeeping, max_age: float = TEMP_MAX_AGE) -> int:
     orphan inode: at worst one duplicate compile.) A lock file's mtime is its creation time or
     the last heartbeat of a compile that held it (kcache.locks). Symlinked lock folders are
     never entered."""
-    from .disk.fsio import lstat_at
-    from .disk.layout import LOCK_SUFFIX, LOCKS, folder_listing
+    from ..disk.fsio import lstat_at
+    from ..disk.layout import LOCK_SUFFIX, LOCKS, folder_listing
     cutoff = time.time() - max_age
     n = 0
     dirs = house.local.dirs

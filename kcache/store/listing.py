@@ -9,10 +9,10 @@ import stat
 from pathlib import Path
 from typing import Iterator
 
-from .errors import CorruptEntry, NewerFormat
-from .keys import check_key
-from .tiers.local import LocalTier, os_reason
-from .reasons import NOT_REGULAR
+from ..errors import CorruptEntry, NewerFormat
+from ..keys import check_key
+from ..tiers.local import LocalTier, os_reason
+from ..tiers.local import NOT_REGULAR
 
 
 class EntryListing:
@@ -26,7 +26,7 @@ class EntryListing:
     def _info(self, key: str, path: Path, tier: LocalTier, hits: dict | None = None) -> EntryInfo:
         """EntryInfo from the file's header only, read safely (OSError, CorruptEntry,
         NewerFormat)."""
-        from .entry.info import EntryInfo  # not imported by a process that only reads entries
+        from ..entry.info import EntryInfo  # not imported by a process that only reads entries
         h, st = tier.read_header(key, self.settings.max_entry_size)
         return EntryInfo(
             key=key, path=path, root=tier.root, readonly=not tier.writable, file_size=st.st_size,
@@ -52,7 +52,7 @@ class EntryListing:
             problem = str(exc)
         except OSError as exc:
             problem = f"unreadable: {os_reason(exc)}"
-        from .entry.info import EntryInfo
+        from ..entry.info import EntryInfo
         return EntryInfo(
             key=key, path=path, root=tier.root, readonly=not tier.writable, file_size=st.st_size,
             created=st.st_mtime, last_used=st.st_mtime, kernel=None, signature=None, arch=None,
