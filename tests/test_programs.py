@@ -224,7 +224,7 @@ def test_corrupt_program_entry_is_a_miss_and_quarantined(root):
 
 
 def test_program_entry_whose_artifact_is_not_what_it_says_is_a_miss(root):
-    from kcache.programs import program_components
+    from kcache.programs.bridge import program_components
     key, components = program_components(b"k" * 32)
     store = Store(root)
     meta = {"kind": "program", "artifact": "cubin", "kernel": "fake"}
@@ -334,7 +334,7 @@ def test_a_program_entry_planted_with_unchecked_bytes_is_a_miss(root, artifact):
     """An entry an older kcache wrote as "binary" (bytes sniff could not tell), or one put in
     the root by anyone: every read checks again."""
     from kcache.entry import format as fmt
-    from kcache.programs import program_components
+    from kcache.programs.bridge import program_components
     key, components = program_components(b"k")
     meta = {"kind": "program", "via": "ProgramCache", "artifact": artifact, "kernel": None}
     data = fmt.encode(key, Entry({artifact: b"GARBAGE-NOT-A-CUBIN"}, meta), components)
@@ -353,7 +353,7 @@ def test_compile_program_is_served_no_planted_garbage(root):
     checked on every read (a bad cubin is corrupt; a "binary" one is no usable entry)."""
     from kcache.entry import format as fmt
     from cuda.core.utils import make_program_cache_key
-    from kcache.programs import _cache_key
+    from kcache.programs.bridge import _cache_key
     program_key = make_program_cache_key(code=SRC, code_type="c++", options=opts(),
                                          target_type="cubin")
     key, components = _cache_key(program_key, "c++", "cubin", "sm_90")

@@ -41,15 +41,15 @@ except ImportError as exc:  # no cuda-core, or one before 1.2 (numba-cuda < 0.30
 else:
     _UNAVAILABLE = None
 
-from .entry import artifacts
-from .entry.format import Entry, entry_kind
-from .config import environment_snapshot
-from .errors import KcacheError, MissingExtra
-from .keys import make_key
-from .store import Store
-from .text import cut
-from .toolchain import program_versions
-from .warn import warn_once
+from ..entry import artifacts
+from ..entry.format import Entry, entry_kind
+from ..config import environment_snapshot
+from ..errors import KcacheError, MissingExtra
+from ..keys import make_key
+from ..store import Store
+from ..text import cut
+from ..toolchain import program_versions
+from ..warn import warn_once
 
 __all__ = ["ProgramCache", "compile_program", "program_components", "KIND", "PRODUCER"]
 
