@@ -34,7 +34,6 @@ import contextlib
 import errno
 import os
 import stat
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -47,10 +46,9 @@ from ..config import Settings, resolve
 from ..entry.format import Entry
 from ..errors import CorruptEntry, KcacheError, NewerFormat
 from ..keys import check_key
-from ..disk.layout import BUCKET, ENTRIES, Layout
-from ..disk.paths import RootDirs
+from ..disk.layout import Layout
 from .listing import EntryListing
-from ..tiers.local import LocalTier, os_reason  # noqa: F401 (os_reason: API)
+from ..tiers.local import LocalTier, os_reason, probe_writable  # noqa: F401 (os_reason: API)
 from .remote import RemotePolicy
 from .stats import COUNTERS, ROOT_ERRNOS, SHARDS, StatsBook, shard_of
 from ..tiers.tier import TierError
@@ -71,7 +69,7 @@ _PERMISSION_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS}
 _NO_SPACE_ERRNOS = {errno.ENOSPC, errno.EDQUOT}
 
 
-class Store(VerificationPath, RemotePolicy, EntryListing):
+class Store(VerificationPath, EntryListing):
     """A kernel cache rooted at ``root`` (see kcache.config.resolve for defaults).
 
     ``readonly_dirs`` (also ``readonly_roots``, its earlier name): extra roots consulted
@@ -113,9 +111,10 @@ class Store(VerificationPath, RemotePolicy, EntryListing):
         self._totals: dict[int, tuple[int, int]] = {}
         self._totals_at = 0.0
         self._corrupt_seen: set[tuple] = set()
-        self._remote = None  # the remote tier, opened on first use (kcache.remote)
-        self._remote_settings = None
-        self._remote_opened = False
+        self._remote_policy = RemotePolicy(
+            self.settings, disabled=lambda: self.disabled, count=self._count,
+            verify=self.verify_bytes, publish=self._publish, entries=self.entries,
+            entry_bytes=self.entry_bytes)
         self._disabled = False
         self.disabled = self.settings.disabled  # builds the tiers read
 
@@ -187,6 +186,28 @@ class Store(VerificationPath, RemotePolicy, EntryListing):
     def _local_tiers(self) -> tuple:
         """The local tiers in use (the root and layers that are trusted), in read order."""
         return tuple(t for t in self._tiers if isinstance(t, LocalTier))
+
+    # -- the remote tier (kcache.store.remote) -------------------------------------------------
+    @property
+    def remote(self):
+        """The remote tier when one is configured and could be opened, else None; opened on
+        first use (:attr:`kcache.store.remote.RemotePolicy.remote`)."""
+        return self._remote_policy.remote
+
+    def require_remote(self):
+        """The remote tier for a command that asked for it; raises what
+        :meth:`kcache.store.remote.RemotePolicy.require_remote` raises."""
+        return self._remote_policy.require_remote()
+
+    @property
+    def remote_settings(self):
+        """The remote tier's settings (no secret is shown) or None."""
+        return self._remote_policy.remote_settings
+
+    def push(self, keys=None, progress: Callable[[int, int], None] | None = None) -> "CopyReport":
+        """Publish local entries to the writable remote tier
+        (:meth:`kcache.store.remote.RemotePolicy.push`)."""
+        return self._remote_policy.push(keys, progress)
 
     # -- failure handling ------------------------------------------------------------------------
     def _fail(self, exc: OSError) -> None:
@@ -368,7 +389,7 @@ class Store(VerificationPath, RemotePolicy, EntryListing):
                       "KCACHE_MAX_ENTRY_SIZE); that kernel runs uncached")
             return False
         if remote:
-            self._publish_remote(key, data)
+            self._remote_policy.publish(key, data)
         if not self.writable or not self._ensure_root():
             if not self.disabled:
                 self._count(key, write_errors_permission=1)
@@ -426,14 +447,15 @@ class Store(VerificationPath, RemotePolicy, EntryListing):
                 return self._create(key, create, components, count), False
             # Across machines: the remote tier's lease (Redis) makes one machine compile while
             # the others wait for its value (bounded by KCACHE_REMOTE_WAIT).
-            with self._remote.single_flight(key, self._remote_limit(),
-                                            max_wait=self._remote_settings.max_wait,
-                                            while_waiting=while_waiting) as flight:
+            policy = self._remote_policy
+            with policy.tier.single_flight(key, policy.limit(),
+                                           max_wait=policy.remote_settings.max_wait,
+                                           while_waiting=while_waiting) as flight:
                 if flight.waited:
                     self._count(key, remote_wait_seconds=flight.waited)
                 if flight.error is not None:
-                    self._remote_error(flight.error)
-                found = self._use_remote(key, flight.blob) if flight.blob is not None else None
+                    policy.error(flight.error)
+                found = policy.use(key, flight.blob) if flight.blob is not None else None
                 if found is not None:
                     return (self._hit(key, found) if count else found[1]), True
                 return self._create(key, create, components, count), False
@@ -464,7 +486,7 @@ class Store(VerificationPath, RemotePolicy, EntryListing):
         try:
             wanted = list(dict.fromkeys(tier.keys() if keys is None else [check_key(k) for k in keys]))
         except TierError as exc:
-            if tier is self._remote:
+            if tier is self._remote_policy.tier:
                 self._count(None, now=True, **{f"remote_errors_{exc.kind}": 1})
             report.failed.append(("*", f"cannot list {tier.name}: {exc}"))
             return report
@@ -477,13 +499,13 @@ class Store(VerificationPath, RemotePolicy, EntryListing):
         return report
 
     def _copy_one(self, tier, key: str, report: "CopyReport", where=None) -> str | None:
-        remote = tier is self._remote and tier is not None
-        limit = self._remote_limit() if remote else self.settings.max_entry_size
+        remote = tier is self._remote_policy.tier and tier is not None
+        limit = self._remote_policy.limit() if remote else self.settings.max_entry_size
         try:
             blob = tier.read(key, limit)
             if blob is None:
                 return f"not in {tier.name}"
-            data = self._unwrap(tier, blob.data)
+            data = self._remote_policy.unwrap(tier, blob.data)
             header, _ent = self.verify_bytes(key, data)
         except (CorruptEntry, NewerFormat) as exc:
             self._count(key, now=True, **({"remote_bad": 1} if remote else {"corrupt": 1}))
@@ -678,51 +700,3 @@ class Store(VerificationPath, RemotePolicy, EntryListing):
         if self.local in self._tiers:
             _maintenance().recount(self._housekeeping())
         return self.stats()
-
-
-def probe_writable(root: str | os.PathLike) -> str | None:
-    """Why nothing can be created in the cache root ``root``, or None if it can; writes
-    nothing that stays. Used by :meth:`Store.check_writable` and ``kcache dir`` (which has no
-    Store while a setting is bad).
-
-    Probes the deepest existing folder of ``root/v1/entries``, ``root/v1``, ``root`` by
-    creating and deleting a temp file (``.probe.*.tmp``, the name prune sweeps); for a root
-    that does not exist yet, its nearest existing ancestor by creating and removing a temp
-    directory (as creating the root would). A real write, because permission bits and
-    ``os.access`` do not tell for the root user or on a read-only mount. Reasons returned
-    (str): "<folder> is a file, not a directory (ENOTDIR)" (a root under a file),
-    "Read-only file system (EROFS)", "Permission denied (EACCES)", "cannot create folders in
-    <ancestor>: ..." (e.g. under /proc), "No space left on device (ENOSPC)" (no free block;
-    ``os.statvfs``), "<folder>: <reason>" when a folder cannot be examined. Raises nothing."""
-    root = Path(root)
-    layout = Layout(root)
-    inner = (layout.entries, layout.bucket)  # deepest first
-    dirs = RootDirs(root)  # the probe file is made through descriptors (kcache.paths)
-    rels = {layout.entries: ENTRIES, layout.bucket: BUCKET, root: ""}
-    for d in (*inner, root, *root.parents):
-        try:
-            st = os.lstat(d) if d in inner else os.stat(d)
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        except OSError as exc:
-            return f"{d}: {os_reason(exc)}"
-        if stat.S_ISLNK(st.st_mode):
-            return f"{d} is a symlink, not a folder of the cache (ELOOP)"
-        if not stat.S_ISDIR(st.st_mode):
-            return f"{d} is a file, not a directory (ENOTDIR)"
-        ours = d in rels
-        try:
-            if ours:
-                fd = dirs.folder(rels[d])
-                fsio.unlink_quietly(fsio.write_new(fd, "probe", b"", 0o600, fsync=False), fd)
-                vfs = os.fstatvfs(fd)
-            else:  # root missing: could it be created here?
-                os.rmdir(tempfile.mkdtemp(dir=d, prefix=".kcache-probe."))
-                vfs = os.statvfs(d)
-        except OSError as exc:
-            return os_reason(exc) if ours else f"cannot create folders in {d}: {os_reason(exc)}"
-        free = vfs.f_bfree if os.geteuid() == 0 else vfs.f_bavail  # root may use reserved blocks
-        if vfs.f_blocks and not free:
-            return f"{os.strerror(errno.ENOSPC)} (ENOSPC)"
-        return None
-    return None  # not reached: "/" exists

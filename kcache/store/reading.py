@@ -24,7 +24,7 @@ from ..warn import warn_once
 class VerificationPath:
     """Reading and checking entries for :class:`kcache.Store` (uses the store's ``_tiers``,
     ``local``, ``layout``, ``settings``, ``_locks``, ``_stats``, ``_count``,
-    ``_ensure_root``, ``_local_tiers`` and ``_read_remote``)."""
+    ``_ensure_root``, ``_local_tiers`` and ``_remote_policy``)."""
 
     def verify_bytes(self, key: str, data: bytes, *, hit: bool = False) -> tuple[dict, Entry]:
         """The one check every value from any tier crosses before it is used: the entry
@@ -76,7 +76,7 @@ class VerificationPath:
                           f"({os_reason(exc)}); treated as a miss")
                 continue
             return header, ent, tier
-        return self._read_remote(key) if remote else None
+        return self._remote_policy.read(key) if remote else None
 
     def _bad(self, tier, key: str, exc: CorruptEntry, st, blob) -> None:
         """A defective value: quarantine it (writable root) or remember it (a layer: not

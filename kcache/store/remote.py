@@ -6,7 +6,8 @@ signature checked when a secret is set: kcache.signing), then decoded like any e
 (:meth:`kcache.verification.VerificationPath.verify_bytes`), and only then used and copied
 into the writable root (backfill). Every remote error is counted by kind
 (``remote_errors_*``, kcache.tier.ERROR_KINDS), warned once, and is a miss; a tier that
-switched itself off (``disabled_reason``) says so once. Mixed into :class:`kcache.Store`.
+switched itself off (``disabled_reason``) says so once. A part of :class:`kcache.Store`: it
+receives what it uses when made (the store's settings, counters, verification and publish).
 """
 from __future__ import annotations
 
@@ -20,9 +21,21 @@ from ..warn import warn_once
 
 
 class RemotePolicy:
-    """The remote tier's part of :class:`kcache.Store` (uses the store's ``settings``,
-    ``disabled``, ``_count``, ``verify_bytes``, ``_publish``, ``entries`` and
-    ``entry_bytes``)."""
+    """The remote tier's part of :class:`kcache.Store`. ``settings``: the store's Settings
+    (``config``, ``max_entry_size``); ``disabled()``: whether the store is disabled now;
+    ``count(key, now=False, **counters)``; ``verify(key, data) -> (header, Entry)`` (the
+    verification path); ``publish(key, data, remote=False)`` (into the writable root);
+    ``entries()`` and ``entry_bytes(key)``: the local entries (push)."""
+
+    def __init__(self, settings, *, disabled: Callable[[], bool], count, verify, publish,
+                 entries, entry_bytes):
+        self.settings = settings
+        self._disabled = disabled
+        self._count, self._verify, self._publish = count, verify, publish
+        self._entries, self._entry_bytes = entries, entry_bytes
+        self._remote = None  # the remote tier, opened on first use (kcache.tiers.remote)
+        self._remote_settings = None
+        self._remote_opened = False
 
     @property
     def remote(self):
@@ -32,7 +45,7 @@ class RemotePolicy:
         that never misses locally never connects."""
         if not self._remote_opened:
             self._remote_opened = True
-            if not self.disabled and (os.environ.get("KCACHE_REMOTE", "").strip()
+            if not self._disabled() and (os.environ.get("KCACHE_REMOTE", "").strip()
                                       or self.settings.config.get("remote")):
                 from ..tiers.remote import open_configured  # imports no client library by itself
                 self._remote, self._remote_settings = open_configured(os.environ, self.settings.config)
@@ -56,16 +69,22 @@ class RemotePolicy:
         return self._remote
 
     @property
+    def tier(self):
+        """The remote tier if it was opened, else None (never opens it)."""
+        return self._remote
+
+    @property
     def remote_settings(self):
         """The remote tier's settings (kcache.remote.RemoteSettings; no secret is shown) or
         None."""
         return self._remote_settings if self.remote is not None else None
 
-    def _remote_limit(self) -> int:
+    def limit(self) -> int:
+        """The most bytes a remote value may have: an entry and its signature."""
         from ..tiers.remote.signing import OVERHEAD
         return self.settings.max_entry_size + OVERHEAD
 
-    def _unwrap(self, tier, data: bytes) -> bytes:
+    def unwrap(self, tier, data: bytes) -> bytes:
         """The entry bytes of a value read from ``tier``: a remote value is signed when a
         secret is set (kcache.signing: a missing or wrong signature raises CorruptEntry)."""
         if tier is not self._remote or tier is None:
@@ -74,26 +93,26 @@ class RemotePolicy:
         secret = self._remote_settings.secret
         return unwrap(secret, data, require=secret is not None)
 
-    def _read_remote(self, key: str):
+    def read(self, key: str):
         """(header, Entry, tier) from the remote tier, verified and copied into the writable
         root; None on a miss, a refused value or a tier error (each counted, warned once)."""
         remote = self.remote
         if remote is None:
             return None
         try:
-            blob = remote.read(key, self._remote_limit())
+            blob = remote.read(key, self.limit())
         except TierError as exc:
-            self._remote_error(exc)
+            self.error(exc)
             return None
         if blob is None:
             self._count(key, remote_misses=1)
             return None
-        return self._use_remote(key, blob)
+        return self.use(key, blob)
 
-    def _use_remote(self, key: str, blob):
+    def use(self, key: str, blob):
         try:
-            data = self._unwrap(self._remote, blob.data)
-            header, ent = self.verify_bytes(key, data)
+            data = self.unwrap(self._remote, blob.data)
+            header, ent = self._verify(key, data)
         except (CorruptEntry, NewerFormat) as exc:
             self._count(key, now=True, remote_bad=1)
             warn_once("remote-bad", f"kcache: a value of {self._remote.name} was refused ({exc}); "
@@ -103,7 +122,7 @@ class RemotePolicy:
         self._publish(key, data, remote=False)  # backfill: the next read is local
         return header, ent, self._remote
 
-    def _remote_error(self, exc: TierError) -> None:
+    def error(self, exc: TierError) -> None:
         self._count(None, **{f"remote_errors_{exc.kind}": 1})
         remote = self._remote
         warn_once("remote", f"kcache: remote tier error ({exc}); treated as a miss, kernels "
@@ -112,13 +131,13 @@ class RemotePolicy:
             warn_once("remote-off", f"kcache: {remote.name}: {remote.disabled_reason}; "
                       "this process goes on without it")
 
-    def _publish_remote(self, key: str, data: bytes) -> bool:
+    def publish(self, key: str, data: bytes) -> bool:
         """Publish verified entry bytes to the writable remote tier (signed when a secret is
         set); True if published. A failure is counted and warned once, never raised."""
-        return self._send_remote(key, data) is None
+        return self._send(key, data) is None
 
-    def _send_remote(self, key: str, data: bytes) -> str | None:
-        """:meth:`_publish_remote`, saying why a value was not published (None: it was)."""
+    def _send(self, key: str, data: bytes) -> str | None:
+        """:meth:`publish`, saying why a value was not published (None: it was)."""
         remote = self.remote
         if remote is None or not remote.writable:
             return "no writable remote tier"
@@ -130,7 +149,7 @@ class RemotePolicy:
             remote.write(key, data)
         except TierError as exc:
             self._count(key, now=True, remote_put_errors=1)
-            self._remote_error(exc)
+            self.error(exc)
             return f"{exc.kind}: {exc}"
         self._count(key, remote_puts=1)
         return None
@@ -152,14 +171,14 @@ class RemotePolicy:
             self._count(None, now=True, **{f"remote_errors_{exc.kind}": 1})
             report.failed.append(("*", f"cannot list {remote.name}: {exc}"))
             return report
-        wanted = (list(dict.fromkeys(i.key for i in self.entries())) if keys is None
+        wanted = (list(dict.fromkeys(i.key for i in self._entries())) if keys is None
                   else [check_key(k) for k in keys])
         for i, key in enumerate(wanted, 1):
             if key in there:
                 report.present.append(key)
             else:
-                data = self.entry_bytes(key)
-                why = "no valid local entry" if data is None else self._send_remote(key, data)
+                data = self._entry_bytes(key)
+                why = "no valid local entry" if data is None else self._send(key, data)
                 if why is None:
                     report.copied.append(key)
                 else:

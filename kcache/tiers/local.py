@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -463,3 +464,51 @@ def _is_newer(name: str, dir_fd: int) -> bool:
     head = fsio.read_head(name, len(MAGIC) + 2, dir_fd=dir_fd)
     return (head is not None and head[:len(MAGIC)] == MAGIC and len(head) == len(MAGIC) + 2
             and int.from_bytes(head[len(MAGIC):], "big") > FORMAT_VERSION)
+
+
+def probe_writable(root: str | os.PathLike) -> str | None:
+    """Why nothing can be created in the cache root ``root``, or None if it can; writes
+    nothing that stays. Used by :meth:`Store.check_writable` and ``kcache dir`` (which has no
+    Store while a setting is bad).
+
+    Probes the deepest existing folder of ``root/v1/entries``, ``root/v1``, ``root`` by
+    creating and deleting a temp file (``.probe.*.tmp``, the name prune sweeps); for a root
+    that does not exist yet, its nearest existing ancestor by creating and removing a temp
+    directory (as creating the root would). A real write, because permission bits and
+    ``os.access`` do not tell for the root user or on a read-only mount. Reasons returned
+    (str): "<folder> is a file, not a directory (ENOTDIR)" (a root under a file),
+    "Read-only file system (EROFS)", "Permission denied (EACCES)", "cannot create folders in
+    <ancestor>: ..." (e.g. under /proc), "No space left on device (ENOSPC)" (no free block;
+    ``os.statvfs``), "<folder>: <reason>" when a folder cannot be examined. Raises nothing."""
+    root = Path(root)
+    layout = Layout(root)
+    inner = (layout.entries, layout.bucket)  # deepest first
+    dirs = RootDirs(root)  # the probe file is made through descriptors (kcache.paths)
+    rels = {layout.entries: ENTRIES, layout.bucket: BUCKET, root: ""}
+    for d in (*inner, root, *root.parents):
+        try:
+            st = os.lstat(d) if d in inner else os.stat(d)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except OSError as exc:
+            return f"{d}: {os_reason(exc)}"
+        if stat.S_ISLNK(st.st_mode):
+            return f"{d} is a symlink, not a folder of the cache (ELOOP)"
+        if not stat.S_ISDIR(st.st_mode):
+            return f"{d} is a file, not a directory (ENOTDIR)"
+        ours = d in rels
+        try:
+            if ours:
+                fd = dirs.folder(rels[d])
+                fsio.unlink_quietly(fsio.write_new(fd, "probe", b"", 0o600, fsync=False), fd)
+                vfs = os.fstatvfs(fd)
+            else:  # root missing: could it be created here?
+                os.rmdir(tempfile.mkdtemp(dir=d, prefix=".kcache-probe."))
+                vfs = os.statvfs(d)
+        except OSError as exc:
+            return os_reason(exc) if ours else f"cannot create folders in {d}: {os_reason(exc)}"
+        free = vfs.f_bfree if os.geteuid() == 0 else vfs.f_bavail  # root may use reserved blocks
+        if vfs.f_blocks and not free:
+            return f"{os.strerror(errno.ENOSPC)} (ENOSPC)"
+        return None
+    return None  # not reached: "/" exists
