@@ -171,10 +171,10 @@ class Store(VerificationPath, EntryListing):
                 tiers.append(tier)
                 continue
             self.untrusted[tier.name] = problem
-            what = "cache root" if tier is self.local else "read-only layer"
+            what = "cache root" if tier.writable else "read-only layer"
             warn_once(f"untrusted:{tier.name}", f"kcache: the {what} {tier.name} is not trusted "
                       f"and not used: {problem}")
-            if tier is self.local:
+            if tier.writable:
                 self._mark_unwritable(f"not trusted: {problem}")
         return tuple(tiers)
 
@@ -185,7 +185,7 @@ class Store(VerificationPath, EntryListing):
 
     def _local_tiers(self) -> tuple:
         """The local tiers in use (the root and layers that are trusted), in read order."""
-        return tuple(t for t in self._tiers if isinstance(t, LocalTier))
+        return self._tiers  # only local tiers: the remote one is read through _remote_policy
 
     # -- the remote tier (kcache.store.remote) -------------------------------------------------
     @property

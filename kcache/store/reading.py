@@ -14,9 +14,8 @@ from ..entry import format as fmt
 from ..entry.format import Entry
 from ..errors import CorruptEntry, NewerFormat
 from ..keys import check_key
-from ..tiers.local import GONE, KnownBad, LocalTier, identity as _identity, os_reason
+from ..tiers.local import GONE, KnownBad, identity as _identity, os_reason
 from ..tiers.local import BUSY
-from ..tiers.tier import TierError
 from .verified import VERIFIED
 from ..warn import warn_once
 
@@ -52,13 +51,12 @@ class VerificationPath:
         limit = self.settings.max_entry_size
         for tier in self._tiers:
             blob = None
-            try:
-                blob = (tier.read(key, limit, touch=touch and self.writable) if tier is self.local
-                        else tier.read(key, limit))
+            try:  # a local tier (the root or a read-only layer; kcache.tiers.tier says why)
+                blob = tier.read(key, limit, touch=touch and tier.writable and self.writable)
                 if blob is None:
                     continue
-                # a local file (the root or a read-only layer): a hit's check (verify_bytes)
-                header, ent = self.verify_bytes(key, blob.data, hit=isinstance(tier, LocalTier))
+                # a file of this machine's cache: a hit's check (verify_bytes)
+                header, ent = self.verify_bytes(key, blob.data, hit=True)
             except KnownBad:
                 continue
             except NewerFormat as exc:
@@ -67,9 +65,6 @@ class VerificationPath:
                 continue
             except CorruptEntry as exc:
                 self._bad(tier, key, exc, getattr(exc, "stat", None), blob)
-                continue
-            except TierError as exc:
-                self._tier_error(tier, exc)
                 continue
             except OSError as exc:  # unreadable (permissions, I/O error): a miss
                 warn_once("unreadable", f"kcache: cannot read the entry of {key} in {tier.name} "
@@ -82,11 +77,10 @@ class VerificationPath:
         """A defective value: quarantine it (writable root) or remember it (a layer: not
         re-read while unchanged); count it once per file and process; warn once."""
         ident = blob.ident if blob is not None and blob.ident else _identity(st)
-        if tier is self.local:
+        if tier.writable:  # the root: quarantined; a read-only layer's file is remembered
             self._quarantine(key, str(exc), st, ident)
             return
-        if isinstance(tier, LocalTier):
-            tier.mark_bad(ident)
+        tier.mark_bad(ident)
         self._count_corrupt(key, ident)
         warn_once("corrupt", f"kcache: corrupt cache entry of {key} in {tier.name} ({exc}); "
                   "treated as a miss, left in place (read-only)")
@@ -96,9 +90,6 @@ class VerificationPath:
             if ident is not None:
                 self._corrupt_seen.add(ident)
             self._count(key, now=True, corrupt=1)
-
-    def _tier_error(self, tier, exc: TierError) -> None:
-        warn_once(f"tier:{tier.name}", f"kcache: {tier.name}: {exc}; treated as a miss")
 
     def _quarantine(self, key: str, reason: str, st, ident=None) -> str | None:
         """Move a defective entry of the writable root to quarantine under its key lock,
@@ -169,6 +160,6 @@ class VerificationPath:
                 if blob is not None:
                     self.verify_bytes(key, blob.data)
                     return blob.data
-            except (CorruptEntry, NewerFormat, OSError, TierError):
+            except (CorruptEntry, NewerFormat, OSError):
                 continue
         return None

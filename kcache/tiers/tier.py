@@ -1,12 +1,15 @@
 """Tiers: the sources of entry bytes behind the store's one verification path.
 
 A tier stores opaque bytes under keys and checks nothing about them: every byte a tier returns
-crosses ``kcache.verify.verify_entry`` (format, bounds, schema, checksum, and the signature
-when a secret is set) before the store uses it. The local directory root is one tier, each
-read-only layer another (opened read-only), and the remote tiers (Redis, object stores) and
-bundles implement the same protocol. ``Store`` reads the tiers in order (local, layers,
-remote), copies a hit of a ``backfill`` tier into the writable local tier, and publishes
-after a local put to the writable remote tiers.
+crosses :meth:`kcache.Store.verify_bytes` (kcache.store.reading: format, bounds, schema,
+checksum, and the signature when a secret is set) before the store uses it. The remote tiers
+(Redis, object stores: kcache.tiers.remote) and bundles (kcache.tiers.bundle) implement this
+protocol. The local roots are held apart (as ccache's Storage holds its local storage beside
+a list of remote ones): :class:`kcache.tiers.local.LocalTier` is the writable root and each
+read-only layer, with the richer interface the store needs of its own files (``touch``,
+``mark_bad``, ``quarantine``, ``OSError``/``CorruptEntry`` raised for a file that must not be
+used). ``Store`` reads the local tiers in order (root, layers), then the remote tier, copies a
+remote hit into the writable root, and publishes after a local put to the writable remote.
 
 Contract of every tier (docs/design.md, "Tiers"):
 
