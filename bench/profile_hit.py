@@ -27,7 +27,7 @@ from numba import cuda
 import bench_kernels as K
 cuda.current_context()
 if variant == "notouch":
-    from kcache.localtier import LocalTier
+    from kcache.tiers.local import LocalTier
     LocalTier.flush_touches = lambda self: None
 if variant == "nostats":
     from kcache.stats import StatsBook

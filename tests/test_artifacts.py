@@ -6,7 +6,8 @@ import struct
 import pytest
 
 import kcache
-from kcache import Entry, artifacts, make_key
+from kcache import Entry, make_key
+from kcache.entry import artifacts
 from kcache.entry.artifacts import EM_CUDA, KERNEL_FIELDS, LTOIR_MAGIC
 from kcache.warn import KcacheWarning
 

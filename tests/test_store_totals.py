@@ -111,7 +111,7 @@ def test_verify_fix_does_not_recount(root, warmed):
 KILLED = textwrap.dedent("""
     import os, sys
     from kcache import Store
-    from kcache.localtier import LocalTier as S
+    from kcache.tiers.local import LocalTier as S
 
     root, what, stop = sys.argv[1], sys.argv[2], int(sys.argv[3])
     real, done = S.unlink, [0]

@@ -1,18 +1,8 @@
-"""The store: a facade over tiers, with one verification path for bytes from any of them.
-
-Tiers (kcache.tier): the writable local root (kcache.localtier), read-only layers (local
-tiers opened read-only) and the remote tier. ``Store`` reads them in that order; every
-value crosses :meth:`Store.verify_bytes` (format, bounds, schema, checksum) before it is
-used; a hit of a ``backfill`` tier is copied into the writable root. This module holds the
-facade: settings and tiers, failure handling, counting, get/put/single flight, eviction
-trigger and counters. Each other concern has its own room, mixed into ``Store``:
-
-* kcache.verification: the verification path (read, verify, quarantine);
-* kcache.remotepolicy: the remote policy (opening, signing, publishing, switching off);
-* kcache.listing: headers and listings;
-* kcache.maintenance: clear, prune, verify, recount, eviction, through the small interface
-  the store hands it (:class:`kcache.maintenance.Housekeeping`);
-* kcache.paths: path resolution below the root (every folder by descriptor).
+"""The store's facade: settings and tiers, get/put, single flight, counting, the eviction
+trigger. Its parts are made with what they use (docs/design.md, "kcache/store/"): the read
+path (kcache.store.reading: tiers in order, verify, quarantine), the remote policy
+(kcache.store.remote), the writable root (kcache.store.root), listings, counters
+(kcache.store.stats) and maintenance (kcache.store.maintenance, through Housekeeping).
 
 Invariants (see docs/store.md, docs/security.md):
 
@@ -50,10 +40,11 @@ from ..disk.layout import Layout
 from .listing import EntryListing
 from ..tiers.local import LocalTier, os_reason, probe_writable  # noqa: F401 (os_reason: API)
 from .remote import RemotePolicy
-from .stats import COUNTERS, ROOT_ERRNOS, SHARDS, StatsBook, shard_of
+from .stats import COUNTERS, SHARDS, StatsBook, shard_of
 from ..tiers.tier import TierError
 from ..text import cut
 from .reading import VerificationPath
+from .root import WritableRoot
 from ..warn import warn_once
 
 # Maintenance (clear, prune, verify, eviction) and the reports are imported when first used:
@@ -65,8 +56,6 @@ def _maintenance():
 
 
 _TOTALS_TTL = 1.0  # seconds an estimate of other shards' totals is trusted by put
-_PERMISSION_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS}
-_NO_SPACE_ERRNOS = {errno.ENOSPC, errno.EDQUOT}
 
 
 class Store(VerificationPath, EntryListing):
@@ -89,10 +78,6 @@ class Store(VerificationPath, EntryListing):
         self.readonly_roots: tuple[Path, ...] = self.settings.readonly_roots
         self.max_size: int = self.settings.max_size
         self.lock_timeout: float = self.settings.lock_timeout
-        self.writable: bool = True  # False once a write failed or check_writable() found a problem
-        self.write_problem: str | None = None  # why writable is False
-        self._write_exc: OSError | None = None
-        self._ready = False
         shared = self.settings.shared
         self._dir_mode = 0o2770 if shared else 0o700
         self._file_mode = 0o660 if shared else 0o600
@@ -100,11 +85,13 @@ class Store(VerificationPath, EntryListing):
         self.local = LocalTier(self.root, writable=True, trust=self._trust,
                                file_mode=self._file_mode, dir_mode=self._dir_mode)
         self.layout = self.local.layout
+        self._root = WritableRoot(self.local, count=self._count,
+                                  in_use=lambda: not self.disabled and self.local in self._tiers)
         self.layers = tuple(LocalTier(r, writable=False, trust=self._trust)
                             for r in self.readonly_roots)
         self.untrusted: dict[str, str] = {}  # tier name -> why it is not used
-        self._stats = StatsBook(self.layout, self._file_mode, self._ensure_root, self._fail,
-                                self._layout_gone, self._ready_folder, self.local.dirs)
+        self._stats = StatsBook(self.layout, self._file_mode, self._root.ensure, self._root.fail,
+                                self._root.layout_gone, self._root.ready_folder, self.local.dirs)
         self._key_locks = None  # kcache.locks.KeyLocks, made by the first _locks
         self._key_locks_made = threading.Lock()
         self._stats.on_flush = self.local.flush_touches  # a hit's use is written with its count
@@ -133,7 +120,7 @@ class Store(VerificationPath, EntryListing):
                     from ..disk.locks import KeyLocks
                     self._key_locks = KeyLocks(
                         self.layout, self.lock_timeout, self._file_mode, self._count,
-                        self._lock_error, self._ready_folder, self.local.dirs,
+                        self._root.lock_error, self._root.ready_folder, self.local.dirs,
                         stale=self.settings.lock_stale)
                 locks = self._key_locks
         return locks
@@ -175,7 +162,7 @@ class Store(VerificationPath, EntryListing):
             warn_once(f"untrusted:{tier.name}", f"kcache: the {what} {tier.name} is not trusted "
                       f"and not used: {problem}")
             if tier.writable:
-                self._mark_unwritable(f"not trusted: {problem}")
+                self._root.mark_unwritable(f"not trusted: {problem}")
         return tuple(tiers)
 
     @property
@@ -209,95 +196,27 @@ class Store(VerificationPath, EntryListing):
         (:meth:`kcache.store.remote.RemotePolicy.push`)."""
         return self._remote_policy.push(keys, progress)
 
-    # -- failure handling ------------------------------------------------------------------------
-    def _fail(self, exc: OSError) -> None:
-        """The writable root proved read-only/missing/full: stop writing, warn once. The text
-        suits a program compiling kernels and a maintenance command alike."""
-        self._mark_unwritable(os_reason(exc), exc)
-        warn_once("unwritable", f"kcache: cannot write to the cache at {self.root}: {self.write_problem}; "
-                  "this process writes nothing more there (new kernels still compile, uncached). "
-                  "Point KCACHE_DIR at a writable directory with free space, or set KCACHE_DISABLE=1.")
+    # -- the writable root (kcache.store.root) ------------------------------------------------
+    @property
+    def writable(self) -> bool:
+        """False once a write failed or :meth:`check_writable` found a problem."""
+        return self._root.writable
 
-    def _mark_unwritable(self, reason: str, exc: OSError | None = None) -> None:
-        self.writable = False
-        self.write_problem = reason
-        self._write_exc = exc
+    @writable.setter
+    def writable(self, value: bool) -> None:
+        self._root.writable = value
 
-    def _layout_gone(self) -> None:
-        self._ready = False  # e.g. the root was deleted while we run: recreate on next write
-
-    def _lock_error(self, exc: OSError) -> None:
-        if not self.writable:
-            return  # already warned that the root cannot be written
-        if exc.errno in ROOT_ERRNOS | {errno.EACCES, errno.EPERM} and self.check_writable():
-            self._fail(exc)  # the whole root is unwritable, not only its lock folder: say so
-            return
-        warn_once("locks", f"kcache: cannot use lock files under {self.layout.locks} "
-                  f"({exc.strerror or exc}); continuing without locks (concurrent processes "
-                  "may compile the same kernel twice)")
-
-    def _put_failed(self, key: str, exc: OSError) -> None:
-        """A put of ``key`` failed: count it by cause; stop writing only when the root itself
-        cannot be written (a folder named like the entry, an EXDEV or ELOOP, ... is that key's
-        fault alone: later puts of other keys go on)."""
-        cause = ("write_errors_no_space" if exc.errno in _NO_SPACE_ERRNOS else
-                 "write_errors_permission" if exc.errno in _PERMISSION_ERRNOS else
-                 "write_errors_other")
-        if isinstance(exc, FileNotFoundError):
-            self._ready = False  # the layout was deleted under us: recreate it next time
-        elif exc.errno in ROOT_ERRNOS or (exc.errno in _PERMISSION_ERRNOS
-                                          and probe_writable(self.root) is not None):
-            self._fail(exc)  # first: the count below then stays in memory, unwritten
-        else:
-            warn_once("put-failed", f"kcache: cannot store entry {self.layout.entry(key)} "
-                      f"({os_reason(exc)}); that kernel runs uncached, the others are stored")
-        self._count(key, now=True, **{cause: 1})
+    @property
+    def write_problem(self) -> str | None:
+        """Why :attr:`writable` is False (None while it is True)."""
+        return self._root.write_problem
 
     def check_writable(self) -> str | None:
-        """Why the writable root cannot be written (str), or None if it can; works before any
-        write and writes nothing that stays. Raises nothing.
-
-        The probe is :func:`probe_writable` (a temp file created and deleted in the deepest
-        existing folder of ``root/v1/entries``; for a missing root, a temp directory in its
-        nearest existing ancestor), so a root under a file ("... is a file, not a directory
-        (ENOTDIR)"), under /proc, on a read-only mount (EROFS), without permission (EACCES)
-        or on a full file system (ENOSPC) is found even as root user. An untrusted root
-        says why ("not trusted: ..."). A problem found sets ``writable`` False and
-        ``write_problem`` (no warning: the caller asked). Also returns the reason of an
-        earlier write failure of this Store."""
-        if self.write_problem is not None:
-            return self.write_problem
-        problem = probe_writable(self.root)
-        if problem is not None:
-            self._mark_unwritable(problem)
-        return problem
-
-    def _ensure_root(self) -> bool:
-        """Create root (0700, or 02770 when shared), CACHEDIR.TAG, ``v1`` and ``v1/entries``;
-        False if the root cannot be written or is not used (KCACHE_DISABLE, untrusted)."""
-        if self._ready and self.writable:
-            return True
-        if self.disabled or not self.writable or self.local not in self._tiers:
-            return False
-        try:
-            self.local.ensure_entries()
-        except OSError as exc:
-            ours = {str(self.layout.bucket), str(self.layout.entries)}
-            if exc.errno in (errno.ELOOP, errno.ENOTDIR) and str(exc.filename) in ours:
-                self._mark_unwritable(f"not trusted: {exc.filename} is not a folder of the cache")
-                warn_once("unwritable", f"kcache: the cache at {self.root} is not used: "
-                          f"{exc.filename} is a symlink or a file, not a folder")
-            else:
-                self._fail(exc)
-            return False
-        self._ready = True
-        return True
-
-    def _ready_folder(self, folder: Path) -> None:
-        """Create and check a folder of the bucket (locks, stats, quarantine). OSError."""
-        if not self._ensure_root():
-            raise OSError(errno.EROFS, self.write_problem or "the cache root is not used", str(folder))
-        self.local.ensure_folder(folder)
+        """Why the writable root cannot be written (str), or None if it can; writes nothing
+        that stays and raises nothing (:meth:`kcache.store.root.WritableRoot.check_writable`:
+        the probe, :func:`probe_writable`). A problem found sets ``writable`` False and
+        ``write_problem`` (no warning: the caller asked)."""
+        return self._root.check_writable()
 
     def _count(self, key: str | None, now: bool = False, hit_key: str | None = None, **counters) -> None:
         shard = shard_of(key) if key else os.getpid() % SHARDS
@@ -335,7 +254,7 @@ class Store(VerificationPath, EntryListing):
         A stopped holder is waited for up to the timeout (the caller's critical section is
         never entered without the lock); while held, the heartbeat runs."""
         check_key(key)
-        if not self._ensure_root():
+        if not self._root.ensure():
             return contextlib.nullcontext(False)  # disabled, untrusted or unwritable: no files
         return self._locks.hold(key, timeout, if_stopped=None)
 
@@ -343,7 +262,7 @@ class Store(VerificationPath, EntryListing):
         """:meth:`lock` for a compile: the holder renews a heartbeat; a holder without one for
         KCACHE_LOCK_STALE seconds (stopped) is passed, counted in ``lock_stale`` (kcache.locks).
         ``while_waiting``: see :meth:`get_or_create`."""
-        if not self._ensure_root():
+        if not self._root.ensure():
             return contextlib.nullcontext(False)
         return self._locks.hold(key, flight=True, while_waiting=while_waiting)
 
@@ -390,7 +309,7 @@ class Store(VerificationPath, EntryListing):
             return False
         if remote:
             self._remote_policy.publish(key, data)
-        if not self.writable or not self._ensure_root():
+        if not self.writable or not self._root.ensure():
             if not self.disabled:
                 self._count(key, write_errors_permission=1)
             return False
@@ -403,7 +322,7 @@ class Store(VerificationPath, EntryListing):
                             entries=0 if old is not None else 1, bytes=len(data) - (old or 0))
                 self._note_totals(key)
         except OSError as exc:
-            self._put_failed(key, exc)
+            self._root.put_failed(key, exc)
             return False
         self._maybe_evict()
         return True
@@ -579,7 +498,7 @@ class Store(VerificationPath, EntryListing):
             local=self.local, tiers=self._local_tiers(), locks=self._locks, stats=self._stats,
             max_entry_size=self.settings.max_entry_size,
             quarantine_age=self.settings.quarantine_age, lock_timeout=self.lock_timeout,
-            writable=lambda: self.writable, ensure_root=self._ensure_root, count=self._count,
+            writable=lambda: self.writable, ensure_root=self._root.ensure, count=self._count,
             info=self._info, info_or_broken=self._info_or_broken,
             verify_bytes=self.verify_bytes, quarantine=self._quarantine)
 
@@ -594,30 +513,9 @@ class Store(VerificationPath, EntryListing):
             self._totals_at = now
         if sum(b for _n, b in self._totals.values()) <= self.max_size:
             return
-        from ..disk.locks import BUSY, try_global
-        lock = try_global(self.layout.evict_lock, self._file_mode, self._locks.ready_folder,
-                          self.local.dirs)
-        if lock == BUSY:
-            if not self._locks.stopped_holder(self.layout.evict_lock):
-                return  # another process is evicting
-            # ... or was, and is stopped: its lock would hold every eviction off for good
-            warn_once("evict-stale", f"kcache: the process holding {self.layout.evict_lock} shows "
-                      f"no heartbeat for {self._locks.waiting_stale():g} s (stopped?); evicting "
-                      "without it (KCACHE_LOCK_STALE)")
-            lock = None
-        elif isinstance(lock, OSError):
-            # The size cap holds without the global lock (removals take each key's lock);
-            # two processes may then evict at once, a little more than needed.
-            warn_once("evict-lock", f"kcache: cannot use {self.layout.evict_lock} "
-                      f"({lock.strerror or lock}); evicting without it")
-            lock = None
         try:
-            maintenance = _maintenance()
-            with self._locks.beating(self.layout.evict_lock) if lock is not None else contextlib.nullcontext():
-                maintenance.evict(self._housekeeping(), int(self.max_size * maintenance.EVICT_TARGET))
+            _maintenance().evict_over_cap(self._housekeeping(), self.max_size, self._file_mode)
         finally:
-            if lock is not None:
-                lock.release()
             self._totals_at = 0.0
 
     def _evict(self, target: int) -> None:
@@ -656,7 +554,7 @@ class Store(VerificationPath, EntryListing):
         """Persistent counters summed over the 16 shards (plus this process's unwritten ones),
         and what the quarantine holds."""
         from .reports import Stats
-        if self.writable and self._ready:
+        if self.writable and self._root.ready:
             self._stats.flush()
         values = {k: v for k, v in self._stats.read().items() if k in Stats.__dataclass_fields__}
         s = Stats(**values)
@@ -682,7 +580,7 @@ class Store(VerificationPath, EntryListing):
         if self.disabled:
             raise KcacheError("kcache is disabled (KCACHE_DISABLE): the statistics were not zeroed")
         if not self._stats.reset(keep_totals=True):
-            exc = self._write_exc
+            exc = self._root.write_exc
             raise OSError(exc.errno if exc else errno.EIO,
                           f"the statistics were not zeroed: {self.write_problem or 'cannot write'}",
                           str(self.layout.stats))

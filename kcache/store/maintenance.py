@@ -16,6 +16,7 @@ counters and the few store operations they need, nothing of the store's internal
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import stat
@@ -25,7 +26,8 @@ from typing import TYPE_CHECKING, Callable
 from ..errors import CorruptEntry, LockTimeout, NewerFormat
 from ..keys import KEY_RE
 from ..tiers.local import GONE, NEWER, NOT_REGULAR, os_reason
-from ..disk.locks import STALE
+from ..disk.locks import BUSY as LOCK_BUSY, STALE, try_global
+from ..warn import warn_once
 from .reports import (BUSY, TEMP_MAX_AGE, NotRemoved, PruneReport, RemoveReport, VerifyReport)
 from .stats import SHARDS, shard_of
 
@@ -192,6 +194,34 @@ def evict(house: Housekeeping, target: int) -> None:
             batch.remove(key, blocking=False)
     finally:
         batch.write()
+
+
+def evict_over_cap(house: Housekeeping, max_size: int, file_mode: int) -> None:
+    """A put crossed ``max_size`` (bytes): evict down to EVICT_TARGET of it, under the global
+    eviction lock (kcache.disk.locks.try_global). Another process evicting: nothing to do; a
+    stopped holder or an unusable lock file: evict without it, warned once."""
+    layout, locks = house.local.layout, house.locks
+    lock = try_global(layout.evict_lock, file_mode, locks.ready_folder, house.local.dirs)
+    if lock == LOCK_BUSY:
+        if not locks.stopped_holder(layout.evict_lock):
+            return  # another process is evicting
+        # ... or was, and is stopped: its lock would hold every eviction off for good
+        warn_once("evict-stale", f"kcache: the process holding {layout.evict_lock} shows "
+                  f"no heartbeat for {locks.waiting_stale():g} s (stopped?); evicting "
+                  "without it (KCACHE_LOCK_STALE)")
+        lock = None
+    elif isinstance(lock, OSError):
+        # The size cap holds without the global lock (removals take each key's lock);
+        # two processes may then evict at once, a little more than needed.
+        warn_once("evict-lock", f"kcache: cannot use {layout.evict_lock} "
+                  f"({lock.strerror or lock}); evicting without it")
+        lock = None
+    try:
+        with locks.beating(layout.evict_lock) if lock is not None else contextlib.nullcontext():
+            evict(house, int(max_size * EVICT_TARGET))
+    finally:
+        if lock is not None:
+            lock.release()
 
 
 def lower_drift(house: Housekeeping, files: list, counted: list) -> None:

@@ -23,7 +23,7 @@ from ..warn import warn_once
 class VerificationPath:
     """Reading and checking entries for :class:`kcache.Store` (uses the store's ``_tiers``,
     ``local``, ``layout``, ``settings``, ``_locks``, ``_stats``, ``_count``,
-    ``_ensure_root``, ``_local_tiers`` and ``_remote_policy``)."""
+    ``_root``, ``_local_tiers`` and ``_remote_policy``)."""
 
     def verify_bytes(self, key: str, data: bytes, *, hit: bool = False) -> tuple[dict, Entry]:
         """The one check every value from any tier crosses before it is used: the entry
@@ -111,7 +111,7 @@ class VerificationPath:
     def _move_to_quarantine(self, key: str, st) -> str | None:
         if self.disabled:
             return "kcache is disabled (KCACHE_DISABLE)"
-        if not self.writable or not self._ensure_root():
+        if not self.writable or not self._root.ensure():
             return f"cache root not writable: {self.write_problem}"
         with self._locks.hold(key, blocking=False) as held:
             if held is False:
