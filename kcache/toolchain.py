@@ -14,7 +14,8 @@ from typing import Callable
 import msgpack
 
 from .disk import fsio
-from .entry.format import FORMAT_VERSION
+from .entry.format import FORMAT_VERSION, _unpack
+from .errors import CorruptEntry
 
 # distribution name -> key in the result; the NVVM / nvJitLink wheels per CUDA major version
 _DISTS = {
@@ -148,8 +149,6 @@ def _versions_map(value) -> bool:
 def _read_memo(path: Path) -> list:
     # Read like every file of a cache root: never a FIFO, a symlink or an oversized file,
     # decoding bounded by the file (kcache.fsio, kcache.entry._unpack).
-    from .entry.format import _unpack
-    from .errors import CorruptEntry
     try:
         raw, _st = fsio.read_regular(path, _MAX_MEMO)
         data = _unpack(raw)

@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import stat
 import threading
 import time
 from pathlib import Path
@@ -32,19 +31,20 @@ from typing import Callable
 from ..disk import fsio
 from ..entry import artifacts
 from ..entry import format as fmt
-from ..config import Settings, resolve
+from ..config.settings import Settings, resolve
+from ..config.values import parse_duration, parse_size
 from ..entry.format import Entry
-from ..errors import CorruptEntry, KcacheError, NewerFormat
+from ..errors import CorruptEntry, KcacheError
 from ..keys import check_key
 from ..disk.layout import Layout
-from .listing import EntryListing
+from .listing import Listing
 from ..tiers.local import LocalTier, os_reason, probe_writable  # noqa: F401 (os_reason: API)
 from .remote import RemotePolicy
 from .stats import COUNTERS, SHARDS, StatsBook, shard_of
-from ..tiers.tier import TierError
 from ..text import cut
 from .reading import VerificationPath
 from .root import WritableRoot
+from .transfer import Transfer
 from ..warn import warn_once
 
 # Maintenance (clear, prune, verify, eviction) and the reports are imported when first used:
@@ -58,7 +58,7 @@ def _maintenance():
 _TOTALS_TTL = 1.0  # seconds an estimate of other shards' totals is trusted by put
 
 
-class Store(VerificationPath, EntryListing):
+class Store(VerificationPath):
     """A kernel cache rooted at ``root`` (see kcache.config.resolve for defaults).
 
     ``readonly_dirs`` (also ``readonly_roots``, its earlier name): extra roots consulted
@@ -92,6 +92,7 @@ class Store(VerificationPath, EntryListing):
         self.untrusted: dict[str, str] = {}  # tier name -> why it is not used
         self._stats = StatsBook(self.layout, self._file_mode, self._root.ensure, self._root.fail,
                                 self._root.layout_gone, self._root.ready_folder, self.local.dirs)
+        self._listing = Listing(self._local_tiers, self._stats, self.settings.max_entry_size)
         self._key_locks = None  # kcache.locks.KeyLocks, made by the first _locks
         self._key_locks_made = threading.Lock()
         self._stats.on_flush = self.local.flush_touches  # a hit's use is written with its count
@@ -102,6 +103,10 @@ class Store(VerificationPath, EntryListing):
             self.settings, disabled=lambda: self.disabled, count=self._count,
             verify=self.verify_bytes, publish=self._publish, entries=self.entries,
             entry_bytes=self.entry_bytes)
+        self._transfer = Transfer(
+            policy=self._remote_policy, verify=self.verify_bytes, entry_bytes=self.entry_bytes,
+            publish=self._publish, count=self._count, write_problem=lambda: self.write_problem,
+            max_entry_size=self.settings.max_entry_size)
         self._disabled = False
         self.disabled = self.settings.disabled  # builds the tiers read
 
@@ -173,6 +178,20 @@ class Store(VerificationPath, EntryListing):
     def _local_tiers(self) -> tuple:
         """The local tiers in use (the root and layers that are trusted), in read order."""
         return self._tiers  # only local tiers: the remote one is read through _remote_policy
+
+    # -- listings (kcache.store.listing) -------------------------------------------------------
+    def header(self, key: str):
+        """Header of ``key``'s entry (an EntryInfo, first root that has a readable one) or None,
+        without payloads."""
+        return self._listing.header(key)
+
+    def entries(self, *, readonly: bool = True, include_broken: bool = False):
+        """EntryInfo of every entry (:meth:`kcache.store.listing.Listing.entries`)."""
+        return self._listing.entries(readonly=readonly, include_broken=include_broken)
+
+    def find(self, prefix: str, *, include_broken: bool = False) -> list:
+        """Entries whose key starts with ``prefix`` (:meth:`kcache.store.listing.Listing.find`)."""
+        return self._listing.find(prefix, include_broken=include_broken)
 
     # -- the remote tier (kcache.store.remote) -------------------------------------------------
     @property
@@ -400,53 +419,7 @@ class Store(VerificationPath, EntryListing):
         per key. Returns a CopyReport: ``copied``, ``present`` and ``skipped`` (keys),
         ``failed`` ([(key, reason)]: absent, corrupt, not verified, not written). Never
         raises for a bad entry."""
-        from .reports import CopyReport
-        report = CopyReport()
-        try:
-            wanted = list(dict.fromkeys(tier.keys() if keys is None else [check_key(k) for k in keys]))
-        except TierError as exc:
-            if tier is self._remote_policy.tier:
-                self._count(None, now=True, **{f"remote_errors_{exc.kind}": 1})
-            report.failed.append(("*", f"cannot list {tier.name}: {exc}"))
-            return report
-        for i, key in enumerate(wanted, 1):
-            why = self._copy_one(tier, key, report, where)
-            if why is not None:
-                report.failed.append((key, why))
-            if progress is not None:
-                progress(i, len(wanted))
-        return report
-
-    def _copy_one(self, tier, key: str, report: "CopyReport", where=None) -> str | None:
-        remote = tier is self._remote_policy.tier and tier is not None
-        limit = self._remote_policy.limit() if remote else self.settings.max_entry_size
-        try:
-            blob = tier.read(key, limit)
-            if blob is None:
-                return f"not in {tier.name}"
-            data = self._remote_policy.unwrap(tier, blob.data)
-            header, _ent = self.verify_bytes(key, data)
-        except (CorruptEntry, NewerFormat) as exc:
-            self._count(key, now=True, **({"remote_bad": 1} if remote else {"corrupt": 1}))
-            return f"refused: {exc}"
-        except (TierError, OSError) as exc:
-            if remote and isinstance(exc, TierError):  # counted by kind, as for a get
-                self._count(key, now=True, **{f"remote_errors_{exc.kind}": 1})
-            return f"cannot read it: {exc}"
-        if where is not None and not where(header):
-            report.skipped.append(key)
-            return None
-        if self.entry_bytes(key) == data:
-            report.present.append(key)
-            return None
-        published = self._publish(key, data, remote=False, unless_same=True)
-        if published is None:  # another process published these bytes meanwhile
-            report.present.append(key)
-        elif not published:
-            return f"not written: {self.write_problem or 'see the warning above'}"
-        else:
-            report.copied.append(key)
-        return None
+        return self._transfer.copy_in(tier, keys, progress, where)
 
     def record(self, **counters: float) -> None:
         """Add to persistent counters, e.g. ``record(compiles=1, compile_seconds=0.8)``.
@@ -499,7 +472,7 @@ class Store(VerificationPath, EntryListing):
             max_entry_size=self.settings.max_entry_size,
             quarantine_age=self.settings.quarantine_age, lock_timeout=self.lock_timeout,
             writable=lambda: self.writable, ensure_root=self._root.ensure, count=self._count,
-            info=self._info, info_or_broken=self._info_or_broken,
+            info=self._listing.info, info_or_broken=self._listing.info_or_broken,
             verify_bytes=self.verify_bytes, quarantine=self._quarantine)
 
     def _note_totals(self, key: str) -> None:
@@ -532,7 +505,6 @@ class Store(VerificationPath, EntryListing):
         hour, lock files of absent entries unused for an hour and quarantined files older
         than ``quarantine_age`` (default 30 days) are swept. ``dry_run`` reports without
         removing. Removals count as ``evictions``."""
-        from ..config import parse_duration, parse_size
         cap = self.max_size if max_size is None else parse_size(max_size, "max_size")
         age = None if older_than is None else parse_duration(older_than, "older_than")
         if self.local not in self._tiers:

@@ -1,33 +1,32 @@
 """Entry listings of the store: headers read without payloads (``header``, ``entries``,
 ``find``), and the EntryInfo of a file whose header cannot be read (``problem`` set), for
-``kcache ls``/``show``, prune's ``where`` and the reports. Mixed into :class:`kcache.Store`.
+``kcache ls``/``show``, prune's ``where`` and the reports. A part of :class:`kcache.Store`.
 """
 from __future__ import annotations
 
 import os
 import stat
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
+from ..entry.info import EntryInfo
 from ..errors import CorruptEntry, NewerFormat
 from ..keys import check_key
 from ..tiers.local import LocalTier, os_reason
 from ..tiers.local import NOT_REGULAR
 
 
-class EntryListing:
-    """Headers and listings for :class:`kcache.Store` (uses the store's ``settings``,
-    ``_stats`` and ``_local_tiers``)."""
+class Listing:
+    """Headers and listings for :class:`kcache.Store`. ``tiers()``: the trusted local tiers in
+    read order; ``stats``: the store's StatsBook (hit counts); ``max_entry_size`` (bytes)."""
 
-    def _local_tiers_any(self) -> tuple:
-        """The local tiers for explicit inspection (load, header): the trusted ones."""
-        return self._local_tiers()
+    def __init__(self, tiers: Callable[[], tuple], stats, max_entry_size: int):
+        self._tiers, self._stats, self._max_entry_size = tiers, stats, max_entry_size
 
-    def _info(self, key: str, path: Path, tier: LocalTier, hits: dict | None = None) -> EntryInfo:
+    def info(self, key: str, path: Path, tier: LocalTier, hits: dict | None = None) -> EntryInfo:
         """EntryInfo from the file's header only, read safely (OSError, CorruptEntry,
         NewerFormat)."""
-        from ..entry.info import EntryInfo  # not imported by a process that only reads entries
-        h, st = tier.read_header(key, self.settings.max_entry_size)
+        h, st = tier.read_header(key, self._max_entry_size)
         return EntryInfo(
             key=key, path=path, root=tier.root, readonly=not tier.writable, file_size=st.st_size,
             created=float(h["created"]), last_used=st.st_mtime, kernel=h.get("kernel"),
@@ -35,7 +34,7 @@ class EntryListing:
             components=h["components"], sizes=h["sizes"], meta=h["meta"],
             hits=int((hits or {}).get(key, 0)) if tier.writable else 0)
 
-    def _info_or_broken(self, key: str, path: Path, tier: LocalTier, st: os.stat_result,
+    def info_or_broken(self, key: str, path: Path, tier: LocalTier, st: os.stat_result,
                         hits: dict | None = None) -> EntryInfo | None:
         """EntryInfo of the file, or one with ``problem`` set when its header cannot be read;
         None if it vanished meanwhile."""
@@ -43,7 +42,7 @@ class EntryListing:
             if not stat.S_ISREG(st.st_mode):
                 problem = NOT_REGULAR
             else:
-                return self._info(key, path, tier, hits)
+                return self.info(key, path, tier, hits)
         except FileNotFoundError:
             return None
         except NewerFormat as exc:
@@ -52,7 +51,6 @@ class EntryListing:
             problem = str(exc)
         except OSError as exc:
             problem = f"unreadable: {os_reason(exc)}"
-        from ..entry.info import EntryInfo
         return EntryInfo(
             key=key, path=path, root=tier.root, readonly=not tier.writable, file_size=st.st_size,
             created=st.st_mtime, last_used=st.st_mtime, kernel=None, signature=None, arch=None,
@@ -62,10 +60,10 @@ class EntryListing:
         """Header of ``key``'s entry (first root that has a readable one), without payloads."""
         check_key(key)
         hits = None
-        for tier in self._local_tiers_any():
+        for tier in self._tiers():
             try:
                 hits = self._stats.hits() if hits is None else hits
-                return self._info(key, tier.layout.entry(key), tier, hits)
+                return self.info(key, tier.layout.entry(key), tier, hits)
             except (OSError, CorruptEntry, NewerFormat):
                 continue
         return None
@@ -78,11 +76,11 @@ class EntryListing:
         EntryInfo whose ``problem`` says why (so they can be shown and removed). Files whose
         names are not entry names are never listed."""
         hits = self._stats.hits()
-        for tier in self._local_tiers_any():
+        for tier in self._tiers():
             if not readonly and not tier.writable:
                 continue
             for key, path, st in tier.scan(regular_only=not include_broken):
-                info = self._info_or_broken(key, path, tier, st, hits)
+                info = self.info_or_broken(key, path, tier, st, hits)
                 if info is not None and (include_broken or info.problem is None):
                     yield info
 
@@ -94,11 +92,11 @@ class EntryListing:
             raise ValueError(f"bad key prefix {prefix!r}: expected hex digits")
         hits = self._stats.hits()
         out = []
-        for tier in self._local_tiers_any():
+        for tier in self._tiers():
             for key, path, st in tier.scan(prefix[:2] if len(prefix) >= 2 else (prefix or None),
                                            regular_only=not include_broken):
                 if key.startswith(prefix):
-                    info = self._info_or_broken(key, path, tier, st, hits)
+                    info = self.info_or_broken(key, path, tier, st, hits)
                     if info is not None and (include_broken or info.problem is None):
                         out.append(info)
         return out

@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Callable
 from ..errors import CorruptEntry, LockTimeout, NewerFormat
 from ..keys import KEY_RE
 from ..tiers.local import GONE, NEWER, NOT_REGULAR, os_reason
+from ..disk.fsio import lstat_at
+from ..disk.layout import LOCK_SUFFIX, LOCKS, folder_listing
 from ..disk.locks import BUSY as LOCK_BUSY, STALE, try_global
 from ..warn import warn_once
 from .reports import (BUSY, TEMP_MAX_AGE, NotRemoved, PruneReport, RemoveReport, VerifyReport)
@@ -308,8 +310,6 @@ def sweep_locks(house: Housekeeping, max_age: float = TEMP_MAX_AGE) -> int:
     orphan inode: at worst one duplicate compile.) A lock file's mtime is its creation time or
     the last heartbeat of a compile that held it (kcache.locks). Symlinked lock folders are
     never entered."""
-    from ..disk.fsio import lstat_at
-    from ..disk.layout import LOCK_SUFFIX, LOCKS, folder_listing
     cutoff = time.time() - max_age
     n = 0
     dirs = house.local.dirs

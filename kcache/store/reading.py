@@ -131,7 +131,7 @@ class VerificationPath:
         Raises KeyError if no root has it, CorruptEntry or NewerFormat for a bad file."""
         check_key(key)
         error: Exception | None = None
-        for tier in self._local_tiers_any():
+        for tier in self._local_tiers():
             try:
                 blob = tier.read(key, self.settings.max_entry_size)
                 if blob is None:

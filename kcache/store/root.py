@@ -10,6 +10,7 @@ that put.
 from __future__ import annotations
 
 import errno
+from pathlib import Path
 from typing import Callable
 
 from ..tiers.local import LocalTier, os_reason, probe_writable

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Iterator
 
 from ..disk import fsio
-from ..entry.format import FORMAT_VERSION, MAGIC, PREFIX_SIZE, check_head, decode_header, parse_prefix
+from ..entry.format import (FORMAT_VERSION, MAGIC, MAX_FILE, PREFIX_SIZE, check_head, decode_header,
+                            envelope_sum_holds, parse_prefix)
 from ..errors import CorruptEntry
 from ..disk.layout import (BUCKET, CACHEDIR_TAG, ENTRIES, LOCKS, QUARANTINE, STATS, Layout, entry_key,
                      entry_name, folder_listing, quarantine_name, QUARANTINE_RE, scan,
@@ -341,7 +342,6 @@ class LocalTier:
         envelope (its trailing checksum holds, as :func:`kcache.entry.decode` requires before
         it says "newer"): such a file is a newer kcache's, never judged or deleted here. Read
         in chunks (a multi-GiB file costs time, not memory)."""
-        from ..entry.format import MAX_FILE, envelope_sum_holds
         try:
             fd, st = fsio.open_regular(name, MAX_FILE, dir_fd=shard_fd)
         except (OSError, CorruptEntry):

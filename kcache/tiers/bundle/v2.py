@@ -39,12 +39,12 @@ import msgpack
 
 from ...disk import fsio
 from ...entry.format import FORMAT_VERSION
-from ...errors import CorruptEntry, KcacheError
+from ...errors import CorruptEntry
 from ...keys import KEY_RE
 from ..tier import Blob, TierError
 from .common import (_CHUNK, _ZSTD_HINT, BUNDLE_FORMAT, BUNDLE_VERSION, INFLATE_RATIO,  # noqa: F401
-                     INFLATE_SLACK, MAX_ENTRIES, MAX_INFLATED, MAX_WINDOW, ZSTD_MAGIC, BundleError,
-                     Contents, Region, inflate, inflate_cap, pread_exact)
+                     INFLATE_SLACK, MAX_ENTRIES, BundleError, Contents, Region, inflate, inflate_cap,
+                     pread_exact)
 from .v1 import open_v1
 
 MAGIC = b"KCACHEBN"

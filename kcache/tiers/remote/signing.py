@@ -29,6 +29,7 @@ import struct
 from typing import Mapping
 
 from ...errors import ConfigError, CorruptEntry
+from ...warn import warn_once
 
 MAGIC = b"KCACHE\x00S"
 SIGN_VERSION = 1
@@ -63,7 +64,6 @@ def secret_from_env(env: Mapping[str, str] | None = None) -> bytes | None:
             return check_secret(value.encode("utf-8", "surrogateescape"), name)
     blank = [name for name in SECRET_VARIABLES if env.get(name)]
     if blank:  # blanks only: meant as a secret, yet nothing is signed or checked
-        from ...warn import warn_once
         warn_once("secret-blank", f"kcache: {blank[0]} holds only blanks: nothing is signed or "
                   "checked; set a secret of at least 16 bytes, or leave it unset or empty")
     return None
