@@ -30,7 +30,7 @@ if variant == "notouch":
     from kcache.tiers.local import LocalTier
     LocalTier.flush_touches = lambda self: None
 if variant == "nostats":
-    from kcache.stats import StatsBook
+    from kcache.store.stats import StatsBook
     StatsBook.add = lambda self, *a, **k: None
     StatsBook.add_hit = lambda self, *a, **k: None
 n = 1 << 16

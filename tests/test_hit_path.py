@@ -56,7 +56,7 @@ KERNEL_CHILD = """
     from numba import cuda, types
     from kcache.dispatcher import _compat
     from kcache.dispatcher.dispatcher import Options
-    from kcache.stats import _FLUSHER
+    from kcache.store.stats import _FLUSHER
 
     @cuda.jit(cache=True)
     def k(a):
@@ -181,7 +181,7 @@ FLUSH_CHILD = """
     import json, os, sys, time
     import kcache
     from kcache import Entry
-    from kcache.stats import _FLUSHER
+    from kcache.store.stats import _FLUSHER
     s = kcache.Store(os.environ["ROOT"])
     key = "ab" * 32
     s.put(key, Entry({"cubin": b"x"}, {"kernel": "m:k"}))
