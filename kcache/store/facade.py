@@ -42,7 +42,7 @@ from ..tiers.local import LocalTier, os_reason, probe_writable  # noqa: F401 (os
 from .remote import RemotePolicy
 from .stats import COUNTERS, SHARDS, StatsBook, shard_of
 from ..text import cut
-from .reading import VerificationPath
+from .reading import Reader, verify_bytes
 from .root import WritableRoot
 from .transfer import Transfer
 from ..warn import warn_once
@@ -58,7 +58,7 @@ def _maintenance():
 _TOTALS_TTL = 1.0  # seconds an estimate of other shards' totals is trusted by put
 
 
-class Store(VerificationPath):
+class Store:
     """A kernel cache rooted at ``root`` (see kcache.config.resolve for defaults).
 
     ``readonly_dirs`` (also ``readonly_roots``, its earlier name): extra roots consulted
@@ -98,11 +98,14 @@ class Store(VerificationPath):
         self._stats.on_flush = self.local.flush_touches  # a hit's use is written with its count
         self._totals: dict[int, tuple[int, int]] = {}
         self._totals_at = 0.0
-        self._corrupt_seen: set[tuple] = set()
         self._remote_policy = RemotePolicy(
             self.settings, disabled=lambda: self.disabled, count=self._count,
             verify=self.verify_bytes, publish=self._publish, entries=self.entries,
             entry_bytes=self.entry_bytes)
+        self._reader = Reader(
+            local=self.local, tiers=self._local_tiers, remote=self._remote_policy, root=self._root,
+            locks=lambda: self._locks, stats=self._stats, count=self._count,
+            disabled=lambda: self.disabled, max_entry_size=self.settings.max_entry_size)
         self._transfer = Transfer(
             policy=self._remote_policy, verify=self.verify_bytes, entry_bytes=self.entry_bytes,
             publish=self._publish, count=self._count, write_problem=lambda: self.write_problem,
@@ -179,6 +182,24 @@ class Store(VerificationPath):
         """The local tiers in use (the root and layers that are trusted), in read order."""
         return self._tiers  # only local tiers: the remote one is read through _remote_policy
 
+    # -- the read path (kcache.store.reading) --------------------------------------------------
+    @staticmethod
+    def verify_bytes(key: str, data: bytes, *, hit: bool = False) -> tuple[dict, Entry]:
+        """The one check every value from any tier crosses before it is used
+        (:func:`kcache.store.reading.verify_bytes`): returns (header, Entry); raises
+        CorruptEntry (with ``code``) or NewerFormat."""
+        return verify_bytes(key, data, hit=hit)
+
+    def load(self, key: str) -> Entry:
+        """Full read and check of ``key`` (no counters, no touch, no quarantine); raises
+        KeyError if no root has it, CorruptEntry or NewerFormat for a bad file."""
+        return self._reader.load(key)
+
+    def entry_bytes(self, key: str) -> bytes | None:
+        """The verified bytes of ``key``'s entry from the first local tier holding a valid
+        one (None if none does): for export and push. No counters, no touch."""
+        return self._reader.entry_bytes(key)
+
     # -- listings (kcache.store.listing) -------------------------------------------------------
     def header(self, key: str):
         """Header of ``key``'s entry (an EntryInfo, first root that has a readable one) or None,
@@ -253,7 +274,7 @@ class Store(VerificationPath):
         check_key(key)
         if self.disabled:
             return None
-        found = self._read(key, touch=True)
+        found = self._reader.read(key, touch=True)
         if found is None:
             self._count(key, misses=1)
             return None
@@ -374,11 +395,11 @@ class Store(VerificationPath):
         check_key(key)
         if self.disabled:
             return create(), False
-        found = self._read(key, touch=count)
+        found = self._reader.read(key, touch=count)
         if found is not None:
             return (self._hit(key, found) if count else found[1]), True
         with self._compile_lock(key, while_waiting):
-            found = self._read(key, touch=count, remote=False)  # the remote was asked just now
+            found = self._reader.read(key, touch=count, remote=False)  # the remote was asked just now
             if found is not None:
                 return (self._hit(key, found) if count else found[1]), True
             if self.remote is None:
@@ -473,7 +494,7 @@ class Store(VerificationPath):
             quarantine_age=self.settings.quarantine_age, lock_timeout=self.lock_timeout,
             writable=lambda: self.writable, ensure_root=self._root.ensure, count=self._count,
             info=self._listing.info, info_or_broken=self._listing.info_or_broken,
-            verify_bytes=self.verify_bytes, quarantine=self._quarantine)
+            verify_bytes=self.verify_bytes, quarantine=self._reader.quarantine)
 
     def _note_totals(self, key: str) -> None:
         s = shard_of(key)

@@ -3,11 +3,12 @@
 is dealt with here: quarantined in the writable root under its key lock (``corrupt`` +1,
 totals adjusted), remembered by identity in a read-only layer (never re-read while
 unchanged), warned once. A newer-format entry is left alone; an unreadable one is a miss.
-Mixed into :class:`kcache.Store`.
+A part of :class:`kcache.Store` (:class:`Reader`), made with what it uses.
 """
 from __future__ import annotations
 
 import stat
+from typing import Callable
 
 from ..entry import artifacts
 from ..entry import format as fmt
@@ -20,43 +21,54 @@ from .verified import VERIFIED
 from ..warn import warn_once
 
 
-class VerificationPath:
-    """Reading and checking entries for :class:`kcache.Store` (uses the store's ``_tiers``,
-    ``local``, ``layout``, ``settings``, ``_locks``, ``_stats``, ``_count``,
-    ``_root``, ``_local_tiers`` and ``_remote_policy``)."""
+def verify_bytes(key: str, data: bytes, *, hit: bool = False) -> tuple[dict, Entry]:
+    """The one check every value from any tier crosses before it is used: the entry
+    format (kcache.entry.format.decode: bounds, checksum, header schema, decoding limits).
+    A kernel or program entry's artifacts must also pass kcache.entry.artifacts (never handed to
+    the driver otherwise). Returns (header, Entry); raises CorruptEntry (with ``code``) or
+    NewerFormat. Bytes equal, byte for byte, to bytes of ``key`` that passed here before in
+    this process have that verdict without its cost (kcache.store.verified). ``hit``: a file of
+    this machine's cache read for a hit, whose artifacts may be checked by their own sums
+    instead of the whole file's checksum (kcache.entry, "A cache hit")."""
+    if VERIFIED.known(key, data, whole=not hit):
+        return fmt.decode_verified(data, key)
+    header, ent = fmt.decode(data, key, whole=not hit)
+    why = artifacts.problem(ent.artifacts, ent.meta)
+    if why is not None:
+        raise CorruptEntry(why, "artifacts")
+    VERIFIED.remember(key, data, whole=not hit)
+    return header, ent
 
-    def verify_bytes(self, key: str, data: bytes, *, hit: bool = False) -> tuple[dict, Entry]:
-        """The one check every value from any tier crosses before it is used: the entry
-        format (kcache.entry.decode: bounds, checksum, header schema, decoding limits).
-        A kernel or program entry's artifacts must also pass kcache.artifacts (never handed to
-        the driver otherwise). Returns (header, Entry); raises CorruptEntry (with ``code``) or
-        NewerFormat. Bytes equal, byte for byte, to bytes of ``key`` that passed here before in
-        this process have that verdict without its cost (kcache.verified). ``hit``: a file of
-        this machine's cache read for a hit, whose artifacts may be checked by their own sums
-        instead of the whole file's checksum (kcache.entry, "A cache hit")."""
-        if VERIFIED.known(key, data, whole=not hit):
-            return fmt.decode_verified(data, key)
-        header, ent = fmt.decode(data, key, whole=not hit)
-        why = artifacts.problem(ent.artifacts, ent.meta)
-        if why is not None:
-            raise CorruptEntry(why, "artifacts")
-        VERIFIED.remember(key, data, whole=not hit)
-        return header, ent
 
-    def _read(self, key: str, touch: bool, remote: bool = True):
+class Reader:
+    """Reading and checking entries for :class:`kcache.Store`. ``local``: the writable root's
+    LocalTier; ``tiers()``: the trusted local tiers in read order; ``remote``: the store's
+    RemotePolicy (read after the local tiers); ``root``: its WritableRoot; ``locks()``: its
+    KeyLocks (made on first use); ``stats``: its StatsBook; ``count(key, now=False,
+    **counters)``; ``disabled()``; ``max_entry_size`` (bytes)."""
+
+    def __init__(self, *, local, tiers: Callable[[], tuple], remote, root, locks: Callable,
+                 stats, count, disabled: Callable[[], bool], max_entry_size: int):
+        self.local, self.layout = local, local.layout
+        self._tiers, self._remote, self._root, self._locks = tiers, remote, root, locks
+        self._stats, self._count, self._disabled = stats, count, disabled
+        self._max_entry_size = max_entry_size
+        self._corrupt_seen: set[tuple] = set()  # identities of defective files counted once
+
+    def read(self, key: str, touch: bool, remote: bool = True):
         """(header, Entry, tier) of the first tier holding a valid entry for ``key``, or None.
         Defects on the way are counted, quarantined (writable root) or remembered (layers),
         and warned once; unusable tiers are a miss. ``touch`` records the use of what is read
         in the writable root (the LRU clock; a corrupt file touched so is quarantined next)."""
-        limit = self.settings.max_entry_size
-        for tier in self._tiers:
+        limit = self._max_entry_size
+        for tier in self._tiers():
             blob = None
             try:  # a local tier (the root or a read-only layer; kcache.tiers.tier says why)
-                blob = tier.read(key, limit, touch=touch and tier.writable and self.writable)
+                blob = tier.read(key, limit, touch=touch and tier.writable and self._root.writable)
                 if blob is None:
                     continue
                 # a file of this machine's cache: a hit's check (verify_bytes)
-                header, ent = self.verify_bytes(key, blob.data, hit=True)
+                header, ent = verify_bytes(key, blob.data, hit=True)
             except KnownBad:
                 continue
             except NewerFormat as exc:
@@ -71,14 +83,14 @@ class VerificationPath:
                           f"({os_reason(exc)}); treated as a miss")
                 continue
             return header, ent, tier
-        return self._remote_policy.read(key) if remote else None
+        return self._remote.read(key) if remote else None
 
     def _bad(self, tier, key: str, exc: CorruptEntry, st, blob) -> None:
         """A defective value: quarantine it (writable root) or remember it (a layer: not
         re-read while unchanged); count it once per file and process; warn once."""
         ident = blob.ident if blob is not None and blob.ident else _identity(st)
         if tier.writable:  # the root: quarantined; a read-only layer's file is remembered
-            self._quarantine(key, str(exc), st, ident)
+            self.quarantine(key, str(exc), st, ident)
             return
         tier.mark_bad(ident)
         self._count_corrupt(key, ident)
@@ -91,7 +103,7 @@ class VerificationPath:
                 self._corrupt_seen.add(ident)
             self._count(key, now=True, corrupt=1)
 
-    def _quarantine(self, key: str, reason: str, st, ident=None) -> str | None:
+    def quarantine(self, key: str, reason: str, st, ident=None) -> str | None:
         """Move a defective entry of the writable root to quarantine under its key lock,
         count it, warn once (saying truthfully whether it was moved). Returns None when
         moved, GONE when it vanished or was replaced meanwhile, else why it was left."""
@@ -109,11 +121,11 @@ class VerificationPath:
         return why
 
     def _move_to_quarantine(self, key: str, st) -> str | None:
-        if self.disabled:
+        if self._disabled():
             return "kcache is disabled (KCACHE_DISABLE)"
-        if not self.writable or not self._root.ensure():
-            return f"cache root not writable: {self.write_problem}"
-        with self._locks.hold(key, blocking=False) as held:
+        if not self._root.writable or not self._root.ensure():
+            return f"cache root not writable: {self._root.write_problem}"
+        with self._locks().hold(key, blocking=False) as held:
             if held is False:
                 return BUSY  # another process is writing this key; it will replace the file
             why = self.local.quarantine(key, st)
@@ -131,12 +143,12 @@ class VerificationPath:
         Raises KeyError if no root has it, CorruptEntry or NewerFormat for a bad file."""
         check_key(key)
         error: Exception | None = None
-        for tier in self._local_tiers():
+        for tier in self._tiers():
             try:
-                blob = tier.read(key, self.settings.max_entry_size)
+                blob = tier.read(key, self._max_entry_size)
                 if blob is None:
                     continue
-                return self.verify_bytes(key, blob.data)[1]
+                return verify_bytes(key, blob.data)[1]
             except KnownBad:
                 continue
             except (CorruptEntry, NewerFormat) as exc:
@@ -154,11 +166,11 @@ class VerificationPath:
         """The verified bytes of ``key``'s entry from the first local tier holding a valid
         one (None if none does): for export and push. No counters, no touch."""
         check_key(key)
-        for tier in self._local_tiers():
+        for tier in self._tiers():
             try:
-                blob = tier.read(key, self.settings.max_entry_size)
+                blob = tier.read(key, self._max_entry_size)
                 if blob is not None:
-                    self.verify_bytes(key, blob.data)
+                    verify_bytes(key, blob.data)
                     return blob.data
             except (CorruptEntry, NewerFormat, OSError):
                 continue
