@@ -160,8 +160,8 @@ class Source:
     """Where a setting may come from besides an argument: ``env`` (environment variable),
     ``key`` (config.json key, None when config.json cannot set it) and ``default``.
 
-    A plain class (a row of the table below), not a dataclass: building one costs every
-    process that opens a store ~0.6 ms, for eight rows that are only read."""
+    A plain ``__slots__`` record (a row of the table below, read by every ``Store()``:
+    docs/design.md, "Rules")."""
 
     __slots__ = ("env", "key", "default")
 

@@ -1,9 +1,6 @@
 """``EntryInfo``: the header of one entry as the listings give it (``Store.header``,
 ``entries``, ``find``; prune's ``where``; ``kcache ls``/``show``). Also importable from
 :mod:`kcache.entry` and as ``kcache.EntryInfo``.
-
-A module of its own so that building the dataclass (~0.8 ms on a 2-core machine) is paid by
-what lists entries, not by every process that defines a kernel and reads its entry.
 """
 from __future__ import annotations
 

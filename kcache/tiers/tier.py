@@ -51,9 +51,8 @@ class Blob:
     is still that file, and a bad file of a read-only layer is not re-read); None elsewhere;
     ``mtime``: the file's last use (unix seconds) for local tiers, else None.
 
-    A plain class with ``__slots__`` (compared and hashed by its fields, as the frozen
-    dataclass it was), not a dataclass: building that cost every process that reads an entry
-    ~0.8 ms, and its ``__init__`` every hit a little more than this one."""
+    A hot-path record (one per read): a plain class with ``__slots__``, compared and hashed
+    by its fields (docs/design.md, "Rules")."""
 
     __slots__ = ("data", "ident", "mtime")
 
