@@ -242,16 +242,6 @@ class SettingReport:
     error: ConfigError | None = None
 
 
-class _Row:
-    """One setting as :func:`_resolve_rows` found it: the fields of a SettingReport (value,
-    origin, raw, error), without building that dataclass for every ``Store()``."""
-
-    __slots__ = ("value", "origin", "raw", "error")
-
-    def __init__(self, value: Any, origin: str, raw: Any, error: ConfigError | None = None):
-        self.value, self.origin, self.raw, self.error = value, origin, raw, error
-
-
 def _pick(arg: Any, env: str, conf: dict, conf_key: str | None, conf_path: Path | None, default: Any,
           name: str) -> tuple[Any, str, str]:
     """(raw value, origin, variable name for messages) by precedence: argument > environment
@@ -296,12 +286,12 @@ _PARSERS = {"max_size": _positive_size, "readonly_roots": _paths, "lock_timeout"
             "quarantine_age": parse_duration, "lock_stale": parse_duration}
 
 
-def _report(raw: Any, origin: str, parse, var: str) -> _Row:
+def _report(raw: Any, origin: str, parse, var: str) -> SettingReport:
     """``parse(raw, var)`` as a report: its value, or its ConfigError."""
     try:
-        return _Row(parse(raw, var), origin, raw)
+        return SettingReport(parse(raw, var), origin, raw)
     except ConfigError as exc:
-        return _Row(None, origin, raw, exc)
+        return SettingReport(None, origin, raw, exc)
 
 
 def _env_shared() -> bool:
@@ -325,20 +315,20 @@ def config_trust_problem(root: Path) -> str | None:
     return fsio.Trust(_env_shared()).folder_problem(st, f"the cache folder {root}")
 
 
-def _read_config_report(root: Path | None, origin: str) -> _Row:
+def _read_config_report(root: Path | None, origin: str) -> SettingReport:
     """The ``"config_file"`` report of :func:`resolve_each` (see there). The config.json of a
     root that is not trusted is not read (its settings cannot reach this process)."""
     if root is None:
-        return _Row(None, origin, {})
+        return SettingReport(None, origin, {})
     path = root / CONFIG_NAME
     if config_trust_problem(root) is not None:
-        return _Row(path, origin, {})
+        return SettingReport(path, origin, {})
     try:
         conf = read_config(root)
     except ConfigError as exc:
-        return _Row(path, origin, {}, exc)
+        return SettingReport(path, origin, {}, exc)
     _warn_unknown_keys(conf, path)
-    return _Row(path, origin, conf)
+    return SettingReport(path, origin, conf)
 
 
 def resolve_each(root=None, max_size=None, readonly_roots=None, lock_timeout=None) -> dict[str, SettingReport]:
@@ -358,11 +348,10 @@ def resolve_each(root=None, max_size=None, readonly_roots=None, lock_timeout=Non
     the root is bad (a file, or an empty argument), config.json is not read (``value`` None)
     and the read-only roots are not compared with the root. Unknown config.json keys are
     warned once (``KcacheWarning``). Raises nothing for a bad value."""
-    rows = _resolve_rows(root, max_size, readonly_roots, lock_timeout)
-    return {name: SettingReport(r.value, r.origin, r.raw, r.error) for name, r in rows.items()}
+    return _resolve_rows(root, max_size, readonly_roots, lock_timeout)
 
 
-def _resolve_rows(root, max_size, readonly_roots, lock_timeout) -> dict[str, _Row]:
+def _resolve_rows(root, max_size, readonly_roots, lock_timeout) -> dict[str, SettingReport]:
     """The work of :func:`resolve_each` (which reports it) and :func:`resolve` (which builds
     Settings from it): the one place the precedence and checks are applied."""
     raw, origin, _ = _pick(root, ROOT_ENV, {}, None, None, None, "root")
@@ -382,7 +371,7 @@ def _resolve_rows(root, max_size, readonly_roots, lock_timeout) -> dict[str, _Ro
     ro = reports["readonly_roots"]
     if ro.error is None and good_root is not None:  # the root is searched first anyway
         kept = tuple(p for p in ro.value if p.resolve() != good_root.resolve())
-        reports["readonly_roots"] = _Row(kept, ro.origin, ro.raw, ro.error)
+        reports["readonly_roots"] = SettingReport(kept, ro.origin, ro.raw, ro.error)
     return reports
 
 
