@@ -14,7 +14,7 @@ import builtins
 import sys
 
 from kcache import Entry
-from kcache.artifacts import KERNEL_FIELDS
+from kcache.entry.artifacts import KERNEL_FIELDS
 
 from .frontends.numba_cuda import compiling as _nc_compiling
 from .frontends.numba_cuda import rebuild as _nc_rebuild
