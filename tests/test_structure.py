@@ -16,7 +16,6 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 #: folder -> the import name it is installed as (pyproject.toml's package-dir)
