@@ -81,8 +81,8 @@ def fill_fast(root: Path, n: int) -> None:
     """Write ``n`` small entries (~600 bytes) straight in the entry file format, with last
     uses spread over a day, then recount the totals. For scale runs only: no locks, no
     fsync (``Store.put`` takes ~4 ms each here)."""
-    from kcache.entry import encode
-    from kcache.layout import Layout
+    from kcache.entry.format import encode
+    from kcache.disk.layout import Layout
     layout = Layout(root)
     now = time.time()
     made: set[str] = set()

@@ -49,8 +49,8 @@ print(json.dumps({"get_small_us": per_get(s, ks), "get_large_us": per_get(l, kl)
 
 def populate(small: Path, large: Path, n: int) -> tuple[list, list, list]:
     from kcache import Entry, Store, make_key
-    from kcache import entry as fmt
-    from kcache.layout import Layout
+    from kcache.entry import format as fmt
+    from kcache.disk.layout import Layout
     rng = random.Random(0)
 
     def ent(i):

@@ -58,7 +58,7 @@ def main(argv=None) -> int:
     from cuda.core.utils import FileStreamProgramCache, make_program_cache_key
 
     import kcache
-    from kcache.verified import VERIFIED
+    from kcache.store.verified import VERIFIED
 
     options = ProgramOptions(arch="sm_90")
     tmp = Path(tempfile.mkdtemp(prefix="kcache-bench-programs-"))

@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 
 from kcache import Entry, Store, make_key
-from kcache import entry as fmt
-from kcache.layout import Layout
+from kcache.entry import format as fmt
+from kcache.disk.layout import Layout
 
 
 def keys(n: int, tag: str = "bench") -> list[str]:

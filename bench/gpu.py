@@ -753,7 +753,7 @@ def write_cubins(cache: Path, module: str, n: int, path: Path) -> None:
     as one msgpack map {"module:qualname": state}."""
     import msgpack
     from kcache import Store
-    from kcache.artifacts import KERNEL_FIELDS
+    from kcache.entry.artifacts import KERNEL_FIELDS
     store = Store(cache / "kcache")
     table = {}
     for info in store.entries():

@@ -27,10 +27,10 @@ from numba import cuda
 import bench_kernels as K
 cuda.current_context()
 if variant == "notouch":
-    from kcache.localtier import LocalTier
+    from kcache.tiers.local import LocalTier
     LocalTier.flush_touches = lambda self: None
 if variant == "nostats":
-    from kcache.stats import StatsBook
+    from kcache.store.stats import StatsBook
     StatsBook.add = lambda self, *a, **k: None
     StatsBook.add_hit = lambda self, *a, **k: None
 n = 1 << 16

@@ -134,7 +134,7 @@ def resolve(args) -> Resolved:
 
 def _remote_field(name: str) -> tuple[str, str]:
     """``(field, environment variable)`` of the remote setting ``name`` (kcache.remote.VARIABLES)."""
-    from kcache.remote import VARIABLES
+    from kcache.tiers.remote import VARIABLES
     return next((field, env) for field, (env, key) in VARIABLES.items() if key == name)
 
 
@@ -143,7 +143,7 @@ def _remote_report(name: str, conf: dict, path):
     > config.json > default), as a kcache.config.SettingReport; the URL without secrets."""
     from kcache.config import SettingReport
     from kcache.errors import ConfigError
-    from kcache.remote import DEFAULTS, check_setting, redact, shown
+    from kcache.tiers.remote import DEFAULTS, check_setting, redact, shown
     field, env = _remote_field(name)
     if os.environ.get(env, "").strip():
         raw, origin, var = os.environ[env].strip(), f"env {env}", env
@@ -310,12 +310,12 @@ def run_set(args) -> int:
         if name == "remote":
             _refuse_credentials(value)
         if name in REMOTE_SHOWN:  # the store's own checks (kcache.remote), bounds included
-            from kcache.remote import check_setting
+            from kcache.tiers.remote import check_setting
             check_setting(_remote_field(name)[0], value, name)
         path = write_setting(root, name, value)
     stored = read_config(root).get(name)
     if name == "remote" and isinstance(stored, str):
-        from kcache.remote import redact
+        from kcache.tiers.remote import redact
         stored = redact(stored)
     if want_json(args):
         print_json({"key": name, "value": stored, "file": str(path), "changed": True})
@@ -336,7 +336,7 @@ def _refuse_credentials(url: str) -> None:
     config.json is read by the whole group in shared mode, so credentials stay in the
     environment (KCACHE_REMOTE_PASSWORD, the AWS variables). The URL is never echoed."""
     from urllib.parse import parse_qsl, urlsplit
-    from kcache.remote import redact
+    from kcache.tiers.remote import redact
     try:
         parts = urlsplit(url.strip())
         options = {k.lower() for k, _v in parse_qsl(parts.query)}

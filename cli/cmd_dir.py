@@ -23,8 +23,8 @@ def untrusted(root, dirs, shared: bool) -> dict[str, str]:
     not use them."""
     from pathlib import Path
 
-    from kcache.fsio import Trust
-    from kcache.localtier import LocalTier
+    from kcache.disk.fsio import Trust
+    from kcache.tiers.local import LocalTier
     trust = Trust(bool(shared))
     out = {}
     for path in (str(root), *dirs):

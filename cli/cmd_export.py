@@ -70,7 +70,7 @@ def _refuse_planted_link(path: Path) -> None:
 def run(args) -> int:
     """Export. JSON: ``{"path", "entries", "entry_bytes", "bundle_bytes", "compressed",
     "signed", "keys"}``. Exit 1 (nothing written) when no entry matches."""
-    from kcache.bundle import BundleError, check_target, write_bundle
+    from kcache.tiers.bundle.v2 import BundleError, check_target, write_bundle
     # a symlink the user typed is theirs: the bundle replaces the file it names
     if args.out == "-":  # not a file name anyone means
         raise UsageError("export: OUT '-': a bundle is written to a file, not to standard "

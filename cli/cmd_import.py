@@ -33,7 +33,7 @@ def run(args) -> int:
     "failed": [{"key", "reason"}], "ignored": [{"member", "reason"}], "signed",
     "signature_checked"}``. Exit 1 when the bundle cannot be used (nothing imported) or any
     entry was refused (the others are imported)."""
-    from kcache.bundle import BundleError, BundleTier
+    from kcache.tiers.bundle.v2 import BundleError, BundleTier
     if args.into is not None:
         args.dir, args.dir_flag = args.into, "--into"
     secret = secret_of(args)

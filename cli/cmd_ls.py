@@ -11,7 +11,7 @@ from kcache.cli.entries import entries_and_broken, entry_record, is_stale, kerne
 from kcache.cli.fmt import ago, entries_text, human_seconds, human_size, iso, plain_seconds
 from kcache.cli.output import Column, message, print_json, print_table
 from kcache.cli.problems import not_regular
-from kcache.entry import KINDS
+from kcache.entry.format import KINDS
 
 #: --sort keys -> (sort key of an EntryView, newest/largest first?)
 SORTS = {

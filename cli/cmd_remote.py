@@ -30,7 +30,7 @@ def run(args) -> int:
     "seconds" (the round trip; null on failure), "error" (null when ok), "error_kind"}``. A
     remote that cannot be opened (none configured, bad URL, missing client library) is one
     line on stderr, exit 1, in every form."""
-    from kcache.tier import TierError
+    from kcache.tiers.tier import TierError
     store = open_store(args)
     tier = open_remote(store, "nothing checked")
     settings = store.remote_settings

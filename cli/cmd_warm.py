@@ -185,7 +185,7 @@ class _KernelsOnly:
         return getattr(self._store, name)
 
     def entries(self, **kwargs):
-        from kcache.entry import entry_kind
+        from kcache.entry.format import entry_kind
         return (info for info in self._store.entries(**kwargs)
                 if entry_kind(info.components) == "kernel")
 

@@ -12,13 +12,13 @@ import os
 import re
 from typing import Any, Iterable
 
-from kcache.artifacts import MAX_ENTRY_POINTS
+from kcache.entry.artifacts import MAX_ENTRY_POINTS
 from kcache.cli.errors import NotFound, UsageError
 from kcache.cli.fmt import iso
 from kcache.cli.problems import SHORT_KEY, is_newer, newer_format_files, problem_of
 from kcache.cli.text import clip
 from kcache.cli.values import count, number, text
-from kcache.entry import entry_kind
+from kcache.entry.format import entry_kind
 
 _HEX = re.compile(r"^[0-9a-f]+$")
 
@@ -233,7 +233,7 @@ def entry_keys(store) -> list[str]:
     """The keys of every entry file in the writable root and the read-only dirs, from the
     file names alone (``kcache.layout.scan``; no header is read: naming the nearest keys of
     a mistyped prefix must not read 100,000 headers)."""
-    from kcache.layout import Layout, scan
+    from kcache.disk.layout import Layout, scan
     return [key for root in (store.root, *store.readonly_roots)
             for key, _path, _st in scan(Layout(root))]
 

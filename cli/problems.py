@@ -32,7 +32,7 @@ def problem_text(text: str, path: Path | None = None) -> str:
 def not_regular(problem: str | None) -> bool:
     """True for an entry path that is not a regular file (e.g. a directory): ``rm`` and
     ``prune`` never delete those; ``verify --fix`` moves them to quarantine."""
-    from kcache.prune import NOT_REGULAR
+    from kcache.store.reports import NOT_REGULAR
     return bool(problem) and problem.startswith(NOT_REGULAR)
 
 
@@ -73,8 +73,8 @@ def not_removed(failed) -> list[dict]:
 
 def _name_lock(failed) -> str:
     """The reason, naming the lock file when the entry was busy (another process held it)."""
-    from kcache.layout import Layout
-    from kcache.prune import BUSY
+    from kcache.disk.layout import Layout
+    from kcache.store.reports import BUSY
     if not failed.reason.startswith(BUSY):
         return failed.reason
     root = Path(failed.path).parents[3]  # <root>/v1/entries/ab/<key>.kce

@@ -62,7 +62,7 @@ def configured(config: Mapping[str, Any] | None) -> tuple[Any, str | None]:
     and ``config`` (config.json's contents) configure; no client library is imported and
     nothing is sent. For ``dir`` and ``stats``, which show it but never connect."""
     from kcache.errors import ConfigError
-    from kcache.remote import remote_settings
+    from kcache.tiers.remote import remote_settings
     try:
         return remote_settings(os.environ, config or {}), None
     except ConfigError as exc:

@@ -35,7 +35,7 @@ def secret_of(args) -> bytes | None:
 
 def _long_enough(secret: bytes, name: str) -> bytes:
     from kcache.errors import ConfigError
-    from kcache.signing import check_secret
+    from kcache.tiers.remote.signing import check_secret
     try:
         return check_secret(secret, name)
     except ConfigError as exc:
@@ -43,7 +43,7 @@ def _long_enough(secret: bytes, name: str) -> bytes:
 
 
 def _secret_file(path: str) -> bytes:
-    from kcache import fsio
+    from kcache.disk import fsio
     from kcache.errors import CorruptEntry
     try:
         data, _st = fsio.read_regular(os.path.abspath(path), MAX_SECRET_FILE)

@@ -24,7 +24,7 @@ import time
 
 from kcache import Store
 from kcache import arch as _arch
-from kcache.artifacts import problem
+from kcache.entry.artifacts import problem
 from kcache.errors import KcacheError, LockTimeout
 
 from . import compile_warnings

@@ -14,7 +14,7 @@ import builtins
 import sys
 
 from kcache import Entry
-from kcache.artifacts import KERNEL_FIELDS
+from kcache.entry.artifacts import KERNEL_FIELDS
 from kcache.text import cut
 
 

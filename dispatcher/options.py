@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kcache.config import environment_snapshot
-from kcache.layout import BUCKET
+from kcache.disk.layout import BUCKET
 from kcache.warn import held_back, warn_once
 
 from . import components as _components

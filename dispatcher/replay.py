@@ -14,7 +14,7 @@ sigspec grammar, and a module is imported only if it was found in the TARGETs th
 """
 from __future__ import annotations
 
-from kcache.entry import MAX_NAME
+from kcache.entry.format import MAX_NAME
 from kcache.text import QUOTE_LIMIT, cut
 from kcache.toolchain import is_stale
 

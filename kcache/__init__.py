@@ -14,14 +14,14 @@ __version__ = "0.1.0"
 
 #: public name -> the module that defines it
 _WHERE = {
-    "Entry": ".entry", "EntryInfo": ".entryinfo",
+    "Entry": ".entry", "EntryInfo": ".entry",
     "ConfigError": ".errors", "CorruptEntry": ".errors", "KcacheError": ".errors",
     "CacheMissError": ".errors", "MissingExtra": ".errors",
     "LockTimeout": ".errors", "NewerFormat": ".errors",
     "make_key": ".keys",
-    "NotRemoved": ".prune", "PruneReport": ".prune", "RemoveReport": ".prune",
-    "VerifyReport": ".prune",
-    "Stats": ".statsreport", "Store": ".store", "CopyReport": ".store",
+    "NotRemoved": ".store", "PruneReport": ".store", "RemoveReport": ".store",
+    "VerifyReport": ".store",
+    "Stats": ".store", "Store": ".store", "CopyReport": ".store",
     # cuda.core programs: kcache.programs imports cuda.core, so only when one is asked for
     "ProgramCache": ".programs", "compile_program": ".programs",
 }

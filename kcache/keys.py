@@ -19,17 +19,8 @@ import msgpack
 _HEX = "0123456789abcdef"
 
 
-@functools.cache
-def key_re() -> re.Pattern:
-    """``KEY_RE``: a key's name, 8-128 lowercase hex digits. Compiled when first used (the
-    scans, bundles and sweeps that use it), not by every process that reads entries."""
-    return re.compile(r"[0-9a-f]{8,128}")
-
-
-def __getattr__(name: str):
-    if name == "KEY_RE":
-        return key_re()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+#: A key's name: 8-128 lowercase hex digits.
+KEY_RE = re.compile(r"[0-9a-f]{8,128}")
 
 
 def _canonical(value: Any, path: tuple) -> Any:
@@ -246,7 +237,7 @@ def key_of_bytes(data: bytes) -> str:
 def check_key(key: str) -> str:
     """Return ``key`` if it is 8-128 lowercase hex digits (a :func:`make_key` digest), else
     raise ValueError. Keys become file names, so nothing else is accepted."""
-    # key_re().fullmatch(key), without a regex: every hit checks its key
+    # KEY_RE.fullmatch(key), without a regex: every hit checks its key
     if not isinstance(key, str) or not 8 <= len(key) <= 128 or key.strip(_HEX):
         raise ValueError(f"bad cache key {key!r}: expected lowercase hex digits as made by kcache.make_key")
     return key

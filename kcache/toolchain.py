@@ -13,8 +13,9 @@ from typing import Callable
 
 import msgpack
 
-from . import fsio
-from .entry import FORMAT_VERSION
+from .disk import fsio
+from .entry.format import FORMAT_VERSION, _unpack
+from .errors import CorruptEntry
 
 # distribution name -> key in the result; the NVVM / nvJitLink wheels per CUDA major version
 _DISTS = {
@@ -149,8 +150,6 @@ def _versions_map(value) -> bool:
 def _read_memo(path: Path) -> list:
     # Read like every file of a cache root: never a FIFO, a symlink or an oversized file,
     # decoding bounded by the file (kcache.fsio, kcache.entry._unpack).
-    from .entry import _unpack
-    from .errors import CorruptEntry
     try:
         raw, _st = fsio.read_regular(path, _MAX_MEMO)
         data = _unpack(raw)
@@ -162,8 +161,7 @@ def _read_memo(path: Path) -> list:
 
 
 def _write_memo(path: Path, memo: list) -> None:
-    from . import atomic  # a new environment's only: reading the memo writes nothing
     try:
-        atomic.write_atomic(path, msgpack.packb(memo, use_bin_type=True), fsync=False)
+        fsio.write_atomic(path, msgpack.packb(memo, use_bin_type=True), fsync=False)
     except (OSError, TypeError, ValueError):
         pass  # a memo that cannot be written is only a recompute next time

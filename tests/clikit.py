@@ -23,7 +23,8 @@ import subprocess
 import sys
 import warnings
 
-from kcache import stats, warn
+from kcache import warn
+from kcache.store import stats
 
 #: Python's own warning filters of a fresh process (``python -W`` unset), last to first.
 DEFAULT_FILTERS = (ResourceWarning, ImportWarning, PendingDeprecationWarning, DeprecationWarning)

@@ -78,7 +78,7 @@ def main(spec: dict) -> dict:
         store = Store(spec["root"])
         if spec.get("connect") and store.remote is not None:
             from kcache import make_key
-            from kcache.tier import TierError
+            from kcache.tiers.tier import TierError
             try:  # a direct tier call: no store counter changes
                 store.remote.read(make_key({"connect": os.getpid()}), 1)
             except TierError:

@@ -6,8 +6,9 @@ import struct
 import pytest
 
 import kcache
-from kcache import Entry, artifacts, make_key
-from kcache.artifacts import EM_CUDA, KERNEL_FIELDS, LTOIR_MAGIC
+from kcache import Entry, make_key
+from kcache.entry import artifacts
+from kcache.entry.artifacts import EM_CUDA, KERNEL_FIELDS, LTOIR_MAGIC
 from kcache.warn import KcacheWarning
 
 pytest.importorskip("numba.cuda")

@@ -107,7 +107,7 @@ def test_app_section_alone_with_kcache_from_a_wheel_keeps_the_other_sections(tmp
     check_app(figs, sizes=(3,))
     assert not any(f["id"].endswith(".4") for f in figs.values())  # only the size asked for
     # bytecode of the installed kcache was written (the timed processes read it)
-    assert list((site / "site" / "kcache" / "__pycache__").glob("store.*.pyc")) or \
+    assert list((site / "site" / "kcache" / "store" / "__pycache__").glob("facade.*.pyc")) or \
         detail["pycache_prefix"]
 
 

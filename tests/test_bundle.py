@@ -14,9 +14,9 @@ import pytest
 import clikit
 
 from kcache import Entry, Store, make_key
-from kcache import entry as fmt
-from kcache.bundle import BundleError, BundleTier, digest, have_zstd, write_bundle
-from kcache.bundle_v1 import MANIFEST
+from kcache.entry import format as fmt
+from kcache.tiers.bundle.v2 import BundleError, BundleTier, digest, have_zstd, write_bundle
+from kcache.tiers.bundle.v1 import MANIFEST
 
 MiB = 1 << 20
 SECRET = b"bundle test secret 0123456789"
@@ -305,7 +305,7 @@ def test_version_1_bundles_import_without_a_secret_and_are_refused_with_one(tmp_
 def test_a_bad_record_is_one_refused_entry(tmp_path):
     """Version 2: a record with a bad key or digest is refused and named; the others import."""
     import msgpack
-    from kcache import bundle
+    from kcache.tiers.bundle import v2 as bundle
     src = Store(tmp_path / "src")
     keys = fill(src, 3)
     write_bundle(tmp_path / "b.kcb", items_of(src), compress=False)

@@ -16,7 +16,7 @@ import msgpack
 import pytest
 
 from kcache import Entry, Store, make_key
-from kcache import bundle
+from kcache.tiers.bundle import v2 as bundle
 from test_cli_remote import all_on_a_terminal
 
 zstandard = pytest.importorskip("zstandard")
@@ -261,7 +261,7 @@ HOSTILE = {
 
 
 def bundle_v1_limit() -> int:
-    from kcache.bundle_v1 import MAX_MANIFEST
+    from kcache.tiers.bundle.v1 import MAX_MANIFEST
     return MAX_MANIFEST
 
 

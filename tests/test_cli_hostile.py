@@ -96,14 +96,14 @@ def write_entry(root: Path, key: str, overrides: dict) -> Path:
 
 LENIENT_SHIM = '''\
 """sitecustomize for CLI tests: a store that accepts any header map (no type checks)."""
-import kcache.entry
+import kcache.entry.format
 
 def _accept(header, key):
     if not isinstance(header, dict):
-        raise kcache.entry.CorruptEntry("header is not a map")
+        raise kcache.entry.format.CorruptEntry("header is not a map")
     return header
 
-kcache.entry.check_header = _accept
+kcache.entry.format.check_header = _accept
 '''
 
 
@@ -123,9 +123,9 @@ def lenient(tmp_path):
 
 
 def lenient_env(tmp_path) -> dict:
-    import kcache.entry
-    if not hasattr(kcache.entry, "check_header"):
-        pytest.skip("kcache.entry.check_header is gone: the lenient store needs a new hook")
+    import kcache.entry.format
+    if not hasattr(kcache.entry.format, "check_header"):
+        pytest.skip("kcache.entry.format.check_header is gone: the lenient store needs a new hook")
     shim = tmp_path / "lenient"
     shim.mkdir()
     (shim / "sitecustomize.py").write_text(LENIENT_SHIM)

@@ -12,10 +12,10 @@ import time
 import pytest
 
 import ptykit
-from kcache import signing
-from kcache import entry as fmt
-from kcache.layout import Layout
-from kcache.remote import open_remote
+from kcache.tiers.remote import signing
+from kcache.entry import format as fmt
+from kcache.disk.layout import Layout
+from kcache.tiers.remote import open_remote
 from servers import (SilentServer, aws_env, make_redis, redis_url, refusing_port,  # noqa: F401
                      s3_bucket, s3_endpoint, unique_namespace)
 from test_cli import K_AXPY_90, K_AXPY_90A, K_SAXPY_80, K_STALE, SPECS, fill, kc, on_terminal, one_line_error

@@ -58,7 +58,7 @@ KERNEL_CHILD = """
     from kcache.dispatcher.frontends.numba_cuda import offline as _nc_offline
     from kcache.dispatcher.frontends.numba_cuda import signatures as _nc_signatures
     from kcache.dispatcher.process import STATE
-    from kcache.stats import _FLUSHER
+    from kcache.store.stats import _FLUSHER
 
     @cuda.jit(cache=True)
     def k(a):
@@ -185,7 +185,7 @@ FLUSH_CHILD = """
     import json, os, sys, time
     import kcache
     from kcache import Entry
-    from kcache.stats import _FLUSHER
+    from kcache.store.stats import _FLUSHER
     s = kcache.Store(os.environ["ROOT"])
     key = "ab" * 32
     s.put(key, Entry({"cubin": b"x"}, {"kernel": "m:k"}))

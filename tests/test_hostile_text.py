@@ -109,7 +109,7 @@ def test_compile_program_hit_writes_a_planted_log_escaped_and_bounded(root):
     pytest.importorskip("cuda.core")
     from cuda.core import ProgramOptions
 
-    from kcache.programs import MAX_LOG
+    from kcache.programs.bridge import MAX_LOG
     src = 'extern "C" __global__ void k(int* a) { a[0] = 1; }'
     kcache.compile_program(src, "c++", ProgramOptions(arch="sm_90"), "cubin", root=root)
     store = Store(root)

@@ -25,9 +25,11 @@ import warnings
 import msgpack
 import pytest
 
-from kcache import Store, entry as fmt, fsio
-from kcache.layout import QUARANTINE_RE, Layout
-from kcache.stats import SHARDS, shard_of
+from kcache import Store
+from kcache.disk import fsio
+from kcache.entry import format as fmt
+from kcache.disk.layout import QUARANTINE_RE, Layout
+from kcache.store.stats import SHARDS, shard_of
 from kcache.warn import KcacheWarning
 from trustkit import (DAY, IS_ROOT, age, child_env, entry, json_out, key, no_traceback, run_cli,
                       run_py, strict_json)
@@ -142,14 +144,15 @@ def test_evict_lock_that_is_a_folder_still_enforces_the_cap(root, rec):
 #: then other keys are stored.
 EXDEV_CHILD = r"""
 import json, os, sys, warnings
-from kcache import Store, fsio
-from kcache.layout import Layout
+from kcache import Store
+from kcache.disk import fsio
+from kcache.disk.layout import Layout
 from trustkit import key, entry
 warnings.simplefilter("always")
 root, how = sys.argv[1], sys.argv[2]
 if how == "simulated":  # os.rename fails with EXDEV for a move into the quarantine only
     import errno, os
-    from kcache.layout import QUARANTINE_RE
+    from kcache.disk.layout import QUARANTINE_RE
     real_rename = os.rename
     def rename(src, dst, **kw):
         if QUARANTINE_RE.fullmatch(os.fsdecode(dst)):

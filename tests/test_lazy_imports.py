@@ -21,16 +21,19 @@ import pytest
 pytest.importorskip("numba.cuda")
 pytestmark = pytest.mark.exec_children  # what a fresh interpreter imports
 
-#: never imported by a process that only defines kernels and is served from the cache
-NOT_ON_A_HIT = ("filelock", "rich", "redis", "fsspec", "kcache.remote", "kcache.cli",
-                "kcache.maintenance", "kcache.prune", "kcache.bundle", "kcache.bundle_v1",
-                "kcache.programs", "kcache.dispatcher.aot", "kcache.dispatcher.warm",
-                "kcache.dispatcher.sigfile", "kcache.dispatcher.misses",
-                # the dataclasses of reports and listings, a compile's warnings, the grammar
-                # of signatures: built or imported when first used (the first definition's cost)
-                "kcache.statsreport", "kcache.entryinfo", "kcache.settingreport",
-                "kcache.dispatcher.compile_warnings", "kcache.dispatcher.sigspec",
-                "kcache.locks")
+#: never imported by a process that only defines kernels and is served from the cache: the
+#: lock library and the locks (a write, a compile or maintenance takes one), the remote tier and
+#: its clients, bundles, the store's maintenance and reports, the command line, the cuda.core
+#: producer, the dispatcher's write/report modules, and the old import paths (kept for users)
+NOT_ON_A_HIT = ("filelock", "rich", "redis", "fsspec", "kcache.disk.locks", "kcache.tiers.remote",
+                "kcache.tiers.bundle", "kcache.store.maintenance", "kcache.store.reports",
+                "kcache.cli", "kcache.programs",
+                "kcache.fsio", "kcache.paths", "kcache.locks", "kcache.stats", "kcache.prune",
+                "kcache.bundle", "kcache.remote", "kcache.artifacts",
+                "kcache.dispatcher.aot", "kcache.dispatcher.warm", "kcache.dispatcher.sigfile",
+                "kcache.dispatcher.misses",
+                # a compile's warnings and the grammar of signatures: imported when first used
+                "kcache.dispatcher.compile_warnings", "kcache.dispatcher.sigspec")
 
 CHILD = """
     import json, os, sys

@@ -57,7 +57,7 @@ def _locking_holder(root: str, k: str, started, release_fd: int, stale: str | No
 
 def _evicting_holder(root: str, k: str, started, release_fd: int, stale: str | None) -> None:
     """Holds evict.lock as an eviction pass does (kcache.locks.try_global), its heartbeat on."""
-    from kcache.locks import try_global
+    from kcache.disk.locks import try_global
     store = Store(root)
     store.put(k, entry(b"x"))  # the root and its lock folder exist
     lock = try_global(store.layout.evict_lock, 0o600, store._locks.ready_folder, store.local.dirs)
@@ -253,7 +253,7 @@ def test_every_hold_beats_and_a_waiter_passes_only_a_stopped_one(root, holders, 
 
 def test_lock_stale_under_one_second_counts_as_one(root, monkeypatch):
     monkeypatch.setenv("KCACHE_LOCK_STALE", "0.1")
-    from kcache.locks import MIN_STALE
+    from kcache.disk.locks import MIN_STALE
     assert Store(root)._locks.waiting_stale() == MIN_STALE == 1.0
     monkeypatch.setenv("KCACHE_LOCK_STALE", "0")
     assert Store(root)._locks.waiting_stale() == 0.0
@@ -263,7 +263,7 @@ def _stats_holder(root: str, k: str, started, release_fd: int, stale: str | None
     """Holds the statistics shard lock of k's shard, as a writer of counters does for a few
     milliseconds (a process frozen there holds it for good)."""
     import filelock
-    from kcache.stats import shard_of
+    from kcache.store.stats import shard_of
     store = Store(root)
     store.put(make_key({"stats": "first"}), entry(b"first"))  # the stats folder exists
     with filelock.FileLock(str(store.layout.stats / f"{shard_of(k):x}.lock")):

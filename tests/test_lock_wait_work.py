@@ -172,7 +172,7 @@ def test_a_child_forked_during_the_background_import_of_filelock_can_import_it()
 
     script = textwrap.dedent('''
         import importlib.abc, importlib.util, os, signal, sys, threading
-        import kcache.stats  # its fork handler
+        import kcache.store.stats  # its fork handler
         assert "filelock" not in sys.modules
         started, go = threading.Event(), threading.Event()
 

@@ -14,7 +14,8 @@ import sys
 
 import pytest
 
-from kcache import Entry, Store, bundle, make_key
+from kcache import Entry, Store, make_key
+from kcache.tiers import bundle
 
 ACCEPTED = "left as it is, nothing written (accepted: a new file, or a regular file to replace)"
 

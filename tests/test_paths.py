@@ -6,7 +6,7 @@ import os
 import pytest
 
 from kcache import Store
-from kcache.paths import RootDirs
+from kcache.disk.paths import RootDirs
 from trustkit import age, entry, key, snapshot
 
 

@@ -27,7 +27,7 @@ from cuda.core import Program, ProgramOptions  # noqa: E402
 import clikit  # noqa: E402
 import kcache  # noqa: E402
 from kcache import Entry, Store, make_key  # noqa: E402
-from kcache import artifacts  # noqa: E402
+from kcache.entry import artifacts  # noqa: E402
 from kcache.warn import KcacheWarning  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -224,7 +224,7 @@ def test_corrupt_program_entry_is_a_miss_and_quarantined(root):
 
 
 def test_program_entry_whose_artifact_is_not_what_it_says_is_a_miss(root):
-    from kcache.programs import program_components
+    from kcache.programs.bridge import program_components
     key, components = program_components(b"k" * 32)
     store = Store(root)
     meta = {"kind": "program", "artifact": "cubin", "kernel": "fake"}
@@ -333,8 +333,8 @@ def test_program_cache_refuses_an_object_code_of_another_kind_and_a_fifo(root, t
 def test_a_program_entry_planted_with_unchecked_bytes_is_a_miss(root, artifact):
     """An entry an older kcache wrote as "binary" (bytes sniff could not tell), or one put in
     the root by anyone: every read checks again."""
-    from kcache import entry as fmt
-    from kcache.programs import program_components
+    from kcache.entry import format as fmt
+    from kcache.programs.bridge import program_components
     key, components = program_components(b"k")
     meta = {"kind": "program", "via": "ProgramCache", "artifact": artifact, "kernel": None}
     data = fmt.encode(key, Entry({artifact: b"GARBAGE-NOT-A-CUBIN"}, meta), components)
@@ -351,9 +351,9 @@ def test_a_program_entry_planted_with_unchecked_bytes_is_a_miss(root, artifact):
 def test_compile_program_is_served_no_planted_garbage(root):
     """compile_program is not affected (issue 32): it takes only the artifact its target names,
     checked on every read (a bad cubin is corrupt; a "binary" one is no usable entry)."""
-    from kcache import entry as fmt
+    from kcache.entry import format as fmt
     from cuda.core.utils import make_program_cache_key
-    from kcache.programs import _cache_key
+    from kcache.programs.bridge import _cache_key
     program_key = make_program_cache_key(code=SRC, code_type="c++", options=opts(),
                                          target_type="cubin")
     key, components = _cache_key(program_key, "c++", "cubin", "sm_90")

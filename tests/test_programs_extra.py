@@ -9,7 +9,7 @@ from importlib import metadata
 import pytest
 
 import kcache
-from kcache import programs
+from kcache.programs import bridge as programs
 
 pytestmark = pytest.mark.compat
 

@@ -7,7 +7,7 @@ import textwrap
 import pytest
 
 from kcache import ConfigError
-from kcache.remote import (DEFAULT_MAX_WAIT, DEFAULT_NAMESPACE, DEFAULT_TIMEOUT, MissingClient,
+from kcache.tiers.remote import (DEFAULT_MAX_WAIT, DEFAULT_NAMESPACE, DEFAULT_TIMEOUT, MissingClient,
                            RemoteSettings, open_configured, open_remote, redact, remote_settings)
 from kcache.warn import KcacheWarning
 
@@ -141,7 +141,7 @@ def run_python(code: str) -> subprocess.CompletedProcess:
 def test_import_kcache_imports_no_client_library():
     out = run_python("""
         import sys
-        import kcache, kcache.remote, kcache.signing
+        import kcache, kcache.tiers.remote, kcache.tiers.remote.signing
         heavy = [m for m in ("redis", "fsspec", "s3fs", "botocore", "aiobotocore") if m in sys.modules]
         assert not heavy, heavy
         print("ok")

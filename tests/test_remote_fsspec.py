@@ -8,9 +8,9 @@ import uuid
 import pytest
 
 from kcache import Entry, make_key
-from kcache import entry as fmt
-from kcache.remote import open_remote
-from kcache.tier import Tier, TierError
+from kcache.entry import format as fmt
+from kcache.tiers.remote import open_remote
+from kcache.tiers.tier import Tier, TierError
 from servers import SilentServer, aws_env, refusing_port, s3_bucket, s3_endpoint  # noqa: F401
 
 pytest.importorskip("fsspec")

@@ -11,9 +11,9 @@ import time
 import pytest
 
 from kcache import Entry, make_key
-from kcache import entry as fmt
-from kcache.remote import open_remote
-from kcache.tier import Tier, TierError
+from kcache.entry import format as fmt
+from kcache.tiers.remote import open_remote
+from kcache.tiers.tier import Tier, TierError
 from servers import (DrippingServer, EchoingServer, SilentServer, make_redis, redis_url, refusing_port,  # noqa: F401
                      unique_namespace, wait_until)
 

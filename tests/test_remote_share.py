@@ -6,10 +6,11 @@ import multiprocessing as mp
 
 import pytest
 
-from kcache import CorruptEntry, Entry, Store, make_key, signing
-from kcache import entry as fmt
-from kcache.layout import Layout
-from kcache.remote import open_remote
+from kcache import CorruptEntry, Entry, Store, make_key
+from kcache.tiers.remote import signing
+from kcache.entry import format as fmt
+from kcache.disk.layout import Layout
+from kcache.tiers.remote import open_remote
 from servers import aws_env, redis_url, s3_bucket, s3_endpoint, unique_namespace  # noqa: F401
 
 pytestmark = pytest.mark.slow  # real processes through each backend

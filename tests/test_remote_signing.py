@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kcache import ConfigError, CorruptEntry, Entry, make_key
-from kcache import entry as fmt
-from kcache.signing import (MAGIC, MIN_SECRET, OVERHEAD, BadSignature, SignatureError, UnsignedValue,
+from kcache.entry import format as fmt
+from kcache.tiers.remote.signing import (MAGIC, MIN_SECRET, OVERHEAD, BadSignature, SignatureError, UnsignedValue,
                             is_signed, secret_from_env, unwrap, wrap)
 
 SECRET = b"0123456789abcdef-team-secret"

@@ -15,8 +15,8 @@ import time
 import pytest
 
 from kcache import Store, make_key
-from kcache.remote import open_remote
-from kcache.tier import TierError
+from kcache.tiers.remote import open_remote
+from kcache.tiers.tier import TierError
 from servers import StatingRedis, StatingS3, aws_env, redis_url, s3_bucket, s3_endpoint  # noqa: F401
 
 pytestmark = pytest.mark.slow  # each attack costs its deadline (2 s at the default timeout)

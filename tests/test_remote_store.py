@@ -20,10 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from kcache import Entry, Store, make_key, signing
-from kcache import entry as fmt
-from kcache.layout import Layout
-from kcache.remote import open_remote
+from kcache import Entry, Store, make_key
+from kcache.tiers.remote import signing
+from kcache.entry import format as fmt
+from kcache.disk.layout import Layout
+from kcache.tiers.remote import open_remote
 from kcache.warn import KcacheWarning
 from servers import (DrippingServer, SilentServer, aws_env, make_redis, redis_url,  # noqa: F401
                      refusing_port, s3_bucket, s3_endpoint, unique_namespace, wait_until)

@@ -25,7 +25,7 @@ import pytest
 
 from kcache import LockTimeout, Store, config
 import importlib
-from kcache.layout import Layout
+from kcache.disk.layout import Layout
 from trustkit import IS_ROOT, age, entry, key, snapshot
 
 pytestmark = [pytest.mark.skipif(not IS_ROOT or not shutil.which("useradd"),

@@ -10,7 +10,7 @@ import pytest
 
 import kcache
 from kcache import Entry, NewerFormat, Store, make_key
-from kcache import entry as fmt
+from kcache.entry import format as fmt
 
 META = {"kernel": "pkg.mod:axpy", "signature": "(float32[::1],)", "arch": "sm_90a",
         "compile_seconds": 0.75, "entry_name": "_Z4axpy", "cooperative": False,
@@ -268,7 +268,7 @@ def test_prune_age_predicate_dry_run_and_temp_sweep(store):
         store.put(key(i), Entry({"cubin": b"x" * 100}, {"kernel": f"m:k{i}", "arch": "sm_80" if i % 2 else "sm_90"}))
         os.utime(store.header(key(i)).path, (now - i * 86400 - 3600,) * 2)  # i days and an hour ago
     shard = store.header(key(0)).path.parent
-    from kcache.fsio import temp_name
+    from kcache.disk.fsio import temp_name
     old_tmp, new_tmp = shard / temp_name(f"{key(0)}.kce"), shard / temp_name(f"{key(0)}.kce")
     foreign = shard / ".dead.1.tmp"  # not kcache's temp-name pattern: never swept
     for p in (old_tmp, new_tmp, foreign):

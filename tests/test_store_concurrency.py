@@ -10,7 +10,7 @@ import time
 import pytest
 
 from kcache import Entry, LockTimeout, Store, make_key
-from kcache.layout import Layout
+from kcache.disk.layout import Layout
 
 pytestmark = pytest.mark.slow  # real processes racing, SIGKILLed mid-write
 

@@ -13,7 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from kcache import CorruptEntry, Entry, Store, make_key
-from kcache import entry as fmt, warn
+from kcache import warn
+from kcache.entry import format as fmt
 from kcache.warn import KcacheWarning
 
 

@@ -12,7 +12,7 @@ import warnings
 import pytest
 
 from kcache import Entry, KcacheError, Store, make_key
-from kcache.prune import BUSY, NEWER, NOT_REGULAR, RemoveReport
+from kcache.store.reports import BUSY, NEWER, NOT_REGULAR, RemoveReport
 from kcache.warn import KcacheWarning
 
 

@@ -111,7 +111,7 @@ def test_verify_fix_does_not_recount(root, warmed):
 KILLED = textwrap.dedent("""
     import os, sys
     from kcache import Store
-    from kcache.localtier import LocalTier as S
+    from kcache.tiers.local import LocalTier as S
 
     root, what, stop = sys.argv[1], sys.argv[2], int(sys.argv[3])
     real, done = S.unlink, [0]
@@ -156,7 +156,7 @@ def test_an_eviction_pass_lowers_totals_that_count_more_than_is_on_disk(root, mo
     """Issue 32: writers killed in bulk removals left `stats` counting 496 entries against 27
     on disk, and every later put ran an eviction pass until recount(). The next pass finds
     less on disk than counted and lowers the totals (once per pass); then puts stop evicting."""
-    from kcache import maintenance
+    from kcache.store import maintenance
 
     s = Store(root)
     n, stop = DELTA_BATCH * 2 + 20, DELTA_BATCH + 40  # killed with 40 removals uncounted
@@ -186,8 +186,8 @@ def test_an_eviction_pass_lowers_totals_that_count_more_than_is_on_disk(root, mo
 def test_two_passes_lowering_the_same_drift_lower_it_once(root):
     """Two eviction passes that read the totals before either lowered them (evict.lock passed
     or unusable) never take the totals below what their scans found."""
-    from kcache import maintenance
-    from kcache.stats import SHARDS
+    from kcache.store import maintenance
+    from kcache.store.stats import SHARDS
 
     s = Store(root)
     fill(s, 20, size=50)

@@ -20,8 +20,8 @@ import warnings
 import pytest
 
 from kcache import Store, entry as fmt
-from kcache.fsio import TEMP_RE, temp_name
-from kcache.layout import Layout
+from kcache.disk.fsio import TEMP_RE, temp_name
+from kcache.disk.layout import Layout
 from kcache.warn import KcacheWarning
 from trustkit import (DAY, IS_ROOT, OTHER_UID, age, entry, json_out, key, no_traceback, run_cli,
                       run_py, same_shard_keys, snapshot)

@@ -5,9 +5,9 @@ import warnings
 import pytest
 
 from kcache import Entry, Store, make_key
-from kcache import entry as fmt
-from kcache import verified
-from kcache.verified import VERIFIED, Verified
+from kcache.entry import format as fmt
+from kcache.store import verified
+from kcache.store.verified import VERIFIED, Verified
 
 
 @pytest.fixture(autouse=True)

@@ -43,8 +43,8 @@ build_parser()  # imports every command module
 # rich's emoji table (markup). Imported here they cost nothing in each of the ~1,400 children.
 import concurrent.futures.thread  # noqa: E402,F401
 import filelock  # noqa: E402,F401
-import kcache.maintenance  # noqa: E402,F401
-import kcache.prune  # noqa: E402,F401
+import kcache.store.maintenance  # noqa: E402,F401
+import kcache.store.reports  # noqa: E402,F401
 import rich._emoji_codes  # noqa: E402,F401
 sys.path.insert(0, _HERE)
 import _child  # noqa: E402

@@ -23,7 +23,7 @@ import os
 import stat
 from typing import Callable
 
-from kcache.stats import SHARDS
+from kcache.store.stats import SHARDS
 
 from .craft import ARTIFACTS, META, entry_file, header_fields, pack, raw_map
 

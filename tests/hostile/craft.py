@@ -12,7 +12,7 @@ import time
 
 import msgpack
 
-from kcache.entry import MAGIC, FORMAT_VERSION
+from kcache.entry.format import MAGIC, FORMAT_VERSION
 
 PREFIX = struct.Struct(">8sHHIQ16s")
 

@@ -41,9 +41,9 @@ import time
 from pathlib import Path
 
 from kcache import Entry, Store
-from kcache.entry import encode
+from kcache.entry.format import encode
 from kcache.keys import make_key
-from kcache.layout import Layout
+from kcache.disk.layout import Layout
 
 from .corpus import Kind
 from .craft import ARTIFACTS, META
