@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import sys
 
+from kcache import importwatch
+
 from . import frontends, switch
 from .require import set_mode
 from .switch import adopting as _adopting
@@ -112,7 +114,7 @@ def _install_into(frontend) -> None:
 
 
 def frontend_imported(package: str) -> None:
-    """Called by ``kcache._hook`` when a front-end's package (``frontends.package``) has been
+    """Called (``kcache.importwatch``) when a front-end's package (``frontends.package``) has been
     imported: serve its kernels as install() asked (nothing when it did not)."""
     for name in frontends.NAMES:
         if frontends.package(name) == package and switch.requested() is not None:
@@ -120,13 +122,12 @@ def frontend_imported(package: str) -> None:
 
 
 def _watch_imports() -> None:
-    """Have ``kcache._hook`` call :func:`frontend_imported` when a front-end not imported yet
-    is (standard library only: it must not import them)."""
+    """Have :func:`frontend_imported` called when a front-end not imported yet is
+    (``kcache.importwatch``: nothing is imported until the program imports it)."""
     pending = [frontends.package(n) for n in frontends.NAMES
                if frontends.package(n) not in sys.modules]
     if pending:
-        from kcache import _hook
-        _hook.watch(pending)
+        importwatch.watch(pending, frontend_imported)
 
 
 def uninstall() -> None:

@@ -2,14 +2,14 @@
 
 Imported from the one-line ``kcache-hook.pth`` in site-packages only when ``KCACHE_ENABLE`` is
 set (the .pth line costs one ``os.environ`` lookup otherwise). Standard library only: it must
-not import numba or slow down interpreter start-up. It puts a finder on ``sys.meta_path`` that
-waits for a front-end's package (``numba.cuda``, ``numba_cuda_mlir``) to finish importing,
-then calls ``kcache.dispatcher.install(mode)``: ``KCACHE_ENABLE=1`` (or true/yes/on/cache) -> mode
-"cache" (kernels declared with ``cache=True``), ``KCACHE_ENABLE=all`` -> mode "all" (every
+not import numba or slow down interpreter start-up. It puts a finder on ``sys.meta_path``
+(``kcache.importwatch``) that waits for a front-end's package (``numba.cuda``,
+``numba_cuda_mlir``) to finish importing, then calls ``kcache.dispatcher.install(mode)``:
+``KCACHE_ENABLE=1`` (or true/yes/on/cache) -> mode "cache" (kernels declared with
+``cache=True``), ``KCACHE_ENABLE=all`` -> mode "all" (every
 kernel; those that cannot be cached run uncached). Empty/0/false/no/off: nothing. Any other
 value is reported once on stderr and ignored (a typo must not break the user's program).
 """
-import importlib.abc
 import os
 import sys
 
@@ -58,94 +58,23 @@ def dispatcher_ready():
         _install(_pending.pop())
 
 
-class _Loader(importlib.abc.Loader):
-    """Wraps a front-end package's real loader; calls back right after the module executed."""
-
-    def __init__(self, loader, done):
-        self._loader = loader
-        self._done = done
-
-    def create_module(self, spec):
-        return self._loader.create_module(spec)
-
-    def exec_module(self, module):
-        self._loader.exec_module(module)
-        self._done(module.__name__)
-
-    def __getattr__(self, name):  # get_resource_reader, is_package, ... of the real loader
-        return getattr(self._loader, name)
-
-
-class FrontendFinder(importlib.abc.MetaPathFinder):
-    """Finds nothing itself: when one of the watched packages is being imported, wraps the
-    spec that the rest of ``sys.meta_path`` finds so that :func:`_imported` runs once it has
-    loaded. ``mode``: the KCACHE_ENABLE mode to install then (None: only tell
-    ``kcache.dispatcher.install`` that the package came, for an earlier ``install()``)."""
-
-    def __init__(self, mode, packages=TARGETS):
-        self.mode = mode
-        self.packages = set(packages)
-
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname not in self.packages:
-            return None
-        self.packages.discard(fullname)  # one shot per package
-        if not self.packages:
-            sys.meta_path.remove(self)
-        from importlib.machinery import PathFinder
-        for finder in sys.meta_path:
-            if finder is self:
-                continue
-            spec = finder.find_spec(fullname, path, target) if hasattr(finder, "find_spec") else None
-            if spec is not None:
-                break
-        else:
-            spec = PathFinder.find_spec(fullname, path)
-        if spec is not None and spec.loader is not None:
-            spec.loader = _Loader(spec.loader, self._imported)
-        return spec
-
-    def _imported(self, package):
-        if self.mode is not None:
-            _install(self.mode)
-            return
-        try:
-            from kcache.dispatcher.install import frontend_imported
-            frontend_imported(package)
-        except Exception as exc:  # the hook must never break the user's program
-            sys.stderr.write(f"kcache: cannot serve {package} kernels ({exc})\n")
-
-
-#: The name before numba-cuda-mlir was served too.
-NumbaCudaFinder = FrontendFinder
-
-
-def _finder():
-    return next((f for f in sys.meta_path if isinstance(f, FrontendFinder)), None)
-
-
 def enable(mode):
-    """Arrange for ``kcache.dispatcher.install(mode)`` once a front-end's package is imported
-    (at once if one already is, and again when another one is)."""
+    """Arrange for ``kcache.dispatcher.install(mode)`` once a front-end's package is imported:
+    at once if one already is, and again when another one is (``kcache.importwatch``)."""
     pending = [t for t in TARGETS if t not in sys.modules]
     if len(pending) < len(TARGETS):
         _install(mode)
-    finder = _finder()
-    if finder is not None:
-        finder.mode = mode
-        finder.packages.update(pending)
-    elif pending:
-        sys.meta_path.insert(0, FrontendFinder(mode, pending))
+    if pending:
+        from kcache import importwatch
+        importwatch.watch(pending, _installer(mode))
 
 
-def watch(packages):
-    """Tell ``kcache.dispatcher.install`` when one of ``packages`` (front-end packages not
-    imported yet) is: ``install()`` serves front-ends imported after it too."""
-    finder = _finder()
-    if finder is not None:
-        finder.packages.update(packages)
-    elif packages:
-        sys.meta_path.insert(0, FrontendFinder(None, packages))
+_installers: dict = {}
+
+
+def _installer(mode):
+    """One callback per mode (``importwatch.watch`` runs a callback given twice once)."""
+    return _installers.setdefault(mode, lambda _package: _install(mode))
 
 
 def _main():

@@ -26,7 +26,8 @@ MAX_LINES = 600
 #: matching prefix). docs/design.md has the same table.
 LAYERS = [
     ("errors", ["kcache.errors"]),
-    ("base", ["kcache.text", "kcache.warn", "kcache.arch", "kcache.config.values"]),
+    ("base", ["kcache.text", "kcache.warn", "kcache.arch", "kcache.config.values",
+              "kcache.importwatch"]),
     ("keys", ["kcache.keys"]),
     ("disk", ["kcache.disk"]),
     ("entry", ["kcache.entry", "kcache.toolchain"]),
