@@ -35,6 +35,7 @@ from . import discover, sigspec
 from .aot import CompileForError, checked_cc, report
 from .components import Uncacheable, arch_name
 from .keying import kernel_key
+from .process import STATE
 from .sigfile import split_kernel
 
 __all__ = ["Task", "Row", "parse_cc_list", "cc_text", "plan_targets", "find_modules",
@@ -341,18 +342,15 @@ class _Shared:
         self._feed()
 
 
-_worker: dict = {}
-
-
 def _init_worker(settings: dict) -> None:
     # As the kcache command does: a store warning is one line (logger "kcache"), not also a
     # `warnings` message with its source line, from every worker.
     warnings.simplefilter("ignore", KcacheWarning)
-    _worker["runner"] = _Runner(settings)
+    STATE.warm_runner = _Runner(settings)
 
 
 def _run_in_worker(task: dict) -> dict:
-    return _worker["runner"].run(Task(**{**task, "cc": tuple(task["cc"])}))
+    return STATE.warm_runner.run(Task(**{**task, "cc": tuple(task["cc"])}))
 
 
 class _Runner:
