@@ -12,9 +12,9 @@ disabled, unwritable root, a kernel that cannot be cached, a lock timeout) is an
 :class:`CompileForError`, raised after everything else was stored, so that a build script
 (``python warm.py || exit 1``) fails instead of shipping a cold cache.
 
-The public functions pick the front-end of the kernel they are given (``frontends.of_dispatcher``:
-numba-cuda's or numba-cuda-mlir's); the rest of this module is handed it (:func:`report`
-serves ``kcache warm``'s workers too).
+Every function is handed the front-end of the kernel (a ``frontends.base.Frontend``): the
+package's ``kcache.dispatcher.compile_for`` picks numba-cuda's, ``kcache warm`` the one it
+was given (in its workers too).
 """
 from __future__ import annotations
 
@@ -29,15 +29,12 @@ from kcache.errors import KcacheError, LockTimeout
 
 from . import compile_warnings
 from .components import Uncacheable
-from . import frontends
 from .kernel_entry import NotStorable, kernel_to_entry, marker_entry
 from .keying import kernel_key
 from .process import explain_enabled, kernel_name, log_explanations
 
 __all__ = ["compile_for", "compile_for_report", "parse_cc", "check_cc", "CompiledEntry",
-           "NotStored", "CompileForError", "DEFAULT_CC"]
-
-DEFAULT_CC = ((8, 0), (9, 0))
+           "NotStored", "CompileForError"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,17 +95,11 @@ def parse_cc(cc) -> tuple:
     return _arch.parse_cc(cc)[:2]
 
 
-def check_cc(cc) -> tuple:
+def check_cc(frontend, cc) -> tuple:
     """:func:`parse_cc`, then check that the installed CUDA toolkit can compile for it (the
-    list numba-cuda reads from NVRTC, ``Frontend.supported_ccs``; numba-cuda itself would
+    list ``frontend`` reads from NVRTC, ``Frontend.supported_ccs``; numba-cuda itself would
     silently pick the closest lower cc, or fail deep inside NVVM). Returns (major, minor);
     raises ValueError naming the cc and the supported ones."""
-    return checked_cc(frontends.default(), cc)
-
-
-def checked_cc(frontend, cc) -> tuple:
-    """:func:`check_cc` against the ccs ``frontend`` (a ``frontends.base.Frontend``) compiles
-    for."""
     parsed = parse_cc(cc)
     supported = frontend.supported_ccs()
     if supported is not None and parsed not in supported:
@@ -126,7 +117,7 @@ def _cc_list(frontend, cc) -> list:
     # is above 9 cannot be (major, minor): (80, 90) is two ccs; and a lone int of two or
     # three digits is a packed cc, as cc=90 is: [90] is [9.0], [80] [8.0], [120] [12.0].
     if isinstance(cc, (str, int)) or _one_cc(cc):
-        return [checked_cc(frontend, cc)]
+        return [check_cc(frontend, cc)]
     try:
         items = list(cc)
     except TypeError:
@@ -134,7 +125,7 @@ def _cc_list(frontend, cc) -> list:
                          ) from None
     if not items:
         raise ValueError("compile_for needs at least one compute capability, e.g. cc=[(9, 0)]")
-    return [checked_cc(frontend, c) for c in items]
+    return [check_cc(frontend, c) for c in items]
 
 
 def _one_cc(cc) -> bool:
@@ -199,40 +190,20 @@ def _unwritable_reason(store) -> str | None:
     return f"the cache at {store.root} cannot be written ({why})" if why else None
 
 
-def compile_for(kernel, signatures, cc=DEFAULT_CC, store=None, *, cache_key=None) -> list:
-    """Compile ``kernel`` for each signature and compute capability and store the entries.
-
-    ``kernel``: a kernel dispatcher (``kcache.jit``, ``numba.cuda.jit`` or
-    ``numba_cuda_mlir.cuda.jit``; not a device function); ``signatures``: one signature (``"void(float32[::1])"``, a tuple of numba types)
-    or a list of them; ``cc``: (major, minor) or a list of them (strings "9.0"/"sm_90" too),
-    each one the installed CUDA toolkit supports; ``store``: a ``kcache.Store`` (default: the
-    kernel's, else ``kcache.Store()``); ``cache_key``: as ``kcache.jit``'s (default: the
-    kernel's). Entries already present are not recompiled. Returns the keys (str, 64 hex
-    digits), one per (cc, signature), in that order. :func:`compile_for_report` gives more.
-
-    Raises TypeError/ValueError for bad arguments (nothing compiled), numba's errors for a
-    kernel that does not compile, and :class:`CompileForError` (a ``kcache.KcacheError``)
-    when any entry could not be stored: KCACHE_DISABLE is set, the root is read-only,
-    missing or full, the kernel cannot be cached (``Uncacheable``'s reason), a lock timed
-    out. It is raised after storing every entry that could be stored. Raises
-    ``kcache.KcacheError`` with ``Frontend.refusal``'s line, before anything else, when the
-    kernel's front-end (numba-cuda, numba-cuda-mlir) is a release kcache does not support.
-    """
-    return [r.key for r in compile_for_report(kernel, signatures, cc, store, cache_key=cache_key)]
+def compile_for(frontend, kernel, signatures, cc, store=None, *, cache_key=None) -> list:
+    """``kcache.dispatcher.compile_for`` (its arguments, result and errors) for a kernel of
+    ``frontend`` (a ``frontends.base.Frontend``): the keys, one per (cc, signature)."""
+    return [r.key for r in compile_for_report(frontend, kernel, signatures, cc, store,
+                                              cache_key=cache_key)]
 
 
-def compile_for_report(kernel, signatures, cc=DEFAULT_CC, store=None, *,
+def compile_for_report(frontend, kernel, signatures, cc, store=None, *,
                        cache_key=None) -> list:
-    """:func:`compile_for`, returning a :class:`CompiledEntry` per (cc, signature) instead of
-    its key: whether it was compiled now or already cached, and the compile seconds. Same
-    arguments and errors."""
-    frontend = frontends.of_dispatcher(kernel) or frontends.default()
-    return report(frontend, kernel, signatures, cc, store, cache_key=cache_key)
-
-
-def report(frontend, kernel, signatures, cc=DEFAULT_CC, store=None, *, cache_key=None) -> list:
-    """:func:`compile_for_report` for a kernel of ``frontend`` (a ``frontends.base.Frontend``:
-    the one ``kcache warm`` picked, in its workers too)."""
+    """``kcache.dispatcher.compile_for_report`` for a kernel of ``frontend`` (a
+    ``frontends.base.Frontend``: the one ``kcache warm`` picked, in its workers too): a
+    :class:`CompiledEntry` per (cc, signature). Raises ``kcache.KcacheError`` with
+    ``frontend.refusal()``'s line, before anything else, for a front-end kcache does not
+    support."""
     reason = frontend.refusal()
     if reason is not None:
         raise KcacheError(reason)

@@ -29,6 +29,7 @@ from .extensions import extensions_component
 from .fingerprint import Uncacheable, digest_of, fingerprint, line_digest, value_digest
 from .numba_config import (IN_KEY, IN_KEY_WHEN_CHANGED, WARNINGS_IN_KEY, bypass_reason,
                            config_component, settings_values)
+from .process import STATE
 
 __all__ = [
     "COMPONENTS_FORMAT",
@@ -119,9 +120,6 @@ def kernel_components(
     return components
 
 
-_SHARED: dict = {}  # (name, msgpack bytes of a value) -> its CanonicalMap
-
-
 def _shared(name: str, value: dict) -> dict:
     """``value`` as a read-only :class:`~kcache.keys.CanonicalMap`, one per distinct value in
     the process: the target, toolchain, configuration and options components are the same
@@ -134,11 +132,12 @@ def _shared(name: str, value: dict) -> dict:
         memo = (name, msgpack.packb(value, use_bin_type=True))
     except (TypeError, ValueError, OverflowError):
         return dict(value)
-    shared = _SHARED.get(memo)
+    known = STATE.keys.shared  # (name, msgpack bytes of a value) -> its CanonicalMap
+    shared = known.get(memo)
     if shared is None:
         shared = canonical_map(value, name)
-        if len(_SHARED) < 1024:
-            _SHARED[memo] = shared
+        if len(known) < 1024:
+            known[memo] = shared
             packed_map(shared)  # its msgpack bytes now (made once): what every key packs
     return shared
 
@@ -146,15 +145,13 @@ def _shared(name: str, value: dict) -> dict:
 # The components most kernels share, remembered by what they are made from, so that a key
 # neither encodes nor packs them again (each step of the fast path is C: packb, map, dict
 # lookups). A value that cannot serve as a memo key goes the long way.
-_BY_INPUT: dict = {}  # ("target" | "config" | "options", its inputs) -> CanonicalMap
-
-
 def _remembered(memo, make):
-    shared = _BY_INPUT.get(memo)
+    known = STATE.keys.by_input  # ("target" | "config" | "options", its inputs) -> CanonicalMap
+    shared = known.get(memo)
     if shared is None:
         shared = make()
-        if len(_BY_INPUT) < 1024:
-            _BY_INPUT[memo] = shared
+        if len(known) < 1024:
+            known[memo] = shared
     return shared
 
 
@@ -172,7 +169,7 @@ _CONFIG_NAMES = tuple(IN_KEY) + tuple(WARNINGS_IN_KEY) + tuple(IN_KEY_WHEN_CHANG
 def _config(config):
     """The ``config`` component of ``config`` (the front-end's configuration module)."""
     values = settings_values(config, _CONFIG_NAMES)
-    last = _last_config
+    last = STATE.keys.last_config  # (config module, its values, their component)
     # The usual lookup: the very same objects as the last one read (a setting changed is
     # another object), compared by identity in C instead of hashing them all again.
     if last[0] is config and len(values) == len(last[1]) and all(map(_is, values, last[1])):
@@ -182,11 +179,8 @@ def _config(config):
         shared = _remembered(("config", id(config), values, tuple(map(type, values))), make)
     except TypeError:  # a value that is not hashable
         return make()
-    _last_config[:] = [config, values, shared]
+    last[:] = [config, values, shared]
     return shared
-
-
-_last_config: list = [None, (), None]  # (config module, its values, their component)
 
 
 def _options(targetoptions: dict, registries):
@@ -514,27 +508,23 @@ def toolchain_components(memo_path=None) -> dict:
     (``kcache.toolchain.memoized``), because asking costs 5-12 ms on the GPU machine, more than
     the rest of a cache hit. A callable is called only when the versions are not known yet.
     """
-    global _process_toolchain
-    if _process_toolchain is None:
+    memo = STATE.keys
+    if memo.toolchain is None:
         from kcache.toolchain import memoized
 
         path = memo_path() if callable(memo_path) else memo_path
-        _process_toolchain = memoized(path, _toolchain)
-    return dict(_process_toolchain)
-
-
-_process_toolchain = None
-_toolchain_map = (None, None)  # (the _process_toolchain it was made from, its CanonicalMap)
+        memo.toolchain = memoized(path, _toolchain)
+    return dict(memo.toolchain)
 
 
 def toolchain_shared(memo_path=None):
     """:func:`toolchain_components` as the read-only canonical map every key of the process
     shares (made once per process's versions)."""
-    global _toolchain_map
-    if _process_toolchain is None or _toolchain_map[0] is not _process_toolchain:
+    memo = STATE.keys
+    if memo.toolchain is None or memo.toolchain_map[0] is not memo.toolchain:
         versions = toolchain_components(memo_path)
-        _toolchain_map = (_process_toolchain, _shared("toolchain", versions))
-    return _toolchain_map[1]
+        memo.toolchain_map = (memo.toolchain, _shared("toolchain", versions))
+    return memo.toolchain_map[1]
 
 
 #: Versions kcache.toolchain reports that are no part of numba-cuda's toolchain (another

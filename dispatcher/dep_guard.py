@@ -17,15 +17,10 @@ Each device-function compile result is noted with its function's digest
 from __future__ import annotations
 
 import contextlib
-import threading
 import types
-import weakref
 
 from .fingerprint import dependencies
-
-#: device dispatcher -> {id(compile result): (the result, the digest it was made under)}
-_noted: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-_lock = threading.Lock()
+from .process import STATE
 
 
 @contextlib.contextmanager
@@ -78,9 +73,10 @@ def _note(frontend, dev, digest: str, result=None) -> None:
     under ``digest``; results ``dev`` no longer holds are forgotten (the table holds them, so
     it must not outlive them: ``offline_target`` swaps a dispatcher's results out and back)."""
     live = frontend.device_overloads(dev)
-    with _lock:
+    guard = STATE.guard
+    with guard.lock:
         try:
-            table = _noted.setdefault(dev, {})
+            table = guard.noted.setdefault(dev, {})
         except TypeError:  # not weak-referenceable: not watched
             return
         for r in [result] if result is not None else live:
@@ -90,27 +86,24 @@ def _note(frontend, dev, digest: str, result=None) -> None:
             del table[gone]
 
 
-#: function with @overload implementations -> its digest when this process first compiled
-#: a kernel reaching it
-_first: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-
 def _first_use(fn) -> str | None:
-    with _lock:
-        return _first.get(fn)
+    """The digest of ``fn`` (with @overload implementations) when this process first compiled
+    a kernel reaching it, or None."""
+    with STATE.guard.lock:
+        return STATE.guard.first.get(fn)
 
 
 def _note_first_use(fn, digest: str) -> None:
-    with _lock:
+    with STATE.guard.lock:
         try:
-            _first.setdefault(fn, digest)
+            STATE.guard.first.setdefault(fn, digest)
         except TypeError:  # not weak-referenceable: not watched
             pass
 
 
 def _noted_digest(dev, result) -> str | None:
-    with _lock:
-        found = _noted.get(dev, {}).get(id(result))
+    with STATE.guard.lock:
+        found = STATE.guard.noted.get(dev, {}).get(id(result))
     return found[1] if found is not None and found[0] is result else None
 
 

@@ -26,7 +26,6 @@ imported since the last look and once when a public registry grew; a key otherwi
 from __future__ import annotations
 
 import sys
-import threading
 import types
 from collections.abc import Mapping
 
@@ -34,6 +33,7 @@ from kcache.keys import canonical_map
 
 from .fingerprint import (Uncacheable, content_digest, describe, digest_of, is_library_class,
                           is_library_module, named_by_library, value_digest)
+from .process import STATE
 
 __all__ = ["extensions_component"]
 
@@ -47,7 +47,7 @@ _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a class statement or 
 
 class _State:
     """What this process has read of one front-end's registries (one instance per
-    ``Frontend.registries()``, in :data:`_states`)."""
+    ``Frontend.registries()``, in ``process.STATE.extensions.states``)."""
 
     def __init__(self):
         self.modules = -1  # len(sys.modules) when the registries were last resolved
@@ -65,10 +65,6 @@ class _State:
         self.registry_modules = None  # registries.extension_registry_modules(), once
 
 
-_states: dict = {}  # Frontend.registries() -> its _State
-_refreshing = threading.Lock()
-
-
 def extensions_component(registries):
     """``(component, opaque reasons)`` for this process of the extension registries
     ``registries`` reads (``Frontend.registries()``): ``component`` is None when no user
@@ -76,11 +72,12 @@ def extensions_component(registries):
     ``{module: digest}``; ``opaque`` lists the registrations hashed by identity. Raises
     :class:`Uncacheable` when a user registration could not be read. O(1) per call once the
     registries were read: ``len(sys.modules)`` and the lengths of the public registries."""
-    state = _states.get(registries)
+    memo = STATE.extensions
+    state = memo.states.get(registries)
     if state is None:
-        state = _states.setdefault(registries, _State())
+        state = memo.states.setdefault(registries, _State())
     if len(sys.modules) != state.modules or _hot_size(state.hot) != state.hot_size:
-        with _refreshing:  # keys of other threads wait: a half-read registry is no answer
+        with memo.lock:  # keys of other threads wait: a half-read registry is no answer
             if len(sys.modules) != state.modules or _hot_size(state.hot) != state.hot_size:
                 _refresh(state, registries)
     if state.failure is not None:
@@ -196,6 +193,9 @@ def _user_objects(parts) -> dict:
     ``_MAX_DEPTH`` levels deep (closure cells, defaults, a class's methods). Level by level,
     each object once, the common library cases inline: the first key of a process reads
     about two thousand registrations, which must cost about a millisecond, not ten."""
+    memo = STATE.extensions
+    library_types, metaclasses = memo.library_types, memo.metaclasses
+    library_classes, libraries = memo.library_classes, memo.libraries
     roots = level = {id(o): o for p in parts for o in p}
     holders: dict = {}  # id(object) -> ids of the objects one level up that hold it
     found: dict = {}
@@ -203,14 +203,14 @@ def _user_objects(parts) -> dict:
         deeper: dict = {}
         for key, obj in level.items():
             kind = type(obj)
-            if kind in _LIBRARY_TYPES or kind in _METACLASSES and obj in _LIBRARY_CLASSES:
+            if kind in library_types or kind in metaclasses and obj in library_classes:
                 continue  # None, str, numba types, ufuncs, library classes, ...
             if kind is _FUNCTION:
                 # exec(): no __module__; code may also have set it to anything
                 module = _name(obj.__module__) or _name(obj.__globals__.get("__name__"))
-                library = _libraries.get(module)
+                library = libraries.get(module)
                 if library is None:
-                    library = _libraries[module] = is_library_module(module)
+                    library = libraries[module] = is_library_module(module)
                 if not library:
                     found[key] = module or "?"
                     continue
@@ -218,7 +218,7 @@ def _user_objects(parts) -> dict:
                     continue  # a library's module-level function
                 held = _cells(obj) + (obj.__defaults__ or ())
             else:
-                module, held = _judge(obj, kind)
+                module, held = _judge(obj, kind, memo)
                 if module is not None:
                     found[key] = module
                     continue
@@ -230,37 +230,37 @@ def _user_objects(parts) -> dict:
     return _at_roots(found, holders, roots)
 
 
-def _judge(obj, kind):
+def _judge(obj, kind, memo):
     """(module of user code, None) or (None, the objects to look into) for an object that is
-    not a function."""
+    not a function (``memo``: ``process.STATE.extensions``, what is known of the types met)."""
     if kind is staticmethod or kind is classmethod:
         return None, (obj.__func__,)
     if kind is tuple:
         return None, obj
     if isinstance(obj, type):
-        _METACLASSES.add(kind)
+        memo.metaclasses.add(kind)
         if not obj.__flags__ & _HEAPTYPE or _carries_module(obj):
             # A C extension's class: numba's _box.Box; Cython's function type, a heap type
             # whose __module__ is the slot its functions keep theirs in.
-            _LIBRARY_CLASSES.add(obj)
+            memo.library_classes.add(obj)
             return None, ()
         module = _name(obj.__module__) or "?"  # a class body may set __module__ to anything
-        if not _library(module):
+        if not _library(module, memo):
             return module, ()
         if is_library_class(obj):
-            _LIBRARY_CLASSES.add(obj)
+            memo.library_classes.add(obj)
             return None, ()
         # Made at run time by a library (type_callable's template): its methods and classes.
         return None, tuple(v for v in vars(obj).values() if type(v) in _CODE or
                            isinstance(v, type))
-    wraps = _wrapping.get(kind)
+    wraps = memo.wrapping.get(kind)
     if wraps is None:  # the first object of its type: a dispatcher or an intrinsic?
-        wraps = _wrapping[kind] = _inner(obj) is not None
-        if _library(_name(kind.__module__)):
+        wraps = memo.wrapping[kind] = _inner(obj) is not None
+        if _library(_name(kind.__module__), memo):
             if not wraps:
-                _LIBRARY_TYPES.add(kind)
+                memo.library_types.add(kind)
         elif _carries_module(kind):
-            _OWN_MODULE.add(kind)
+            memo.own_module.add(kind)
     inner = _inner(obj) if wraps else None
     if inner is not None:
         return None, (inner,)
@@ -269,8 +269,9 @@ def _judge(obj, kind):
     # judged by it: their type's module is Cython's shared "_cython_3_x" module, or on Python
     # 3.10 the slot's descriptor itself. Any other module that is not a str counts as a user
     # module of no name ("?"), as a function made by exec() does.
-    module = _name(getattr(obj, "__module__", None) if kind in _OWN_MODULE else kind.__module__)
-    return (None if _library(module) else module or "?"), ()
+    module = _name(getattr(obj, "__module__", None) if kind in memo.own_module
+                   else kind.__module__)
+    return (None if _library(module, memo) else module or "?"), ()
 
 
 def _carries_module(cls: type) -> bool:
@@ -306,10 +307,10 @@ def _inner(obj):
     return inner if type(inner) is _FUNCTION else None
 
 
-def _library(module) -> bool:
-    known = _libraries.get(module)
+def _library(module, memo) -> bool:
+    known = memo.libraries.get(module)
     if known is None:
-        known = _libraries[module] = is_library_module(module)
+        known = memo.libraries[module] = is_library_module(module)
     return known
 
 
@@ -325,13 +326,4 @@ def _cells(fn) -> tuple:
 
 _FUNCTION = types.FunctionType
 _CODE = frozenset({types.FunctionType, staticmethod, classmethod})
-# Remembered for the process: module name -> is_library_module(); types whose objects are a
-# library's (their module is one, they wrap no function); library classes met; the types of
-# classes met (type, abc.ABCMeta, numba's metaclasses); type -> wraps a Python function?
-_libraries: dict = {}
-_LIBRARY_TYPES: set = {str, int, float, bool, type(None), bytes}
-_LIBRARY_CLASSES: set = set()
-_METACLASSES: set = {type}
-_wrapping: dict = {}
-_OWN_MODULE: set = set()  # types whose objects keep their own __module__ (_carries_module)
 _SLOT_DESCRIPTORS = (types.MemberDescriptorType, types.GetSetDescriptorType)

@@ -13,6 +13,7 @@ The ``config`` key component (:func:`config_component`) holds the current value 
 """
 from __future__ import annotations
 
+from .process import STATE
 
 __all__ = ["IN_KEY", "NOT_IN_KEY", "WARNINGS_IN_KEY", "IN_KEY_WHEN_CHANGED", "BYPASS",
            "config_component", "config_variables", "unclassified", "bypass_reason"]
@@ -115,8 +116,9 @@ def bypass_reason(config) -> str | None:
     0, False, None, "" or "none" (``DEBUG_PRINT_*``)."""
     # Asked on every lookup: the answer for the same values and module is remembered.
     values = (id(config),) + settings_values(config, BYPASS)
-    if values == _bypass_memo[0]:
-        return _bypass_memo[1]
+    memo = STATE.keys.bypass  # (id of the config module, its BYPASS values), the answer
+    if values == memo[0]:
+        return memo[1]
     reason = None
     for name, value in zip(BYPASS, values[1:]):
         if isinstance(value, str):
@@ -124,11 +126,9 @@ def bypass_reason(config) -> str | None:
         if value not in _OFF:
             reason = f"NUMBA_{name} is on: the compiler's output is shown, so the kernel is compiled"
             break
-    _bypass_memo[0], _bypass_memo[1] = values, reason
+    memo[0], memo[1] = values, reason
     return reason
 
-
-_bypass_memo = [None, None]  # (id of the config module, its BYPASS values), the answer
 
 
 def settings_values(config, names) -> tuple:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import errno
 import os
 import stat
-import threading
 
 from kcache.warn import warn_once
 
@@ -28,13 +27,11 @@ ENV = "KCACHE_RECORD"
 #: Seconds to wait for another process's append before giving this one up (warned).
 LOCK_TIMEOUT = 30.0
 
-_lock = threading.Lock()
-
 
 def start(file) -> None:
     """Record into ``file`` (str or path) from now on, in this process (as ``KCACHE_RECORD``).
     ``None`` or ``""`` stops recording."""
-    with _lock:
+    with STATE.record_lock:
         STATE.record_path = os.path.abspath(os.fspath(file)) if file else None
         STATE.recorded = set()
 

@@ -32,9 +32,10 @@ from kcache.text import QUOTE_LIMIT, cut
 from kcache.warn import KcacheWarning
 
 from . import discover, sigspec
-from .aot import CompileForError, checked_cc, report
+from .aot import CompileForError, check_cc, compile_for_report
 from .components import Uncacheable, arch_name
 from .keying import kernel_key
+from .process import STATE
 from .sigfile import split_kernel
 
 __all__ = ["Task", "Row", "parse_cc_list", "cc_text", "plan_targets", "find_modules",
@@ -59,7 +60,7 @@ def parse_cc_list(frontend, values) -> list:
                 raise ValueError(f"--cc {value!r}: empty compute capability (accepted: a "
                                  "comma-separated list such as 8.0,9.0 or sm_80,sm_90a)")
             try:
-                cc = checked_cc(frontend, item)
+                cc = check_cc(frontend, item)
             except ValueError as exc:
                 problem = _arch.option_problem("--cc", item, frontend.supported_ccs())
                 raise ValueError(problem or f"--cc {item!r}: {exc}") from None
@@ -249,8 +250,9 @@ def run_tasks(tasks, *, frontend, root, jobs: int, dry_run: bool, path_entries=(
     compile); only those that need a compile are shared out. A task that fails is an
     outcome, never an exception; a worker that dies fails the tasks it was running, and this
     process compiles the rest."""
+    # the front-end pickles as a reference to its bridge's object: a worker has the same one
     settings = {"root": str(root), "dry_run": bool(dry_run), "path_entries": list(path_entries),
-                "cwd": os.getcwd(), "frontend": frontend.name}
+                "cwd": os.getcwd(), "frontend": frontend}
     outcomes = {}
 
     def done(task, outcome):
@@ -341,26 +343,22 @@ class _Shared:
         self._feed()
 
 
-_worker: dict = {}
-
-
 def _init_worker(settings: dict) -> None:
     # As the kcache command does: a store warning is one line (logger "kcache"), not also a
     # `warnings` message with its source line, from every worker.
     warnings.simplefilter("ignore", KcacheWarning)
-    _worker["runner"] = _Runner(settings)
+    STATE.warm_runner = _Runner(settings)
 
 
 def _run_in_worker(task: dict) -> dict:
-    return _worker["runner"].run(Task(**{**task, "cc": tuple(task["cc"])}))
+    return STATE.warm_runner.run(Task(**{**task, "cc": tuple(task["cc"])}))
 
 
 class _Runner:
     """Runs tasks in one process: imports each module once, keeps one store."""
 
     def __init__(self, settings: dict):
-        from .frontends import by_name  # a spawned worker picks its parent's front-end again
-        self.frontend = by_name(settings["frontend"])
+        self.frontend = settings["frontend"]
         for entry in reversed([settings["cwd"], *settings["path_entries"]]):
             if entry not in sys.path:
                 sys.path.insert(0, entry)
@@ -415,8 +413,9 @@ class _Runner:
     def _compile(self, kernel, argtypes, task, cache_key, arch) -> dict:
         try:
             with self.frontend.eager_device_functions(task.cc):
-                [result] = report(self.frontend, kernel, [argtypes], cc=[task.cc],
-                                  store=self.store, cache_key=cache_key)
+                [result] = compile_for_report(self.frontend, kernel, [argtypes],
+                                              cc=[task.cc], store=self.store,
+                                              cache_key=cache_key)
         except CompileForError as exc:
             reasons = "; ".join(sorted({f.reason for f in exc.failures}))
             return {"status": "failed", "arch": arch, "reason": reasons}

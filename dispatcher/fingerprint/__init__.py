@@ -43,7 +43,8 @@ from .model import Fingerprint, Uncacheable, digest_of
 from .libraries import (_deterministic_repr, _is_dispatcher, _is_intrinsic, _is_library,
                         _is_numba_type, _module_level_library_class,
                         _named_by_library, _qualified, _type_name)
-from .memo import _SEEN, _results, _validated_cache_get
+from ..process import STATE
+from .memo import _SEEN, _validated_cache_get
 from .walk import _Acc, _Walk
 
 __all__ = ["Fingerprint", "Uncacheable", "fingerprint", "dependencies", "digest_of", "value_digest",
@@ -66,14 +67,15 @@ def fingerprint(py_func, registries) -> Fingerprint:
         raise TypeError(
             f"fingerprint() needs a Python function or a dispatcher, got {type(py_func).__name__}"
         )
-    entry = _results.get(fn)
+    results = STATE.fingerprint_memo(registries).results
+    entry = results.get(fn)
     if entry is None:
         # The first fingerprint of fn: most are the only one (a kernel's first lookup in a
         # process), so what would make it reusable (the checks) is not recorded; the next
         # one records them. Dependencies reached are remembered in any case.
-        _results[fn] = _SEEN
+        results[fn] = _SEEN
         return _Walk(registries).function(fn, record=False)[0]
-    cached = _validated_cache_get(fn, entry)
+    cached = _validated_cache_get(entry)
     if cached is not None:
         return cached
     fp, _acc = _Walk(registries).function(fn)

@@ -16,7 +16,8 @@ from .libraries import (_deterministic_repr, _has_cai, _is_dispatcher, _is_exter
                         _is_library, _is_numba_type,
                         _module_level_library_class, _named_by_library,
                         _qualified, _type_name)
-from .memo import _Cached, _SEEN, _checks_hold, _dependency_memo, _results, _validated_cache_get
+from ..process import STATE
+from .memo import _Cached, _SEEN, _checks_hold, _validated_cache_get
 
 
 class _Acc:
@@ -58,6 +59,8 @@ class _Walk:
     def __init__(self, registries, reached: dict | None = None):
         # Frontend.registries(): a dispatcher's fixed signatures, a function's @overloads
         self.registries = registries
+        # what is remembered of walks with these registries (process.FingerprintMemo)
+        self.memo = STATE.fingerprint_memo(registries)
         self.in_progress: set[int] = set()  # id(fn) of the functions being walked
         self.cycles = 0  # back-references met so far
         self.done: dict[int, tuple] = {}  # id(fn) -> (Fingerprint, _Acc), acyclic ones only
@@ -84,7 +87,7 @@ class _Walk:
         # such results are neither cached (acc.cacheable is False) nor reused in this walk.
         if acc.cacheable and acc.checks is not None:
             # Dependencies reached along several paths bring the same check tuples: once each.
-            _results[fn] = _Cached(fp, list({id(c): c for c in acc.checks}.values()))
+            self.memo.results[fn] = _Cached(fp, list({id(c): c for c in acc.checks}.values()))
         if self.cycles == cycles_before:
             self.done[id(fn)] = (fp, acc)
         return fp, acc
@@ -158,7 +161,7 @@ class _Walk:
             part = f"attr:{owner}.{'.'.join(path)}"
         else:
             part = base_part
-        known = _NAMED.get(id(obj))  # named by its library (cuda.grid, math.sqrt): no dependency
+        known = self.memo.named.get(id(obj))  # named by its library (cuda.grid, math.sqrt): no dependency
         if (known is None or known[0] is not obj) and self._is_dep(obj):
             part = f"dep:{_qualified(getattr(obj, 'py_func', obj))}"
         return part, obj
@@ -171,7 +174,8 @@ class _Walk:
     # -- values --------------------------------------------------------------------------
 
     def value_digest(self, value, where, acc) -> str:
-        known = _NAMED.get(id(value))
+        named = self.memo.named
+        known = named.get(id(value))
         if known is not None and known[0] is value:
             return known[1]
         if _is_dispatcher(value) and id(value.py_func) not in self.in_progress \
@@ -181,8 +185,8 @@ class _Walk:
         payload = self.encode(value, where, acc, 0)
         digest = digest_of(payload)
         if (payload[0] in _BY_NAME and len(acc.opaque) == opaque and acc.cacheable == cacheable
-                and len(_NAMED) < 4096):
-            _NAMED[id(value)] = (value, digest)
+                and len(named) < 4096):
+            named[id(value)] = (value, digest)
         return digest
 
     def _dependency_digest(self, disp, where, acc) -> str:
@@ -190,7 +194,7 @@ class _Walk:
         per dispatcher with the checks of everything it read, and reused while they hold
         (most kernels of an application reach the same few device functions; working each
         one's digest out again took a third of a kernel's fingerprint)."""
-        memo = _dependency_memo.get(disp) if self.reached is None else None
+        memo = self.memo.dependencies.get(disp) if self.reached is None else None
         if memo is not None and memo[0] == where and _checks_hold(memo[2]):
             _, digest, checks, opaque, lines = memo
         else:
@@ -199,7 +203,7 @@ class _Walk:
             checks, opaque, lines = sub.checks, sub.opaque, sub.lines
             if sub.cacheable and self.cycles == cycles:
                 try:
-                    _dependency_memo[disp] = (where, digest, checks, opaque, lines)
+                    self.memo.dependencies[disp] = (where, digest, checks, opaque, lines)
                 except TypeError:  # not weak-referenceable: just not remembered
                     pass
             else:
@@ -346,9 +350,9 @@ class _Walk:
             return digest_of(["cycle", _qualified(fn)])
         done = self.done.get(key)
         if done is None:
-            cached = _results.get(fn) if self.reached is None else None
+            cached = self.memo.results.get(fn) if self.reached is None else None
             if cached is not None and cached is not _SEEN and \
-                    _validated_cache_get(fn, cached) is cached.fp:
+                    _validated_cache_get(cached) is cached.fp:
                 dep_acc = _Acc()
                 dep_acc.checks = cached.checks
                 done = self.done[key] = (cached.fp, dep_acc)
@@ -394,8 +398,8 @@ class _Walk:
         # too, which sees a list changed in place, instead of giving up caching.
         snapshot = _copied(options)
         # Through a weak reference: these checks are remembered with disp as the key
-        # (_dependency_memo), and a strong one would keep a device function made at run time
-        # alive for good.
+        # (FingerprintMemo.dependencies), and a strong one would keep a device function made
+        # at run time alive for good.
         ref = _weak(disp)
         acc.check(_target_options, (ref,), snapshot, by_equality=True)
         acc.check(_weak_attr, (ref, "py_func"), fn)
@@ -418,7 +422,7 @@ class _Walk:
         """Digest of a dispatcher's target options, remembered per dispatcher while they
         compare equal to the copy taken then (most kernels reach the same few device
         functions)."""
-        memo = _options_memo.get(disp)
+        memo = self.memo.options.get(disp)
         try:
             if memo is not None and memo[0] == snapshot:
                 return memo[1]
@@ -436,7 +440,7 @@ class _Walk:
         acc.extend(opts_acc.checks)
         if not opts_acc.opaque and not opts_acc.checks:  # plain values: equality suffices
             try:
-                _options_memo[disp] = (snapshot, digest)
+                self.memo.options[disp] = (snapshot, digest)
             except TypeError:  # not weak-referenceable: just not remembered
                 pass
         return digest
@@ -448,13 +452,11 @@ _CLASS_NOT_CONTENT = frozenset({"__dict__", "__weakref__", "__module__", "__qual
                                 "__doc__", "__firstlineno__", "__static_attributes__",
                                 "_abc_impl"})  # _abc_impl: abc's registry and caches
 
-_options_memo: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-# Digests of objects encoded by their name alone (library functions, modules, builtins,
-# library classes: cuda.grid, np.float32, range, ...), by identity: the same object always
-# has the same name, and most kernels reach the same few. The object is held, so its id is
-# not reused. Only when encoding it noted nothing (no opaque reason, cacheability kept).
-_NAMED: dict = {}
+# FingerprintMemo.named: digests of objects encoded by their name alone (library functions,
+# modules, builtins, library classes: cuda.grid, np.float32, range, ...), by identity: the
+# same object always has the same name, and most kernels reach the same few. The object is
+# held, so its id is not reused. Only when encoding it noted nothing (no opaque reason,
+# cacheability kept).
 _BY_NAME = frozenset({"function", "module", "builtin", "class"})
 
 

@@ -1,23 +1,22 @@
 """Front-end bridges: one package per compiler front-end whose kernels kcache serves
 (``numba_cuda/``, ``numba_cuda_mlir/``). Each holds every internal of its front-end and
-implements :class:`~kcache.dispatcher.frontends.base.Frontend`; the rest of
-``kcache.dispatcher`` is front-end-generic (docs/dispatcher.md, "Layout").
+implements :class:`~kcache.dispatcher.frontends.base.Frontend` (its ``bridge.FRONTEND``); the
+rest of ``kcache.dispatcher`` is front-end-generic and is handed a front-end by the entry
+point that picked it (docs/dispatcher.md, "Layout").
 
-This module imports no front-end: it names them, and finds the one a program uses by what it
-has imported (a process may use both: cudf 26.10 depends on numba-cuda-mlir, nvmath-python on
-both)."""
+The selectors below are what those entry points pick with. Importing this module imports no
+front-end: it names them, and finds the one a program uses by name, by the dispatcher a kernel
+is, or by what the program imported (a process may use both: cudf 26.10 depends on
+numba-cuda-mlir, nvmath-python on both)."""
 from __future__ import annotations
 
-import importlib
 import sys
 
-#: Front-end name -> (its package, whose import installs the transparent switch; its bridge
-#: module, relative to this package; its kernel dispatcher class as (module, name)).
+#: Front-end name -> (its package, whose import installs the transparent switch; its kernel
+#: dispatcher class as (module, name)).
 _KNOWN = {
-    "numba-cuda": ("numba.cuda", ".numba_cuda.bridge", ("numba.cuda.dispatcher",
-                                                          "CUDADispatcher")),
-    "numba-cuda-mlir": ("numba_cuda_mlir", ".numba_cuda_mlir.bridge",
-                        ("numba_cuda_mlir.descriptor", "MLIRDispatcher")),
+    "numba-cuda": ("numba.cuda", ("numba.cuda.dispatcher", "CUDADispatcher")),
+    "numba-cuda-mlir": ("numba_cuda_mlir", ("numba_cuda_mlir.descriptor", "MLIRDispatcher")),
 }
 #: The front-ends kcache knows, numba-cuda first (the default where it is installed).
 NAMES = tuple(_KNOWN)
@@ -26,12 +25,15 @@ NAMES = tuple(_KNOWN)
 def by_name(name: str):
     """The front-end named ``name`` (its ``Frontend.name``): the object its bridge module
     defines (``FRONTEND``), imported now (and with it the front-end's package: ImportError
-    when it is not installed). ``kcache warm``'s spawned workers pick again, by name, the
-    front-end their parent was handed. Raises ValueError for an unknown name."""
-    known = _KNOWN.get(name)
-    if known is None:
-        raise ValueError(f"unknown front-end {name!r} (known: {', '.join(NAMES)})")
-    return importlib.import_module(known[1], __name__).FRONTEND
+    when it is not installed): ``kcache.jit(frontend=...)``, ``kcache warm --frontend``.
+    Raises ValueError for an unknown name."""
+    if name == "numba-cuda":
+        from .numba_cuda.bridge import FRONTEND
+        return FRONTEND
+    if name == "numba-cuda-mlir":
+        from .numba_cuda_mlir.bridge import FRONTEND
+        return FRONTEND
+    raise ValueError(f"unknown front-end {name!r} (known: {', '.join(NAMES)})")
 
 
 def package(name: str) -> str:
@@ -41,14 +43,14 @@ def package(name: str) -> str:
 
 def imported() -> list:
     """The front-ends whose package this process has imported, numba-cuda first."""
-    return [by_name(name) for name, (pkg, _b, _d) in _KNOWN.items() if pkg in sys.modules]
+    return [by_name(name) for name, (pkg, _where) in _KNOWN.items() if pkg in sys.modules]
 
 
 def of_dispatcher(obj):
     """The front-end whose kernel dispatcher ``obj`` is (kcache's or the front-end's own,
     told by its class's lineage: no bridge internals imported), or None."""
     for cls in type(obj).__mro__:
-        for name, (_pkg, _bridge, where) in _KNOWN.items():
+        for name, (_pkg, where) in _KNOWN.items():
             if (cls.__module__, cls.__name__) == where:
                 return by_name(name)
     return None
@@ -58,7 +60,7 @@ def default():
     """The front-end ``kcache.jit``, ``compile_for`` and ``kcache warm`` use when none is
     named: the first (numba-cuda, then numba-cuda-mlir) the process has imported, else the
     first installed (its distribution's metadata). Raises ImportError when neither is."""
-    for name, (pkg, _bridge, _where) in _KNOWN.items():
+    for name, (pkg, _where) in _KNOWN.items():
         if pkg in sys.modules:
             return by_name(name)
     from kcache.toolchain import package_versions

@@ -2,11 +2,31 @@
 code and one compiler front-end (numba-cuda; numba-cuda-mlir next).
 
 A bridge is a package under ``dispatcher/frontends/`` holding every internal of its front-end;
-nothing else in kcache reads a private name of that front-end. Its module ``bridge`` defines
-``FRONTEND``, an object with the attributes and methods below. Importing the bridge module
-imports the front-end's public package only; everything that needs the front-end's internals
-is imported once :meth:`Frontend.refusal` has said it is supported, so that an unsupported
-version costs one warning, never an ImportError.
+nothing else in kcache reads a private name of that front-end. The rules a bridge keeps
+(tests/test_frontend_bridge.py and tests/test_structure.py check them):
+
+* Its module ``bridge`` defines ``FRONTEND``, an object with the attributes and methods of
+  :class:`Frontend` below. Importing ``bridge`` imports the front-end's public package only;
+  the bridge's other modules (its internals, its dispatcher subclass) are imported by
+  ``FRONTEND``'s methods, once :meth:`Frontend.refusal` has said the front-end is supported, so
+  that an unsupported version costs one warning, never an ImportError.
+* The bridge's other modules never import ``bridge`` (it imports them: that would be an import
+  circle). They are handed the Frontend object instead: :meth:`Frontend.adopt` passes it to the
+  dispatcher subclass, which keeps it and hands it on.
+* ``FRONTEND`` pickles as a reference to itself (``__reduce__`` returning ``"FRONTEND"``):
+  ``kcache warm`` hands it to the worker processes it spawns.
+* The front-end-generic modules of ``dispatcher/`` (the key, the fingerprint, extension
+  registrations, numba's configuration, the signature grammar, compile_for, warm, record,
+  replay) never import a bridge or numba: they are handed a Frontend by their caller and ask
+  it for what they need of the front-end (numba's configuration module, types, registries,
+  compiles, rebuilds). Only the entry points pick a front-end: ``kcache.dispatcher``'s
+  ``__init__`` (compile_for, check_cc, explain), ``install`` and ``jit``; ``kcache warm``
+  (cli/cmd_warm.py) hands its Plan the one it picked.
+* What the generic modules keep for the life of the process is in ``process.STATE``; memos
+  that depend on a front-end are keyed by it (the fingerprint's, by its :meth:`registries`).
+
+A second front-end adds a package ``frontends/<name>/`` with its ``bridge.FRONTEND`` and an entry
+point that picks it; the generic modules do not change.
 """
 from __future__ import annotations
 
@@ -34,8 +54,8 @@ class Frontend(Protocol):
     def numba(self) -> ModuleType:
         """The numba package the front-end compiles with: ``numba.cuda`` for numba-cuda,
         ``numba_cuda_mlir.numba_cuda`` for numba-cuda-mlir (which vendors it). The generic
-        modules (fingerprint, key components, bytecode reading, extension registries, numba
-        configuration, signature grammar) take numba's modules from here."""
+        modules never import numba: what they need of it comes through the methods below
+        (:meth:`numba_config`, :meth:`types`, :meth:`registries`, ...)."""
 
     def refusal(self) -> str | None:
         """None when the installed front-end has every internal the bridge needs (tested as
@@ -59,7 +79,9 @@ class Frontend(Protocol):
 
     def adopt(self, dispatcher, options) -> object:
         """Turn the front-end's dispatcher into kcache's in place (nothing compiled is lost);
-        ``options``: ``kcache.dispatcher.options.Options``. Returns it."""
+        ``options``: ``kcache.dispatcher.options.Options``. Returns it. The dispatcher is
+        handed this Frontend (it keeps it, for the generic modules it calls, and for the
+        dispatchers it makes: specializations, pickling)."""
 
     def patch(self, on_enable_caching: Callable, on_init: Callable) -> None:
         """Install the transparent switch: route the front-end's ``cache=True``

@@ -14,6 +14,9 @@ from . import support
 class NumbaCuda:
     """The numba-cuda front-end (one instance: :data:`FRONTEND`)."""
 
+    def __reduce__(self):
+        return "FRONTEND"  # pickled as a reference to this module's one (kcache warm's workers)
+
     name = "numba-cuda"
     distribution = "numba-cuda"
     supported = support.SUPPORTED
@@ -46,7 +49,7 @@ class NumbaCuda:
 
     def adopt(self, dispatcher, options):
         from .dispatcher import adopt
-        return adopt(dispatcher, options)
+        return adopt(self, dispatcher, options)  # the dispatcher is handed its front-end
 
     def patch(self, on_enable_caching, on_init) -> None:
         from . import patching

@@ -13,6 +13,9 @@ from . import support
 class NumbaCudaMlir:
     """The numba-cuda-mlir front-end (one instance: :data:`FRONTEND`)."""
 
+    def __reduce__(self):
+        return "FRONTEND"  # pickled as a reference to this module's one (kcache warm's workers)
+
     name = "numba-cuda-mlir"
     distribution = "numba-cuda-mlir"
     supported = support.SUPPORTED
@@ -56,7 +59,7 @@ class NumbaCudaMlir:
 
     def adopt(self, dispatcher, options):
         from .dispatcher import adopt
-        return adopt(dispatcher, options)
+        return adopt(self, dispatcher, options)  # the dispatcher is handed its front-end
 
     def patch(self, on_enable_caching, on_init) -> None:
         from . import patching

@@ -13,10 +13,15 @@ numba-cuda-mlir's own path compiles, with ``self._cache`` a :class:`KCacheCache`
 kcache the compile result ``save_overload`` is given. What numba-cuda-mlir does not store on
 disk (launch-configuration specializations, whole-function planners) is not stored here
 either: it compiles as without kcache, counted as uncached.
+
+A dispatcher is handed its front-end (the bridge's ``FRONTEND``, by ``adopt``) and hands it on
+to the front-end-generic modules it calls; this module never imports the bridge module, which
+imports it.
 """
 from __future__ import annotations
 
 import collections
+import threading
 import time
 
 import msgpack
@@ -39,7 +44,6 @@ from ...process import explain_enabled, kernel_name, log_explanations
 from . import compiling as _compiling
 from . import internals as _internals
 from . import signatures as _signatures
-from .bridge import FRONTEND
 from .internals import MLIRDispatcher, global_compiler_lock
 
 #: ``dispatcher.stats``: numba-cuda-mlir's ``_CompileStats`` fields + kcache's (as
@@ -110,14 +114,37 @@ class KCacheMLIRDispatcher(MLIRDispatcher):
     """A numba-cuda-mlir dispatcher whose kernels come from the kcache store.
 
     ``py_func``: the Python kernel; ``targetoptions``: as ``numba_cuda_mlir.cuda.jit`` builds
-    them; ``kcache``: :class:`~kcache.dispatcher.options.Options`."""
+    them; ``kcache``: :class:`~kcache.dispatcher.options.Options`; ``frontend``: the
+    numba-cuda-mlir front-end (``kcache.dispatcher.frontends.numba_cuda_mlir.bridge.FRONTEND``;
+    ``kcache.jit`` and ``install`` hand it over through ``Frontend.adopt``). Raises TypeError
+    without one."""
 
-    def __init__(self, py_func, targetoptions=None, *, kcache=None):
+    def __init__(self, py_func, targetoptions=None, *, kcache=None, frontend=None):
+        frontend = frontend or getattr(_rebuilding, "frontend", None)
+        if frontend is None:
+            raise TypeError("KCacheMLIRDispatcher needs frontend= (the bridge's self._kcache_frontend, "
+                            "kcache.dispatcher.frontends.numba_cuda_mlir.bridge); kcache.jit "
+                            "and kcache.install make kernels with it")
         super().__init__(py_func, targetoptions)
-        self._kcache_setup(kcache if kcache is not None else Options())
+        self._kcache_setup(kcache if kcache is not None else Options(), frontend)
 
-    def _kcache_setup(self, options: Options) -> None:
+    def _reduce_states(self):
+        # numba-cuda-mlir pickles a dispatcher by its states and rebuilds it with
+        # cls(py_func, targetoptions=...) (serialize.ReduceMixin): the front-end goes with
+        # them, by reference (Frontend objects pickle as their bridge's FRONTEND).
+        return {**super()._reduce_states(), "frontend": self._kcache_frontend}
+
+    @classmethod
+    def _rebuild(cls, frontend=None, **states):
+        _rebuilding.frontend = frontend
+        try:
+            return super()._rebuild(**states)
+        finally:
+            _rebuilding.frontend = None
+
+    def _kcache_setup(self, options: Options, frontend) -> None:
         self._kcache = options
+        self._kcache_frontend = frontend  # a frontends.base.Frontend: handed to generic modules
         # The chip as the user gave it (None: the device's): numba-cuda-mlir writes the
         # resolved one into targetoptions at each compile, which kcache puts back after.
         self._kcache_chip = ("chip" in self.targetoptions, self.targetoptions.get("chip"))
@@ -128,7 +155,7 @@ class KCacheMLIRDispatcher(MLIRDispatcher):
         self._kcache_key_of = {}
         self.__dict__.setdefault("kcache_explanations", [])
         self._cache = KCacheCache(self)
-        options.prepare(FRONTEND, _signatures.key_targetoptions(self))
+        options.prepare(frontend, _signatures.key_targetoptions(self))
 
     # --- numba-cuda-mlir API ------------------------------------------------------------------
 
@@ -138,7 +165,7 @@ class KCacheMLIRDispatcher(MLIRDispatcher):
         options = _switch.adopting_options()
         if options is not None:
             if self._kcache is not options:
-                self._kcache_setup(options)
+                self._kcache_setup(options, self._kcache_frontend)
             return
         self._kcache.cache = True
         if _switch.installed() is not None:
@@ -160,7 +187,8 @@ class KCacheMLIRDispatcher(MLIRDispatcher):
         made = self.specializations.get((cc, argtypes))
         if made:
             return made
-        made = KCacheMLIRDispatcher(self.py_func, self.targetoptions, kcache=self._kcache)
+        made = KCacheMLIRDispatcher(self.py_func, self.targetoptions, kcache=self._kcache,
+                                    frontend=self._kcache_frontend)
         made._kcache_numba_cache = self._kcache_numba_cache
         made.compile_for(*argtypes)
         made.disable_compile()
@@ -243,7 +271,7 @@ class KCacheMLIRDispatcher(MLIRDispatcher):
         memo = (argtypes, cc)
         known = self._kcache_keys.get(memo)
         if known is None:
-            known = kernel_key_encoded(FRONTEND, self, argtypes, cc, None,
+            known = kernel_key_encoded(self._kcache_frontend, self, argtypes, cc, None,
                                        self._kcache.cache_key, store)
             known = self._kcache_keys.setdefault(memo, known)
         key, components, encoded = known
@@ -260,7 +288,7 @@ class KCacheMLIRDispatcher(MLIRDispatcher):
         clock = _STATE.clock = _process.LookupClock(self._kcache_name())
         try:
             served = self._kcache_load_or_compile(argtypes, original)
-            _record.note(FRONTEND, self, argtypes)  # KCACHE_RECORD: a signature compiled
+            _record.note(self._kcache_frontend, self, argtypes)  # KCACHE_RECORD: a signature compiled
             return served
         finally:
             clock.total = _now() - start
@@ -358,13 +386,13 @@ class KCacheMLIRDispatcher(MLIRDispatcher):
         """Compile through numba-cuda-mlir's own path (``original``), keeping the compile
         result its cache's ``save_overload`` is handed (None: it stores none) and what the
         compile warned, for the entry."""
-        _require.check(FRONTEND, self, argtypes)
+        _require.check(self._kcache_frontend, self, argtypes)
         from ... import compile_warnings as _warnings
         from ... import dep_guard as _dep_guard
         captured = self._cache.capture()
         start = time.perf_counter()
         try:
-            with _warnings.captured() as said, _dep_guard.watched(FRONTEND, self.py_func) as stale:
+            with _warnings.captured() as said, _dep_guard.watched(self._kcache_frontend, self.py_func) as stale:
                 result = original()
         finally:
             self._cache.release()
@@ -443,7 +471,7 @@ class KCacheMLIRDispatcher(MLIRDispatcher):
         if built.cres is None:
             raise NotStorable("numba-cuda-mlir does not store this compile on disk either "
                               "(a launch-configuration specialization)")
-        return kernel_to_entry(FRONTEND, built, full_cc(cc), kernel_name=self._kcache_name(),
+        return kernel_to_entry(self._kcache_frontend, built, full_cc(cc), kernel_name=self._kcache_name(),
                                signature=_signatures.signature_display(argtypes),
                                arch=_signatures.compiled_arch(built.cres, cc),
                                compile_seconds=built.seconds, warnings=built.warnings)
@@ -454,7 +482,7 @@ class KCacheMLIRDispatcher(MLIRDispatcher):
         memory carveout a compile gets; None when the entry cannot be used here (warned)."""
         start = _now()
         try:
-            wrapped = entry_to_kernel(FRONTEND, entry, argtypes, full_cc(cc),
+            wrapped = entry_to_kernel(self._kcache_frontend, entry, argtypes, full_cc(cc),
                                       targetoptions=self.targetoptions)
         except Exception as exc:  # whatever a field of an entry makes the rebuild raise
             warn_once("dispatcher-entry", f"kcache: an entry of {self._kcache_name()} cannot "
@@ -515,11 +543,16 @@ class _Built:
         self.warnings = self._kcache_stale = None
 
 
-def adopt(dispatcher, options: Options):
-    """Turn an existing ``MLIRDispatcher`` into a :class:`KCacheMLIRDispatcher` in place
-    (nothing compiled yet is lost)."""
+def adopt(frontend, dispatcher, options: Options):
+    """Turn an existing ``MLIRDispatcher`` into a :class:`KCacheMLIRDispatcher` of ``frontend``
+    (the bridge's ``FRONTEND``) in place (nothing compiled yet is lost)."""
     if isinstance(dispatcher, KCacheMLIRDispatcher):
         return dispatcher
     dispatcher.__class__ = KCacheMLIRDispatcher
-    dispatcher._kcache_setup(options)
+    dispatcher._kcache_setup(options, frontend)
     return dispatcher
+
+
+#: The front-end of the dispatcher being rebuilt by numba-cuda-mlir's unpickling, per thread
+#: (``MLIRDispatcher._rebuild`` calls ``cls(py_func, targetoptions=...)``).
+_rebuilding = threading.local()
