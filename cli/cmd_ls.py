@@ -44,13 +44,34 @@ _WITH_SIGNATURE = tuple(Column(c.header, c.right, c.shrink, c.keep, 0, c.cut)
 
 def columns_for(views) -> tuple:
     """:data:`COLUMNS`, with Signature kept when it is what tells two rows apart (the same
-    kernel and arch)."""
-    seen = set()
+    kernel and arch), and a Front-end column after Arch when an entry is not numba-cuda's
+    (:func:`shows_frontend`)."""
+    seen, columns = set(), COLUMNS
     for v in views:
         if (v.kernel, v.arch) in seen:
-            return _WITH_SIGNATURE
+            columns = _WITH_SIGNATURE
+            break
         seen.add((v.kernel, v.arch))
-    return COLUMNS
+    if shows_frontend(views):
+        at = [c.header for c in columns].index("Arch") + 1
+        columns = columns[:at] + (FRONTEND_COLUMN,) + columns[at:]
+    return columns
+
+
+#: The front-end of a kernel entry on a terminal, short (docs/cli.md): numba-cuda-mlir's as
+#: "mlir"; shown only in a listing holding an entry that is not numba-cuda's.
+FRONTEND_COLUMN = Column("Front-end")
+_SHORT_FRONTEND = {"numba-cuda-mlir": "mlir"}
+
+
+def shows_frontend(views) -> bool:
+    """True when a kernel entry of ``views`` was compiled by another front-end than
+    numba-cuda (a cache of numba-cuda kernels only lists as it always did)."""
+    return any(getattr(v, "frontend", None) not in (None, "numba-cuda") for v in views)
+
+
+def frontend_cell(view) -> str | None:
+    return _SHORT_FRONTEND.get(view.frontend, view.frontend)
 
 #: Header of the plain (piped) table: the entry object's JSON field names (docs/cli.md).
 PLAIN_NAMES = ("short_key", "kernel", "signature", "arch", "file_size", "hits", "last_used",
@@ -129,9 +150,11 @@ def run(args) -> int:
                    checked=True)
     else:
         views = [view for view, _ in rows]
+        fe = shows_frontend(views)
         print_table(
             columns_for(views), views,
             human=lambda v: (v.short_key, v.kernel_cell(), v.signature_cell(), v.arch,
+                             *((frontend_cell(v),) if fe else ()),
                              human_size(v.file_size), v.hits, ago(v.last_used),
                              human_seconds(v.compile_seconds)),
             plain=lambda v: (v.short_key, v.kernel_cell(), v.signature_cell(), v.arch, v.file_size,

@@ -30,7 +30,7 @@ class EntryView:
     wording of why its header cannot be read, or None."""
 
     __slots__ = ("info", "key", "kernel", "signature", "arch", "file_size", "hits", "created",
-                 "last_used", "compile_seconds", "problem", "kind", "entry_points")
+                 "last_used", "compile_seconds", "problem", "kind", "entry_points", "frontend")
 
     def __init__(self, info) -> None:
         self.info = info
@@ -48,6 +48,11 @@ class EntryView:
         # ``kernel`` is its name (ProgramOptions.name) and ``entry_points`` its kernels.
         self.kind = entry_kind(info.components)
         self.entry_points = _entry_points(info.meta) if self.kind == "program" else []
+        # The compiler front-end of a kernel entry: "numba-cuda" (entries without the field,
+        # written before there was another) or "numba-cuda-mlir"; None for a program or an
+        # unreadable entry.
+        self.frontend = (None if self.kind == "program" or self.problem
+                         else _frontend(info.meta))
 
     @property
     def short_key(self) -> str:
@@ -64,6 +69,12 @@ class EntryView:
     def signature_cell(self) -> str | None:
         """The signature for tables; a program's entry points, comma-separated."""
         return ", ".join(self.entry_points) or None if self.kind == "program" else self.signature
+
+
+def _frontend(meta: Any) -> str | None:
+    """A kernel entry's ``meta["frontend"]`` as text, "numba-cuda" when absent."""
+    value = meta.get("frontend", "numba-cuda") if isinstance(meta, dict) else "numba-cuda"
+    return text(value)
 
 
 def _entry_points(meta: Any) -> list[str]:
@@ -96,6 +107,7 @@ def entry_record(view: EntryView, stale: bool | None = None) -> dict[str, Any]:
         "problem": view.problem,
         "kind": view.kind,
         "entry_points": view.entry_points,
+        "frontend": view.frontend,
     }
     if stale is not None:
         record["stale"] = stale

@@ -20,7 +20,8 @@ artifact makes the entry corrupt: a miss, quarantined). What is checked, and not
   at least a container header (16 bytes).
 
 Checked are kernel entries (meta holding every field kcache.dispatcher needs to rebuild a
-launchable kernel, :data:`KERNEL_FIELDS`) and program entries (``meta["kind"] == "program"``,
+launchable kernel, :data:`KERNEL_FIELDS`; numba-cuda-mlir's, ``meta["frontend"]``, theirs,
+:data:`MLIR_KERNEL_FIELDS`) and program entries (``meta["kind"] == "program"``,
 kcache.programs: every artifact must be one of these three kinds, what cuda.core's
 ``Program.compile`` makes, since bytes of any other kind would be served unchecked); an entry
 the store is given for other uses keeps its artifacts opaque.
@@ -40,7 +41,8 @@ import re
 import struct
 
 __all__ = ["describe", "sniff", "cubin_arch", "cubin_entry_points", "ptx_arch",
-           "ptx_entry_points", "KERNEL_FIELDS", "EM_CUDA", "LTOIR_MAGIC", "check", "problem"]
+           "ptx_entry_points", "KERNEL_FIELDS", "MLIR_FRONTEND", "MLIR_KERNEL_FIELDS", "EM_CUDA",
+           "LTOIR_MAGIC", "check", "problem"]
 
 ELF_MAGIC = b"\x7fELF"
 #: NVVM LTO-IR as NVRTC and nvJitLink write it.
@@ -178,6 +180,14 @@ KERNEL_FIELDS = (
     "entry_name", "name", "cooperative", "needs_cudadevrt", "nrt", "max_registers", "lto",
     "nvvm_options", "launch_config_sensitive", "shared_memory_carveout", "debug", "lineinfo",
 )
+#: ``meta["frontend"]`` of a numba-cuda-mlir kernel entry, and its meta fields: what
+#: kcache.dispatcher's numba-cuda-mlir bridge rebuilds a compile result from (its
+#: ``rebuild.STATE_FIELDS``). An entry without ``frontend`` is numba-cuda's.
+MLIR_FRONTEND = "numba-cuda-mlir"
+MLIR_KERNEL_FIELDS = (
+    "func_name", "cooperative", "needs_nrt", "nrt_inline", "dynamic_shared_memory",
+    "gpu_target", "lto", "capi", "launch_config_sensitive",
+)
 EM_CUDA = 190
 _ELF64_HEADER = 64  # bytes
 _ELF64_SHDR = 64  # bytes of one section header
@@ -248,16 +258,21 @@ def check(kind: str, data: bytes) -> str | None:
 
 
 def problem(artifacts: dict, meta: dict) -> str | None:
-    """Why a kernel entry (``meta`` holds every one of :data:`KERNEL_FIELDS`) or a program entry
-    (``meta["kind"] == "program"``; an artifact of another kind than cubin, PTX or LTO-IR is
-    refused too) with ``artifacts`` (name -> bytes) must not be used, e.g.
+    """Why a kernel entry (``meta`` holds every one of :data:`KERNEL_FIELDS`; with
+    ``meta["frontend"] == "numba-cuda-mlir"``, every one of :data:`MLIR_KERNEL_FIELDS`) or a
+    program entry (``meta["kind"] == "program"``; an artifact of another kind than cubin, PTX
+    or LTO-IR is refused too) with ``artifacts`` (name -> bytes) must not be used, e.g.
     "bad cubin: truncated: ...", or None (also for any other entry). Raises nothing."""
     if not isinstance(meta, dict):
         return None
     if meta.get("kind") != "program":
-        if not meta.keys() >= _KERNEL_FIELD_SET:
-            return None
-        why = _kernel_meta_problem(meta)
+        frontend = meta.get("frontend", "numba-cuda")
+        if frontend == MLIR_FRONTEND:  # every field required: it says it is such an entry
+            why = _mlir_meta_problem(meta)
+        elif frontend != "numba-cuda" or not meta.keys() >= _KERNEL_FIELD_SET:
+            return None  # no kernel of a front-end kcache serves (none is rebuilt from it)
+        else:
+            why = _kernel_meta_problem(meta)
         if why is not None:
             return why
     program = meta.get("kind") == "program"
@@ -295,6 +310,29 @@ def _kernel_meta_problem(meta: dict) -> str | None:
     table = meta.get("exceptions")
     if table is not None and not _exception_table_ok(table):
         return "bad kernel fields: exceptions must map a code to [class, args, location]"
+    return None
+
+
+def _mlir_meta_problem(meta: dict) -> str | None:
+    """:func:`_kernel_meta_problem` for a numba-cuda-mlir kernel entry (MLIR_KERNEL_FIELDS)."""
+    missing = [f for f in MLIR_KERNEL_FIELDS if f not in meta]
+    if missing:
+        return f"bad kernel fields: {missing[0]} missing from a numba-cuda-mlir entry"
+    if type(meta["func_name"]) is not str or not meta["func_name"]:
+        return "bad kernel fields: func_name must be text"
+    for field in ("cooperative", "needs_nrt", "nrt_inline", "lto", "launch_config_sensitive"):
+        if type(meta[field]) not in (bool, int):
+            return f"bad kernel fields: {field} must be true or false"
+    if type(meta["dynamic_shared_memory"]) is not int or meta["dynamic_shared_memory"] < 0:
+        return "bad kernel fields: dynamic_shared_memory must be a number of bytes"
+    if meta["capi"] is not None and type(meta["capi"]) is not str:
+        return "bad kernel fields: capi must be text or nil"
+    target = meta["gpu_target"]
+    if type(target) is not dict or not all(
+            type(k) is str and (v is None or type(v) in (bool, int, str) or (
+                type(v) is list and all(type(x) in (int, str) for x in v)))
+            for k, v in target.items()):
+        return "bad kernel fields: gpu_target must map names to plain values"
     return None
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numba_cuda_mlir
 
+from kcache.entry.artifacts import MLIR_KERNEL_FIELDS
+
 from . import support
 
 
@@ -23,9 +25,7 @@ class NumbaCudaMlir:
     jit_name = "numba_cuda_mlir.cuda.jit"
     #: What a kernel entry of this front-end keeps besides its artifacts
     #: (``kernel_entry``; ``kcache.entry.artifacts.MLIR_KERNEL_FIELDS`` checks them).
-    state_fields = ("func_name", "cooperative", "needs_nrt", "nrt_inline",
-                    "dynamic_shared_memory", "gpu_target", "lto", "capi",
-                    "launch_config_sensitive")
+    state_fields = MLIR_KERNEL_FIELDS
 
     def version(self) -> str | None:
         return str(getattr(numba_cuda_mlir, "__version__", None) or "") or None

@@ -4,13 +4,14 @@ context (:func:`rebuild_kernel`), as numba-cuda-mlir's own cache does (``caching
 ``reduce``/``rebuild``; kcache keeps plain data only, in msgpack, never pickle)."""
 from __future__ import annotations
 
+from kcache.entry.artifacts import MLIR_KERNEL_FIELDS
+
 from .internals import (REQUIRED_DYNAMIC_SHARED_MEMORY, CachedCompileResult, CompileResult,
                         make_signature, types)
 
 #: The metadata an entry of a numba-cuda-mlir kernel holds besides its artifacts, all plain
 #: data (``kcache.entry.artifacts.MLIR_KERNEL_FIELDS`` checks their types on every read).
-STATE_FIELDS = ("func_name", "cooperative", "needs_nrt", "nrt_inline", "dynamic_shared_memory",
-                "gpu_target", "lto", "capi", "launch_config_sensitive")
+STATE_FIELDS = MLIR_KERNEL_FIELDS
 
 
 def compile_result(kernel):
