@@ -95,6 +95,8 @@ NOT_IN_KEY = {
                           "numba-cuda builds its own (numba.cuda.compiler.DefaultPassBuilder)",
     "NUMBA_CUDA_ENABLE_NRT": "read once at import into CUDA_ENABLE_NRT, which is in the key",
     "NUMBA_CUDA_NRT_STATS": "read once at import into CUDA_NRT_STATS",
+    "CUDA_DUMP_NVVM": "numba-cuda-mlir (NUMBA_CUDA_MLIR_DUMP_NVVM): where the NVVM IR fed to "
+                      "libNVVM is dumped; " + _OUTPUT,
 }
 
 #: Diagnostic settings (a subset of NOT_IN_KEY: they do not change the code) under which the
@@ -105,7 +107,12 @@ BYPASS = (
     "DEBUG_PRINT_AFTER", "DEBUG_PRINT_BEFORE", "DEBUG_PRINT_WRAP", "DEBUG_TYPEINFER", "DIFF_IR",
     "DUMP_ASSEMBLY", "DUMP_BYTECODE", "DUMP_CFG", "DUMP_FUNC_OPT", "DUMP_IR", "DUMP_LLVM",
     "DUMP_OPTIMIZED", "DUMP_SSA", "LLVM_PASS_TIMINGS", "TRACE", "CHROME_TRACE", "JIT_COVERAGE",
+    "CUDA_DUMP_NVVM",
 )
+#: The environment variable of a setting whose name is not NUMBA_<setting> (numba-cuda-mlir's
+#: vendored configuration reads NUMBA_CUDA_MLIR_* for its own).
+_ENV_NAMES = {"CUDA_DUMP_NVVM": "NUMBA_CUDA_MLIR_DUMP_NVVM",
+              "CUDA_DISABLE_LTO_OPT": "NUMBA_CUDA_MLIR_DISABLE_LTO_OPT"}
 _OFF = (None, 0, False, "", "none")
 
 
@@ -124,7 +131,8 @@ def bypass_reason(config) -> str | None:
         if isinstance(value, str):
             value = value.strip().lower()
         if value not in _OFF:
-            reason = f"NUMBA_{name} is on: the compiler's output is shown, so the kernel is compiled"
+            reason = (f"{_ENV_NAMES.get(name, 'NUMBA_' + name)} is on: the compiler's output "
+                      "is shown, so the kernel is compiled")
             break
     memo[0], memo[1] = values, reason
     return reason
@@ -158,6 +166,8 @@ WARNINGS_IN_KEY = {
 IN_KEY_WHEN_CHANGED = {
     "USE_LEGACY_TYPE_SYSTEM": (1, "numba 0.61-0.64: 0 selects numba's new (NumPy-based) type "
                                   "system at import (numba.core.types), which types kernels"),
+    "CUDA_DISABLE_LTO_OPT": (0, "numba-cuda-mlir (NUMBA_CUDA_MLIR_DISABLE_LTO_OPT): 1 links "
+                                "LTO cubins at optimization level 0 (cudadrv.driver._Linker)"),
     "CAPTURED_ERRORS": ("new_style", "numba 0.60: old_style lets a typing template that "
                                      "raises any error be skipped, so another may type the "
                                      "call (numba.core.types.functions, typeinfer)"),
