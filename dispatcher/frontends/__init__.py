@@ -59,14 +59,17 @@ def of_dispatcher(obj):
 def default():
     """The front-end ``kcache.jit``, ``compile_for`` and ``kcache warm`` use when none is
     named: the first (numba-cuda, then numba-cuda-mlir) the process has imported, else the
-    first installed (its distribution's metadata). Raises ImportError when neither is."""
-    for name, (pkg, _where) in _KNOWN.items():
-        if pkg in sys.modules:
-            return by_name(name)
+    first installed (its distribution's metadata) that imports. Raises ImportError when
+    neither does."""
     from kcache.toolchain import package_versions
     installed = package_versions()
-    for name in NAMES:
-        if name in installed:
-            return by_name(name)
-    raise ImportError("kcache.dispatcher needs numba-cuda or numba-cuda-mlir; neither is "
-                      "installed")
+    imported_first = sorted(NAMES, key=lambda n: _KNOWN[n][0] not in sys.modules)
+    problems = []
+    for name in imported_first:
+        if _KNOWN[name][0] in sys.modules or name in installed:
+            try:
+                return by_name(name)
+            except ImportError as exc:  # metadata left behind, or a broken install
+                problems.append(f"{name}: {exc}")
+    raise ImportError("kcache.dispatcher needs numba-cuda or numba-cuda-mlir; "
+                      + ("; ".join(problems) if problems else "neither is installed"))

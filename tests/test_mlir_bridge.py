@@ -1,0 +1,177 @@
+"""The numba-cuda-mlir bridge (docs/mlir.md): it implements every member of
+``frontends.base.Frontend``, pickles by reference, reads the registries numba-cuda-mlir's
+contexts install, keeps its entries' fields plain and checked, and refuses a release outside
+>= 0.6, < 0.7 with one warning (the program runs uncached). No GPU: compiles target an
+explicit cc."""
+import inspect
+import json
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytest.importorskip("numba_cuda_mlir")
+
+from kcache.dispatcher.frontends import base  # noqa: E402
+from kcache.dispatcher.frontends.numba_cuda_mlir import support  # noqa: E402
+from kcache.dispatcher.frontends.numba_cuda_mlir.bridge import FRONTEND  # noqa: E402
+from kcache.entry.artifacts import MLIR_KERNEL_FIELDS, problem  # noqa: E402
+
+pytestmark = pytest.mark.compat
+
+SIG = "void(float32[::1], float32[::1])"
+
+
+def test_the_bridge_implements_the_frontend_protocol():
+    members = sorted(n for n in vars(base.Frontend) if not n.startswith("_")) + \
+        sorted(base.Frontend.__annotations__)
+    for name in members:
+        assert hasattr(FRONTEND, name), name
+        want = getattr(base.Frontend, name, None)
+        if callable(want):
+            mine = inspect.signature(getattr(FRONTEND, name))
+            theirs = inspect.signature(want)
+            assert list(mine.parameters) == [p for p in theirs.parameters if p != "self"], name
+    assert FRONTEND.name == "numba-cuda-mlir" and FRONTEND.refusal() is None
+    import numba_cuda_mlir.numba_cuda
+    from numba_cuda_mlir import cuda
+    assert FRONTEND.numba() is numba_cuda_mlir.numba_cuda
+    assert FRONTEND.jit() is cuda.jit
+    assert FRONTEND.is_kernel_dispatcher(cuda.jit(lambda a: None))
+    assert FRONTEND.is_signature(SIG) and not FRONTEND.is_signature(len)
+    assert FRONTEND.state_fields == MLIR_KERNEL_FIELDS
+
+
+def test_a_front_end_pickles_as_its_bridges_object():
+    assert pickle.loads(pickle.dumps(FRONTEND)) is FRONTEND
+
+
+def test_selectors_tell_the_front_ends_apart():
+    from numba_cuda_mlir import cuda
+
+    from kcache.dispatcher import frontends
+    assert frontends.by_name("numba-cuda-mlir") is FRONTEND
+    assert frontends.of_dispatcher(cuda.jit(lambda a: None)) is FRONTEND
+    assert frontends.of_dispatcher(len) is None
+    with pytest.raises(ValueError, match="unknown front-end 'numba'"):
+        frontends.by_name("numba")
+
+
+@pytest.mark.parametrize("text, ok", [("0.6.0", True), ("0.6.3.dev2", True), ("0.5.9", False),
+                                      ("0.7.0", False), ("1.0", False), ("garbage", False)])
+def test_the_supported_releases(text, ok):
+    assert support.version_supported(text) is ok
+
+
+def test_the_registry_tables_hold_every_registry_the_contexts_install():
+    """An upgrade that installs a registry the tables miss would let its registrations
+    change code without changing keys: listed here, it fails instead."""
+    from kcache.dispatcher.frontends.numba_cuda_mlir import registries
+    known, installed = registries.known_and_installed_registries()
+    assert [name for name, r in installed if id(r) not in known] == []
+
+
+def test_every_configuration_variable_is_classified():
+    from kcache.dispatcher import numba_config
+    import numba_cuda_mlir.mlir_optimization  # noqa: F401  (reads config at import)
+    config = FRONTEND.numba_config()
+    assert len(numba_config.config_variables(config)) > 50
+    assert numba_config.unclassified(config) == []
+
+
+def _meta(**changes):
+    meta = {"func_name": "_Z1kf", "cooperative": False, "needs_nrt": False,
+            "nrt_inline": False, "dynamic_shared_memory": 0,
+            "gpu_target": {"chip": "sm_90", "cc": [9, 0], "linker_arch": "sm_90"},
+            "lto": False, "capi": None, "launch_config_sensitive": False,
+            "frontend": "numba-cuda-mlir"}
+    meta.update(changes)
+    return meta
+
+
+@pytest.mark.parametrize("changes, why", [
+    ({}, None),
+    ({"func_name": 3}, "func_name must be text"),
+    ({"func_name": ""}, "func_name must be text"),
+    ({"cooperative": "yes"}, "cooperative must be true or false"),
+    ({"dynamic_shared_memory": -1}, "dynamic_shared_memory"),
+    ({"capi": b"x"}, "capi must be text or nil"),
+    ({"gpu_target": {"cc": [{"x": 1}]}}, "gpu_target"),
+    ({"gpu_target": []}, "gpu_target"),
+])
+def test_an_entrys_fields_are_checked(changes, why):
+    from mlirkit import cubin
+    found = problem({"cubin": cubin()}, _meta(**changes))
+    assert (found is None) if why is None else (why in found), found
+
+
+def test_a_missing_field_or_a_bad_cubin_is_a_problem():
+    from mlirkit import cubin
+    meta = _meta()
+    del meta["gpu_target"]
+    assert "gpu_target missing" in problem({"cubin": cubin()}, meta)
+    assert problem({"cubin": b"\x7fELF garbage"}, _meta()).startswith("bad cubin")
+    # another front-end's name: no kernel of a front-end kcache serves, nothing rebuilt from it
+    assert problem({"cubin": b"junk"}, _meta(frontend="numba-cuda-next")) is None
+
+
+_REFUSED = textwrap.dedent("""\
+    import json, os, sys, warnings
+    import numba_cuda_mlir
+    numba_cuda_mlir.__version__ = sys.argv[1]  # as a later release would say it
+    from numba_cuda_mlir import cuda
+    from numba_cuda_mlir.descriptor import MLIRDispatcher
+    enable, init = MLIRDispatcher.__dict__["enable_caching"], MLIRDispatcher.__dict__["__init__"]
+
+    def body(a):
+        a[0] = 1
+
+    out = {}
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        os.environ["KCACHE_ENABLE"] = "all"
+        import kcache._hook  # numba_cuda_mlir is imported: installs at once
+        out["hook"] = type(cuda.jit(body)).__name__
+        import kcache
+        k = kcache.jit(body, frontend="numba-cuda-mlir")
+        out["jit"] = [type(k).__name__, type(k._cache).__name__]
+        kcache.install("all")
+        out["installed"] = kcache.dispatcher.installed()
+        out["numba_cuda"] = "numba.cuda" in sys.modules  # numba-cuda's .pth may import it
+        out["untouched"] = (MLIRDispatcher.__dict__["enable_caching"] is enable
+                            and MLIRDispatcher.__dict__["__init__"] is init)
+        out["own_cache"] = type(cuda.jit(cache=True)(body)._cache).__name__
+        try:
+            kcache.compile_for(k, "void(float32[::1])", cc="9.0")
+        except kcache.KcacheError as exc:
+            out["compile_for"] = [type(exc).__name__, str(exc)]
+    out["warnings"] = [[w.category.__name__, str(w.message)] for w in seen
+                       if "kcache" in str(w.message)]
+    out["cache"] = os.listdir(os.environ["KCACHE_DIR"]) if os.path.exists(os.environ["KCACHE_DIR"]) else []
+    print(json.dumps(out))
+    """)
+
+
+@pytest.mark.parametrize("version", ["0.7.0", "0.5.0"])
+def test_an_unsupported_release_is_one_warning_and_kernels_run_uncached(tmp_path, version):
+    script = tmp_path / "child.py"
+    script.write_text(_REFUSED)
+    env = dict(os.environ, KCACHE_DIR=str(tmp_path / "cache"))
+    env.pop("KCACHE_ENABLE", None)
+    proc = subprocess.run([sys.executable, str(script), version], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.splitlines()[-1])
+    line = (f"numba-cuda-mlir {version} is not supported by kcache (supported: numba-cuda-mlir "
+            ">= 0.6, < 0.7); its kernels run uncached in this process")
+    assert out["warnings"] == [["KcacheWarning", line]]  # one, for hook, jit and install
+    assert out["hook"] == "MLIRDispatcher" and out["jit"] == ["MLIRDispatcher", "NullCache"]
+    # nothing installed, unless numba-cuda was imported too (it is served then)
+    assert out["installed"] == ("all" if out["numba_cuda"] else None)
+    assert out["untouched"] is True
+    assert out["own_cache"] == "MLIRCache"  # cache=True: numba-cuda-mlir's own, as without
+    assert out["compile_for"] == ["KcacheError", line]
+    assert out["cache"] == []
