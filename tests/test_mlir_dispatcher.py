@@ -1,0 +1,227 @@
+"""numba-cuda-mlir kernels served from the store, in real processes (docs/mlir.md): a child
+stands in for a GPU of a given cc (``tools._cached_cc``, what numba-cuda-mlir asks the device
+for), so its compiles and hits are the real ones; only the launch needs a GPU
+(tests/test_mlir_gpu.py). Entries warmed without a GPU (compile_for) are what a GPU process
+finds; a hit builds neither the typing nor the target context; the stale-kernel cases miss;
+the two front-ends' entries never serve each other."""
+import json
+import textwrap
+
+import pytest
+
+pytest.importorskip("numba_cuda_mlir")
+
+import kcache  # noqa: E402
+
+from mlirkit import MATHBITS, SIG, run, write  # noqa: E402
+
+pytestmark = pytest.mark.slow  # real compiles, one or two per child
+
+#: In a child: the kernel called through both of numba-cuda-mlir's paths (compile(sig), as
+#: an eager signature; _compile_impl, as the launcher does with the arguments), then what
+#: happened. cc "0.0" in the child: no stand-in, compile_for's own offline target.
+CALL = """
+    import numpy as np
+    import kcache
+    import kernels
+    from numba_cuda_mlir.descriptor import mlir_target
+    x = np.ones(4, np.float32)
+    cres = kernels.axpy.compile(sys.argv[3] if len(sys.argv) > 3 else "{sig}")
+    launched = kernels.axpy._compile_impl([x, x])
+    st = kernels.axpy.stats
+    print(json.dumps({{
+        "type": type(kernels.axpy).__name__, "hits": sum(st.cache_hits.values()),
+        "compiles": st.compiles, "keys": sorted(set(st.keys.values())),
+        "uncached": st.uncached, "contexts": mlir_target._typingctx_initialized,
+        "cubin": cres.metadata["cubin"].hex(), "launched": launched[0] == cres.metadata["cubin"],
+        "func_name": launched[1], "explained": kcache.explain(kernels.axpy),
+        "counts": dict(kcache.dispatcher.process_counts())}}))
+""".format(sig=SIG)
+CALL = textwrap.dedent(CALL)  # other lines may come before it
+
+
+def _kcache_jit(directory, eager=True):
+    """kernels.py with kcache.jit(frontend="numba-cuda-mlir") kernels (``eager``: with the
+    kernel of an eager signature, which compiles, or is served, at import)."""
+    source = (directory / "kernels.py").read_text().replace(
+        "@cuda.jit\n", "@kcache.jit(frontend='numba-cuda-mlir')\n").replace(
+        '@cuda.jit("void(float32[::1])")',
+        '@kcache.jit("void(float32[::1])", frontend="numba-cuda-mlir")')
+    if not eager:
+        source = source[:source.index("@kcache.jit(\"void")]
+    (directory / "kernels.py").write_text("import kcache\n" + source)
+
+
+@pytest.fixture
+def kernels(tmp_path):
+    directory = write(tmp_path / "src")
+    _kcache_jit(directory)
+    return directory
+
+
+def test_a_miss_then_a_hit_in_a_fresh_process_without_the_contexts(kernels, tmp_path):
+    root = tmp_path / "cache"
+    first = run(CALL, kernels, root)
+    assert first["type"] == "KCacheMLIRDispatcher"
+    assert first["compiles"] == 1 and first["hits"] == 0 and first["launched"]
+    second = run(CALL, kernels, root)
+    assert second["compiles"] == 0 and second["hits"] == 1
+    assert second["contexts"] is False  # served before numba-cuda-mlir's refresh
+    assert second["cubin"] == first["cubin"] and second["launched"]
+    assert second["func_name"] == first["func_name"] and second["keys"] == first["keys"]
+    listed = json.loads(_cli(root, "ls", "--json"))["entries"]
+    assert {(e["kernel"], e["frontend"], e["arch"]) for e in listed} == {
+        ("kernels:axpy", "numba-cuda-mlir", "sm_90"), ("kernels:eager", "numba-cuda-mlir", "sm_90")}
+    _cli(root, "verify")  # every entry checks out (exit status 0)
+
+
+def _cli(root, *args) -> str:
+    import os
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, "-m", "kcache", *args], capture_output=True,
+                          text=True, env=dict(os.environ, KCACHE_DIR=str(root)), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_entries_warmed_without_a_gpu_are_hits_on_one(tmp_path):
+    """compile_for (no device at all) stores the entries a process on a GPU of that cc finds:
+    the same keys, for each cc; the chip given decides the code, never the machine's."""
+    kernels = write(tmp_path / "src")
+    _kcache_jit(kernels, eager=False)  # importing an eager kernel compiles it: needs a GPU
+    root = tmp_path / "cache"
+    warmed = run(f"""
+        import kernels
+        rows = kcache.dispatcher.compile_for_report(kernels.axpy, "{SIG}", cc=["8.0", "9.0"])
+        print(json.dumps([[r.key, r.arch, r.cached] for r in rows]))
+    """.replace("import kernels", "import kcache, kernels"), kernels, root, cc="0.0")
+    assert [(arch, cached) for _k, arch, cached in warmed] == [("sm_80", False),
+                                                              ("sm_90", False)]
+    for cc, (key, _arch, _cached) in zip(("8.0", "9.0"), warmed):
+        got = run(CALL, kernels, root, cc=cc)
+        assert got["compiles"] == 0 and got["hits"] == 1 and got["keys"] == [key], cc
+    entries = {e["arch"]: e for e in json.loads(_cli(root, "ls", "--json"))["entries"]}
+    assert set(entries) == {"sm_80", "sm_90"}
+
+
+def test_stale_kernel_cases_miss(kernels, tmp_path):
+    """A callee edited in another module, a global changed at run time: a miss, compiled,
+    explained; the old entry is never served."""
+    root = tmp_path / "cache"
+    base = run(CALL, kernels, root)
+    (kernels / "mathbits.py").write_text(MATHBITS.replace("x + x", "x + x + x"))
+    edited = run("import kcache\nkcache.explain(True)\n" + CALL, kernels, root)
+    assert edited["compiles"] == 1 and edited["keys"] != base["keys"]
+    assert any("dependency mathbits.twice changed" in line for line in edited["explained"])
+    changed = run("import kernels as _k\n_k.SCALE = 3.0\n" + CALL, kernels, root)
+    assert changed["compiles"] == 1 and changed["keys"] not in (base["keys"], edited["keys"])
+    again = run("import kernels as _k\n_k.SCALE = 3.0\n" + CALL, kernels, root)
+    assert again["compiles"] == 0 and again["keys"] == changed["keys"]
+
+
+def test_the_transparent_switch_serves_cache_true_kernels(tmp_path):
+    """KCACHE_ENABLE=1: numba_cuda_mlir.cuda.jit(cache=True) kernels are kcache's, others
+    numba-cuda-mlir's own; KCACHE_ENABLE=all: every kernel. install() before the import of
+    numba_cuda_mlir serves it from its import on."""
+    directory = write(tmp_path / "src", {"mods": """
+        from numba_cuda_mlir import cuda
+
+        def body(a):
+            a[0] = 1.0
+
+        cached = cuda.jit(cache=True)(body)
+        plain = cuda.jit(body)
+    """.replace("\n        ", "\n")})
+    script = textwrap.dedent("""
+        import mods
+        print(json.dumps([type(mods.cached).__name__, type(mods.plain).__name__,
+                          type(mods.cached._cache).__name__]))
+    """)
+    root = tmp_path / "cache"
+    assert run(script, directory, root, env={"KCACHE_ENABLE": "1"}) == [
+        "KCacheMLIRDispatcher", "MLIRDispatcher", "KCacheCache"]
+    assert run(script, directory, root, env={"KCACHE_ENABLE": "all"})[:2] == [
+        "KCacheMLIRDispatcher", "KCacheMLIRDispatcher"]
+    assert run(script, directory, root) == ["MLIRDispatcher", "MLIRDispatcher", "MLIRCache"]
+    later = run("import kcache\nassert 'numba_cuda_mlir' not in sys.modules\n"
+                "kcache.install()\n" + script, directory, root, cc="0.0")
+    assert later[0] == "KCacheMLIRDispatcher" and later[1] == "MLIRDispatcher"
+
+
+def test_both_front_ends_in_one_process(tmp_path):
+    pytest.importorskip("numba.cuda")
+    directory = write(tmp_path / "src", {"both": """
+        from numba import cuda as nc
+        from numba_cuda_mlir import cuda as mc
+
+        def body(a):
+            a[0] = 1.0
+
+        nk = nc.jit(cache=True)(body)
+        mk = mc.jit(cache=True)(body)
+    """.replace("\n        ", "\n")})
+    got = run("""
+        import both, kcache
+        k1 = kcache.dispatcher.compile_for(both.nk, "void(float32[::1])", cc="9.0")
+        k2 = kcache.dispatcher.compile_for(both.mk, "void(float32[::1])", cc="9.0")
+        print(json.dumps([type(both.nk).__name__, type(both.mk).__name__, k1 != k2]))
+    """, directory, tmp_path / "cache", cc="0.0", env={"KCACHE_ENABLE": "1"})
+    assert got == ["KCacheDispatcher", "KCacheMLIRDispatcher", True]
+    listed = json.loads(_cli(tmp_path / "cache", "ls", "--json"))["entries"]
+    assert sorted(e["frontend"] for e in listed) == ["numba-cuda", "numba-cuda-mlir"]
+
+
+def test_a_cache_true_link_kernel_is_refused_as_numba_cuda_mlir_refuses_it(tmp_path):
+    """numba-cuda-mlir's cache raises RuntimeError for a ``link=`` kernel after compiling it;
+    under KCACHE_ENABLE so does kcache's (kcache.jit stores it)."""
+    directory = write(tmp_path / "src", {"linked": """
+        from numba_cuda_mlir import cuda
+        import os
+
+        LIB = os.path.join(os.path.dirname(__file__), "lib.ptx")
+
+        def body(a):
+            a[0] = 1.0
+
+        cached = cuda.jit(cache=True, link=[LIB])(body)
+    """.replace("\n        ", "\n")})
+    (directory / "lib.ptx").write_text(".version 8.0\n.target sm_90\n.address_size 64\n")
+    script = """
+        import linked
+        try:
+            linked.cached.compile("void(float32[::1])")
+            print(json.dumps("compiled"))
+        except RuntimeError as exc:
+            print(json.dumps(str(exc)))
+    """
+    own = run(script, directory, tmp_path / "c1")
+    ours = run(script, directory, tmp_path / "c2", env={"KCACHE_ENABLE": "1"})
+    assert own == ours == "Cannot pickle CUDACodeLibrary with linking files"
+
+
+def test_kcache_warm_for_numba_cuda_mlir_kernels(kernels, tmp_path):
+    """kcache warm --frontend numba-cuda-mlir: eager signatures and a signatures file, for
+    explicit ccs, no GPU; warming again compiles nothing."""
+    import os
+    import subprocess
+    import sys
+    (kernels / "sigs.txt").write_text(f"kernels:axpy {SIG}\n")
+    root = tmp_path / "cache"
+
+    def warm(*more):
+        proc = subprocess.run(
+            [sys.executable, "-m", "kcache", "--json", "warm", "--frontend", "numba-cuda-mlir",
+             "--cc", "9.0", "--jobs", "1", "--signatures", str(kernels / "sigs.txt"),
+             str(kernels / "kernels.py"), *more],
+            capture_output=True, text=True, cwd=kernels, timeout=600,
+            env=dict(os.environ, KCACHE_DIR=str(root), PYTHONPATH=str(kernels)))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return json.loads(proc.stdout)
+
+    first = warm()
+    assert first["frontend"] == "numba-cuda-mlir"
+    assert first["summary"]["compiled"] == 2 and first["summary"]["failed"] == 0
+    assert warm()["summary"]["compiled"] == 0
+    hit = run(CALL, kernels, root)
+    assert hit["compiles"] == 0 and hit["hits"] == 1
