@@ -175,3 +175,77 @@ def test_an_unsupported_release_is_one_warning_and_kernels_run_uncached(tmp_path
     assert out["own_cache"] == "MLIRCache"  # cache=True: numba-cuda-mlir's own, as without
     assert out["compile_for"] == ["KcacheError", line]
     assert out["cache"] == []
+
+
+def test_an_entry_round_trips_and_is_never_another_front_ends(tmp_path):
+    """kernel_state -> entry (msgpack, checked) -> compile result with the same artifacts and
+    launch data; an entry of another front-end is refused by the rebuild (keys differ: only a
+    forged entry could be found under a numba-cuda-mlir key)."""
+    from numba_cuda_mlir import cuda
+
+    import kcache
+    from kcache.dispatcher.frontends.numba_cuda_mlir import offline
+    from kcache.dispatcher.kernel_entry import NotStorable, entry_to_kernel, kernel_to_entry
+
+    def one(a):
+        a[0] = 1.0
+
+    with offline.offline_target((8, 0)):
+        compiled = cuda.jit(one).compile("void(float32[::1])")
+    entry = kernel_to_entry(FRONTEND, compiled, (8, 0, ""), kernel_name="m:one",
+                            signature="(array(float32, 1d, C),)", arch="sm_80",
+                            compile_seconds=0.5)
+    assert entry.meta["frontend"] == "numba-cuda-mlir" and entry.meta["arch"] == "sm_80"
+    assert problem(entry.artifacts, entry.meta) is None
+    store = kcache.Store(tmp_path)
+    assert store.put("a" * 64, entry)
+    loaded = store.load("a" * 64)
+    argtypes = FRONTEND.normalize_signature("void(float32[::1])")
+    served = entry_to_kernel(FRONTEND, loaded, argtypes, (8, 0, ""), targetoptions={})
+    for field in ("cubin", "func_name", "ptx", "needs_nrt"):
+        assert served.metadata[field] == compiled.metadata[field], field
+    assert served.signature.args == compiled.signature.args
+    assert ".target sm_80" in loaded.artifacts["ptx"].decode()
+    forged = kcache.Entry(artifacts=dict(loaded.artifacts),
+                          meta={k: v for k, v in loaded.meta.items() if k != "frontend"})
+    with pytest.raises(NotStorable, match="numba-cuda kernel, not a numba-cuda-mlir one"):
+        entry_to_kernel(FRONTEND, forged, argtypes, (8, 0, ""), targetoptions={})
+
+
+_ONLY_MLIR = textwrap.dedent("""\
+    import importlib.abc, json, sys
+
+    class NoNumba(importlib.abc.MetaPathFinder):  # an environment without numba-cuda
+        def find_spec(self, name, path=None, target=None):
+            if name.partition(".")[0] in ("numba", "numba_cuda", "llvmlite"):
+                raise ModuleNotFoundError(f"No module named {name!r}")
+
+    sys.meta_path.insert(0, NoNumba())
+    for name in [m for m in sys.modules if m.partition(".")[0] in ("numba", "numba_cuda",
+                                                                     "llvmlite")]:
+        del sys.modules[name]
+    import kcache, kcache.dispatcher
+    from numba_cuda_mlir import cuda
+
+    @kcache.jit
+    def k(a):
+        a[0] = 1.0
+
+    keys = kcache.compile_for(k, "void(float32[::1])", cc="9.0")
+    print(json.dumps([type(k).__name__, len(keys), "numba" in sys.modules,
+                      kcache.dispatcher.frontends.default().name]))
+    """)
+
+
+def test_kcache_works_with_numba_cuda_mlir_as_the_only_front_end(tmp_path):
+    """No numba, llvmlite or numba-cuda importable: kcache.jit picks numba-cuda-mlir,
+    compile_for stores its entries."""
+    script = tmp_path / "only.py"
+    script.write_text(_ONLY_MLIR)
+    env = dict(os.environ, KCACHE_DIR=str(tmp_path / "cache"))
+    env.pop("KCACHE_ENABLE", None)
+    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.splitlines()[-1]) == [
+        "KCacheMLIRDispatcher", 1, False, "numba-cuda-mlir"]
