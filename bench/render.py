@@ -223,6 +223,32 @@ def before_after_table(figs: dict) -> list[str]:
     return out + [""]
 
 
+MLIR_MODES = ("kcache", "numba_cuda_mlir", "none")
+MLIR_NAMES = {"kcache": "kcache (`KCACHE_ENABLE=1`)",
+              "numba_cuda_mlir": "numba-cuda-mlir `cache=True`", "none": "no cache"}
+
+
+def mlir_section(figs: dict) -> list[str]:
+    """numba-cuda-mlir kernels (bench/mlir_first.py, section ``mlir``), when measured."""
+    out = ["### numba-cuda-mlir kernels", ""]
+    if not any(fid.startswith("mlir_") for fid in figs):
+        return out + ["Not measured yet: `python bench/mlir_first.py` on the GPU machine "
+                      "writes this section's figures into bench/results/gpu.json (docs/mlir.md).",
+                      ""]
+    out += ["Three kernels (axpy calling a device function, an atomic reduction, a scale), "
+            "numba-cuda-mlir 0.6, each process on a cache filled by an earlier one. Median "
+            "**bold**, (min - max).", "",
+            "| | " + " | ".join(MLIR_NAMES[m] for m in MLIR_MODES) + " |",
+            "| --- |" + " --- |" * len(MLIR_MODES)]
+    for label, prefix in (("first kernel call of the process", "mlir_first"),
+                          ("each further kernel's first call", "mlir_further")):
+        out.append(f"| {label} | " + " | ".join(cell(figs.get(f"{prefix}.{m}"))
+                                                for m in MLIR_MODES) + " |")
+    fleet = figs.get("mlir_concurrent.compiles")
+    return out + ["", f"8 kcache processes starting together on an empty cache: {cell(fleet)} "
+                      "compiles in all (goal: 3, each kernel once).", ""]
+
+
 def gpu_section(doc: dict | None, plots: bool, earlier: dict | None = None) -> list[str]:
     out = ["## GPU: kernels served from the cache", ""]
     if doc is None:
@@ -266,6 +292,7 @@ def gpu_section(doc: dict | None, plots: bool, earlier: dict | None = None) -> l
             f"| kcache's own time per cold process | {cell(own)} | | |",
             f"| as a share of the compile time | {cell(pct)} | {pct['goal'] if pct else ''} | {verdict(pct)} |",
             ""]
+    out += mlir_section(figs)
     fleet = [figs.get(f"fleet_compiles.{m}") for m in MODES]
     n = next((f["extra"].get("processes") for f in fleet if f), "N")
     out += [f"### {n} processes starting together on an empty cache", "",
@@ -467,7 +494,12 @@ def goals(gpu: dict | None, cpu: dict | None) -> list[str]:
                ("own_further.kcache", "kcache's own part of each further kernel's hit"),
                ("import_dispatcher.kcache", "import kcache.dispatcher, KCACHE_ENABLE=1 (H200)"),
                ("own_cold_pct.kcache", "kcache's own share of a cold miss"),
-               ("fleet_compiles.kcache", "compiles when processes start together (kcache)")]
+               ("fleet_compiles.kcache", "compiles when processes start together (kcache)"),
+               ("mlir_first.kcache", "numba-cuda-mlir: first kernel call, warm cache (kcache)"),
+               ("mlir_further.kcache", "numba-cuda-mlir: each further kernel's first call "
+                                       "(kcache)"),
+               ("mlir_concurrent.compiles", "numba-cuda-mlir: compiles when 8 processes start "
+                                            "together (kcache)")]
     g = index(gpu)
     for fid, label in gpu_ids:
         f = g.get(fid)
@@ -477,7 +509,11 @@ def goals(gpu: dict | None, cpu: dict | None) -> list[str]:
                                     "own_first.kcache": "<= 0.5 ms (issue 19)",
                                     "own_further.kcache": "<= 0.2 ms (issue 19)",
                                     "import_dispatcher.kcache": "<= 15 ms (H200)",
-                                    "fleet_compiles.kcache": "each kernel once"}[fid]
+                                    "fleet_compiles.kcache": "each kernel once",
+                                    "mlir_first.kcache": "<= 10 ms (issue 34)",
+                                    "mlir_further.kcache": "no slower than numba-cuda-mlir's "
+                                                           "own cache (issue 34)",
+                                    "mlir_concurrent.compiles": "3 (each kernel once)"}[fid]
         rows.append(f"| {label} | {goal} | {cell(f)} | {verdict(f) if f else 'pending (GPU run)'} |")
     sizes = app_sizes(gpu) if gpu else []
     for n in sizes or [100, 1000]:

@@ -26,7 +26,7 @@ from .switch import installed
 # imports a front-end.
 
 __all__ = ["MODES", "install", "uninstall", "installed", "adopting", "ensure_patched",
-           "frontend_imported"]
+           "frontend_imported", "bridge_ready"]
 
 MODES = ("cache", "all")
 
@@ -115,10 +115,19 @@ def _install_into(frontend) -> None:
 
 def frontend_imported(package: str) -> None:
     """Called (``kcache.importwatch``) when a front-end's package (``frontends.package``) has been
-    imported: serve its kernels as install() asked (nothing when it did not)."""
+    imported: serve its kernels as install() asked (nothing when it did not). When the package
+    was imported by its bridge's own import, the bridge calls :func:`bridge_ready` at its end."""
     for name in frontends.NAMES:
-        if frontends.package(name) == package and switch.requested() is not None:
+        if (frontends.package(name) == package and switch.requested() is not None
+                and not frontends.importing(name)):
             _install_into(frontends.by_name(name))
+
+
+def bridge_ready(frontend) -> None:
+    """Called by a bridge module at the end of its import (``FRONTEND`` defined): what
+    install() asked for, applied to it if its package was imported meanwhile."""
+    if switch.requested() is not None and frontends.package(frontend.name) in sys.modules:
+        _install_into(frontend)
 
 
 def _watch_imports() -> None:

@@ -24,7 +24,11 @@ class _Loader(importlib.abc.Loader):
     def exec_module(self, module):
         self._loader.exec_module(module)
         for callback in self._callbacks:
-            callback(module.__name__)
+            try:
+                callback(module.__name__)
+            except Exception as exc:  # never the program's import: one line, and it goes on
+                sys.stderr.write(f"kcache: after importing {module.__name__}: "
+                                 f"{type(exc).__name__}: {exc}\n")
 
     def __getattr__(self, name):  # get_resource_reader, is_package, ... of the real loader
         return getattr(self._loader, name)

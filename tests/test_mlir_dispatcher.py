@@ -225,3 +225,26 @@ def test_kcache_warm_for_numba_cuda_mlir_kernels(kernels, tmp_path):
     assert warm()["summary"]["compiled"] == 0
     hit = run(CALL, kernels, root)
     assert hit["compiles"] == 0 and hit["hits"] == 1
+
+
+def test_the_switch_waits_for_a_bridge_that_imports_its_front_end(tmp_path):
+    """KCACHE_ENABLE set, the front-end's package first imported by kcache's own bridge (as
+    ``kcache warm`` and ``kcache.jit(frontend=...)`` do): the switch is installed once the
+    bridge is ready, with nothing said on stderr."""
+    import os
+    import subprocess
+    import sys
+    script = tmp_path / "child.py"
+    script.write_text(textwrap.dedent("""\
+        import json, sys
+        from kcache.dispatcher import frontends
+        assert "numba_cuda_mlir" not in sys.modules
+        frontends.by_name("numba-cuda-mlir")  # imports numba_cuda_mlir inside the bridge
+        from numba_cuda_mlir import cuda
+        print(json.dumps(type(cuda.jit(cache=True)(lambda a: None)).__name__))
+        """))
+    env = dict(os.environ, KCACHE_ENABLE="1", KCACHE_DIR=str(tmp_path / "cache"))
+    proc = subprocess.run([sys.executable, str(script)], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert json.loads(proc.stdout.splitlines()[-1]) == "KCacheMLIRDispatcher"

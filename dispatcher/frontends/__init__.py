@@ -41,9 +41,23 @@ def package(name: str) -> str:
     return _KNOWN[name][0]
 
 
+_BRIDGES = {"numba-cuda": f"{__name__}.numba_cuda.bridge",
+            "numba-cuda-mlir": f"{__name__}.numba_cuda_mlir.bridge"}
+
+
+def importing(name: str) -> bool:
+    """True while front-end ``name``'s bridge module is being imported (its own import of the
+    front-end's package is under way: ``kcache._hook`` and ``install`` hear of the package
+    then, and wait for the bridge, which says it is ready at its end)."""
+    module = sys.modules.get(_BRIDGES[name])
+    return module is not None and not hasattr(module, "FRONTEND")
+
+
 def imported() -> list:
-    """The front-ends whose package this process has imported, numba-cuda first."""
-    return [by_name(name) for name, (pkg, _where) in _KNOWN.items() if pkg in sys.modules]
+    """The front-ends whose package this process has imported, numba-cuda first (not one whose
+    bridge is being imported: :func:`importing`)."""
+    return [by_name(name) for name, (pkg, _where) in _KNOWN.items()
+            if pkg in sys.modules and not importing(name)]
 
 
 def of_dispatcher(obj):

@@ -6,6 +6,8 @@ imported by the methods that need them, once :meth:`NumbaCuda.refusal` has said 
 kcache.dispatcher``)."""
 from __future__ import annotations
 
+import sys
+
 import numba.cuda
 
 from . import support
@@ -161,3 +163,9 @@ class NumbaCuda:
 
 #: The numba-cuda front-end.
 FRONTEND = NumbaCuda()
+
+# The front-end's package may have been imported by this module's own import (above), while
+# install() or KCACHE_ENABLE waited to serve it: they are told FRONTEND is ready (through
+# sys.modules: the switch's module imports the bridges, never the other way).
+if "kcache.dispatcher.install" in sys.modules:
+    sys.modules["kcache.dispatcher.install"].bridge_ready(FRONTEND)

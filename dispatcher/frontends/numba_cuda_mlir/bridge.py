@@ -5,6 +5,8 @@ internals are imported by the methods that need them, once :meth:`NumbaCudaMlir.
 said they exist (an unsupported release gets one warning, never an ImportError)."""
 from __future__ import annotations
 
+import sys
+
 import numba_cuda_mlir
 
 from kcache.entry.artifacts import MLIR_KERNEL_FIELDS
@@ -172,3 +174,9 @@ class NumbaCudaMlir:
 
 #: The numba-cuda-mlir front-end.
 FRONTEND = NumbaCudaMlir()
+
+# The front-end's package may have been imported by this module's own import (above), while
+# install() or KCACHE_ENABLE waited to serve it: they are told FRONTEND is ready (through
+# sys.modules: the switch's module imports the bridges, never the other way).
+if "kcache.dispatcher.install" in sys.modules:
+    sys.modules["kcache.dispatcher.install"].bridge_ready(FRONTEND)
