@@ -7,7 +7,7 @@ with ``time.perf_counter``:
 
 * ``key``: ``KCacheDispatcher.kcache_key`` -- what a kernel's first call does before reading
   the store;
-* ``fingerprint``: the source fingerprint alone (``fingerprint(py_func)``);
+* ``fingerprint``: the source fingerprint alone (``fingerprint(py_func, registries)``);
 * ``hit`` (with ``--hit``; the kernels are first stored by ``compile_for`` for cc 9.0):
   ``dispatcher.compile(argtypes)`` served from the store, split into key, store read
   (``Store.get_or_create``) and rebuild (``entry_to_kernel``). The device query and
@@ -131,6 +131,7 @@ CHILD = textwrap.dedent("""
     import kcache
     from kcache.dispatcher import _compat, dispatcher as disp_mod
     from kcache.dispatcher.fingerprint import fingerprint
+    from kcache.dispatcher.frontends.numba_cuda.bridge import FRONTEND
     import bk_kernels
     store = kcache.Store(root)
     kernels = [getattr(bk_kernels, "kern%d" % i) for i in range(N_KERNELS)]
@@ -164,7 +165,7 @@ CHILD = textwrap.dedent("""
         if what == "key":
             k.kcache_key(argtypes, (9, 0), store=store)
         elif what == "fingerprint":
-            fingerprint(k.py_func)
+            fingerprint(k.py_func, FRONTEND.registries())
         else:
             k.compile(argtypes)
             assert k.stats.cache_hits[argtypes] == 1, k.stats

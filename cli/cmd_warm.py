@@ -88,27 +88,28 @@ def run(args) -> int:
                          "warm --help')")
     if not args.cc and (args.signatures or (args.targets and not args.replay)):
         raise UsageError("warm needs --cc, e.g. --cc 8.0,9.0 (forms: 8.0, 80, sm_90, sm_90a)")
-    try:
-        from kcache.dispatcher import _support
+    try:  # the front-end warm compiles with: numba-cuda's (handed to everything below)
+        from kcache.dispatcher.frontends.numba_cuda.bridge import FRONTEND
     except ImportError as exc:
         raise Problem(f"warm needs numba-cuda ({exc}); install kcache-cuda[cu12] or "
                       "kcache-cuda[cu13]") from None
-    reason = _support.refusal()
+    reason = FRONTEND.refusal()
     if reason is not None:  # a numba-cuda kcache does not support: nothing can be warmed
         raise Problem(reason)
     from kcache.dispatcher import discover, replay, sigfile, warm
     try:
-        ccs = warm.parse_cc_list(args.cc) if args.cc else []
+        ccs = warm.parse_cc_list(FRONTEND, args.cc) if args.cc else []
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     try:
-        lines = [line for path in args.signatures for line in sigfile.read_signatures(path)]
+        lines = [line for path in args.signatures
+                 for line in sigfile.read_signatures(FRONTEND, path)]
     except sigfile.SignatureFileError as exc:
         raise UsageError(str(exc)) from None
     store = open_store(args)
     if not args.dry_run:
         ensure_writable(store, "nothing was compiled")
-    plan = warm.Plan()
+    plan = warm.Plan(FRONTEND)
     try:
         if ccs and (args.targets or lines):
             warm.plan_targets(plan, args.targets, lines, ccs, args.include_tests)
@@ -121,8 +122,9 @@ def run(args) -> int:
                            plan.modules if args.targets else None)
     jobs = args.jobs or warm.default_jobs()
     with _Progress(len(plan.tasks), quiet=want_json(args)) as progress:
-        outcomes = warm.run_tasks(plan.tasks, root=store.root, jobs=jobs, dry_run=args.dry_run,
-                                  path_entries=plan.path_entries, on_done=progress.done)
+        outcomes = warm.run_tasks(plan.tasks, frontend=FRONTEND, root=store.root, jobs=jobs,
+                                  dry_run=args.dry_run, path_entries=plan.path_entries,
+                                  on_done=progress.done)
     rows = plan.rows + [warm.row_of(t, outcomes[t.id]) for t in plan.tasks]
     seconds = time.perf_counter() - start
     counts = {status: sum(r.status == status for r in rows) for status in warm.STATUSES}

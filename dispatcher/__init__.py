@@ -12,15 +12,17 @@ import sys as _sys
 
 # Only what ``install`` needs is imported with the package (``KCACHE_ENABLE=1`` imports it in
 # every process that imports numba.cuda, kernels or not): the dispatcher, the store and the
-# key are imported when the first cached kernel is defined (the bridge's ``adopt``), compile_for
-# and the rest when first asked for (module ``__getattr__``, as ``kcache`` itself does).
+# key are imported when the first cached kernel is defined (the bridge's ``adopt``),
+# ``compile_for``'s module when it is first called, and the rest when first asked for (module
+# ``__getattr__``, as ``kcache`` itself does). This module picks the front-end (numba-cuda's
+# bridge) for its public functions; the generic modules are handed it.
+from .frontends.numba_cuda.bridge import FRONTEND as _FRONTEND
 from .install import install, installed, uninstall
 from .jit import jit
 
 #: public name -> the submodule that defines it
 _WHERE = {
-    "CompiledEntry": ".aot", "CompileForError": ".aot", "NotStored": ".aot",
-    "check_cc": ".aot", "compile_for": ".aot", "compile_for_report": ".aot", "parse_cc": ".aot",
+    "CompiledEntry": ".aot", "CompileForError": ".aot", "NotStored": ".aot", "parse_cc": ".aot",
     "KCacheDispatcher": ".frontends.numba_cuda.dispatcher",
     "KCacheStats": ".frontends.numba_cuda.dispatcher", "Options": ".options",
     "explain_enabled": ".process", "process_counts": ".process",
@@ -41,13 +43,8 @@ def __getattr__(name: str):
     try:
         module = _importlib.import_module(where, __name__)
     except ImportError:
-        # The bridge cannot be imported with this numba-cuda: say so in kcache's one line.
-        from .frontends.numba_cuda.bridge import FRONTEND
-        reason = FRONTEND.refusal()
-        if reason is None:
-            raise
-        from kcache.errors import KcacheError
-        raise KcacheError(reason) from None
+        _refuse()  # the bridge cannot be imported with this numba-cuda: kcache's one line
+        raise
     value = getattr(module, name)
     globals()[name] = value  # later look-ups are plain attribute reads
     return value
@@ -55,6 +52,62 @@ def __getattr__(name: str):
 
 def __dir__():
     return sorted(set(globals()) | set(__all__))
+
+
+def _refuse() -> None:
+    """Raise ``kcache.KcacheError`` with the front-end's refusal line, if it has one."""
+    reason = _FRONTEND.refusal()
+    if reason is not None:
+        from kcache.errors import KcacheError
+        raise KcacheError(reason) from None
+
+
+#: The compute capabilities ``compile_for`` compiles for when given none.
+DEFAULT_CC = ((8, 0), (9, 0))
+
+
+def compile_for(kernel, signatures, cc=DEFAULT_CC, store=None, *, cache_key=None) -> list:
+    """Compile ``kernel`` for each signature and compute capability and store the entries.
+
+    ``kernel``: a kernel dispatcher (``kcache.jit`` or ``numba.cuda.jit``; not a device
+    function); ``signatures``: one signature (``"void(float32[::1])"``, a tuple of numba types)
+    or a list of them; ``cc``: (major, minor) or a list of them (strings "9.0"/"sm_90" too),
+    each one the installed CUDA toolkit supports; ``store``: a ``kcache.Store`` (default: the
+    kernel's, else ``kcache.Store()``); ``cache_key``: as ``kcache.jit``'s (default: the
+    kernel's). Entries already present are not recompiled. Returns the keys (str, 64 hex
+    digits), one per (cc, signature), in that order. :func:`compile_for_report` gives more.
+
+    Raises TypeError/ValueError for bad arguments (nothing compiled), numba's errors for a
+    kernel that does not compile, and :class:`CompileForError` (a ``kcache.KcacheError``)
+    when any entry could not be stored: KCACHE_DISABLE is set, the root is read-only,
+    missing or full, the kernel cannot be cached (``Uncacheable``'s reason), a lock timed
+    out. It is raised after storing every entry that could be stored. Raises
+    ``kcache.KcacheError`` with the bridge's refusal line (``Frontend.refusal``), before
+    anything else, when the installed numba-cuda is one kcache does not support.
+    """
+    _refuse()
+    from . import aot
+    return aot.compile_for(_FRONTEND, kernel, signatures, cc, store, cache_key=cache_key)
+
+
+def compile_for_report(kernel, signatures, cc=DEFAULT_CC, store=None, *,
+                       cache_key=None) -> list:
+    """:func:`compile_for`, returning a :class:`CompiledEntry` per (cc, signature) instead of
+    its key: whether it was compiled now or already cached, and the compile seconds. Same
+    arguments and errors."""
+    _refuse()
+    from . import aot
+    return aot.compile_for_report(_FRONTEND, kernel, signatures, cc, store,
+                                  cache_key=cache_key)
+
+
+def check_cc(cc) -> tuple:
+    """:func:`parse_cc`, then check that the installed CUDA toolkit can compile for it (the
+    list numba-cuda reads from NVRTC; numba-cuda itself would silently pick the closest lower
+    cc, or fail deep inside NVVM). Returns (major, minor); raises ValueError naming the cc
+    and the supported ones."""
+    from . import aot
+    return aot.check_cc(_FRONTEND, cc)
 
 
 def explain(target=True):
@@ -67,13 +120,12 @@ def explain(target=True):
     for that kernel's misses and uncached compiles (list of str). Raises TypeError for
     anything else.
     """
-    from .frontends.numba_cuda.bridge import FRONTEND
     from .process import set_explain
     if isinstance(target, bool):
         set_explain(target)
         return None
-    if FRONTEND.is_kernel_dispatcher(target):
-        KCacheDispatcher = FRONTEND.dispatcher_class()
+    if _FRONTEND.is_kernel_dispatcher(target):
+        KCacheDispatcher = _FRONTEND.dispatcher_class()
         lines = list(getattr(target, "kcache_explanations", ()))
         if isinstance(target, KCacheDispatcher):
             lines += [f"{sig}: not cached: {why}" for sig, why in target.stats.uncached.items()

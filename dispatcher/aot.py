@@ -3,7 +3,7 @@ GPU and no driver (NVVM and nvJitLink come from the toolkit wheels).
 
 numba-cuda's ``compile_ptx`` asks the current device for its cc as soon as a kernel calls a
 ``@cuda.jit(device=True)`` function; here the whole compile runs inside
-``_nc_offline.offline_target(cc)``, which also compiles those device functions afresh per cc, in
+``Frontend.offline_target(cc)``, which also compiles those device functions afresh per cc, in
 whatever module they live. Keys are computed exactly as a GPU process computes them
 (``keying.kernel_key``), so a cache warmed here hits later on a GPU of that cc.
 
@@ -11,6 +11,10 @@ Warming ahead of time exists to store entries: an entry that could not be stored
 disabled, unwritable root, a kernel that cannot be cached, a lock timeout) is an error,
 :class:`CompileForError`, raised after everything else was stored, so that a build script
 (``python warm.py || exit 1``) fails instead of shipping a cold cache.
+
+Every function is handed the front-end of the kernel (a ``frontends.base.Frontend``): the
+package's ``kcache.dispatcher.compile_for`` picks numba-cuda's, ``kcache warm`` the one it
+was given (in its workers too).
 """
 from __future__ import annotations
 
@@ -25,21 +29,12 @@ from kcache.errors import KcacheError, LockTimeout
 
 from . import compile_warnings
 from .components import Uncacheable
-from .frontends.numba_cuda import compiling as _nc_compiling
-from .frontends.numba_cuda import internals as _nc_internals
-from .frontends.numba_cuda import offline as _nc_offline
-from .frontends.numba_cuda import patching as _nc_patching
-from .frontends.numba_cuda import signatures as _nc_signatures
-from .frontends.numba_cuda.bridge import FRONTEND
-from .frontends.numba_cuda.dispatcher import KCacheDispatcher
 from .kernel_entry import NotStorable, kernel_to_entry, marker_entry
 from .keying import kernel_key
 from .process import explain_enabled, kernel_name, log_explanations
 
 __all__ = ["compile_for", "compile_for_report", "parse_cc", "check_cc", "CompiledEntry",
-           "NotStored", "CompileForError", "DEFAULT_CC"]
-
-DEFAULT_CC = ((8, 0), (9, 0))
+           "NotStored", "CompileForError"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,13 +95,13 @@ def parse_cc(cc) -> tuple:
     return _arch.parse_cc(cc)[:2]
 
 
-def check_cc(cc) -> tuple:
+def check_cc(frontend, cc) -> tuple:
     """:func:`parse_cc`, then check that the installed CUDA toolkit can compile for it (the
-    list numba-cuda reads from NVRTC, ``_nc_signatures.supported_ccs``; numba-cuda itself would
+    list ``frontend`` reads from NVRTC, ``Frontend.supported_ccs``; numba-cuda itself would
     silently pick the closest lower cc, or fail deep inside NVVM). Returns (major, minor);
     raises ValueError naming the cc and the supported ones."""
     parsed = parse_cc(cc)
-    supported = _nc_signatures.supported_ccs()
+    supported = frontend.supported_ccs()
     if supported is not None and parsed not in supported:
         plain = (parsed, list(parsed), f"{parsed[0]}.{parsed[1]}")
         given = "" if cc in plain else f" (given as {cc!r:.40})"
@@ -116,13 +111,13 @@ def check_cc(cc) -> tuple:
     return parsed
 
 
-def _cc_list(cc) -> list:
+def _cc_list(frontend, cc) -> list:
     # One cc: a str, an int (90), or a tuple/list of ints with an optional suffix string
     # ((9, 0), (9, 0, "a"), or a mistake like (9,), quoted as given); but ints whose second
     # is above 9 cannot be (major, minor): (80, 90) is two ccs; and a lone int of two or
     # three digits is a packed cc, as cc=90 is: [90] is [9.0], [80] [8.0], [120] [12.0].
     if isinstance(cc, (str, int)) or _one_cc(cc):
-        return [check_cc(cc)]
+        return [check_cc(frontend, cc)]
     try:
         items = list(cc)
     except TypeError:
@@ -130,7 +125,7 @@ def _cc_list(cc) -> list:
                          ) from None
     if not items:
         raise ValueError("compile_for needs at least one compute capability, e.g. cc=[(9, 0)]")
-    return [check_cc(c) for c in items]
+    return [check_cc(frontend, c) for c in items]
 
 
 def _one_cc(cc) -> bool:
@@ -143,8 +138,8 @@ def _one_cc(cc) -> bool:
     return ints and suffix and not (len(head) == 2 and head[1] > 9) and not packed
 
 
-def _signature_list(signatures) -> list:
-    if _nc_signatures.is_signature(signatures):
+def _signature_list(frontend, signatures) -> list:
+    if frontend.is_signature(signatures):
         signatures = [signatures]
     if not isinstance(signatures, (list, tuple)) or not signatures:
         raise TypeError(f"signatures must be a signature (e.g. 'void(float32[::1])') or a "
@@ -152,7 +147,7 @@ def _signature_list(signatures) -> list:
     out = []
     for sig in signatures:
         try:
-            out.append(_nc_signatures.normalize_signature(sig))
+            out.append(frontend.normalize_signature(sig))
         except Exception as exc:  # numba raises SyntaxError/NameError/TypeError from eval
             error = ValueError if isinstance(sig, str) else TypeError
             raise error(f"signature {sig!r:.80} is not a numba kernel signature "
@@ -161,25 +156,25 @@ def _signature_list(signatures) -> list:
     return out
 
 
-def _check_arity(kernel, signatures, all_argtypes) -> None:
+def _check_arity(frontend, kernel, signatures, all_argtypes) -> None:
     """Raise ValueError, before anything is compiled, when a signature's argument count is not
     the kernel's: numba-cuda would raise ``TypeError: Signature mismatch`` deep in its
     pipeline (``FixupArgs``, which compares with ``len(inspect.signature(py_func).parameters)``,
     the ``FunctionIdentity.arg_count`` it mirrors)."""
     params = inspect.signature(kernel.py_func).parameters
-    given = [signatures] if _nc_signatures.is_signature(signatures) else list(signatures)
+    given = [signatures] if frontend.is_signature(signatures) else list(signatures)
     for sig, argtypes in zip(given, all_argtypes):
         if len(argtypes) != len(params):
-            shown = sig if isinstance(sig, str) else _nc_signatures.signature_display(argtypes)
+            shown = sig if isinstance(sig, str) else frontend.signature_display(argtypes)
             raise ValueError(
                 f"signature {shown!r} has {len(argtypes)} argument"
                 f"{'' if len(argtypes) == 1 else 's'}; kernel {kernel_name(kernel)} takes "
                 f"{len(params)} ({', '.join(params)})")
 
 
-def _store_of(kernel, store):
+def _store_of(frontend, kernel, store):
     if store is None:
-        options = kernel._kcache if isinstance(kernel, KCacheDispatcher) else None
+        options = kernel._kcache if isinstance(kernel, frontend.dispatcher_class()) else None
         store = options.store if options is not None and options.store is not None else Store()
     if not isinstance(store, Store):
         raise TypeError(f"store must be a kcache.Store or None, not {type(store).__name__}")
@@ -195,50 +190,37 @@ def _unwritable_reason(store) -> str | None:
     return f"the cache at {store.root} cannot be written ({why})" if why else None
 
 
-def compile_for(kernel, signatures, cc=DEFAULT_CC, store=None, *, cache_key=None) -> list:
-    """Compile ``kernel`` for each signature and compute capability and store the entries.
-
-    ``kernel``: a kernel dispatcher (``kcache.jit`` or ``numba.cuda.jit``; not a device
-    function); ``signatures``: one signature (``"void(float32[::1])"``, a tuple of numba types)
-    or a list of them; ``cc``: (major, minor) or a list of them (strings "9.0"/"sm_90" too),
-    each one the installed CUDA toolkit supports; ``store``: a ``kcache.Store`` (default: the
-    kernel's, else ``kcache.Store()``); ``cache_key``: as ``kcache.jit``'s (default: the
-    kernel's). Entries already present are not recompiled. Returns the keys (str, 64 hex
-    digits), one per (cc, signature), in that order. :func:`compile_for_report` gives more.
-
-    Raises TypeError/ValueError for bad arguments (nothing compiled), numba's errors for a
-    kernel that does not compile, and :class:`CompileForError` (a ``kcache.KcacheError``)
-    when any entry could not be stored: KCACHE_DISABLE is set, the root is read-only,
-    missing or full, the kernel cannot be cached (``Uncacheable``'s reason), a lock timed
-    out. It is raised after storing every entry that could be stored. Raises
-    ``kcache.KcacheError`` with ``FRONTEND.refusal``'s line, before anything else, when the
-    installed numba-cuda is one kcache does not support.
-    """
-    return [r.key for r in compile_for_report(kernel, signatures, cc, store, cache_key=cache_key)]
+def compile_for(frontend, kernel, signatures, cc, store=None, *, cache_key=None) -> list:
+    """``kcache.dispatcher.compile_for`` (its arguments, result and errors) for a kernel of
+    ``frontend`` (a ``frontends.base.Frontend``): the keys, one per (cc, signature)."""
+    return [r.key for r in compile_for_report(frontend, kernel, signatures, cc, store,
+                                              cache_key=cache_key)]
 
 
-def compile_for_report(kernel, signatures, cc=DEFAULT_CC, store=None, *,
+def compile_for_report(frontend, kernel, signatures, cc, store=None, *,
                        cache_key=None) -> list:
-    """:func:`compile_for`, returning a :class:`CompiledEntry` per (cc, signature) instead of
-    its key: whether it was compiled now or already cached, and the compile seconds. Same
-    arguments and errors."""
-    reason = FRONTEND.refusal()
+    """``kcache.dispatcher.compile_for_report`` for a kernel of ``frontend`` (a
+    ``frontends.base.Frontend``: the one ``kcache warm`` picked, in its workers too): a
+    :class:`CompiledEntry` per (cc, signature). Raises ``kcache.KcacheError`` with
+    ``frontend.refusal()``'s line, before anything else, for a front-end kcache does not
+    support."""
+    reason = frontend.refusal()
     if reason is not None:
         raise KcacheError(reason)
-    if not isinstance(kernel, _nc_internals.CUDADispatcher):
+    if not frontend.is_kernel_dispatcher(kernel):
         raise TypeError(f"compile_for needs a kernel made by kcache.jit or numba.cuda.jit, "
                         f"not {type(kernel).__name__}")
     if kernel.targetoptions.get("device"):
         raise TypeError(f"{kernel_name(kernel)} is a device function; compile_for the kernels "
                         "that call it")
-    if cache_key is None and isinstance(kernel, KCacheDispatcher):
+    if cache_key is None and isinstance(kernel, frontend.dispatcher_class()):
         cache_key = kernel._kcache.cache_key
     if cache_key is not None and not isinstance(cache_key, str):
         raise TypeError(f"cache_key must be a str or None, not {type(cache_key).__name__}")
-    all_argtypes = _signature_list(signatures)
-    targets = _cc_list(cc)
-    _check_arity(kernel, signatures, all_argtypes)
-    store = _store_of(kernel, store)
+    all_argtypes = _signature_list(frontend, signatures)
+    targets = _cc_list(frontend, cc)
+    _check_arity(frontend, kernel, signatures, all_argtypes)
+    store = _store_of(frontend, kernel, store)
     results, failures = [], []
     blocked = _unwritable_reason(store)
     for target in targets:
@@ -246,12 +228,13 @@ def compile_for_report(kernel, signatures, cc=DEFAULT_CC, store=None, *,
             try:
                 if blocked:
                     raise _NotStored(blocked)
-                results.append(_compile_one(kernel, argtypes, target, store, cache_key))
+                results.append(_compile_one(frontend, kernel, argtypes, target, store,
+                                            cache_key))
             except _NotStored as exc:
                 if not blocked and not store.writable:
                     blocked = str(exc)  # the root proved unwritable: compile nothing more
                 failures.append(NotStored(kernel_name(kernel),
-                                          _nc_signatures.signature_display(argtypes), target,
+                                          frontend.signature_display(argtypes), target,
                                           _arch.arch_name(target), str(exc)))
     if failures:
         raise CompileForError(failures, results)
@@ -262,8 +245,8 @@ class _NotStored(Exception):
     """One entry was not stored; ``str()`` is the reason."""
 
 
-def _compile_one(kernel, argtypes, cc, store, cache_key) -> CompiledEntry:
-    name, shown, arch = (kernel_name(kernel), _nc_signatures.signature_display(argtypes),
+def _compile_one(frontend, kernel, argtypes, cc, store, cache_key) -> CompiledEntry:
+    name, shown, arch = (kernel_name(kernel), frontend.signature_display(argtypes),
                          _arch.arch_name(cc))
     compiled = {}
 
@@ -274,10 +257,10 @@ def _compile_one(kernel, argtypes, cc, store, cache_key) -> CompiledEntry:
                                       f"{one_line(explain_miss(store, components))}"])
         # offline_target compiles every device function afresh (for cc): no compile made
         # under other globals is reused here (kcache.dispatcher.dep_guard)
-        with _nc_offline.offline_target(cc) as full, compile_warnings.captured() as said:
+        with frontend.offline_target(cc) as full, compile_warnings.captured() as said:
             start = time.perf_counter()
-            built = _nc_compiling.compile_kernel(kernel.py_func, argtypes, kernel.targetoptions)
-            entry = _entry(built, full, name, shown, arch, start)
+            built = frontend.compile_kernel(kernel.py_func, argtypes, kernel.targetoptions)
+            entry = _entry(frontend, built, full, name, shown, arch, start)
         if said:  # said again wherever the entry is served, as the compile said it
             entry.meta["warnings"] = compile_warnings.encode(said, repr(kernel.py_func))
         compiled["seconds"] = entry.meta["compile_seconds"]
@@ -287,14 +270,14 @@ def _compile_one(kernel, argtypes, cc, store, cache_key) -> CompiledEntry:
             return entry
         # As the dispatcher does for an eager compile: kernel under the "no launch
         # configuration" key, marker under the plain key.
-        lc_key, lc_components = kernel_key(kernel, argtypes, cc,
-                                           _nc_patching.launch_config_key(kernel, None), cache_key)
+        lc_key, lc_components = kernel_key(frontend, kernel, argtypes, cc,
+                                           frontend.launch_config_key(kernel, None), cache_key)
         if not store.put(lc_key, entry, components=lc_components):
             raise _NotStored(_put_failed(store, entry))
         return marker_entry(kernel_name=name, signature=shown, arch=arch)
 
     try:
-        key, components = kernel_key(kernel, argtypes, cc, None, cache_key, store)
+        key, components = kernel_key(frontend, kernel, argtypes, cc, None, cache_key, store)
         # Finding the entry is an existence check, not a use: no hit, miss or seconds saved.
         _entry_, was_hit = store.get_or_create(key, create, components=components, count=False)
     except (Uncacheable, LockTimeout) as exc:
@@ -319,9 +302,9 @@ def _put_failed(store, entry=None) -> str:
             f"max_size {store.max_size} bytes is smaller than the entry)")
 
 
-def _entry(compiled, full, name, signature, arch, start):
+def _entry(frontend, compiled, full, name, signature, arch, start):
     try:
-        entry = kernel_to_entry(compiled, full, kernel_name=name, signature=signature,
+        entry = kernel_to_entry(frontend, compiled, full, kernel_name=name, signature=signature,
                                 arch=arch, compile_seconds=0.0)
     except NotStorable as exc:
         raise Uncacheable(str(exc)) from exc

@@ -29,7 +29,7 @@ from .extensions import extensions_component
 from .fingerprint import Uncacheable, digest_of, fingerprint, line_digest, value_digest
 from .numba_config import (IN_KEY, IN_KEY_WHEN_CHANGED, WARNINGS_IN_KEY, bypass_reason,
                            config_component, settings_values)
-from .frontends.numba_cuda import signatures as _nc_signatures
+from .process import STATE
 
 __all__ = [
     "COMPONENTS_FORMAT",
@@ -51,6 +51,7 @@ _BOOL_OPTIONS = frozenset({"debug", "lineinfo", "opt", "fastmath", "forceinline"
 def kernel_components(
     py_func,
     *,
+    frontend,
     signature: str,
     cc: tuple,
     output: str = "cubin",
@@ -62,7 +63,9 @@ def kernel_components(
 ) -> dict:
     """The components dict of one kernel overload (layout in docs/design.md).
 
-    ``py_func``: the kernel's Python function (or its dispatcher); ``signature``: numba's
+    ``py_func``: the kernel's Python function (or its dispatcher); ``frontend``: the
+    ``frontends.base.Frontend`` compiling it (its configuration module and extension
+    registries are read); ``signature``: numba's
     spelling of the argument types, e.g. ``"(array(float32, 1d, C),)"``; ``cc``: compute
     capability in any ``kcache.arch`` form (``(9, 0)``, ``(9, 0, "a")``, ``"sm_90a"``, ``90``;
     9.0 and 9.0a give the same key, as numba-cuda compiles both as ``sm_90a``); ``output``:
@@ -82,12 +85,14 @@ def kernel_components(
     if cache_key is not None and not isinstance(cache_key, str):
         raise TypeError(f"cache_key must be a string or None, not {type(cache_key).__name__}")
     fn = getattr(py_func, "py_func", py_func)
-    fp = fingerprint(fn)
+    registries = frontend.registries()
+    fp = fingerprint(fn, registries)
     options = targetoptions or {}
     source = dict(fp.parts)
     if options.get("debug") or options.get("lineinfo"):
         source.update(line_parts(fn, fp))
-    extensions, extensions_opaque = extensions_component()
+    extensions, extensions_opaque = extensions_component(registries)
+    config_module = frontend.numba_config()
     components = {
         "format": COMPONENTS_FORMAT,
         "kernel": f"{fn.__module__}:{fn.__qualname__}",
@@ -97,9 +102,10 @@ def kernel_components(
         "target": _target(cc, output),
         "toolchain": _shared("toolchain", toolchain if toolchain is not None
                              else toolchain_components()),
-        "config": _shared("config", config) if config is not None else _config(),
-        "options": _options(targetoptions or {}),
-        "link": link_digests(options["link"]) if options.get("link") else {},
+        "config": _shared("config", config) if config is not None else _config(config_module),
+        "options": _options(targetoptions or {}, registries),
+        "link": link_digests(options["link"], _search_paths(config_module))
+        if options.get("link") else {},
         "launch_config": _plain(launch_config),
         "cache_key": cache_key,
     }
@@ -108,9 +114,6 @@ def kernel_components(
         # are the ones made before this component existed (docs/keys.md, "Extensions").
         components["extensions"] = extensions
     return components
-
-
-_SHARED: dict = {}  # (name, msgpack bytes of a value) -> its CanonicalMap
 
 
 def _shared(name: str, value: dict) -> dict:
@@ -125,11 +128,12 @@ def _shared(name: str, value: dict) -> dict:
         memo = (name, msgpack.packb(value, use_bin_type=True))
     except (TypeError, ValueError, OverflowError):
         return dict(value)
-    shared = _SHARED.get(memo)
+    known = STATE.keys.shared  # (name, msgpack bytes of a value) -> its CanonicalMap
+    shared = known.get(memo)
     if shared is None:
         shared = canonical_map(value, name)
-        if len(_SHARED) < 1024:
-            _SHARED[memo] = shared
+        if len(known) < 1024:
+            known[memo] = shared
             packed_map(shared)  # its msgpack bytes now (made once): what every key packs
     return shared
 
@@ -137,15 +141,13 @@ def _shared(name: str, value: dict) -> dict:
 # The components most kernels share, remembered by what they are made from, so that a key
 # neither encodes nor packs them again (each step of the fast path is C: packb, map, dict
 # lookups). A value that cannot serve as a memo key goes the long way.
-_BY_INPUT: dict = {}  # ("target" | "config" | "options", its inputs) -> CanonicalMap
-
-
 def _remembered(memo, make):
-    shared = _BY_INPUT.get(memo)
+    known = STATE.keys.by_input  # ("target" | "config" | "options", its inputs) -> CanonicalMap
+    shared = known.get(memo)
     if shared is None:
         shared = make()
-        if len(_BY_INPUT) < 1024:
-            _BY_INPUT[memo] = shared
+        if len(known) < 1024:
+            known[memo] = shared
     return shared
 
 
@@ -160,11 +162,10 @@ def _target(cc, output: str):
 _CONFIG_NAMES = tuple(IN_KEY) + tuple(WARNINGS_IN_KEY) + tuple(IN_KEY_WHEN_CHANGED)
 
 
-def _config():
-
-    config = _nc_signatures.numba_config()
+def _config(config):
+    """The ``config`` component of ``config`` (the front-end's configuration module)."""
     values = settings_values(config, _CONFIG_NAMES)
-    last = _last_config
+    last = STATE.keys.last_config  # (config module, its values, their component)
     # The usual lookup: the very same objects as the last one read (a setting changed is
     # another object), compared by identity in C instead of hashing them all again.
     if last[0] is config and len(values) == len(last[1]) and all(map(_is, values, last[1])):
@@ -174,17 +175,14 @@ def _config():
         shared = _remembered(("config", id(config), values, tuple(map(type, values))), make)
     except TypeError:  # a value that is not hashable
         return make()
-    _last_config[:] = [config, values, shared]
+    last[:] = [config, values, shared]
     return shared
 
 
-_last_config: list = [None, (), None]  # (config module, its values, their component)
-
-
-def _options(targetoptions: dict):
+def _options(targetoptions: dict, registries):
     # msgpack bytes tell True from 1 and a str from bytes, as the encoding does; options
     # msgpack cannot pack (extensions, an inline cost model, sets) go the long way.
-    make = lambda: _shared("options", encode_options(dict(targetoptions)))  # noqa: E731
+    make = lambda: _shared("options", encode_options(dict(targetoptions), registries))  # noqa: E731
     try:
         raw = msgpack.packb(targetoptions, use_bin_type=True)
     except (TypeError, ValueError, OverflowError):
@@ -192,30 +190,33 @@ def _options(targetoptions: dict):
     return _remembered(("options", raw), make)
 
 
-def prepare_shared(targetoptions: dict | None = None) -> None:
+def prepare_shared(frontend, targetoptions: dict | None = None) -> None:
     """Put this process's toolchain and configuration components (and ``targetoptions``'
     encoding, if given) in canonical form now, as the first kernel call would (the results
-    are remembered by value, so a later change is still seen)."""
+    are remembered by value, so a later change is still seen); ``frontend``: the
+    ``frontends.base.Frontend`` of the kernels."""
     toolchain_shared()
-    _config()
-    bypass_reason()  # numba's settings read once: a lookup compares them with these
+    config = frontend.numba_config()
+    _config(config)
+    bypass_reason(config)  # numba's settings read once: a lookup compares them with these
     # The first read of the extension registries (numba-cuda's own ~800-1,900 registrations,
     # a few ms) is done here too; a key then reads only what was registered since.
-    extensions_component()
+    extensions_component(frontend.registries())
     if targetoptions is not None:
-        _options(targetoptions)
+        _options(targetoptions, frontend.registries())
 
 
 # --- options --------------------------------------------------------------------------------
 
 
-def encode_options(targetoptions: dict) -> dict:
+def encode_options(targetoptions: dict, registries) -> dict:
     """Target options as plain msgpack values, every key but ``link`` kept.
 
     Simple values (None, bool, int, float, str and tuples of them) stay readable so explain
     can print ``option fastmath False -> True``; ``extensions`` becomes the type identity
     (module.qualname) of each extension; anything else (e.g. an ``inline`` cost-model
-    function) becomes the digest of its canonical encoding.
+    function) becomes the digest of its canonical encoding (``registries``: as
+    ``fingerprint``'s).
     """
     out = {}
     for name in sorted(targetoptions):
@@ -230,7 +231,7 @@ def encode_options(targetoptions: dict) -> dict:
         elif isinstance(value, (set, frozenset)):
             value = sorted(value, key=repr)  # fastmath={"nsz", "arcp"}
         plain = _plain(value)
-        out[name] = plain if plain is not _UNPLAIN else _value_digest(value, name)
+        out[name] = plain if plain is not _UNPLAIN else _value_digest(value, name, registries)
     return out
 
 
@@ -247,16 +248,18 @@ def _plain(value):
     return _UNPLAIN
 
 
-def _value_digest(value, name) -> str:
+def _value_digest(value, name, registries) -> str:
     # The fingerprint's value encoding: functions by content, types and classes by name.
-    return "digest:" + value_digest(value, f"option {name}")
+    return "digest:" + value_digest(value, f"option {name}", registries=registries)
 
 
 # --- link= ----------------------------------------------------------------------------------
 
 
-def link_digests(link) -> dict:
-    """``{name: content digest}`` for each ``link=`` item, in order.
+def link_digests(link, search_paths: str = "") -> dict:
+    """``{name: content digest}`` for each ``link=`` item, in order. ``search_paths``: the
+    folders NVRTC also searches for a ``.cu`` source's headers (":"-separated: numba-cuda's
+    ``CUDA_NVRTC_EXTRA_SEARCH_PATHS``).
 
     A path counts by basename + contents (directories never do); a ``LinkableCode``
     (duck-typed: ``data``, ``kind``, ``name``) by name, kind, nrt flag and data.  Two items
@@ -271,7 +274,7 @@ def link_digests(link) -> dict:
     reader = _Reader()
     out: dict = {}
     for item in link:
-        name, digest = _link_item(item, reader)
+        name, digest = _link_item(item, reader, search_paths)
         unique, n = name, 1
         while unique in out:
             n += 1
@@ -286,12 +289,17 @@ class LinkUnread(Uncacheable):
     runs uncached (warned once per kernel: kcache.dispatcher)."""
 
 
-def _link_item(item, reader: "_Reader"):
+def _search_paths(config) -> str:
+    return str(getattr(config, "CUDA_NVRTC_EXTRA_SEARCH_PATHS", "") or "")
+
+
+def _link_item(item, reader: "_Reader", search_paths: str):
     if isinstance(item, (str, os.PathLike)):
         path = os.fspath(item)
         source = path.endswith(".cu")
         digest, includes = reader.read(path, f"link file {_shown(path)}", scan=source)
-        headers = _included(includes, os.path.dirname(path), path, reader) if source else []
+        headers = (_included(includes, os.path.dirname(path), path, reader, search_paths)
+                   if source else [])
         if headers:  # CUDA C++ that NVRTC compiles: its headers count too (keys without any
             digest = digest_of([digest, headers])  # stay those of before)
         return os.path.basename(path), digest
@@ -311,7 +319,7 @@ def _link_item(item, reader: "_Reader"):
         parts = [str(item.kind), bool(getattr(item, "nrt", False)),
                  hashlib.blake2b(bytes(data), digest_size=32).digest()]
         name = str(getattr(item, "name", "<unnamed>"))
-        headers = (_included(_includes(bytes(data)), None, name, reader)
+        headers = (_included(_includes(bytes(data)), None, name, reader, search_paths)
                    if str(item.kind) == "cu" else [])
         if headers:  # numba-cuda's CUSource: NVRTC resolves its headers too
             parts.append(headers)
@@ -403,12 +411,13 @@ class _Reader:
                              f"kernel more than {_MAX_LINK_BYTES >> 20} MiB")
 
 
-def _included(includes: list, own_dir: str | None, what: str, reader: _Reader) -> list:
+def _included(includes: list, own_dir: str | None, what: str, reader: _Reader,
+              search_paths: str) -> list:
     """``[[name as written, digest], ...]`` of the headers a linked CUDA C++ source includes
     (``includes``: its ``#include`` lines, :func:`_includes`), transitively, that are not the
     toolkit's: NVRTC (numba-cuda's ``nvrtc.compile``) finds a quoted one in the working
-    directory (or beside the including file), and either kind in numba-cuda's
-    ``CUDA_NVRTC_EXTRA_SEARCH_PATHS`` or at an absolute path; each candidate found there is
+    directory (or beside the including file), and either kind in ``search_paths`` (numba-cuda's
+    ``CUDA_NVRTC_EXTRA_SEARCH_PATHS``) or at an absolute path; each candidate found there is
     digested, so an edited header is another key. One found nowhere (or a folder) is the
     toolkit's or numba-cuda's (their versions are in the key), or is not read at all (an
     ``#include`` in ``#if 0`` or a comment; a missing one fails the compile). Nested headers
@@ -416,9 +425,7 @@ def _included(includes: list, own_dir: str | None, what: str, reader: _Reader) -
     symlink's target. Headers are read by ``reader`` (one at a time, bounded; a FIFO or
     device there is not read). Raises :class:`LinkUnread` past _MAX_HEADERS headers or
     _MAX_INCLUDES ``#include`` lines, or for a header ``reader`` refuses."""
-
-    paths = getattr(_nc_signatures.numba_config(), "CUDA_NVRTC_EXTRA_SEARCH_PATHS", "") or ""
-    extra = [p for p in str(paths).split(":") if p]
+    extra = [p for p in search_paths.split(":") if p]
     out, seen, todo = [], set(), [(includes, own_dir)]
     while todo:  # (include lines, folder): never a file's bytes, read one at a time
         lines, folder = todo.pop()
@@ -497,27 +504,23 @@ def toolchain_components(memo_path=None) -> dict:
     (``kcache.toolchain.memoized``), because asking costs 5-12 ms on the GPU machine, more than
     the rest of a cache hit. A callable is called only when the versions are not known yet.
     """
-    global _process_toolchain
-    if _process_toolchain is None:
+    memo = STATE.keys
+    if memo.toolchain is None:
         from kcache.toolchain import memoized
 
         path = memo_path() if callable(memo_path) else memo_path
-        _process_toolchain = memoized(path, _toolchain)
-    return dict(_process_toolchain)
-
-
-_process_toolchain = None
-_toolchain_map = (None, None)  # (the _process_toolchain it was made from, its CanonicalMap)
+        memo.toolchain = memoized(path, _toolchain)
+    return dict(memo.toolchain)
 
 
 def toolchain_shared(memo_path=None):
     """:func:`toolchain_components` as the read-only canonical map every key of the process
     shares (made once per process's versions)."""
-    global _toolchain_map
-    if _process_toolchain is None or _toolchain_map[0] is not _process_toolchain:
+    memo = STATE.keys
+    if memo.toolchain is None or memo.toolchain_map[0] is not memo.toolchain:
         versions = toolchain_components(memo_path)
-        _toolchain_map = (_process_toolchain, _shared("toolchain", versions))
-    return _toolchain_map[1]
+        memo.toolchain_map = (memo.toolchain, _shared("toolchain", versions))
+    return memo.toolchain_map[1]
 
 
 def _toolchain() -> dict:

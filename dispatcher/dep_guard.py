@@ -17,29 +17,24 @@ Each device-function compile result is noted with its function's digest
 from __future__ import annotations
 
 import contextlib
-import threading
 import types
-import weakref
 
 from .fingerprint import dependencies
-from .frontends.numba_cuda import compiling as _nc_compiling
-
-#: device dispatcher -> {id(compile result): (the result, the digest it was made under)}
-_noted: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-_lock = threading.Lock()
+from .process import STATE
 
 
 @contextlib.contextmanager
-def watched(py_func):
-    """Watch the compile of kernel ``py_func`` in the block. Yields a list that, when the
-    block ends, holds why its result must not be stored (empty: it may be)."""
+def watched(frontend, py_func):
+    """Watch the compile of kernel ``py_func`` in the block; ``frontend``: the
+    ``frontends.base.Frontend`` compiling it (its ``device_overloads``). Yields a list that,
+    when the block ends, holds why its result must not be stored (empty: it may be)."""
     reasons: list = []
-    found = _dependencies(py_func)
+    found = _dependencies(py_func, frontend.registries())
     devs = [(d, digest) for d, digest in found if not isinstance(d, types.FunctionType)]
     overloaded = [(f, digest) for f, digest in found if isinstance(f, types.FunctionType)]
     for dev, digest in devs:
-        _note(dev, digest)  # what exists now, at first sight
-    before = {id(dev): {id(r) for r in _nc_compiling.device_overloads(dev)} for dev, _ in devs}
+        _note(frontend, dev, digest)  # what exists now, at first sight
+    before = {id(dev): {id(r) for r in frontend.device_overloads(dev)} for dev, _ in devs}
     # numba-cuda keeps the compile of an @overload implementation (register_jitable's too) per
     # argument types where kcache cannot see it: one whose digest moved since this process
     # first compiled with it may be reused as it was (a new signature is refused too).
@@ -55,9 +50,9 @@ def watched(py_func):
         for fn, digest in overloaded:
             _note_first_use(fn, digest)
         for dev, digest in devs:
-            for result in _nc_compiling.device_overloads(dev):
+            for result in frontend.device_overloads(dev):
                 if id(result) not in before[id(dev)]:
-                    _note(dev, digest, result)  # made by this compile, under today's globals
+                    _note(frontend, dev, digest, result)  # made by this compile, under today's globals
                     continue
                 made_under = _noted_digest(dev, result)
                 if made_under is not None and made_under != digest and not reasons:
@@ -66,21 +61,22 @@ def watched(py_func):
                                    "compile")
 
 
-def _dependencies(py_func) -> list:
+def _dependencies(py_func, registries) -> list:
     try:
-        return dependencies(py_func)
+        return dependencies(py_func, registries)
     except Exception:  # the key could not be worked out either: nothing is stored then
         return []
 
 
-def _note(dev, digest: str, result=None) -> None:
+def _note(frontend, dev, digest: str, result=None) -> None:
     """Note ``result`` (default: every compile result ``dev`` holds, at first sight) as made
     under ``digest``; results ``dev`` no longer holds are forgotten (the table holds them, so
     it must not outlive them: ``offline_target`` swaps a dispatcher's results out and back)."""
-    live = _nc_compiling.device_overloads(dev)
-    with _lock:
+    live = frontend.device_overloads(dev)
+    guard = STATE.guard
+    with guard.lock:
         try:
-            table = _noted.setdefault(dev, {})
+            table = guard.noted.setdefault(dev, {})
         except TypeError:  # not weak-referenceable: not watched
             return
         for r in [result] if result is not None else live:
@@ -90,27 +86,24 @@ def _note(dev, digest: str, result=None) -> None:
             del table[gone]
 
 
-#: function with @overload implementations -> its digest when this process first compiled
-#: a kernel reaching it
-_first: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-
 def _first_use(fn) -> str | None:
-    with _lock:
-        return _first.get(fn)
+    """The digest of ``fn`` (with @overload implementations) when this process first compiled
+    a kernel reaching it, or None."""
+    with STATE.guard.lock:
+        return STATE.guard.first.get(fn)
 
 
 def _note_first_use(fn, digest: str) -> None:
-    with _lock:
+    with STATE.guard.lock:
         try:
-            _first.setdefault(fn, digest)
+            STATE.guard.first.setdefault(fn, digest)
         except TypeError:  # not weak-referenceable: not watched
             pass
 
 
 def _noted_digest(dev, result) -> str | None:
-    with _lock:
-        found = _noted.get(dev, {}).get(id(result))
+    with STATE.guard.lock:
+        found = STATE.guard.noted.get(dev, {}).get(id(result))
     return found[1] if found is not None and found[0] is result else None
 
 

@@ -10,8 +10,9 @@ and always hidden folders, ``__pycache__``, virtual environments, ``setup.py`` a
 
 Modules are imported inside :func:`import_context`: numba-cuda would compile eager
 signatures (``@cuda.jit("void(float32[::1])")``) at import, which needs a GPU; there, they are
-only noted (``_nc_eager.deferred_eager_compiles``), and device functions compiled at import see
-a stand-in device (``_nc_offline.offline_target``).
+only noted (``Frontend.deferred_eager_compiles``), and device functions compiled at import see
+a stand-in device (``Frontend.offline_target``). Each function takes the front-end
+(``frontends.base.Frontend``) whose kernels it finds.
 """
 from __future__ import annotations
 
@@ -27,9 +28,6 @@ from pathlib import Path
 from kcache.text import cut
 
 from .process import kernel_name
-from .frontends.numba_cuda import eager as _nc_eager
-from .frontends.numba_cuda import internals as _nc_internals
-from .frontends.numba_cuda import offline as _nc_offline
 
 __all__ = ["TargetError", "ModuleRef", "Kernel", "resolve_targets", "import_context",
            "import_module", "kernels_of", "find_kernel", "is_test_name"]
@@ -72,7 +70,7 @@ def is_test_name(name: str, is_dir: bool) -> bool:
 
 # --- TARGET -> modules ------------------------------------------------------------------------
 
-def resolve_targets(targets, cc, include_tests: bool = False) -> tuple[list, list]:
+def resolve_targets(frontend, targets, cc, include_tests: bool = False) -> tuple[list, list]:
     """``targets`` (strings) -> ``(modules, skipped)``: ModuleRefs in order, duplicates
     dropped, and ``(what, reason)`` for files found by walking that cannot be imported by
     name. Finding a module by name imports its parent packages (inside
@@ -80,7 +78,7 @@ def resolve_targets(targets, cc, include_tests: bool = False) -> tuple[list, lis
     file, folder or module."""
     modules, skipped, seen = [], [], set()
     for target in targets:
-        for item in _resolve_one(target, include_tests, cc):
+        for item in _resolve_one(frontend, target, include_tests, cc):
             if isinstance(item, tuple):
                 skipped.append(item)
             elif item.name not in seen:
@@ -89,7 +87,7 @@ def resolve_targets(targets, cc, include_tests: bool = False) -> tuple[list, lis
     return modules, skipped
 
 
-def _resolve_one(target: str, include_tests: bool, cc):
+def _resolve_one(frontend, target: str, include_tests: bool, cc):
     if not target.strip():
         raise TargetError(f"empty TARGET {target!r} (accepted: a .py file, a folder, or a "
                           "module or package name)")
@@ -106,7 +104,7 @@ def _resolve_one(target: str, include_tests: bool, cc):
     if not all(part.isidentifier() for part in target.split(".")):
         raise TargetError(f"TARGET {target!r}: no such file or folder, and not a module name "
                           "(accepted: a .py file, a folder, or a dotted module name)")
-    with import_context(cc):
+    with import_context(frontend, cc):
         return _module_target(target, include_tests)
 
 
@@ -180,29 +178,29 @@ def _add_cwd() -> None:
 # --- importing and finding kernels -------------------------------------------------------------
 
 @contextlib.contextmanager
-def import_context(cc):
+def import_context(frontend, cc):
     """Import modules without a GPU: eager kernel signatures noted, not compiled; device
     functions compiled at import see a device of compute capability ``cc``."""
-    with _nc_offline.offline_target(cc), _nc_eager.deferred_eager_compiles():
+    with frontend.offline_target(cc), frontend.deferred_eager_compiles():
         yield
 
 
-def import_module(ref: ModuleRef, cc):
+def import_module(frontend, ref: ModuleRef, cc):
     """Import ``ref`` (its ``path_entry`` put first on ``sys.path``) inside
     :func:`import_context`; returns the module. Raises whatever the import raises."""
     if ref.path_entry and ref.path_entry not in sys.path:
         sys.path.insert(0, ref.path_entry)
-    with import_context(cc):
+    with import_context(frontend, cc):
         return importlib.import_module(ref.name)
 
 
-def kernels_of(module) -> list[Kernel]:
-    """Module-level kernel dispatchers (``CUDADispatcher`` instances, kcache's included, that
-    are not device functions) defined in ``module`` itself (not imported into it), in
-    definition order; one per dispatcher."""
+def kernels_of(frontend, module) -> list[Kernel]:
+    """Module-level kernel dispatchers of ``frontend`` (``Frontend.is_kernel_dispatcher``:
+    kcache's included) that are not device functions, defined in ``module`` itself (not
+    imported into it), in definition order; one per dispatcher."""
     out, seen = [], set()
     for attr, obj in list(vars(module).items()):
-        if not isinstance(obj, _nc_internals.CUDADispatcher) or id(obj) in seen:
+        if not frontend.is_kernel_dispatcher(obj) or id(obj) in seen:
             continue
         if obj.targetoptions.get("device") or obj.py_func.__module__ != module.__name__:
             continue
@@ -211,7 +209,7 @@ def kernels_of(module) -> list[Kernel]:
     return out
 
 
-def find_kernel(module, qualname: str):
+def find_kernel(frontend, module, qualname: str):
     """The kernel dispatcher ``module.<qualname>`` (dotted attributes). Raises LookupError
     naming what was found instead (``qualname`` may be an entry's: quoted escaped and cut)."""
     obj = module
@@ -221,7 +219,7 @@ def find_kernel(module, qualname: str):
         if obj is None:
             raise LookupError(f"no kernel {shown} (no attribute {cut(repr(qualname))} in the "
                               "module)")
-    if not isinstance(obj, _nc_internals.CUDADispatcher):
+    if not frontend.is_kernel_dispatcher(obj):
         raise LookupError(f"{shown} is a {type(obj).__name__}, not a "
                           "kernel made by numba.cuda.jit or kcache.jit")
     if obj.targetoptions.get("device"):

@@ -26,7 +26,6 @@ imported since the last look and once when a public registry grew; a key otherwi
 from __future__ import annotations
 
 import sys
-import threading
 import types
 from collections.abc import Mapping
 
@@ -34,7 +33,7 @@ from kcache.keys import canonical_map
 
 from .fingerprint import (Uncacheable, content_digest, describe, digest_of, is_library_class,
                           is_library_module, named_by_library, value_digest)
-from .frontends.numba_cuda import registries as _nc_registries
+from .process import STATE
 
 __all__ = ["extensions_component"]
 
@@ -47,7 +46,8 @@ _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a class statement or 
 
 
 class _State:
-    """What this process has read of the registries (one instance, module-level)."""
+    """What this process has read of one front-end's registries (one instance per
+    ``Frontend.registries()``, in ``process.STATE.extensions.states``)."""
 
     def __init__(self):
         self.modules = -1  # len(sys.modules) when the registries were last resolved
@@ -62,23 +62,24 @@ class _State:
         self.failure: str | None = None  # a registration that could not be read
         self.component = None  # CanonicalMap, or None when there is no user registration
         self.opaque_list: list = []
+        self.registry_modules = None  # registries.extension_registry_modules(), once
 
 
-_state = _State()
-_refreshing = threading.Lock()
-
-
-def extensions_component():
-    """``(component, opaque reasons)`` for this process: ``component`` is None when no user
+def extensions_component(registries):
+    """``(component, opaque reasons)`` for this process of the extension registries
+    ``registries`` reads (``Frontend.registries()``): ``component`` is None when no user
     registration exists (the key then has no ``extensions`` component), else a read-only
     ``{module: digest}``; ``opaque`` lists the registrations hashed by identity. Raises
     :class:`Uncacheable` when a user registration could not be read. O(1) per call once the
     registries were read: ``len(sys.modules)`` and the lengths of the public registries."""
-    state = _state
+    memo = STATE.extensions
+    state = memo.states.get(registries)
+    if state is None:
+        state = memo.states.setdefault(registries, _State())
     if len(sys.modules) != state.modules or _hot_size(state.hot) != state.hot_size:
-        with _refreshing:  # keys of other threads wait: a half-read registry is no answer
+        with memo.lock:  # keys of other threads wait: a half-read registry is no answer
             if len(sys.modules) != state.modules or _hot_size(state.hot) != state.hot_size:
-                _refresh(state)
+                _refresh(state, registries)
     if state.failure is not None:
         raise Uncacheable(state.failure)
     return state.component, state.opaque_list
@@ -88,26 +89,28 @@ def _hot_size(containers) -> int:
     return sum(map(len, containers))
 
 
-def _refresh(state) -> None:
-    if "numba.cuda.typing.templates" not in sys.modules:
-        state.modules, state.hot_size = len(sys.modules), 0  # no numba-cuda: nothing registered
+def _refresh(state, registries) -> None:
+    if not registries.loaded():
+        state.modules, state.hot_size = len(sys.modules), 0  # nothing can be registered yet
         return
 
     # Most imports register nothing into a registry (a program's own modules, numpy's): when
     # no registry module appeared and no container grew (they only grow), nothing is new,
     # and the ~200 containers are not enumerated again (which cost the first kernel call
     # 0.2-0.4 ms whenever anything was imported after the first definition).
-    present = tuple(name in sys.modules for name in _registry_modules(_nc_registries))
+    if state.registry_modules is None:
+        state.registry_modules = registries.extension_registry_modules()
+    present = tuple(name in sys.modules for name in state.registry_modules)
     if present == state.present and _hot_size(state.all) == state.all_size:
         state.modules = len(sys.modules)
         return
-    registries = _nc_registries.extension_registries()
+    found = registries.extension_registries()
     before = len(state.found), len(state.opaque)
-    for kind, _hot, container in registries:
-        _read_new(state, kind, container, _nc_registries)
-    state.hot = [container for _kind, hot, container in registries if hot]
+    for kind, _hot, container in found:
+        _read_new(state, kind, container, registries)
+    state.hot = [container for _kind, hot, container in found if hot]
     state.hot_size = _hot_size(state.hot)
-    state.all = [container for _kind, _hot, container in registries]
+    state.all = [container for _kind, _hot, container in found]
     state.all_size = _hot_size(state.all)
     state.present = present
     state.modules = len(sys.modules)
@@ -115,16 +118,7 @@ def _refresh(state) -> None:
         _build(state)
 
 
-_MODULES: list = []  # _nc_registries.extension_registry_modules(), once
-
-
-def _registry_modules(compat) -> tuple:
-    if not _MODULES:
-        _MODULES.append(compat.extension_registry_modules())
-    return _MODULES[0]
-
-
-def _read_new(state, kind, container, compat) -> None:
+def _read_new(state, kind, container, registries) -> None:
     """Read the items ``container`` got since the last look (registries only grow)."""
     seen = state.read.get(id(container))
     done = seen[1] if seen is not None and seen[0] is container else 0
@@ -136,28 +130,30 @@ def _read_new(state, kind, container, compat) -> None:
     if kind == "rewrite-kinds":
         return  # the lists themselves are containers of their own
     try:
-        parts = compat.extension_parts(kind, items)
+        parts = registries.extension_parts(kind, items)
         suspects = _user_objects(parts)
         if not suspects:
             return  # the usual case: only library registrations, decided in bulk
         for item, item_parts in zip(items, parts):
             modules = [suspects[id(p)] for p in item_parts if id(p) in suspects]
             if modules:
-                for record in compat.extension_records(kind, item):
-                    _add(state, modules[0], record)
+                for record in registries.extension_records(kind, item):
+                    _add(state, modules[0], record, registries)
     except Exception as exc:  # a layout this numba-cuda version should not have
         state.failure = (f"a {kind} registration could not be read "
                          f"({type(exc).__name__}: {exc})")
 
 
-def _add(state, module, record) -> None:
+def _add(state, module, record, registries) -> None:
     what, keys, impls, options, covered_by = record
     if covered_by is not None and _walked_when_reached(covered_by):
         return  # in the fingerprint of every kernel that reaches covered_by
     label = " ".join([what, ", ".join(describe(k) for k in keys)])
     try:
-        parts = [content_digest(impl, f"extension {label}") for impl in impls]
-        opts = value_digest(options, f"extension {label} options") if options else None
+        parts = [content_digest(impl, f"extension {label}", registries=registries)
+                 for impl in impls]
+        opts = (value_digest(options, f"extension {label} options", registries=registries)
+                if options else None)
     except Uncacheable as exc:
         state.failure = f"extension {label}: {exc}"
         return
@@ -197,6 +193,9 @@ def _user_objects(parts) -> dict:
     ``_MAX_DEPTH`` levels deep (closure cells, defaults, a class's methods). Level by level,
     each object once, the common library cases inline: the first key of a process reads
     about two thousand registrations, which must cost about a millisecond, not ten."""
+    memo = STATE.extensions
+    library_types, metaclasses = memo.library_types, memo.metaclasses
+    library_classes, libraries = memo.library_classes, memo.libraries
     roots = level = {id(o): o for p in parts for o in p}
     holders: dict = {}  # id(object) -> ids of the objects one level up that hold it
     found: dict = {}
@@ -204,14 +203,14 @@ def _user_objects(parts) -> dict:
         deeper: dict = {}
         for key, obj in level.items():
             kind = type(obj)
-            if kind in _LIBRARY_TYPES or kind in _METACLASSES and obj in _LIBRARY_CLASSES:
+            if kind in library_types or kind in metaclasses and obj in library_classes:
                 continue  # None, str, numba types, ufuncs, library classes, ...
             if kind is _FUNCTION:
                 # exec(): no __module__; code may also have set it to anything
                 module = _name(obj.__module__) or _name(obj.__globals__.get("__name__"))
-                library = _libraries.get(module)
+                library = libraries.get(module)
                 if library is None:
-                    library = _libraries[module] = is_library_module(module)
+                    library = libraries[module] = is_library_module(module)
                 if not library:
                     found[key] = module or "?"
                     continue
@@ -219,7 +218,7 @@ def _user_objects(parts) -> dict:
                     continue  # a library's module-level function
                 held = _cells(obj) + (obj.__defaults__ or ())
             else:
-                module, held = _judge(obj, kind)
+                module, held = _judge(obj, kind, memo)
                 if module is not None:
                     found[key] = module
                     continue
@@ -231,37 +230,37 @@ def _user_objects(parts) -> dict:
     return _at_roots(found, holders, roots)
 
 
-def _judge(obj, kind):
+def _judge(obj, kind, memo):
     """(module of user code, None) or (None, the objects to look into) for an object that is
-    not a function."""
+    not a function (``memo``: ``process.STATE.extensions``, what is known of the types met)."""
     if kind is staticmethod or kind is classmethod:
         return None, (obj.__func__,)
     if kind is tuple:
         return None, obj
     if isinstance(obj, type):
-        _METACLASSES.add(kind)
+        memo.metaclasses.add(kind)
         if not obj.__flags__ & _HEAPTYPE or _carries_module(obj):
             # A C extension's class: numba's _box.Box; Cython's function type, a heap type
             # whose __module__ is the slot its functions keep theirs in.
-            _LIBRARY_CLASSES.add(obj)
+            memo.library_classes.add(obj)
             return None, ()
         module = _name(obj.__module__) or "?"  # a class body may set __module__ to anything
-        if not _library(module):
+        if not _library(module, memo):
             return module, ()
         if is_library_class(obj):
-            _LIBRARY_CLASSES.add(obj)
+            memo.library_classes.add(obj)
             return None, ()
         # Made at run time by a library (type_callable's template): its methods and classes.
         return None, tuple(v for v in vars(obj).values() if type(v) in _CODE or
                            isinstance(v, type))
-    wraps = _wrapping.get(kind)
+    wraps = memo.wrapping.get(kind)
     if wraps is None:  # the first object of its type: a dispatcher or an intrinsic?
-        wraps = _wrapping[kind] = _inner(obj) is not None
-        if _library(_name(kind.__module__)):
+        wraps = memo.wrapping[kind] = _inner(obj) is not None
+        if _library(_name(kind.__module__), memo):
             if not wraps:
-                _LIBRARY_TYPES.add(kind)
+                memo.library_types.add(kind)
         elif _carries_module(kind):
-            _OWN_MODULE.add(kind)
+            memo.own_module.add(kind)
     inner = _inner(obj) if wraps else None
     if inner is not None:
         return None, (inner,)
@@ -270,8 +269,9 @@ def _judge(obj, kind):
     # judged by it: their type's module is Cython's shared "_cython_3_x" module, or on Python
     # 3.10 the slot's descriptor itself. Any other module that is not a str counts as a user
     # module of no name ("?"), as a function made by exec() does.
-    module = _name(getattr(obj, "__module__", None) if kind in _OWN_MODULE else kind.__module__)
-    return (None if _library(module) else module or "?"), ()
+    module = _name(getattr(obj, "__module__", None) if kind in memo.own_module
+                   else kind.__module__)
+    return (None if _library(module, memo) else module or "?"), ()
 
 
 def _carries_module(cls: type) -> bool:
@@ -307,10 +307,10 @@ def _inner(obj):
     return inner if type(inner) is _FUNCTION else None
 
 
-def _library(module) -> bool:
-    known = _libraries.get(module)
+def _library(module, memo) -> bool:
+    known = memo.libraries.get(module)
     if known is None:
-        known = _libraries[module] = is_library_module(module)
+        known = memo.libraries[module] = is_library_module(module)
     return known
 
 
@@ -326,13 +326,4 @@ def _cells(fn) -> tuple:
 
 _FUNCTION = types.FunctionType
 _CODE = frozenset({types.FunctionType, staticmethod, classmethod})
-# Remembered for the process: module name -> is_library_module(); types whose objects are a
-# library's (their module is one, they wrap no function); library classes met; the types of
-# classes met (type, abc.ABCMeta, numba's metaclasses); type -> wraps a Python function?
-_libraries: dict = {}
-_LIBRARY_TYPES: set = {str, int, float, bool, type(None), bytes}
-_LIBRARY_CLASSES: set = set()
-_METACLASSES: set = {type}
-_wrapping: dict = {}
-_OWN_MODULE: set = set()  # types whose objects keep their own __module__ (_carries_module)
 _SLOT_DESCRIPTORS = (types.MemberDescriptorType, types.GetSetDescriptorType)

@@ -16,11 +16,9 @@ import sys
 from kcache import Entry
 from kcache.entry.artifacts import KERNEL_FIELDS
 
-from .frontends.numba_cuda import compiling as _nc_compiling
-from .frontends.numba_cuda import rebuild as _nc_rebuild
 
 
-#: Metadata fields of an entry that ``_nc_rebuild.rebuild_kernel`` reads (all plain data); the
+#: Metadata fields of an entry that ``Frontend.rebuild_kernel`` reads (all plain data); the
 #: core checks the artifacts of every entry holding them all (kcache.artifacts).
 STATE_FIELDS = KERNEL_FIELDS
 _PLAIN = (type(None), bool, int, float, str, bytes)
@@ -105,21 +103,22 @@ def decode_exceptions(table: dict) -> dict:
     return out
 
 
-def kernel_to_entry(kernel, cc, *, kernel_name: str, signature: str, arch: str,
+def kernel_to_entry(frontend, kernel, cc, *, kernel_name: str, signature: str, arch: str,
                     compile_seconds: float, warnings: list | None = None) -> Entry:
-    """Entry of a compiled, cacheable ``_Kernel`` for full cc ``cc`` (``kcache.arch.full_cc``).
+    """Entry of a compiled, cacheable kernel of ``frontend`` (a ``frontends.base.Frontend``)
+    for full cc ``cc`` (``kcache.arch.full_cc``).
 
     ``compile_seconds``: wall time of the compile (seconds); ``warnings``: what the compile
     warned, in ``compile_warnings.encode`` form (kept only when there are some, so entries of
     quiet kernels are unchanged). Raises NotStorable with the reason
-    when the kernel needs live Python objects (``_nc_compiling.uncacheable_reason``) or its exception
+    when the kernel needs live Python objects (``frontend.uncacheable_reason``) or its exception
     table cannot be encoded."""
     # _kcache_stale: the compile reused a device function compiled under other globals
     # (kcache.dispatcher.dep_guard): its code is not what the key says.
-    reason = _nc_compiling.uncacheable_reason(kernel) or getattr(kernel, "_kcache_stale", None)
+    reason = frontend.uncacheable_reason(kernel) or getattr(kernel, "_kcache_stale", None)
     if reason:
         raise NotStorable(reason)
-    state = _nc_rebuild.kernel_state(kernel, cc)
+    state = frontend.kernel_state(kernel, cc)
     artifacts = {"cubin": state["cubin"]}
     if state["ptx"]:
         artifacts["ptx"] = state["ptx"].encode("utf-8")
@@ -133,7 +132,8 @@ def kernel_to_entry(kernel, cc, *, kernel_name: str, signature: str, arch: str,
     meta.update(kernel=kernel_name, signature=signature, arch=arch,
                 compile_seconds=float(compile_seconds),
                 exceptions=encode_exceptions(state["exceptions"]),
-                sigspec=format_or_none(state["argtypes"]))  # replayable text (kcache warm)
+                # replayable text (kcache warm)
+                sigspec=format_or_none(frontend, state["argtypes"]))
     if warnings:
         meta["warnings"] = list(warnings)
     return Entry(artifacts=artifacts, meta=meta)
@@ -147,11 +147,12 @@ def marker_entry(*, kernel_name: str, signature: str, arch: str) -> Entry:
                                      "launch_config_sensitive": True, "marker": True})
 
 
-def entry_to_kernel(entry: Entry, argtypes: tuple, cc, *, extensions, use: str = "cubin",
+def entry_to_kernel(frontend, entry: Entry, argtypes: tuple, cc, *, extensions, use: str = "cubin",
                     compiled=None, py_func=None, launch_bounds=None):
-    """A launchable ``_Kernel`` rebuilt from ``entry`` for full cc ``cc``, without numba's
-    typing or target context. ``use``: "cubin" or "ptx" (driver/nvJitLink link of the PTX);
-    ``compiled``, ``py_func``, ``launch_bounds``: see ``_nc_rebuild.rebuild_kernel``.
+    """A launchable kernel of ``frontend`` (a ``frontends.base.Frontend``) rebuilt from
+    ``entry`` for full cc ``cc``, without numba's typing or target context. ``use``:
+    "cubin" or "ptx" (driver/nvJitLink link of the PTX);
+    ``compiled``, ``py_func``, ``launch_bounds``: see ``frontend.rebuild_kernel``.
     Raises NotStorable if the entry lacks a field or an exception class is not loaded."""
     meta = entry.meta
     missing = [f for f in STATE_FIELDS if f not in meta]
@@ -162,6 +163,6 @@ def entry_to_kernel(entry: Entry, argtypes: tuple, cc, *, extensions, use: str =
     ptx = entry.artifacts.get("ptx")
     state["ptx"] = ptx.decode("utf-8") if ptx else None
     exceptions = decode_exceptions(meta.get("exceptions"))
-    return _nc_rebuild.rebuild_kernel(state, argtypes, cc, extensions=extensions,
-                                  exceptions=exceptions, use=use, compiled=compiled,
-                                  py_func=py_func, launch_bounds=launch_bounds)
+    return frontend.rebuild_kernel(state, argtypes, cc, extensions=extensions,
+                                   exceptions=exceptions, use=use, compiled=compiled,
+                                   py_func=py_func, launch_bounds=launch_bounds)

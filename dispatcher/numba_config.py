@@ -13,7 +13,7 @@ The ``config`` key component (:func:`config_component`) holds the current value 
 """
 from __future__ import annotations
 
-from .frontends.numba_cuda import signatures as _nc_signatures
+from .process import STATE
 
 __all__ = ["IN_KEY", "NOT_IN_KEY", "WARNINGS_IN_KEY", "IN_KEY_WHEN_CHANGED", "BYPASS",
            "config_component", "config_variables", "unclassified", "bypass_reason"]
@@ -109,17 +109,16 @@ BYPASS = (
 _OFF = (None, 0, False, "", "none")
 
 
-def bypass_reason(config=None) -> str | None:
-    """"NUMBA_<NAME> is on (...)" for the first :data:`BYPASS` setting of ``config`` (default:
-    the module numba-cuda reads) that is on, else None. A setting is off at numba's default:
+def bypass_reason(config) -> str | None:
+    """"NUMBA_<NAME> is on (...)" for the first :data:`BYPASS` setting of ``config`` (the
+    module the front-end reads, ``Frontend.numba_config()``) that is on, else None. A
+    setting is off at numba's default:
     0, False, None, "" or "none" (``DEBUG_PRINT_*``)."""
-    if config is None:
-
-        config = _nc_signatures.numba_config()
     # Asked on every lookup: the answer for the same values and module is remembered.
     values = (id(config),) + settings_values(config, BYPASS)
-    if values == _bypass_memo[0]:
-        return _bypass_memo[1]
+    memo = STATE.keys.bypass  # (id of the config module, its BYPASS values), the answer
+    if values == memo[0]:
+        return memo[1]
     reason = None
     for name, value in zip(BYPASS, values[1:]):
         if isinstance(value, str):
@@ -127,11 +126,9 @@ def bypass_reason(config=None) -> str | None:
         if value not in _OFF:
             reason = f"NUMBA_{name} is on: the compiler's output is shown, so the kernel is compiled"
             break
-    _bypass_memo[0], _bypass_memo[1] = values, reason
+    memo[0], memo[1] = values, reason
     return reason
 
-
-_bypass_memo = [None, None]  # (id of the config module, its BYPASS values), the answer
 
 
 def settings_values(config, names) -> tuple:
@@ -179,15 +176,12 @@ def unclassified(config) -> list:
     return [n for n in config_variables(config) if n not in known]
 
 
-def config_component(config=None) -> dict:
-    """``{name: value}`` of every :data:`IN_KEY` variable of ``config`` (default: the module
-    numba-cuda reads, ``_nc_signatures.numba_config()``), as plain msgpack values: flags as bools
+def config_component(config) -> dict:
+    """``{name: value}`` of every :data:`IN_KEY` variable of ``config`` (the module the
+    front-end reads, ``Frontend.numba_config()``), as plain msgpack values: flags as bools
     (numba-cuda tests their truth), ``OPT`` as an int, ``FORCE_CUDA_CC`` as a list or None,
     paths as strings; an absent variable is None. :data:`WARNINGS_IN_KEY` and
     :data:`IN_KEY_WHEN_CHANGED` variables are there only when set away from numba's default."""
-    if config is None:
-
-        config = _nc_signatures.numba_config()
     component = {name: _plain(name, getattr(config, name, None)) for name in IN_KEY}
     for name in WARNINGS_IN_KEY:
         value = getattr(config, name, 0)

@@ -6,7 +6,6 @@ the toolchain versions, encode the components every key shares.
 """
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 from kcache.config import environment_snapshot
@@ -14,6 +13,7 @@ from kcache.disk.layout import BUCKET
 from kcache.warn import held_back, warn_once
 
 from . import components as _components
+from .process import STATE
 
 
 class Options:
@@ -23,9 +23,6 @@ class Options:
     first use); ``cache``: False compiles uncached, as numba-cuda without ``cache=True``;
     ``cache_key``: user string mixed into every key (str or None).
     """
-
-    _default_store = None
-    _default_lock = threading.Lock()
 
     def __init__(self, store=None, cache: bool = True, cache_key: str | None = None):
         if cache_key is not None and not isinstance(cache_key, str):
@@ -50,25 +47,25 @@ class Options:
         kernel call, and kept only if that raised and warned nothing; the first call then
         checks that what settings come from (``environment_snapshot``) is unchanged, else
         opens it again, so settings still take effect as of the first kernel call."""
-        with cls._default_lock:
+        with STATE.store_lock:
             if early:
-                if cls._default_store is None:
+                if STATE.default_store is None:
                     cls._open_early()
-                return cls._default_store or None
-            if cls._opened_early is not None:
-                store = cls._default_store
-                if cls._opened_early != environment_snapshot(store.root):
-                    cls._default_store = None  # the program changed a setting since
-                cls._opened_early = None
-            if cls._default_store is None:
+                return STATE.default_store or None
+            if STATE.opened_early is not None:
+                store = STATE.default_store
+                if STATE.opened_early != environment_snapshot(store.root):
+                    STATE.default_store = None  # the program changed a setting since
+                STATE.opened_early = None
+            if STATE.default_store is None:
                 try:
                     from kcache import Store
-                    cls._default_store = Store()
+                    STATE.default_store = Store()
                 except Exception as exc:  # a bad setting or unusable root: run uncached
                     warn_once("dispatcher-store", f"kcache: cannot open the cache ({exc}); "
                               "kernels are compiled uncached")
-                    cls._default_store = False
-            return cls._default_store or None
+                    STATE.default_store = False
+            return STATE.default_store or None
 
     @classmethod
     def _open_early(cls) -> None:
@@ -79,39 +76,35 @@ class Options:
             except Exception:  # the first kernel call tries again, and says why
                 return
         if not would_warn:  # else the first call opens it again and warns as it always did
-            cls._default_store = store
-            cls._opened_early = environment_snapshot(store.root)
-
-    _opened_early = None  # environment_snapshot() when prepare() opened the default store
+            STATE.default_store = store
+            STATE.opened_early = environment_snapshot(store.root)
 
     @classmethod
     def reset_process_store(cls) -> None:
         """Forget the process default store (tests, or after changing KCACHE_* variables)."""
-        with cls._default_lock:
-            cls._default_store = None
-            cls._opened_early = None
+        with STATE.store_lock:
+            STATE.default_store = None
+            STATE.opened_early = None
 
-    def prepare(self, targetoptions: dict | None = None) -> None:
+    def prepare(self, frontend, targetoptions: dict | None = None) -> None:
         """What every hit needs, done once per process when the first cached kernel is
         defined (during the program's imports) instead of in its first call: open the store,
-        know the toolchain versions, encode the components every key shares
-        (``targetoptions``: the first kernel's). Whatever would warn is left to the first
-        call, which then does it again and warns as before.
+        know the toolchain versions, encode the components every key shares (``frontend``:
+        its ``frontends.base.Frontend``; ``targetoptions``: the first kernel's). Whatever
+        would warn is left to the first call, which then does it again and warns as before.
         Never raises: a problem shows (and is warned about) at the kernel call, as before."""
-        if not self.cache or Options._prepared:
+        if not self.cache or STATE.prepared:
             return
-        Options._prepared = True
+        STATE.prepared = True
         try:
             store = self.store if self.store is not None else self._process_store(early=True)
             if store is None or getattr(store, "disabled", False):
                 return
             with held_back():  # a warning here would be a first call's: it is left to it
                 _components.toolchain_components(lambda: toolchain_memo(store))
-                _components.prepare_shared(targetoptions)
+                _components.prepare_shared(frontend, targetoptions)
         except Exception:  # the kernel call does it again and reports it
             pass
-
-    _prepared = False
 
 
 def toolchain_memo(store):

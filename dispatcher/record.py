@@ -16,12 +16,10 @@ from __future__ import annotations
 import errno
 import os
 import stat
-import threading
 
 from kcache.warn import warn_once
 
-from .frontends.numba_cuda import signatures as _nc_signatures
-from .process import kernel_name
+from .process import STATE, kernel_name
 
 __all__ = ["ENV", "start", "stop", "path", "note", "skipped", "LOCK_TIMEOUT"]
 
@@ -29,16 +27,13 @@ ENV = "KCACHE_RECORD"
 #: Seconds to wait for another process's append before giving this one up (warned).
 LOCK_TIMEOUT = 30.0
 
-_lock = threading.Lock()
-_state: dict = {"path": None, "seen": set(), "skipped": {}}
-
 
 def start(file) -> None:
     """Record into ``file`` (str or path) from now on, in this process (as ``KCACHE_RECORD``).
     ``None`` or ``""`` stops recording."""
-    with _lock:
-        _state["path"] = os.path.abspath(os.fspath(file)) if file else None
-        _state["seen"] = set()
+    with STATE.record_lock:
+        STATE.record_path = os.path.abspath(os.fspath(file)) if file else None
+        STATE.recorded = set()
 
 
 def stop() -> None:
@@ -48,45 +43,46 @@ def stop() -> None:
 
 def path() -> str | None:
     """The file being recorded into, or None."""
-    return _state["path"]
+    return STATE.record_path
 
 
 def skipped() -> dict:
     """``{"module:qualname signature": reason}`` for launches this process could not record."""
-    return dict(_state["skipped"])
+    return dict(STATE.record_skipped)
 
 
-def note(dispatcher, argtypes) -> None:
-    """Record that ``dispatcher`` (a kernel dispatcher) was compiled or loaded for
+def note(frontend, dispatcher, argtypes) -> None:
+    """Record that ``dispatcher`` (a kernel dispatcher of ``frontend``, a
+    ``frontends.base.Frontend``) was compiled or loaded for
     ``argtypes`` (tuple of numba types), if recording is on. Never raises."""
-    if _state["path"] is None:
-        return  # the common case: one dict lookup on the compile path
+    if STATE.record_path is None:
+        return  # the common case: one attribute read on the compile path
     try:
-        _note(dispatcher, tuple(argtypes))
+        _note(frontend, dispatcher, tuple(argtypes))
     except Exception as exc:  # recording must never break the program
         warn_once("record-error", f"kcache: {ENV}: recording failed ({type(exc).__name__}: "
                   f"{exc}); the program goes on")
 
 
-def _note(dispatcher, argtypes) -> None:
+def _note(frontend, dispatcher, argtypes) -> None:
     from . import sigspec  # imported only when recording is on
     name = kernel_name(dispatcher)
     memo = (name, argtypes)
-    if memo in _state["seen"]:
+    if memo in STATE.recorded:
         return
-    _state["seen"].add(memo)
+    STATE.recorded.add(memo)
     reason = _why_not(dispatcher)
     text = None
     if reason is None:
         try:
-            text = sigspec.format_signature(argtypes)
+            text = sigspec.format_signature(frontend, argtypes)
         except sigspec.Unexpressible as exc:
             reason = str(exc)
     if reason is not None:
-        _state["skipped"][f"{name} {_nc_signatures.signature_display(argtypes)}"] = reason
+        STATE.record_skipped[f"{name} {frontend.signature_display(argtypes)}"] = reason
         warn_once(f"record-skip:{name}", f"kcache: {ENV}: not recording {name}: {reason}")
         return
-    _append(_state["path"], name, text)
+    _append(STATE.record_path, name, text)
 
 
 def _why_not(dispatcher) -> str | None:

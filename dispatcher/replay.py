@@ -24,8 +24,6 @@ from .components import toolchain_components
 from .options import toolchain_memo
 from .sigfile import split_kernel
 from .warm import Plan, Row
-from .frontends.numba_cuda import internals as _nc_internals
-from .frontends.numba_cuda import signatures as _nc_signatures
 
 __all__ = ["plan_replay"]
 
@@ -74,7 +72,8 @@ def plan_replay(plan: Plan, store, ccs=None, modules=None) -> Plan:
             if not stale:
                 plan.current += 1
                 continue
-            plan.add(**_replayable(info, components, kernel, cc, modules[module]))
+            plan.add(**_replayable(plan.frontend, info, components, kernel, cc,
+                                   modules[module]))
         except _Skip as why:
             if stale:
                 skipped.setdefault((kernel, info.signature, info.arch, str(why)), info.key)
@@ -113,14 +112,14 @@ def _module(kernel: str) -> str:
         raise _Skip(f"kernel {shown} is not a module-level name warm can import") from None
 
 
-def _replayable(info, components: dict, kernel: str, cc, path_entry) -> dict:
+def _replayable(frontend, info, components: dict, kernel: str, cc, path_entry) -> dict:
     """The ``Plan.add`` arguments that replay ``info`` (its module found in a TARGET, on
     ``sys.path`` with ``path_entry``); raises _Skip with the reason."""
     launch_config = components.get("launch_config")
-    if launch_config not in (None, _nc_internals.NO_LAUNCH_CONFIG):
+    if launch_config not in (None, frontend.no_launch_config):
         raise _Skip("compiled for one launch configuration of a launch-config-sensitive "
                     "kernel; it is compiled again on its first launch")
-    argtypes, text = _signature(info, components)
+    argtypes, text = _signature(frontend, info, components)
     cache_key = components.get("cache_key")
     return {"kernel": kernel, "path_entry": path_entry, "argtypes": argtypes, "sigspec_text": text,
             "eager_index": None, "cc": cc, "origin": "replay",
@@ -128,7 +127,7 @@ def _replayable(info, components: dict, kernel: str, cc, path_entry) -> dict:
             "own_cache_key": True, "expect": components}
 
 
-def _signature(info, components: dict) -> tuple:
+def _signature(frontend, info, components: dict) -> tuple:
     """(argument types, sigspec text) of an entry; _Skip when neither ``meta["sigspec"]``
     nor the ``signature`` component gives them exactly."""
     meta = info.meta if isinstance(info.meta, dict) else {}
@@ -137,14 +136,14 @@ def _signature(info, components: dict) -> tuple:
         # Written by kcache from the very types of the entry: one that does not parse back
         # to them is a damaged or hostile entry, skipped (never evaluated).
         try:
-            argtypes = sigspec.parse_signature(text)
+            argtypes = sigspec.parse_signature(frontend, text)
         except ValueError as exc:
             raise _Skip(f"its recorded signature (meta.sigspec) is refused: {exc}") from None
-        if _nc_signatures.signature_string(argtypes) != components.get("signature"):
+        if frontend.signature_string(argtypes) != components.get("signature"):
             raise _Skip("its recorded signature (meta.sigspec) is not the one of its key")
         return argtypes, text
-    argtypes = sigspec.from_signature_component(components.get("signature"))
+    argtypes = sigspec.from_signature_component(frontend, components.get("signature"))
     if argtypes is None:
         raise _Skip("no replayable signature")
     # The component text itself parses (a tuple of type reprs) when no void(...) form exists.
-    return argtypes, sigspec.format_or_none(argtypes) or components["signature"]
+    return argtypes, sigspec.format_or_none(frontend, argtypes) or components["signature"]

@@ -18,11 +18,12 @@ from kcache.errors import CacheMissError
 from kcache.text import cut
 from kcache.warn import warn_once
 
+from .process import STATE
+
 ENV = "KCACHE_REQUIRE_HIT"
 RAISE, WARN = "raise", "warn"
 _OFF = {"", "0", "false", "no", "off"}
 _ON = {"1", "true", "yes", "on"}
-_chosen = [None]  # install(require_hit=...): RAISE, WARN or "" (off); None: the variable decides
 
 
 def set_mode(require_hit) -> None:
@@ -30,9 +31,9 @@ def set_mode(require_hit) -> None:
     False (off, whatever the variable says) or None (``KCACHE_REQUIRE_HIT`` decides).
     Raises ValueError for anything else."""
     if require_hit is None or isinstance(require_hit, bool):
-        _chosen[0] = None if require_hit is None else (RAISE if require_hit else "")
+        STATE.require_hit = None if require_hit is None else (RAISE if require_hit else "")
     elif require_hit == "warn":
-        _chosen[0] = WARN
+        STATE.require_hit = WARN
     else:
         raise ValueError(f"require_hit must be True, False, 'warn' or None, not {require_hit!r:.60}")
 
@@ -41,8 +42,8 @@ def mode() -> str | None:
     """RAISE, WARN or None (compiles allowed). Read at each compile, so a program may set the
     variable before its first kernel call. A value other than 1/0/warn (and their spellings
     true/yes/on, false/no/off) is warned once and read as 1: the user asked for a guarantee."""
-    if _chosen[0] is not None:
-        return _chosen[0] or None
+    if STATE.require_hit is not None:
+        return STATE.require_hit or None
     raw = os.environ.get(ENV, "").strip().lower()
     if raw in _OFF:
         return None
@@ -54,17 +55,16 @@ def mode() -> str | None:
     return RAISE
 
 
-def check(dispatcher, argtypes) -> None:
-    """Before ``dispatcher`` compiles ``argtypes`` for a kernel call: raise CacheMissError
-    (RAISE) or warn once per kernel (WARN); nothing when compiles are allowed."""
+def check(frontend, dispatcher, argtypes) -> None:
+    """Before ``dispatcher`` (a kcache dispatcher of ``frontend``, a
+    ``frontends.base.Frontend``) compiles ``argtypes`` for a kernel call: raise
+    CacheMissError (RAISE) or warn once per kernel (WARN); nothing when compiles are
+    allowed."""
     how = mode()
     if how is None:
         return
-    # The bridge is imported here, not with this module: install() imports this module
-    # before it knows whether numba-cuda is supported (support.refusal).
-    from .frontends.numba_cuda import signatures as _nc_signatures
-    cc = _nc_signatures.current_cc()
-    name, shown = dispatcher._kcache_name(), _nc_signatures.signature_display(argtypes)
+    cc = frontend.current_cc()
+    name, shown = dispatcher._kcache_name(), frontend.signature_display(argtypes)
     reason = _reason(dispatcher, argtypes, cc)
     where = f"{name} {shown} for cc {cc[0]}.{cc[1]} ({_arch.arch_name(cc)})"
     if how == WARN:

@@ -101,8 +101,9 @@ def format_line(kernel: str, signature: str) -> str:
     return f"{kernel}  {signature}\n"
 
 
-def read_signatures(path) -> list[SigLine]:
-    """Every line of the signatures file ``path``, in order, duplicates dropped.
+def read_signatures(frontend, path) -> list[SigLine]:
+    """Every line of the signatures file ``path``, in order, duplicates dropped; signatures
+    read as ``frontend``'s types (a ``frontends.base.Frontend``).
 
     Raises :class:`SignatureFileError` (one line: ``FILE:LINE: what``, accepted form) for a
     file that is missing, not a regular file, larger than :data:`MAX_FILE_BYTES`, not UTF-8,
@@ -121,7 +122,7 @@ def read_signatures(path) -> list[SigLine]:
             if parsed is None:
                 continue
             kernel, signature = parsed
-            argtypes = parse_signature(signature)
+            argtypes = parse_signature(frontend, signature)
         except ValueError as exc:
             raise SignatureFileError(f"{shown}:{number}: {' '.join(str(exc).split())}") from None
         if (kernel, argtypes) not in seen:

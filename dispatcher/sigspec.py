@@ -13,8 +13,11 @@ signatures files, entry metadata) and reads them back (``kcache warm``). Three f
   checked first with :mod:`ast` against a small grammar (numba type names, array slices, calls
   of a few type classes with literal arguments), so nothing but numba types is ever built.
 - :func:`from_signature_component`: the inverse of the ``signature`` key component
-  (``str`` of the types tuple, ``_nc_signatures.signature_string``, i.e. the types' ``repr``),
+  (``str`` of the types tuple, ``Frontend.signature_string``, i.e. the types' ``repr``),
   verified by printing the result again; None when it cannot be inverted exactly.
+
+Each takes first the front-end (a ``frontends.base.Frontend``) whose numba types it writes or
+reads: its ``types()``, ``signature_namespace()`` and ``normalize_signature``.
 """
 from __future__ import annotations
 
@@ -22,8 +25,6 @@ import ast
 import io
 import keyword
 import tokenize
-
-from .frontends.numba_cuda import signatures as _nc_signatures
 
 
 __all__ = ["Unexpressible", "format_signature", "format_or_none", "parse_signature",
@@ -49,32 +50,29 @@ class Unexpressible(ValueError):
 
 # --- types -> text ----------------------------------------------------------------------------
 
-def _namespace() -> dict:
-    return _nc_signatures.signature_namespace()
-
-
-def _scalar(t) -> str | None:
+def _scalar(frontend, t) -> str | None:
     """The namespace name of a number/boolean type that maps back to ``t`` itself."""
-    T = _nc_signatures.types
+    T = frontend.types()
     if isinstance(t, (T.Integer, T.Float, T.Complex, T.Boolean)) and not isinstance(t, T.Literal):
         name = str(t)
-        if _namespace().get(name) == t:
+        if frontend.signature_namespace().get(name) == t:
             return name
     return None
 
 
-def format_type(t) -> str:
-    """One numba type as sigspec text. Raises :class:`Unexpressible` for a type outside the
-    grammar (see module docstring); the caller checks the round trip."""
-    T = _nc_signatures.types
-    name = _scalar(t)
+def format_type(frontend, t) -> str:
+    """One numba type (of ``frontend``'s numba: a ``frontends.base.Frontend``) as sigspec
+    text. Raises :class:`Unexpressible` for a type outside the grammar (see module
+    docstring); the caller checks the round trip."""
+    T = frontend.types()
+    name = _scalar(frontend, t)
     if name is not None:
         return name
     kind = type(t)
     if kind is T.Array:
-        dtype = format_type(t.dtype)
+        dtype = format_type(frontend, t.dtype)
         slices = t.ndim >= 2 or (t.ndim == 1 and t.layout != "F")  # [::1] is C when 1d
-        if slices and t.mutable and t.aligned and _scalar(t.dtype) is not None:
+        if slices and t.mutable and t.aligned and _scalar(frontend, t.dtype) is not None:
             dims = [":"] * t.ndim
             if t.layout == "C":
                 dims[-1] = "::1"
@@ -84,58 +82,61 @@ def format_type(t) -> str:
         extra = ("" if t.mutable else ", readonly=True") + ("" if t.aligned else ", aligned=False")
         return f"Array({dtype}, {t.ndim}, {t.layout!r}{extra})"
     if kind is T.Record:
-        return f"Record([{', '.join(_field(n, f) for n, f in t.fields.items())}], {t.size}, {t.aligned})"
+        fields = ", ".join(_field(frontend, n, f) for n, f in t.fields.items())
+        return f"Record([{fields}], {t.size}, {t.aligned})"
     if kind is T.NestedArray:
-        return f"NestedArray({format_type(t.dtype)}, {tuple(t.shape)!r})"
+        return f"NestedArray({format_type(frontend, t.dtype)}, {tuple(t.shape)!r})"
     if kind is T.UniTuple:
-        return f"UniTuple({format_type(t.dtype)}, {t.count})"
+        return f"UniTuple({format_type(frontend, t.dtype)}, {t.count})"
     if kind is T.Tuple:
-        inner = ", ".join(format_type(x) for x in t.types)
+        inner = ", ".join(format_type(frontend, x) for x in t.types)
         return f"Tuple(({inner}{',' if len(t.types) == 1 else ''}))"
     raise Unexpressible(f"type {t} ({kind.__name__}) has no signature-string form")
 
 
-def _field(name: str, field) -> str:
+def _field(frontend, name: str, field) -> str:
     """A record field as ``('a', {'type': int8, 'offset': 0})`` (alignment and title only
     when set: numba-cuda's ``Record`` defaults them to None)."""
-    parts = [f"'type': {format_type(field.type)}", f"'offset': {field.offset}"]
+    parts = [f"'type': {format_type(frontend, field.type)}", f"'offset': {field.offset}"]
     parts += [f"{k!r}: {getattr(field, k)!r}" for k in ("alignment", "title")
               if getattr(field, k) is not None]
     return f"({name!r}, {{{', '.join(parts)}}})"
 
 
-def format_signature(argtypes) -> str:
-    """``argtypes`` (tuple of numba types) -> ``"void(...)"``, guaranteed to parse back
-    (:func:`parse_signature`) to an equal tuple. Raises :class:`Unexpressible` naming the
+def format_signature(frontend, argtypes) -> str:
+    """``argtypes`` (tuple of ``frontend``'s numba types) -> ``"void(...)"``, guaranteed to
+    parse back (:func:`parse_signature`) to an equal tuple. Raises :class:`Unexpressible` naming the
     type that cannot be written, or saying the text does not parse back to the same types."""
     argtypes = tuple(argtypes)
-    text = f"void({', '.join(format_type(t) for t in argtypes)})"
+    text = f"void({', '.join(format_type(frontend, t) for t in argtypes)})"
+    shown = frontend.signature_display
     try:
-        back = parse_signature(text)
+        back = parse_signature(frontend, text)
     except ValueError as exc:
-        raise Unexpressible(f"{_nc_signatures.signature_display(argtypes)}: {exc}") from None
+        raise Unexpressible(f"{shown(argtypes)}: {exc}") from None
     if back != argtypes:
-        raise Unexpressible(f"{_nc_signatures.signature_display(argtypes)} does not parse back to the "
-                            f"same types (got {_nc_signatures.signature_display(back)})")
+        raise Unexpressible(f"{shown(argtypes)} does not parse back to the same types "
+                            f"(got {shown(back)})")
     return text
 
 
-def format_or_none(argtypes) -> str | None:
+def format_or_none(frontend, argtypes) -> str | None:
     """:func:`format_signature`, or None when the types cannot be written (never raises)."""
     try:
-        return format_signature(argtypes)
+        return format_signature(frontend, argtypes)
     except Exception:  # Unexpressible, or a type whose attributes are not what we expect
         return None
 
 
 # --- text -> types ----------------------------------------------------------------------------
 
-def parse_signature(text) -> tuple:
+def parse_signature(frontend, text) -> tuple:
     """A kernel sigspec (``"void(float32[::1], int64)"``, also ``"(float32[::1],)"``) -> tuple
-    of numba types, as ``numba.cuda.jit`` reads it (``sigutils.normalize_signature``), after
-    checking the text against the sigspec grammar so that evaluating it can only build numba
-    types. Raises ValueError with one line naming what is wrong (syntax, a name or construct
-    that is not allowed, a non-void return type, numba's own complaint)."""
+    of ``frontend``'s numba types, as ``numba.cuda.jit`` reads it
+    (``sigutils.normalize_signature``), after checking the text against the sigspec grammar
+    so that evaluating it can only build numba types. Raises ValueError with one line naming
+    what is wrong (syntax, a name or construct that is not allowed, a non-void return type,
+    numba's own complaint)."""
     if not isinstance(text, str):
         raise ValueError(f"a signature must be text, not {type(text).__name__}")
     if len(text) > MAX_SIGNATURE_CHARS:
@@ -145,9 +146,9 @@ def parse_signature(text) -> tuple:
         tree = ast.parse(text.strip(), mode="eval")
     except SyntaxError as exc:
         raise ValueError(f"not a signature: {exc.msg}") from None
-    _check(tree.body, _namespace(), 0)
+    _check(tree.body, frontend.signature_namespace(), 0, frontend.types())
     try:
-        return _nc_signatures.normalize_signature(text.strip())
+        return frontend.normalize_signature(text.strip())
     except Exception as exc:  # numba raises TypeError/ValueError/KeyError from the types it builds
         raise ValueError(f"not a kernel signature: {type(exc).__name__}: "
                          f"{' '.join(str(exc).split())[:200]}") from None
@@ -228,11 +229,10 @@ def _check_term(kind: int, word: str, prev) -> None:
         raise ValueError(f"f-strings are not allowed ({_ACCEPTED})")
 
 
-def _check(node, ns: dict, depth: int) -> None:
-    """Raise ValueError unless ``node`` is in the sigspec grammar."""
+def _check(node, ns: dict, depth: int, T) -> None:
+    """Raise ValueError unless ``node`` is in the sigspec grammar (``T``: numba's types)."""
     if depth > _MAX_DEPTH:
         raise ValueError(f"signature nested deeper than {_MAX_DEPTH} levels")
-    T = _nc_signatures.types
     down = depth + 1
     if isinstance(node, ast.Name):
         if node.id.startswith("_") or not isinstance(ns.get(node.id), T.Type):
@@ -246,20 +246,20 @@ def _check(node, ns: dict, depth: int) -> None:
         for arg in node.args:
             if isinstance(arg, ast.Starred):
                 raise ValueError(f"*-arguments are not allowed ({_ACCEPTED})")
-            _check(arg, ns, down)
+            _check(arg, ns, down, T)
         for kw in node.keywords:
             if kw.arg is None or kw.arg.startswith("_"):
                 raise ValueError(f"**-arguments are not allowed ({_ACCEPTED})")
-            _check(kw.value, ns, down)
+            _check(kw.value, ns, down, T)
     elif isinstance(node, ast.Subscript):
-        _check(node.value, ns, down)
+        _check(node.value, ns, down, T)
         dims = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
         for dim in dims:
             if not isinstance(dim, ast.Slice):
                 raise ValueError(f"array dimensions are written ':' or '::1' ({_ACCEPTED})")
             for part in (dim.lower, dim.upper, dim.step):
                 if part is not None:
-                    _check(part, ns, down)
+                    _check(part, ns, down, T)
     elif isinstance(node, ast.Constant):
         value = node.value
         if isinstance(value, bool) or value is None:
@@ -272,29 +272,29 @@ def _check(node, ns: dict, depth: int) -> None:
                          f"0..{_MAX_INT - 1}, short strings, True/False/None)")
     elif isinstance(node, (ast.Tuple, ast.List)):
         for elt in node.elts:
-            _check(elt, ns, down)
+            _check(elt, ns, down, T)
     elif isinstance(node, ast.Dict):
         for key, value in zip(node.keys, node.values):
             if not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
                 raise ValueError(f"dictionary keys must be strings ({_ACCEPTED})")
-            _check(value, ns, down)
+            _check(value, ns, down, T)
     else:
         raise ValueError(f"{type(node).__name__} expressions are not allowed ({_ACCEPTED})")
 
 
 # --- the ``signature`` key component -> types -------------------------------------------------
 
-def from_signature_component(text) -> tuple | None:
-    """Argument types from an entry's ``components["signature"]``: ``str`` of the types tuple
-    (``_nc_signatures.signature_string``), which numba writes with each type's ``repr``, e.g.
-    ``"(Array(float32, 1, 'C', False, aligned=True), int64)"``. That text is read with
-    :func:`parse_signature` (the same grammar check, nothing else is evaluated) and accepted
-    only if the types print back to ``text`` exactly. None when it cannot be inverted
+def from_signature_component(frontend, text) -> tuple | None:
+    """Argument types (``frontend``'s) from an entry's ``components["signature"]``: ``str`` of
+    the types tuple (``Frontend.signature_string``), which numba writes with each type's
+    ``repr``, e.g. ``"(Array(float32, 1, 'C', False, aligned=True), int64)"``. That text is
+    read with :func:`parse_signature` (the same grammar check, nothing else is evaluated) and
+    accepted only if the types print back to ``text`` exactly. None when it cannot be inverted
     exactly (a type whose repr is not a constructor call, e.g. ``Tuple``). Never raises."""
     if not isinstance(text, str):
         return None
     try:
-        argtypes = parse_signature(text)
-        return argtypes if _nc_signatures.signature_string(argtypes) == text else None
+        argtypes = parse_signature(frontend, text)
+        return argtypes if frontend.signature_string(argtypes) == text else None
     except Exception:  # ValueError from the grammar, or a type that cannot be printed
         return None

@@ -1,27 +1,13 @@
-"""The transparent switch's state, read by the install functions and by the dispatchers they
-make: the mode ``install()`` set ("cache", "all" or None), the options it keeps, and the
-options ``kcache.jit`` gives to the ``numba.cuda.jit(cache=True)`` call it wraps (per thread).
-Its own module so that the dispatcher reads it without importing ``install`` (which imports
-the dispatcher)."""
+"""The transparent switch, read by the install functions and by the dispatchers they make: the
+mode ``install()`` set ("cache", "all" or None), the options it keeps, and the options
+``kcache.jit`` gives to the ``numba.cuda.jit(cache=True)`` call it wraps (per thread). The
+state itself is ``process.STATE``'s (``mode``, ``options``, ``adopting``). Its own module so
+that the dispatcher reads it without importing ``install`` (which picks the front-end)."""
 from __future__ import annotations
 
 import contextlib
-import threading
 
-class SwitchState:
-    """``mode``: "cache", "all" or None (not installed); ``options``: install()'s arguments (a
-    dict until the first cached kernel makes them an ``Options``), or None; ``local``:
-    per-thread, the options of the ``kcache.jit`` call under way (``local.options``)."""
-
-    __slots__ = ("mode", "options", "local")
-
-    def __init__(self):
-        self.mode = self.options = None
-        self.local = threading.local()
-
-
-#: The one switch of this process.
-STATE = SwitchState()
+from .process import STATE
 
 
 def installed() -> str | None:
@@ -48,15 +34,15 @@ def keep_options(made, given) -> None:
 
 def adopting_options():
     """The options ``kcache.jit`` gave to this thread's ``numba.cuda.jit`` call, or None."""
-    return getattr(STATE.local, "options", None)
+    return getattr(STATE.adopting, "options", None)
 
 
 @contextlib.contextmanager
 def adopting(options):
     """While the block runs in this thread, :func:`adopting_options` is ``options``."""
-    previous = getattr(STATE.local, "options", None)
-    STATE.local.options = options
+    previous = getattr(STATE.adopting, "options", None)
+    STATE.adopting.options = options
     try:
         yield
     finally:
-        STATE.local.options = previous
+        STATE.adopting.options = previous

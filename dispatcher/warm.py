@@ -35,9 +35,8 @@ from . import discover, sigspec
 from .aot import CompileForError, check_cc, compile_for_report
 from .components import Uncacheable, arch_name
 from .keying import kernel_key
+from .process import STATE
 from .sigfile import split_kernel
-from .frontends.numba_cuda import eager as _nc_eager
-from .frontends.numba_cuda import signatures as _nc_signatures
 
 __all__ = ["Task", "Row", "parse_cc_list", "cc_text", "plan_targets", "find_modules",
            "run_tasks", "STATUSES", "default_jobs"]
@@ -46,12 +45,13 @@ __all__ = ["Task", "Row", "parse_cc_list", "cc_text", "plan_targets", "find_modu
 STATUSES = ("compiled", "cached", "would_compile", "failed", "skipped")
 
 
-def parse_cc_list(values) -> list:
+def parse_cc_list(frontend, values) -> list:
     """``["8.0,9.0", "sm_90a"]`` (each value a comma-separated list, as ``--cc`` is given,
     possibly repeated) -> compute capabilities in order, duplicates dropped. Each item in
     any form ``compile_for`` takes (``8.0``, ``90``, ``sm_90``, ``sm_90a``) and supported by
-    the installed toolkit. Raises ValueError naming the bad item. Parsed by ``check_cc``
-    (``kcache.arch.parse_cc`` plus the toolkit's list)."""
+    the installed toolkit (``frontend``'s, a ``frontends.base.Frontend``). Raises ValueError
+    naming the bad item. Parsed by ``check_cc`` (``kcache.arch.parse_cc`` plus the
+    toolkit's list)."""
     out = []
     for value in values:
         items = [item.strip() for item in str(value).split(",")]
@@ -60,9 +60,9 @@ def parse_cc_list(values) -> list:
                 raise ValueError(f"--cc {value!r}: empty compute capability (accepted: a "
                                  "comma-separated list such as 8.0,9.0 or sm_80,sm_90a)")
             try:
-                cc = check_cc(item)
+                cc = check_cc(frontend, item)
             except ValueError as exc:
-                problem = _arch.option_problem("--cc", item, _nc_signatures.supported_ccs())
+                problem = _arch.option_problem("--cc", item, frontend.supported_ccs())
                 raise ValueError(problem or f"--cc {item!r}: {exc}") from None
             if cc not in out:
                 out.append(cc)
@@ -153,12 +153,14 @@ REASON_LIMIT = 2 * QUOTE_LIMIT  # characters of a row's reason
 
 @dataclasses.dataclass
 class Plan:
-    """What warm will do: ``tasks``; ``rows`` known before running (modules that failed to
+    """What warm will do, for kernels of ``frontend`` (a ``frontends.base.Frontend``):
+    ``tasks``; ``rows`` known before running (modules that failed to
     import, files that cannot be imported by name); ``without_signatures`` (kernels found
     with no known signature); ``path_entries`` (folders workers put on sys.path);
     ``modules`` (``{module name: path entry}`` of the modules found in the TARGETs: the only
     ones replay imports); ``current`` (replay: entries of those modules' kernels made by
     the current toolchain already, warm without a compile)."""
+    frontend: object
     tasks: list = dataclasses.field(default_factory=list)
     rows: list = dataclasses.field(default_factory=list)
     without_signatures: list = dataclasses.field(default_factory=list)
@@ -170,11 +172,11 @@ class Plan:
     def add(self, *, kernel, path_entry, argtypes, sigspec_text, eager_index, cc, origin,
             **extra) -> Task | None:
         """Add a task unless the same (kernel, argument types, cc) is planned already."""
-        memo = (kernel, _nc_signatures.signature_string(argtypes), tuple(cc))
+        memo = (kernel, self.frontend.signature_string(argtypes), tuple(cc))
         if memo in self._seen:
             return None
         task = Task(len(self.tasks), kernel, path_entry, sigspec_text, eager_index,
-                    _nc_signatures.signature_display(argtypes), tuple(cc), origin, **extra)
+                    self.frontend.signature_display(argtypes), tuple(cc), origin, **extra)
         self._seen[memo] = task
         self.tasks.append(task)
         if path_entry and path_entry not in self.path_entries:
@@ -195,17 +197,17 @@ def plan_targets(plan: Plan, targets, sig_lines, ccs, include_tests=False) -> Pl
     for ref in refs:
         entries[ref.name] = ref.path_entry
         try:
-            module = discover.import_module(ref, ccs[0])
+            module = discover.import_module(plan.frontend, ref, ccs[0])
         except (Exception, SystemExit) as exc:  # whatever the module raises at import
             plan.rows.append(Row(kernel=ref.name, status="failed", origin="import",
                                  reason=f"cannot import {ref.name}: {failure_text(exc)}"))
             continue
-        for found in discover.kernels_of(module):
-            eager = _nc_eager.eager_signatures(found.dispatcher)
+        for found in discover.kernels_of(plan.frontend, module):
+            eager = plan.frontend.eager_signatures(found.dispatcher)
             if not eager and found.name not in by_kernel:
                 plan.without_signatures.append(found.name)
             for index, argtypes in enumerate(eager):
-                text = sigspec.format_or_none(argtypes)
+                text = sigspec.format_or_none(plan.frontend, argtypes)
                 for cc in ccs:
                     plan.add(kernel=found.name, path_entry=ref.path_entry, argtypes=argtypes,
                              sigspec_text=text, eager_index=None if text else index, cc=cc,
@@ -225,7 +227,7 @@ def find_modules(plan: Plan, targets, cc, include_tests=False) -> list:
     walked, a module name's parent packages are imported inside ``import_context(cc)``),
     noted in ``plan.modules``; a skipped row for each file that cannot be imported by name.
     Returns the ``discover.ModuleRef`` list. Raises ``discover.TargetError``."""
-    refs, unimportable = discover.resolve_targets(targets, cc, include_tests)
+    refs, unimportable = discover.resolve_targets(plan.frontend, targets, cc, include_tests)
     for what, reason in unimportable:
         plan.rows.append(Row(kernel=what, status="skipped", origin="walk", reason=reason))
     for ref in refs:
@@ -235,8 +237,10 @@ def find_modules(plan: Plan, targets, cc, include_tests=False) -> list:
 
 # --- running ----------------------------------------------------------------------------------
 
-def run_tasks(tasks, *, root, jobs: int, dry_run: bool, path_entries=(), on_done=None) -> dict:
-    """Run ``tasks``; returns ``{task id: outcome}`` (outcome: ``status``, ``key``, ``arch``,
+def run_tasks(tasks, *, frontend, root, jobs: int, dry_run: bool, path_entries=(),
+              on_done=None) -> dict:
+    """Run ``tasks`` (of ``frontend``'s kernels: ``Plan.frontend``); returns
+    ``{task id: outcome}`` (outcome: ``status``, ``key``, ``arch``,
     ``compile_seconds``, ``reason``). ``root``: the cache root (path); ``jobs``: processes
     that compile, this one included (up to ``jobs - 1`` workers are started, one per
     TASKS_PER_WORKER compiles); ``on_done(task,
@@ -246,8 +250,9 @@ def run_tasks(tasks, *, root, jobs: int, dry_run: bool, path_entries=(), on_done
     compile); only those that need a compile are shared out. A task that fails is an
     outcome, never an exception; a worker that dies fails the tasks it was running, and this
     process compiles the rest."""
+    # the front-end pickles as a reference to its bridge's object: a worker has the same one
     settings = {"root": str(root), "dry_run": bool(dry_run), "path_entries": list(path_entries),
-                "cwd": os.getcwd()}
+                "cwd": os.getcwd(), "frontend": frontend}
     outcomes = {}
 
     def done(task, outcome):
@@ -338,24 +343,22 @@ class _Shared:
         self._feed()
 
 
-_worker: dict = {}
-
-
 def _init_worker(settings: dict) -> None:
     # As the kcache command does: a store warning is one line (logger "kcache"), not also a
     # `warnings` message with its source line, from every worker.
     warnings.simplefilter("ignore", KcacheWarning)
-    _worker["runner"] = _Runner(settings)
+    STATE.warm_runner = _Runner(settings)
 
 
 def _run_in_worker(task: dict) -> dict:
-    return _worker["runner"].run(Task(**{**task, "cc": tuple(task["cc"])}))
+    return STATE.warm_runner.run(Task(**{**task, "cc": tuple(task["cc"])}))
 
 
 class _Runner:
     """Runs tasks in one process: imports each module once, keeps one store."""
 
     def __init__(self, settings: dict):
+        self.frontend = settings["frontend"]
         for entry in reversed([settings["cwd"], *settings["path_entries"]]):
             if entry not in sys.path:
                 sys.path.insert(0, entry)
@@ -379,7 +382,8 @@ class _Runner:
         try:
             # No toolchain memo in a dry run: it writes nothing in the cache root.
             memo_store = None if self.dry_run else self.store
-            key, components = kernel_key(kernel, argtypes, task.cc, None, cache_key, memo_store)
+            key, components = kernel_key(self.frontend, kernel, argtypes, task.cc, None,
+                                         cache_key, memo_store)
         except Uncacheable as exc:
             return {"status": "failed", "reason": f"cannot be cached: {exc}"}
         except Exception as exc:
@@ -408,9 +412,10 @@ class _Runner:
 
     def _compile(self, kernel, argtypes, task, cache_key, arch) -> dict:
         try:
-            with _nc_eager.eager_device_functions(task.cc):
-                [result] = compile_for_report(kernel, [argtypes], cc=[task.cc],
-                                              store=self.store, cache_key=cache_key)
+            with self.frontend.eager_device_functions(task.cc):
+                [result] = compile_for_report(self.frontend, kernel, [argtypes],
+                                              cc=[task.cc], store=self.store,
+                                              cache_key=cache_key)
         except CompileForError as exc:
             reasons = "; ".join(sorted({f.reason for f in exc.failures}))
             return {"status": "failed", "arch": arch, "reason": reasons}
@@ -425,21 +430,20 @@ class _Runner:
         if module is None:
             ref = discover.ModuleRef(module_name, task.path_entry, task.kernel)
             try:
-                module = discover.import_module(ref, task.cc)
+                module = discover.import_module(self.frontend, ref, task.cc)
             except Exception as exc:
                 raise LookupError(f"cannot import {module_name}: {failure_text(exc)}") from None
             self.modules[module_name] = module
-        return discover.find_kernel(module, qualname)
+        return discover.find_kernel(self.frontend, module, qualname)
 
-    @staticmethod
-    def _argtypes(task: Task, kernel) -> tuple:
+    def _argtypes(self, task: Task, kernel) -> tuple:
         if task.sigspec is not None:
-            return sigspec.parse_signature(task.sigspec)
-        eager = _nc_eager.eager_signatures(kernel)
+            return sigspec.parse_signature(self.frontend, task.sigspec)
+        eager = self.frontend.eager_signatures(kernel)
         if task.eager_index is None or task.eager_index >= len(eager):
             raise LookupError(f"{task.kernel} has no eager signature {task.display}")
         argtypes = eager[task.eager_index]
-        if _nc_signatures.signature_display(argtypes) != task.display:
+        if self.frontend.signature_display(argtypes) != task.display:
             raise LookupError(f"{task.kernel}: eager signatures differ between processes")
         return argtypes
 

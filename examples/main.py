@@ -255,9 +255,12 @@ def main(argv=None) -> int:
         env["KCACHE_DIR"] = os.environ["KCACHE_DIR"] = args.cache_dir
     sys.path.append(str(REPO))  # for `examples`; appended so it never hides an installed kcache
     import kcache
+    from kcache.dispatcher.frontends.numba_cuda.bridge import FRONTEND
     from kcache.dispatcher.warm import parse_cc_list
     try:
-        ccs = parse_cc_list(args.cc or ["8.0,9.0"])  # checked first: a usage error writes nothing
+        # checked first (against numba-cuda's toolkit, as kcache warm --cc): a usage error
+        # writes nothing
+        ccs = parse_cc_list(FRONTEND, args.cc or ["8.0,9.0"])
     except ValueError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 2

@@ -29,6 +29,7 @@ from kcache.dispatcher import (CompileForError, compile_for,  # noqa: E402
 from kcache.dispatcher.frontends.numba_cuda import compiling as _nc_compiling  # noqa: E402
 from kcache.dispatcher.frontends.numba_cuda import internals as _nc_internals  # noqa: E402
 from kcache.dispatcher.frontends.numba_cuda import signatures as _nc_signatures  # noqa: E402
+from kcache.dispatcher.frontends.numba_cuda.bridge import FRONTEND  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
@@ -69,8 +70,8 @@ def test_examples_round_trip_for_each_cc(store):
 
 def _rebuild(entry, sig, cc):
     from kcache.dispatcher.kernel_entry import entry_to_kernel
-    return entry_to_kernel(entry, _nc_signatures.normalize_signature(sig), kc_arch.full_cc(cc),
-                           extensions=[])
+    return entry_to_kernel(FRONTEND, entry, _nc_signatures.normalize_signature(sig),
+                           kc_arch.full_cc(cc), extensions=[])
 
 
 @pytest.mark.slow
@@ -360,7 +361,10 @@ def test_finding_an_entry_is_not_a_hit(store):
 
 
 def test_cc_forms_and_lists(store):
-    from kcache.dispatcher.aot import _cc_list
+    from kcache.dispatcher.aot import _cc_list as cc_list_of
+
+    def _cc_list(cc):
+        return cc_list_of(FRONTEND, cc)
     assert _cc_list((9, 0, "a")) == [(9, 0)] and _cc_list("sm_90a") == [(9, 0)]
     assert _cc_list(90) == [(9, 0)] and _cc_list([80, 90]) == [(8, 0), (9, 0)]
     assert _cc_list([(8, 0), "9.0a"]) == [(8, 0), (9, 0)]

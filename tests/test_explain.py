@@ -112,6 +112,7 @@ def test_explain_real_kernels(tmp_path):
     """End to end with components of real (uncompiled) kernels."""
     cuda = pytest.importorskip("numba.cuda")
     from kcache.dispatcher.components import kernel_components
+    from kcache.dispatcher.frontends.numba_cuda.bridge import FRONTEND
 
     def make(factor):
         @cuda.jit
@@ -123,10 +124,11 @@ def test_explain_real_kernels(tmp_path):
     store = kcache.Store(tmp_path / "cache")
     sig = "(array(float32, 1d, C), array(float32, 1d, C))"
     first = make(2.0)
-    old = kernel_components(first, signature=sig, cc=(8, 0), targetoptions=first.targetoptions)
+    old = kernel_components(first, frontend=FRONTEND, signature=sig, cc=(8, 0),
+                            targetoptions=first.targetoptions)
     _put(store, old, 1)
     second = make(3.0)
-    new = kernel_components(second, signature=sig, cc=(9, 0),
+    new = kernel_components(second, frontend=FRONTEND, signature=sig, cc=(9, 0),
                             targetoptions=dict(second.targetoptions, fastmath=True))
     assert explain_miss(store, new) == ["closure variable 0 changed", "cc sm_80 -> sm_90a",
                                         "option fastmath False -> True"]

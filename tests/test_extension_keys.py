@@ -301,13 +301,14 @@ from kcache.dispatcher.frontends.numba_cuda import internals as _nc_internals
 from kcache.dispatcher.frontends.numba_cuda import offline as _nc_offline
 from kcache.dispatcher.frontends.numba_cuda import registries as _nc_registries
 from kcache.dispatcher.components import kernel_components
+from kcache.dispatcher.frontends.numba_cuda.bridge import FRONTEND
 from numba.cuda import types
 import usemeth
 
 def key():
     return kcache.make_key(kernel_components(
-        usemeth.kern, signature="sig", cc=(9, 0), targetoptions=usemeth.kern.targetoptions,
-        toolchain={}, config={}))
+        usemeth.kern, frontend=FRONTEND, signature="sig", cc=(9, 0),
+        targetoptions=usemeth.kern.targetoptions, toolchain={}, config={}))
 
 before = key()
 _nc_internals.Kernel.bind = lambda self: None  # compiled down to LLVM, never loaded: no GPU

@@ -346,7 +346,11 @@ def test_a_function_made_at_run_time_in_a_library_module_is_keyed_by_content(sto
 
 
 def test_run_time_closures_of_a_library_module_are_hashed_not_named():
-    from kcache.dispatcher.fingerprint import fingerprint
+    from kcache.dispatcher.fingerprint import fingerprint as fingerprint_of
+    from kcache.dispatcher.frontends.numba_cuda.bridge import FRONTEND
+
+    def fingerprint(fn):
+        return fingerprint_of(fn, FRONTEND.registries())
 
     def make(n):
         def dev(x):

@@ -6,11 +6,24 @@ import sys
 import numpy as np
 import pytest
 
-from kcache.dispatcher.fingerprint import Fingerprint, Uncacheable, fingerprint, value_digest
+from kcache.dispatcher import fingerprint as _fingerprint
+from kcache.dispatcher.fingerprint import Fingerprint, Uncacheable
 
 from fixtures_keys import import_from, write_modules
 
 cuda = pytest.importorskip("numba.cuda")
+
+from kcache.dispatcher.frontends.numba_cuda.bridge import FRONTEND  # noqa: E402
+
+REGISTRIES = FRONTEND.registries()
+
+
+def fingerprint(py_func):
+    return _fingerprint.fingerprint(py_func, REGISTRIES)
+
+
+def value_digest(value, where="value"):
+    return _fingerprint.value_digest(value, where, registries=REGISTRIES)
 
 pytestmark = pytest.mark.compat  # runs in every leg of tests/compat/run.sh (docs/compat.md)
 
@@ -44,15 +57,15 @@ def test_part_names():
 def test_a_first_fingerprint_keeps_no_analysis_of_its_code():
     # Most functions are fingerprinted once (a kernel's first lookup): neither the result nor
     # its code's analysis is kept then; the second fingerprint keeps both, with the same digest.
-    from kcache.dispatcher.fingerprint import code as fp_code
+    from kcache.dispatcher.process import STATE
 
     def f(out):
         out[0] = LIMIT
 
     first = fingerprint(f)
-    assert f.__code__ not in fp_code._code_info
+    assert f.__code__ not in STATE.code_info
     second = fingerprint(f)
-    assert f.__code__ in fp_code._code_info
+    assert f.__code__ in STATE.code_info
     assert second.digest == first.digest and second.parts == first.parts
 
 
@@ -197,7 +210,7 @@ def test_cache_does_not_keep_functions_alive():
 
 
 def test_device_functions_made_at_run_time_are_not_kept_alive_by_the_memo():
-    """A device function's remembered digest (fingerprint._dependency_memo, keyed weakly by
+    """A device function's remembered digest (FingerprintMemo.dependencies, keyed weakly by
     its dispatcher) must not hold the dispatcher itself: one made inside a function (a
     factory's, a test helper's) is freed with the kernel that used it."""
     import gc

@@ -122,6 +122,8 @@ def test_value_digests_equal_under_other_hash_seeds():
     from hypothesis import strategies as st
 
     from kcache.dispatcher.fingerprint import value_digest
+    from kcache.dispatcher.frontends.numba_cuda.bridge import FRONTEND
+    REGISTRIES = FRONTEND.registries()
 
     leaves = st.one_of(st.text(max_size=8), st.integers(-10**20, 10**20), st.booleans(),
                        st.floats(allow_nan=False, allow_infinity=False))
@@ -140,11 +142,13 @@ def test_value_digests_equal_under_other_hash_seeds():
         samples.append(repr(value))
 
     collect()
-    here = [value_digest(ast.literal_eval(text)) for text in samples]
+    here = [value_digest(ast.literal_eval(text), registries=REGISTRIES) for text in samples]
     code = ("import ast, json, sys\n"
             "from kcache.dispatcher.fingerprint import value_digest\n"
+            "from kcache.dispatcher.frontends.numba_cuda.bridge import FRONTEND\n"
             "texts = json.load(sys.stdin)\n"
-            "print(json.dumps([value_digest(ast.literal_eval(t)) for t in texts]))\n")
+            "print(json.dumps([value_digest(ast.literal_eval(t), registries=FRONTEND.registries())"
+            " for t in texts]))\n")
     for seed in ("1", "987654"):
         proc = subprocess.run([sys.executable, "-c", code], input=json.dumps(samples),
                               capture_output=True, text=True, timeout=120,

@@ -57,7 +57,7 @@ KERNEL_CHILD = """
     from kcache.dispatcher.frontends.numba_cuda import internals as _nc_internals
     from kcache.dispatcher.frontends.numba_cuda import offline as _nc_offline
     from kcache.dispatcher.frontends.numba_cuda import signatures as _nc_signatures
-    from kcache.dispatcher.dispatcher import Options
+    from kcache.dispatcher.process import STATE
     from kcache.store.stats import _FLUSHER
 
     @cuda.jit(cache=True)
@@ -66,7 +66,7 @@ KERNEL_CHILD = """
         if i < a.size:
             a[i] = 2 * a[i]
 
-    early = Options._default_store            # opened when k was defined
+    early = STATE.default_store            # opened when k was defined
     thread_at_definition = _FLUSHER.running
     for change in json.loads(os.environ.get("CHANGES", "[]")):
         if change[0] == "chdir":
@@ -80,7 +80,7 @@ KERNEL_CHILD = """
         _nc_signatures.current_cc = lambda: (9, 0)
         _nc_internals.Kernel.bind = lambda self: self._codelibrary.get_cubin()
         k.compile((types.float32[::1],))
-    used = Options._default_store
+    used = STATE.default_store
     print(json.dumps({"early": str(early.root) if early else None,
                       "used": str(used.root) if used else None, "same": used is early,
                       "layers": [str(p) for p in used.readonly_roots] if used else None,
@@ -247,12 +247,13 @@ def test_shared_components_are_read_only_and_keep_the_key(numba_cuda):
     from numba import cuda, types
 
     from kcache.dispatcher.dispatcher import kernel_key
+    from kcache.dispatcher.frontends.numba_cuda.bridge import FRONTEND
 
     @cuda.jit(fastmath=True)  # fastmath=True: options hold a list
     def k(a):
         a[0] = 1
 
-    key, comps = kernel_key(k, (types.float32[::1],), (9, 0))
+    key, comps = kernel_key(FRONTEND, k, (types.float32[::1],), (9, 0))
     shared = [name for name, value in comps.items() if type(value) is CanonicalMap]
     assert {"toolchain", "config", "options", "target"} <= set(shared)
     with pytest.raises(TypeError, match="read-only"):
@@ -270,7 +271,7 @@ def test_shared_components_are_read_only_and_keep_the_key(numba_cuda):
     copied["toolchain"]["numba"] = "0.0"
     assert make_key(copied) != key
     # a second kernel of the process gets the same objects, not copies
-    _key2, comps2 = kernel_key(k, (types.float64[::1],), (9, 0))
+    _key2, comps2 = kernel_key(FRONTEND, k, (types.float64[::1],), (9, 0))
     assert comps2["toolchain"] is comps["toolchain"] and comps2["config"] is comps["config"]
 
 
@@ -287,12 +288,13 @@ def test_put_and_get_with_shared_components(tmp_path, numba_cuda):
     from numba import cuda, types
 
     from kcache.dispatcher.dispatcher import kernel_key
+    from kcache.dispatcher.frontends.numba_cuda.bridge import FRONTEND
 
     @cuda.jit
     def k(a):
         a[0] = 1
 
-    key, comps = kernel_key(k, (types.float32[::1],), (9, 0))
+    key, comps = kernel_key(FRONTEND, k, (types.float32[::1],), (9, 0))
     store = kcache.Store(tmp_path / "cache")
     assert store.put(key, Entry({"cubin": b"\x00" * 8}, {"kernel": "m:k"}), components=comps)
     assert store.header(key).components == _plain(comps)

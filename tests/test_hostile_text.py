@@ -222,6 +222,7 @@ def test_replay_lists_hostile_entries_escaped_and_cut(store, tmp_path):
     cut, never an exception."""
     pytest.importorskip("numba.cuda")
     from kcache.dispatcher import replay
+    from kcache.dispatcher.frontends.numba_cuda.bridge import FRONTEND
     from kcache.dispatcher.warm import Plan
     old = {"toolchain": {"numba-cuda": "0.0.1"}, "target": {"cc": "sm_90a"},
            "signature": RAW * 1000}
@@ -230,7 +231,7 @@ def test_replay_lists_hostile_entries_escaped_and_cut(store, tmp_path):
         plant(store, {**old, "kernel": kernel, "n": n}, signature=RAW * 1000)
     plant(store, {**old, "kernel": "mod:k", "target": {"cc": RAW * 100}}, arch=RAW * 100)
     for modules in (None, {"mod": str(tmp_path)}):
-        plan = replay.plan_replay(Plan(), store, modules=modules)
+        plan = replay.plan_replay(Plan(FRONTEND), store, modules=modules)
         assert len(plan.rows) == 5 and not plan.tasks, plan.rows
         for row in plan.rows:
             assert row.status == "skipped"

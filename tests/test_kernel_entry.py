@@ -18,6 +18,7 @@ from kcache.dispatcher.kernel_entry import (  # noqa: E402
     NotStorable, class_name, decode_exceptions, encode_exceptions, entry_to_kernel,
     resolve_class)
 
+from kcache.dispatcher.frontends.numba_cuda.bridge import FRONTEND  # noqa: E402
 from test_dispatcher_fakegpu import fake_gpu  # noqa: E402
 
 
@@ -133,7 +134,7 @@ def test_a_poisoned_entry_is_compiled_over_not_loaded(tmp_path):
                                 meta=dict(entry.meta, exceptions=poisoned)),
                      components=header.components)
     with pytest.raises(NotStorable, match="SystemExit"):
-        entry_to_kernel(store.load(key), sig, (9, 0, "a"), extensions=[])
+        entry_to_kernel(FRONTEND, store.load(key), sig, (9, 0, "a"), extensions=[])
     with fake_gpu((9, 0)), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         second = jit(store=store, debug=True, opt=False)(body)

@@ -57,7 +57,8 @@ def _no_bytecode(monkeypatch):
 
 
 def components(kernel, **overrides):
-    args = dict(signature=SIG, cc=(9, 0), targetoptions=kernel.targetoptions,
+    from kcache.dispatcher.frontends.numba_cuda.bridge import FRONTEND
+    args = dict(frontend=FRONTEND, signature=SIG, cc=(9, 0), targetoptions=kernel.targetoptions,
                 toolchain=TOOLCHAIN)
     args.update(overrides)
     return kernel_components(kernel, **args)
@@ -342,7 +343,11 @@ def test_recursive_device_functions_terminate_and_agree(tmp_path):
         def kern(out, a):
             out[0] = ping(3)
     """
-    from kcache.dispatcher.fingerprint import fingerprint
+    from kcache.dispatcher.fingerprint import fingerprint as fingerprint_of
+    from kcache.dispatcher.frontends.numba_cuda.bridge import FRONTEND
+
+    def fingerprint(fn):
+        return fingerprint_of(fn, FRONTEND.registries())
 
     m1 = load(tmp_path, "a", src)
     order1 = (fingerprint(m1.ping).digest, fingerprint(m1.pong).digest)

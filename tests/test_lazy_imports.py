@@ -51,8 +51,8 @@ CHILD = """
         if i < a.size:
             a[i] = 2 * a[i]
 
-    from kcache.dispatcher.dispatcher import Options
-    Options._default_store.get("ab" * 32)  # a miss read: no write, no lock
+    from kcache.dispatcher.process import STATE
+    STATE.default_store.get("ab" * 32)  # a miss read: no write, no lock
     if os.environ.get("CALL"):            # compile (fill) or serve (hit) through a fake GPU
         with _nc_offline.offline_target((9, 0)):
             _nc_signatures.current_cc = lambda: (9, 0)

@@ -99,7 +99,9 @@ def load(directory, inner=INNER, outer=OUTER):
 
 
 def components(kernel):
-    return kernel_components(kernel, signature="(array(float32, 1d, C), array(float32, 1d, C))",
+    from kcache.dispatcher.frontends.numba_cuda.bridge import FRONTEND
+    return kernel_components(kernel, frontend=FRONTEND,
+                             signature="(array(float32, 1d, C), array(float32, 1d, C))",
                              cc=(9, 0), targetoptions=kernel.targetoptions,
                              toolchain={"numba-cuda": "0.30.4"})
 

@@ -140,11 +140,13 @@ FROM_IMPORTED = textwrap.dedent("""
     kcache.install("all")                     # as examples/main.py's GPU process does
     from examples import kernels, usecases
     from kcache.dispatcher import process_counts
+    from kcache.dispatcher.frontends.numba_cuda.bridge import FRONTEND
     from kcache.dispatcher.sigspec import parse_signature
     from test_dispatcher_fakegpu import fake_gpu
 
     # run_all launches each example kernel with the argument types of its SIGNATURES
-    launches = [(k, parse_signature(sig)) for k, sigs in kernels.SIGNATURES.items() for sig in sigs]
+    launches = [(k, parse_signature(FRONTEND, sig)) for k, sigs in kernels.SIGNATURES.items()
+                for sig in sigs]
     if sys.argv[2] == "1":
         launches += [(k, tuple(k.typeof_pyval(a) for a in args))
                      for _n, k, args, _e, _r in usecases.cases()]

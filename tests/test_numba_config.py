@@ -118,7 +118,8 @@ def _kernel():
 
 
 def _components(kern):
-    return kernel_components(kern, signature=SIG, cc=(9, 0),
+    from kcache.dispatcher.frontends.numba_cuda.bridge import FRONTEND
+    return kernel_components(kern, frontend=FRONTEND, signature=SIG, cc=(9, 0),
                              targetoptions=kern.targetoptions, toolchain=TOOLCHAIN)
 
 
@@ -159,9 +160,9 @@ def test_variables_outside_the_key_keep_it(monkeypatch):
 def test_nrt_flag_values_are_normalised(monkeypatch):
     config = _nc_signatures.numba_config()
     monkeypatch.setattr(config, "CUDA_ENABLE_NRT", 1)
-    assert numba_config.config_component()["CUDA_ENABLE_NRT"] is True
+    assert numba_config.config_component(config)["CUDA_ENABLE_NRT"] is True
     monkeypatch.setattr(config, "CUDA_ENABLE_NRT", 0)
-    assert numba_config.config_component()["CUDA_ENABLE_NRT"] is False
+    assert numba_config.config_component(config)["CUDA_ENABLE_NRT"] is False
 
 
 KERNELS = """

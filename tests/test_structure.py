@@ -217,3 +217,89 @@ def test_the_checks_see_the_imports_they_count():
     assert "kcache.store.maintenance" in GRAPH["kcache.store.facade"]  # inside a function
     assert "kcache.errors" in GRAPH["kcache.disk.fsio"]  # relative, two dots
     assert _circles({"a": ["b"], "b": ["c"], "c": ["a"], "d": ["a"]}) == [["a", "b", "c"]]
+
+
+# --- the dispatcher's process state: one object (dispatcher/process.py) -----------------------
+
+#: Methods that change a container in place.
+_MUTATORS = {"append", "extend", "insert", "add", "update", "setdefault", "pop", "popitem",
+             "clear", "remove", "discard", "appendleft", "sort", "reverse"}
+#: Module-level objects that exist only to hold or guard state.
+_STATE_MAKERS = {"Lock", "RLock", "local", "Event", "Condition", "WeakKeyDictionary",
+                 "WeakValueDictionary", "WeakSet", "Counter", "defaultdict", "deque"}
+#: Where the process state lives.
+_STATE_HOLDER = "kcache.dispatcher.process"
+
+
+def _generic_dispatcher(module: str) -> bool:
+    return _dispatcher(module) and not module.startswith("kcache.dispatcher.frontends")
+
+
+def _state_in(source: str) -> list[str]:
+    """Module globals and class attributes a module (its ``source``) keeps state in: a
+    module-level object that holds or guards state, a ``global`` statement, a module-level
+    name or a class's attribute written (item, attribute or in-place method) by a function."""
+    tree = ast.parse(source)
+    names = {t.id for n in tree.body if isinstance(n, (ast.Assign, ast.AnnAssign))
+             for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+             if isinstance(t, ast.Name)}
+    classes = {n.name for n in tree.body if isinstance(n, ast.ClassDef)}
+    found = []
+    for node in tree.body:
+        value = getattr(node, "value", None) if isinstance(node, (ast.Assign, ast.AnnAssign)) \
+            else None
+        if isinstance(value, ast.Call):
+            func = value.func
+            made = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if made in _STATE_MAKERS:
+                found.append(f"line {node.lineno}: a module-level {made}()")
+
+    def owners(target) -> list:
+        if isinstance(target, (ast.Tuple, ast.List)):
+            return [o for t in target.elts for o in owners(t)]
+        base = target.value if isinstance(target, (ast.Subscript, ast.Attribute)) else None
+        return [base.id] if isinstance(base, ast.Name) and base.id in names | classes | {"cls"} \
+            else []
+
+    for function in ast.walk(tree):
+        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for node in ast.walk(function):
+            if isinstance(node, ast.Global):
+                found.append(f"line {node.lineno}: global {', '.join(node.names)}")
+            targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else \
+                [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+            for target in targets:
+                if owners(target):
+                    found.append(f"line {node.lineno}: {ast.unparse(target)} written")
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                    and node.func.attr in _MUTATORS and isinstance(node.func.value, ast.Name) \
+                    and node.func.value.id in names:
+                found.append(f"line {node.lineno}: {ast.unparse(node.func)}() called")
+    return found
+
+
+def test_the_dispatchers_process_state_is_one_object():
+    """issue 33: what the generic dispatcher modules keep for the process lives in
+    ``process.STATE``, not in module globals or class attributes."""
+    found = {m: s for m in MODULES if _generic_dispatcher(m) and m != _STATE_HOLDER
+             if (s := _state_in(MODULES[m].read_text()))}
+    assert found == {}
+
+
+def test_the_state_check_sees_state():
+    """The check finds each kind of state it looks for (one that found nothing would pass)."""
+    source = (
+        "import threading, weakref\n_lock = threading.Lock()\n_memo = {}\n_flag = [None]\n"
+        "_seen = weakref.WeakKeyDictionary()\n_last = None\n"
+        "class Options:\n    store = None\n"
+        "    @classmethod\n    def open(cls):\n        cls.store = 1\n"
+        "STATE = Options()\n"
+        "def f(x):\n    global _last\n    _memo[x] = 1\n    _flag[0] = x\n"
+        "    _memo.setdefault(x, 2)\n    Options.store = x\n    local = {}\n    local[x] = 1\n"
+        "    _flag[0], y = x, 1\n    STATE.store = x\n    x.store = 1\n")
+    assert sorted(f.split(": ", 1)[1] for f in _state_in(source)) == [
+        "(_flag[0], y) written", "Options.store written", "STATE.store written",
+        "_flag[0] written", "_memo.setdefault() called",
+        "_memo[x] written", "a module-level Lock()", "a module-level WeakKeyDictionary()",
+        "cls.store written", "global _last"]

@@ -254,13 +254,14 @@ def test_eager_kernels_compile_to_the_keys_a_gpu_process_uses(tmp_path):
         from kcache.dispatcher import discover
         from kcache.dispatcher.frontends.numba_cuda import eager as _nc_eager
         from kcache.dispatcher.dispatcher import kernel_key
+        from kcache.dispatcher.frontends.numba_cuda.bridge import FRONTEND
         ref = discover.ModuleRef("mypkg.kernels", None, "t")
-        mod = discover.import_module(ref, (9, 0))
+        mod = discover.import_module(FRONTEND, ref, (9, 0))
         keys = []
-        for k in discover.kernels_of(mod):
+        for k in discover.kernels_of(FRONTEND, mod):
             for sig in _nc_eager.eager_signatures(k.dispatcher):
                 for cc in ((8, 0), (9, 0)):
-                    keys.append(kernel_key(k.dispatcher, sig, cc, None, None)[0])
+                    keys.append(kernel_key(FRONTEND, k.dispatcher, sig, cc, None, None)[0])
         print(json.dumps(keys))
     """)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -468,6 +469,7 @@ def test_numba_cuda_cache_usecases_for_80_and_90(tmp_path):
         import numpy as np
         from numba.cuda.tests.cudapy import cache_usecases as cu
         from kcache.dispatcher.dispatcher import kernel_key
+        from kcache.dispatcher.frontends.numba_cuda.bridge import FRONTEND
         f64, i64 = np.zeros((), np.float64), np.zeros((), np.int64)
         cases = [(cu.add_usecase_kernel, (f64, f64, f64)), (cu.add_nocache_usecase_kernel, (f64, f64, f64)),
                  (cu.outer_kernel, (f64, f64, f64)), (cu.outer_uncached_kernel, (f64, f64, f64)),
@@ -475,7 +477,8 @@ def test_numba_cuda_cache_usecases_for_80_and_90(tmp_path):
                  (cu.record_return, (np.zeros((), cu.aligned_arr.dtype), cu.aligned_arr, 1)),
                  (cu.ambiguous_function, (f64, f64)), (cu.many_locals, ()),
                  (cu.simple_usecase_kernel, (i64, i64))]
-        print(json.dumps([kernel_key(k, tuple(k.typeof_pyval(a) for a in args), cc, None, None)[0]
+        print(json.dumps([kernel_key(FRONTEND, k, tuple(k.typeof_pyval(a) for a in args), cc,
+                                     None, None)[0]
                           for k, args in cases for cc in ((8, 0), (9, 0))]))
     """)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -18,6 +18,7 @@ pytest.importorskip("numba.cuda")
 pytestmark = pytest.mark.compat  # runs in every leg of tests/compat/run.sh (docs/compat.md)
 
 from kcache.dispatcher import record, sigfile  # noqa: E402
+from kcache.dispatcher.frontends.numba_cuda.bridge import FRONTEND  # noqa: E402
 from kcache.warn import KcacheWarning  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -102,7 +103,7 @@ def test_a_recorded_run_warms_the_same_keys(tmp_path):
     assert keys[0] == keys[1] and len(keys[0]) == 3
     text = rec.read_text()
     assert text.startswith(sigfile.HEADER) and text.endswith("\n")
-    lines = sigfile.read_signatures(rec)
+    lines = sigfile.read_signatures(FRONTEND, rec)
     assert sorted((l.kernel, l.signature) for l in lines) == [
         ("examples.kernels:block_sum", "void(float32[::1], float32[::1])"),
         ("examples.kernels:clamp_square", "void(float64[::1])"),
@@ -159,22 +160,23 @@ def test_what_cannot_be_recorded_is_skipped_with_a_reason(tmp_path, caplog):
     record.start(rec)
     try:
         with pytest.warns(KcacheWarning, match="defined inside a function"):
-            record.note(_local_kernel(), (T.float32[::1],))
+            record.note(FRONTEND, _local_kernel(), (T.float32[::1],))
         with pytest.warns(KcacheWarning, match="no signature-string form"):
-            record.note(module_kernel, (T.CPointer(T.int32),))
-        record.note(module_kernel, (T.Array(T.float32, 2, "F", readonly=True),))
-        record.note(module_kernel, (T.Array(T.float32, 2, "F", readonly=True),))  # once
+            record.note(FRONTEND, module_kernel, (T.CPointer(T.int32),))
+        record.note(FRONTEND, module_kernel, (T.Array(T.float32, 2, "F", readonly=True),))
+        record.note(FRONTEND, module_kernel,
+                    (T.Array(T.float32, 2, "F", readonly=True),))  # once
     finally:
         record.stop()
     skipped = record.skipped()
     assert any("inside a function" in why for why in skipped.values())
     assert any("int32*" in what and "no signature-string form" in why
                for what, why in skipped.items())
-    [line] = sigfile.read_signatures(rec)
+    [line] = sigfile.read_signatures(FRONTEND, rec)
     assert line.kernel == "examples_for_record:module_kernel"
     assert line.argtypes == (T.Array(T.float32, 2, "F", readonly=True),)
-    record.note(module_kernel, (T.float64[::1],))  # recording is off: nothing written
-    assert len(sigfile.read_signatures(rec)) == 1
+    record.note(FRONTEND, module_kernel, (T.float64[::1],))  # recording is off: nothing written
+    assert len(sigfile.read_signatures(FRONTEND, rec)) == 1
 
 
 def test_an_unwritable_record_file_never_breaks_the_program(tmp_path):
@@ -182,7 +184,7 @@ def test_an_unwritable_record_file_never_breaks_the_program(tmp_path):
     from examples_for_record import module_kernel
     record.start(tmp_path / "no" / "such" / "dir" / "r.sigs")
     try:
-        record.note(module_kernel, (T.float32[::1],))  # warned once, not raised
+        record.note(FRONTEND, module_kernel, (T.float32[::1],))  # warned once, not raised
     finally:
         record.stop()
 

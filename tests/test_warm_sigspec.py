@@ -16,6 +16,7 @@ from numba.cuda import types as T  # noqa: E402
 from numba.cuda.np.numpy_support import from_dtype  # noqa: E402
 
 from kcache.dispatcher import sigfile, sigspec  # noqa: E402
+from kcache.dispatcher.frontends.numba_cuda.bridge import FRONTEND  # noqa: E402
 from kcache.dispatcher.frontends.numba_cuda import signatures as _nc_signatures
 
 PACKED = from_dtype(np.dtype([("a", np.int8), ("b", np.float64)]))
@@ -36,30 +37,30 @@ TYPES = [
 @pytest.mark.parametrize("t", TYPES, ids=str)
 def test_round_trip_gives_equal_types(t):
     argtypes = (t, T.int64)
-    text = sigspec.format_signature(argtypes)
+    text = sigspec.format_signature(FRONTEND, argtypes)
     assert text.startswith("void(")
-    assert sigspec.parse_signature(text) == argtypes
+    assert sigspec.parse_signature(FRONTEND, text) == argtypes
     # numba-cuda itself reads the text to the same types (what numba.cuda.jit(text) does)
     assert _nc_signatures.normalize_signature(text) == argtypes
     # and the key component (repr of the types) inverts exactly, except where numba's repr
     # is not a constructor call (a record field title is printed unquoted): then None.
     component = _nc_signatures.signature_string(argtypes)
     expected = None if t is TITLED else argtypes
-    assert sigspec.from_signature_component(component) == expected
+    assert sigspec.from_signature_component(FRONTEND, component) == expected
 
 
 def test_simple_arrays_use_numba_slice_spelling():
-    text = sigspec.format_signature((T.float32[::1], T.float64[:, ::1], T.int32[:]))
+    text = sigspec.format_signature(FRONTEND, (T.float32[::1], T.float64[:, ::1], T.int32[:]))
     assert text == "void(float32[::1], float64[:, ::1], int32[:])"
-    assert sigspec.format_signature(()) == "void()"
+    assert sigspec.format_signature(FRONTEND, ()) == "void()"
 
 
 @pytest.mark.parametrize("t", [T.CPointer(T.int32), T.none, T.IntegerLiteral(3), T.voidptr],
                          ids=str)
 def test_types_without_a_text_form_are_unexpressible(t):
     with pytest.raises(sigspec.Unexpressible, match="no signature-string form"):
-        sigspec.format_signature((t,))
-    assert sigspec.format_or_none((t,)) is None
+        sigspec.format_signature(FRONTEND, (t,))
+    assert sigspec.format_or_none(FRONTEND, (t,)) is None
 
 
 @pytest.mark.parametrize("text, complaint", [
@@ -85,7 +86,7 @@ def test_hostile_or_bad_text_is_refused_before_evaluation(text, complaint, monke
                         lambda s: evaluated.append(s) or (_ for _ in ()).throw(TypeError(
                             "a kernel signature must return void")))
     with pytest.raises(ValueError, match=complaint):
-        sigspec.parse_signature(text)
+        sigspec.parse_signature(FRONTEND, text)
     if complaint != "must return void":
         assert evaluated == []  # refused by the grammar, never handed to eval
 
@@ -113,30 +114,31 @@ def test_deep_or_long_text_is_one_short_error_before_the_parser(text, monkeypatc
     monkeypatch.setattr(_nc_signatures, "normalize_signature",
                         lambda s: pytest.fail("handed to numba's eval"))
     with pytest.raises(ValueError) as info:
-        sigspec.parse_signature(text)
+        sigspec.parse_signature(FRONTEND, text)
     message = str(info.value)
     assert type(info.value) is ValueError and len(message) < 400 and "\n" not in message
-    assert sigspec.from_signature_component(text) is None  # never raises either
+    assert sigspec.from_signature_component(FRONTEND, text) is None  # never raises either
 
 
 def test_token_scan_keeps_what_the_grammar_accepts():
     deep_record = "void(" + "UniTuple(" * 20 + "int32" + ", 1)" * 20 + ")"
-    assert sigspec.parse_signature(deep_record)[0].count == 1
+    assert sigspec.parse_signature(FRONTEND, deep_record)[0].count == 1
     text = "void(Array(Record([('a#b', {'type': int8, 'offset': 0})], 1, False), 1, 'C'))"
-    assert sigspec.parse_signature(text)[0].ndim == 1
+    assert sigspec.parse_signature(FRONTEND, text)[0].ndim == 1
 
 
 def test_component_inversion_refuses_what_it_cannot_invert_exactly():
     # numba writes the component with each type's repr: other spellings of the same types
     # are not what an entry holds, so they are refused rather than guessed.
-    assert sigspec.from_signature_component("(float32[::1],)") is None
-    assert sigspec.from_signature_component("(Array(float32, 1, 'C', False, aligned=True),)") \
+    assert sigspec.from_signature_component(FRONTEND, "(float32[::1],)") is None
+    assert sigspec.from_signature_component(
+        FRONTEND, "(Array(float32, 1, 'C', False, aligned=True),)") \
         == (T.float32[::1],)
-    assert sigspec.from_signature_component("(nonsense(,)") is None
-    assert sigspec.from_signature_component("(__import__('os'),)") is None
-    assert sigspec.from_signature_component(None) is None
+    assert sigspec.from_signature_component(FRONTEND, "(nonsense(,)") is None
+    assert sigspec.from_signature_component(FRONTEND, "(__import__('os'),)") is None
+    assert sigspec.from_signature_component(FRONTEND, None) is None
     # A text that parses but prints differently is not accepted as that entry's signature.
-    assert sigspec.from_signature_component("(float32,  int64)") is None
+    assert sigspec.from_signature_component(FRONTEND, "(float32,  int64)") is None
 
 
 # --- signatures files --------------------------------------------------------------------------
@@ -156,7 +158,7 @@ def test_file_format_comments_blank_lines_and_duplicates(tmp_path):
         "pkg.mod:kern void(float32[::1],int64)",  # the same types: dropped
         "pkg.mod:rec void(Record([('a#b', {'type': int8, 'offset': 0})], 1, False))  # x",
     ]))
-    lines = sigfile.read_signatures(path)
+    lines = sigfile.read_signatures(FRONTEND, path)
     assert [(l.kernel, l.line) for l in lines] == [
         ("pkg.mod:kern", 3), ("pkg.mod:Outer.kern", 4), ("pkg.mod:rec", 6)]
     assert lines[0].signature == "void(float32[::1], int64)"
@@ -178,7 +180,7 @@ def test_file_format_comments_blank_lines_and_duplicates(tmp_path):
 def test_bad_line_is_one_error_naming_file_and_line(tmp_path, line, complaint):
     path = write(tmp_path, f"# header\npkg.mod:ok void()\n{line}\n")
     with pytest.raises(sigfile.SignatureFileError) as info:
-        sigfile.read_signatures(path)
+        sigfile.read_signatures(FRONTEND, path)
     message = str(info.value)
     assert message.startswith(f"{path}:3: ") and complaint in message
     assert "\n" not in message
@@ -208,7 +210,7 @@ def test_long_kernel_name_is_not_echoed_whole(tmp_path):
                                    "m:" + "k" * 16000 + " # no signature"], 1):
         path = write(tmp_path, "pkg.mod:ok void()\n" * number + line + "\n")
         with pytest.raises(sigfile.SignatureFileError) as info:
-            sigfile.read_signatures(path)
+            sigfile.read_signatures(FRONTEND, path)
         message = str(info.value)
         assert message.startswith(f"{path}:{number + 1}: ") and len(message) < 400, message
 
@@ -216,40 +218,41 @@ def test_long_kernel_name_is_not_echoed_whole(tmp_path):
 def test_unreadable_files_are_one_error(tmp_path):
     missing = tmp_path / "missing.sigs"
     with pytest.raises(sigfile.SignatureFileError, match="cannot read the signatures file"):
-        sigfile.read_signatures(missing)
+        sigfile.read_signatures(FRONTEND, missing)
     binary = tmp_path / "bin.sigs"
     binary.write_bytes(b"pkg.mod:k void()\n\xff\xfe\n")
     with pytest.raises(sigfile.SignatureFileError, match=r"bin.sigs:2: not UTF-8"):
-        sigfile.read_signatures(binary)
+        sigfile.read_signatures(FRONTEND, binary)
     with pytest.raises(sigfile.SignatureFileError, match="not a regular file"):
-        sigfile.read_signatures(tmp_path)
+        sigfile.read_signatures(FRONTEND, tmp_path)
     fifo = tmp_path / "fifo.sigs"
     os.mkfifo(fifo)  # no writer: a blocking open would hang here
     with pytest.raises(sigfile.SignatureFileError, match="not a regular file"):
-        sigfile.read_signatures(fifo)
+        sigfile.read_signatures(FRONTEND, fifo)
     big = tmp_path / "big.sigs"
     with open(big, "wb") as f:
         f.truncate(sigfile.MAX_FILE_BYTES + 1)
     with pytest.raises(sigfile.SignatureFileError, match="larger than"):
-        sigfile.read_signatures(big)
+        sigfile.read_signatures(FRONTEND, big)
 
 
 def test_shipped_signature_files_parse():
     from pathlib import Path
     examples = Path(__file__).resolve().parents[1] / "examples"
-    assert len(sigfile.read_signatures(examples / "kernels.sigs")) == 3
-    assert len(sigfile.read_signatures(examples / "cache_usecases.sigs")) == 9
+    assert len(sigfile.read_signatures(FRONTEND, examples / "kernels.sigs")) == 3
+    assert len(sigfile.read_signatures(FRONTEND, examples / "cache_usecases.sigs")) == 9
 
 
 # --- --cc lists (dispatcher/warm.py: the one place warm parses a cc) --------------------------
 
 def test_cc_list_forms_and_errors():
+    from kcache.dispatcher.frontends.numba_cuda.bridge import FRONTEND
     from kcache.dispatcher.warm import parse_cc_list
-    assert parse_cc_list(["8.0,9.0"]) == [(8, 0), (9, 0)]
-    assert parse_cc_list(["sm_80", "90", "sm_90a", " 9.0 "]) == [(8, 0), (9, 0)]
+    assert parse_cc_list(FRONTEND, ["8.0,9.0"]) == [(8, 0), (9, 0)]
+    assert parse_cc_list(FRONTEND, ["sm_80", "90", "sm_90a", " 9.0 "]) == [(8, 0), (9, 0)]
     with pytest.raises(ValueError, match=r"--cc ninety: not a compute capability"):
-        parse_cc_list(["8.0,ninety"])
+        parse_cc_list(FRONTEND, ["8.0,ninety"])
     with pytest.raises(ValueError, match="empty compute capability"):
-        parse_cc_list(["8.0,"])
+        parse_cc_list(FRONTEND, ["8.0,"])
     with pytest.raises(ValueError, match=r"cc 99\.9 is not supported"):
-        parse_cc_list(["99.9"])
+        parse_cc_list(FRONTEND, ["99.9"])

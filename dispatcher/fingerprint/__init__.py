@@ -43,7 +43,8 @@ from .model import Fingerprint, Uncacheable, digest_of
 from .libraries import (_deterministic_repr, _is_dispatcher, _is_intrinsic, _is_library,
                         _is_numba_type, _module_level_library_class,
                         _named_by_library, _qualified, _type_name)
-from .memo import _SEEN, _results, _validated_cache_get
+from ..process import STATE
+from .memo import _SEEN, _validated_cache_get
 from .walk import _Acc, _Walk
 
 __all__ = ["Fingerprint", "Uncacheable", "fingerprint", "dependencies", "digest_of", "value_digest",
@@ -51,11 +52,13 @@ __all__ = ["Fingerprint", "Uncacheable", "fingerprint", "dependencies", "digest_
            "is_library_class"]
 
 
-def fingerprint(py_func) -> Fingerprint:
+def fingerprint(py_func, registries) -> Fingerprint:
     """Fingerprint a Python function (a kernel's or device function's ``py_func``).
 
     ``py_func``: a plain Python function; a dispatcher (anything with ``py_func``) is
-    accepted and its ``py_func`` used.  Does not compile or touch a GPU.
+    accepted and its ``py_func`` used. ``registries``: the front-end's extension registries
+    (``Frontend.registries()``: fixed signatures of dispatchers, ``@overload``
+    implementations). Does not compile or touch a GPU.
     Raises :class:`Uncacheable` when the function captures a device array, ``TypeError``
     when ``py_func`` is not a Python function.
     """
@@ -64,50 +67,53 @@ def fingerprint(py_func) -> Fingerprint:
         raise TypeError(
             f"fingerprint() needs a Python function or a dispatcher, got {type(py_func).__name__}"
         )
-    entry = _results.get(fn)
+    results = STATE.fingerprint_memo(registries).results
+    entry = results.get(fn)
     if entry is None:
         # The first fingerprint of fn: most are the only one (a kernel's first lookup in a
         # process), so what would make it reusable (the checks) is not recorded; the next
         # one records them. Dependencies reached are remembered in any case.
-        _results[fn] = _SEEN
-        return _Walk().function(fn, record=False)[0]
-    cached = _validated_cache_get(fn, entry)
+        results[fn] = _SEEN
+        return _Walk(registries).function(fn, record=False)[0]
+    cached = _validated_cache_get(entry)
     if cached is not None:
         return cached
-    fp, _acc = _Walk().function(fn)
+    fp, _acc = _Walk(registries).function(fn)
     return fp
 
 
-def dependencies(py_func) -> list:
+def dependencies(py_func, registries) -> list:
     """``[(object, digest)]`` of every dispatcher (device function) and every function with
     ``@overload`` implementations (``register_jitable`` makes one) that ``py_func`` reaches,
     directly or through other functions, with its digest under the current globals, worked
-    out afresh (no memo is read). For kcache.dispatcher.dep_guard. Raises what
-    :func:`fingerprint` raises."""
+    out afresh (no memo is read). For kcache.dispatcher.dep_guard. ``registries``: as
+    :func:`fingerprint`'s. Raises what :func:`fingerprint` raises."""
     fn = getattr(py_func, "py_func", py_func)
     if not isinstance(fn, types.FunctionType):
         raise TypeError(f"dependencies() needs a Python function, got {type(py_func).__name__}")
     reached: dict = {}
-    _Walk(reached).function(fn, record=False)
+    _Walk(registries, reached).function(fn, record=False)
     return list(reached.values())
 
 
-def value_digest(value, where: str = "value") -> str:
+def value_digest(value, where: str = "value", *, registries) -> str:
     """32-hex digest of one value under the fingerprint's encoding (functions and dispatchers
     by content, classes and library objects by name).  ``where`` names the value in the
-    :class:`Uncacheable` message raised for a device array."""
-    return _Walk().value_digest(value, where, _Acc())
+    :class:`Uncacheable` message raised for a device array; ``registries``: as
+    :func:`fingerprint`'s."""
+    return _Walk(registries).value_digest(value, where, _Acc())
 
 
-def content_digest(value, where: str = "value") -> tuple:
+def content_digest(value, where: str = "value", *, registries) -> tuple:
     """``(32-hex digest, opaque reasons)`` of ``value`` by content, for extension
     registrations (dispatcher/extensions.py): functions, dispatchers and intrinsics as
     :func:`value_digest` gives them (a function's globals, closure cells and callees
     included); a class that is not a library's own module-level class (a user class, or one
     made at run time, e.g. by ``type()`` in numba's extension API) by its name, bases and
     members (methods by content) -- where a kernel's fingerprint names a class only; anything
-    else as :func:`value_digest` encodes it (opaque objects by type and repr)."""
-    walk, acc = _Walk(), _Acc()
+    else as :func:`value_digest` encodes it (opaque objects by type and repr). ``registries``:
+    as :func:`fingerprint`'s."""
+    walk, acc = _Walk(registries), _Acc()
     if isinstance(value, type) and not _module_level_library_class(value):
         digest = digest_of(walk.class_payload(value, where, acc, 0))
     else:

@@ -4,11 +4,11 @@ Kept per code object once it is seen a second time."""
 from __future__ import annotations
 
 import types
-import weakref
 
 import msgpack
 
 from ..bytecode import references
+from ..process import STATE
 from .model import digest_of
 
 
@@ -35,7 +35,7 @@ class _CodeInfo:
 
     def line_digest(self, code: types.CodeType) -> str:
         # On demand: only debug/lineinfo kernels and device functions need it. Remembered per
-        # file name and line table, because equal code objects (the key of _code_info) may
+        # file name and line table, because equal code objects (the key of STATE.code_info) may
         # come from other files, and on 3.10 may have other line tables.
         memo = (code.co_filename, code.co_firstlineno, code.co_linetable)
         digest = self._lines.get(memo)
@@ -50,22 +50,21 @@ class _CodeInfo:
         return digest
 
 
-# Keyed by the code object itself. Code objects compare by content (bytecode, constants,
-# names, first line, line table; not the file name), so equal code shares one analysis.
-_code_info: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-
+# Kept in process.STATE.code_info, keyed by the code object itself. Code objects compare by
+# content (bytecode, constants, names, first line, line table; not the file name), so equal
+# code shares one analysis.
 def _code_info_of(code: types.CodeType) -> _CodeInfo:
-    info = _code_info.get(code)
+    known = STATE.code_info
+    info = known.get(code)
     if info is None:
         info = _CodeInfo(digest_of(_code_payload(code)), tuple(_chains(code)))
-        _code_info[code] = info
+        known[code] = info
     return info
 
 
 def _code_info_once(code: types.CodeType) -> _CodeInfo:
     """:func:`_code_info_of` without remembering a new analysis (nested code objects' are)."""
-    info = _code_info.get(code)
+    info = STATE.code_info.get(code)
     return info if info is not None else _CodeInfo(digest_of(_code_payload(code)),
                                                    tuple(_chains(code)))
 

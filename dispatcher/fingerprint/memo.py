@@ -1,8 +1,8 @@
 """Fingerprints remembered per function, with the checks that say they still hold: a
-rebound global or an edited closure cell is always seen."""
+rebound global or an edited closure cell is always seen. The tables are the process's
+(``process.STATE.fingerprint_memo(registries)``: one :class:`~kcache.dispatcher.process.
+FingerprintMemo` per front-end's registries)."""
 from __future__ import annotations
-
-import weakref
 
 
 # ---------------------------------------------------------------------------------------
@@ -22,16 +22,14 @@ class _Cached:
         self.checks = checks
 
 
-_results: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-
-#: In _results for a function fingerprinted once without recording its checks.
+#: In ``FingerprintMemo.results`` for a function fingerprinted once without recording its
+#: checks.
 _SEEN = _Cached(None, ())
 
 
-def _validated_cache_get(fn, entry=None):
-    """The cached Fingerprint of ``fn`` if every input it read is unchanged, else None."""
-    entry = entry if entry is not None else _results.get(fn)
+def _validated_cache_get(entry):
+    """The Fingerprint remembered in ``entry`` (a :class:`_Cached`) if every input it read is
+    unchanged, else None."""
     if entry is None or entry is _SEEN:
         return None
     return entry.fp if _checks_hold(entry.checks) else None
@@ -47,8 +45,3 @@ def _checks_hold(checks) -> bool:
     except Exception:  # an input that cannot be read (or compared) any more: recompute
         return False
     return True
-
-
-#: Digests of device functions reached by name (_Walk._dependency_digest): dispatcher ->
-#: (where, digest, checks, opaque reasons, line digests).
-_dependency_memo: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()

@@ -9,7 +9,6 @@ import sys
 import types
 import weakref
 
-from ..frontends.numba_cuda import registries as _nc_registries
 from .model import Fingerprint, Uncacheable, _MAX_DEPTH, digest_of
 from .code import (_EXACT_SCALARS, _code_info_of, _code_info_once, _scalar_payload, _sort_key,
                    line_digest)
@@ -17,7 +16,8 @@ from .libraries import (_deterministic_repr, _has_cai, _is_dispatcher, _is_exter
                         _is_library, _is_numba_type,
                         _module_level_library_class, _named_by_library,
                         _qualified, _type_name)
-from .memo import _Cached, _SEEN, _checks_hold, _dependency_memo, _results, _validated_cache_get
+from ..process import STATE
+from .memo import _Cached, _SEEN, _checks_hold, _validated_cache_get
 
 
 class _Acc:
@@ -56,7 +56,11 @@ def _with_line_info(options) -> bool:
 class _Walk:
     """One fingerprint computation: cycle protection, opaque notes, cache checks."""
 
-    def __init__(self, reached: dict | None = None):
+    def __init__(self, registries, reached: dict | None = None):
+        # Frontend.registries(): a dispatcher's fixed signatures, a function's @overloads
+        self.registries = registries
+        # what is remembered of walks with these registries (process.FingerprintMemo)
+        self.memo = STATE.fingerprint_memo(registries)
         self.in_progress: set[int] = set()  # id(fn) of the functions being walked
         self.cycles = 0  # back-references met so far
         self.done: dict[int, tuple] = {}  # id(fn) -> (Fingerprint, _Acc), acyclic ones only
@@ -83,7 +87,7 @@ class _Walk:
         # such results are neither cached (acc.cacheable is False) nor reused in this walk.
         if acc.cacheable and acc.checks is not None:
             # Dependencies reached along several paths bring the same check tuples: once each.
-            _results[fn] = _Cached(fp, list({id(c): c for c in acc.checks}.values()))
+            self.memo.results[fn] = _Cached(fp, list({id(c): c for c in acc.checks}.values()))
         if self.cycles == cycles_before:
             self.done[id(fn)] = (fp, acc)
         return fp, acc
@@ -157,7 +161,7 @@ class _Walk:
             part = f"attr:{owner}.{'.'.join(path)}"
         else:
             part = base_part
-        known = _NAMED.get(id(obj))  # named by its library (cuda.grid, math.sqrt): no dependency
+        known = self.memo.named.get(id(obj))  # named by its library (cuda.grid, math.sqrt): no dependency
         if (known is None or known[0] is not obj) and self._is_dep(obj):
             part = f"dep:{_qualified(getattr(obj, 'py_func', obj))}"
         return part, obj
@@ -170,7 +174,8 @@ class _Walk:
     # -- values --------------------------------------------------------------------------
 
     def value_digest(self, value, where, acc) -> str:
-        known = _NAMED.get(id(value))
+        named = self.memo.named
+        known = named.get(id(value))
         if known is not None and known[0] is value:
             return known[1]
         if _is_dispatcher(value) and id(value.py_func) not in self.in_progress \
@@ -180,8 +185,8 @@ class _Walk:
         payload = self.encode(value, where, acc, 0)
         digest = digest_of(payload)
         if (payload[0] in _BY_NAME and len(acc.opaque) == opaque and acc.cacheable == cacheable
-                and len(_NAMED) < 4096):
-            _NAMED[id(value)] = (value, digest)
+                and len(named) < 4096):
+            named[id(value)] = (value, digest)
         return digest
 
     def _dependency_digest(self, disp, where, acc) -> str:
@@ -189,7 +194,7 @@ class _Walk:
         per dispatcher with the checks of everything it read, and reused while they hold
         (most kernels of an application reach the same few device functions; working each
         one's digest out again took a third of a kernel's fingerprint)."""
-        memo = _dependency_memo.get(disp) if self.reached is None else None
+        memo = self.memo.dependencies.get(disp) if self.reached is None else None
         if memo is not None and memo[0] == where and _checks_hold(memo[2]):
             _, digest, checks, opaque, lines = memo
         else:
@@ -198,7 +203,7 @@ class _Walk:
             checks, opaque, lines = sub.checks, sub.opaque, sub.lines
             if sub.cacheable and self.cycles == cycles:
                 try:
-                    _dependency_memo[disp] = (where, digest, checks, opaque, lines)
+                    self.memo.dependencies[disp] = (where, digest, checks, opaque, lines)
                 except TypeError:  # not weak-referenceable: just not remembered
                     pass
             else:
@@ -345,9 +350,9 @@ class _Walk:
             return digest_of(["cycle", _qualified(fn)])
         done = self.done.get(key)
         if done is None:
-            cached = _results.get(fn) if self.reached is None else None
+            cached = self.memo.results.get(fn) if self.reached is None else None
             if cached is not None and cached is not _SEEN and \
-                    _validated_cache_get(fn, cached) is cached.fp:
+                    _validated_cache_get(cached) is cached.fp:
                 dep_acc = _Acc()
                 dep_acc.checks = cached.checks
                 done = self.done[key] = (cached.fp, dep_acc)
@@ -366,9 +371,10 @@ class _Walk:
         # A plain function may be the target of @overload(fn): its typing templates hold the
         # Python implementations numba-cuda compiles instead of fn's own body.
         own = self._function_digest(fn, acc)
-        registered = _overload_implementations(fn)
+        read = self.registries.overload_implementations
+        registered = read(fn)
         # An @overload registered after this fingerprint was cached must be seen.
-        acc.check(_overload_implementations, (fn,), registered, by_equality=True)
+        acc.check(read, (fn,), registered, by_equality=True)
         impls = [self._overload_payload(impl, opts, acc) for impl, opts in registered]
         digest = digest_of(["overloaded", own, sorted(impls, key=_sort_key)]) if impls else own
         if self.reached is not None and registered:  # numba-cuda compiles it once per types
@@ -392,8 +398,8 @@ class _Walk:
         # too, which sees a list changed in place, instead of giving up caching.
         snapshot = _copied(options)
         # Through a weak reference: these checks are remembered with disp as the key
-        # (_dependency_memo), and a strong one would keep a device function made at run time
-        # alive for good.
+        # (FingerprintMemo.dependencies), and a strong one would keep a device function made
+        # at run time alive for good.
         ref = _weak(disp)
         acc.check(_target_options, (ref,), snapshot, by_equality=True)
         acc.check(_weak_attr, (ref, "py_func"), fn)
@@ -401,12 +407,12 @@ class _Walk:
             # A device function compiled with line info brings its line table into the kernel.
             acc.add_lines(_qualified(fn), (line_digest(fn),))
         parts = ["dispatcher", fn_digest, self._options_digest(disp, options, snapshot, where, acc)]
-        fixed = _fixed_signatures(disp)
+        fixed = self.registries.fixed_signatures(disp)
         if fixed is not None:
             # @jit("(i4, i4)") types a call against these alone (or refuses it, as a CPU
             # function on the device): the same body without them is another dependency.
             parts.append(["signatures", fixed])
-            acc.check(_weak_fixed_signatures, (ref,), fixed, by_equality=True)
+            acc.check(_weak_fixed_signatures, (self.registries, ref), fixed, by_equality=True)
         digest = digest_of(parts)
         if self.reached is not None:
             self.reached[id(disp)] = (disp, digest)
@@ -416,7 +422,7 @@ class _Walk:
         """Digest of a dispatcher's target options, remembered per dispatcher while they
         compare equal to the copy taken then (most kernels reach the same few device
         functions)."""
-        memo = _options_memo.get(disp)
+        memo = self.memo.options.get(disp)
         try:
             if memo is not None and memo[0] == snapshot:
                 return memo[1]
@@ -434,7 +440,7 @@ class _Walk:
         acc.extend(opts_acc.checks)
         if not opts_acc.opaque and not opts_acc.checks:  # plain values: equality suffices
             try:
-                _options_memo[disp] = (snapshot, digest)
+                self.memo.options[disp] = (snapshot, digest)
             except TypeError:  # not weak-referenceable: just not remembered
                 pass
         return digest
@@ -446,13 +452,11 @@ _CLASS_NOT_CONTENT = frozenset({"__dict__", "__weakref__", "__module__", "__qual
                                 "__doc__", "__firstlineno__", "__static_attributes__",
                                 "_abc_impl"})  # _abc_impl: abc's registry and caches
 
-_options_memo: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-# Digests of objects encoded by their name alone (library functions, modules, builtins,
-# library classes: cuda.grid, np.float32, range, ...), by identity: the same object always
-# has the same name, and most kernels reach the same few. The object is held, so its id is
-# not reused. Only when encoding it noted nothing (no opaque reason, cacheability kept).
-_NAMED: dict = {}
+# FingerprintMemo.named: digests of objects encoded by their name alone (library functions,
+# modules, builtins, library classes: cuda.grid, np.float32, range, ...), by identity: the
+# same object always has the same name, and most kernels reach the same few. The object is
+# held, so its id is not reused. Only when encoding it noted nothing (no opaque reason,
+# cacheability kept).
 _BY_NAME = frozenset({"function", "module", "builtin", "class"})
 
 
@@ -517,8 +521,8 @@ def _target_options(ref):
     return getattr(ref(), "targetoptions", None) or {}
 
 
-def _weak_fixed_signatures(ref):
-    return _fixed_signatures(ref())
+def _weak_fixed_signatures(registries, ref):
+    return registries.fixed_signatures(ref())
 
 
 def _weak(obj):
@@ -527,16 +531,3 @@ def _weak(obj):
         return weakref.ref(obj)
     except TypeError:
         return lambda: obj
-
-
-def _fixed_signatures(disp) -> list | None:
-
-    return _nc_registries.fixed_signatures(disp)
-
-
-def _overload_implementations(fn) -> list:
-    """(implementation, jit options) of each numba-cuda ``@overload`` of ``fn``: read from
-    numba-cuda's typing registry, an internal, hence through the compatibility module (which
-    imports numba-cuda only here, so this module stays importable without it)."""
-
-    return _nc_registries.overload_implementations(fn)

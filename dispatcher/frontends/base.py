@@ -2,11 +2,31 @@
 code and one compiler front-end (numba-cuda; numba-cuda-mlir next).
 
 A bridge is a package under ``dispatcher/frontends/`` holding every internal of its front-end;
-nothing else in kcache reads a private name of that front-end. Its module ``bridge`` defines
-``FRONTEND``, an object with the attributes and methods below. Importing the bridge module
-imports the front-end's public package only; everything that needs the front-end's internals
-is imported once :meth:`Frontend.refusal` has said it is supported, so that an unsupported
-version costs one warning, never an ImportError.
+nothing else in kcache reads a private name of that front-end. The rules a bridge keeps
+(tests/test_frontend_bridge.py and tests/test_structure.py check them):
+
+* Its module ``bridge`` defines ``FRONTEND``, an object with the attributes and methods of
+  :class:`Frontend` below. Importing ``bridge`` imports the front-end's public package only;
+  the bridge's other modules (its internals, its dispatcher subclass) are imported by
+  ``FRONTEND``'s methods, once :meth:`Frontend.refusal` has said the front-end is supported, so
+  that an unsupported version costs one warning, never an ImportError.
+* The bridge's other modules never import ``bridge`` (it imports them: that would be an import
+  circle). They are handed the Frontend object instead: :meth:`Frontend.adopt` passes it to the
+  dispatcher subclass, which keeps it and hands it on.
+* ``FRONTEND`` pickles as a reference to itself (``__reduce__`` returning ``"FRONTEND"``):
+  ``kcache warm`` hands it to the worker processes it spawns.
+* The front-end-generic modules of ``dispatcher/`` (the key, the fingerprint, extension
+  registrations, numba's configuration, the signature grammar, compile_for, warm, record,
+  replay) never import a bridge or numba: they are handed a Frontend by their caller and ask
+  it for what they need of the front-end (numba's configuration module, types, registries,
+  compiles, rebuilds). Only the entry points pick a front-end: ``kcache.dispatcher``'s
+  ``__init__`` (compile_for, check_cc, explain), ``install`` and ``jit``; ``kcache warm``
+  (cli/cmd_warm.py) hands its Plan the one it picked.
+* What the generic modules keep for the life of the process is in ``process.STATE``; memos
+  that depend on a front-end are keyed by it (the fingerprint's, by its :meth:`registries`).
+
+A second front-end adds a package ``frontends/<name>/`` with its ``bridge.FRONTEND`` and an entry
+point that picks it; the generic modules do not change.
 """
 from __future__ import annotations
 
@@ -32,8 +52,8 @@ class Frontend(Protocol):
     def numba(self) -> ModuleType:
         """The numba package the front-end compiles with: ``numba.cuda`` for numba-cuda,
         ``numba_cuda_mlir.numba_cuda`` for numba-cuda-mlir (which vendors it). The generic
-        modules (fingerprint, key components, bytecode reading, extension registries, numba
-        configuration, signature grammar) take numba's modules from here."""
+        modules never import numba: what they need of it comes through the methods below
+        (:meth:`numba_config`, :meth:`types`, :meth:`registries`, ...)."""
 
     def refusal(self) -> str | None:
         """None when the installed front-end has every internal the bridge needs (tested as
@@ -57,7 +77,9 @@ class Frontend(Protocol):
 
     def adopt(self, dispatcher, options) -> object:
         """Turn the front-end's dispatcher into kcache's in place (nothing compiled is lost);
-        ``options``: ``kcache.dispatcher.options.Options``. Returns it."""
+        ``options``: ``kcache.dispatcher.options.Options``. Returns it. The dispatcher is
+        handed this Frontend (it keeps it, for the generic modules it calls, and for the
+        dispatchers it makes: specializations, pickling)."""
 
     def patch(self, on_enable_caching: Callable, on_init: Callable) -> None:
         """Install the transparent switch: route the front-end's ``cache=True``
@@ -84,3 +106,75 @@ class Frontend(Protocol):
     def rebuild_kernel(self, state: dict, argtypes: tuple, cc, **served) -> object:
         """A launchable kernel from :meth:`kernel_state`'s ``state``, without the front-end's
         typing or target context."""
+
+    # What the front-end-generic modules ask of the front-end they are handed (issue 33:
+    # they never import a bridge themselves).
+
+    def numba_config(self) -> ModuleType:
+        """The configuration module the front-end reads while compiling (numba's
+        ``core.config``, vendored or not): ``numba_config`` and the key's components read
+        the settings that change code from it."""
+
+    def current_cc(self) -> tuple:
+        """(major, minor) of the current device; never builds a typing or target context
+        (``require`` names it in a refusal)."""
+
+    def signature_display(self, argtypes: tuple) -> str:
+        """Argument types as the front-end prints them, for people (entry
+        ``meta["signature"]``, messages): ``"(array(float32, 1d, C), float32)"``."""
+
+    def uncacheable_reason(self, kernel) -> str | None:
+        """Why a compiled kernel cannot be rebuilt from its artifacts and plain data alone
+        (it holds live Python objects), or None (``kernel_entry.kernel_to_entry``)."""
+
+    def device_overloads(self, dispatcher) -> list:
+        """The compile results a device-function dispatcher holds, one per argument types
+        (``dep_guard`` tells a compile it made from one it reused)."""
+
+    def registries(self) -> ModuleType:
+        """The reader of the front-end's extension registries (``extensions``, the
+        fingerprint's walk): a namespace with ``loaded()`` (anything can be registered yet),
+        ``extension_registry_modules()``, ``extension_registries()`` (``[(kind, hot,
+        container)]``), ``extension_parts(kind, items)``, ``extension_records(kind, item)``,
+        ``fixed_signatures(dispatcher)`` and ``overload_implementations(fn)``."""
+
+    def types(self) -> ModuleType:
+        """The numba types module of the front-end (``numba.cuda.types``): ``sigspec``
+        writes and checks signature text with its classes."""
+
+    def signature_namespace(self) -> dict:
+        """The names a signature string is evaluated with by the front-end's ``jit``
+        (``sigspec`` checks the text against its grammar and these names first)."""
+
+    def signature_string(self, argtypes: tuple) -> str:
+        """The key's ``signature`` component: the argument types' exact text, naming layout,
+        readonly and alignment (``"(array(float32, 1d, C),)"``)."""
+
+    def normalize_signature(self, sig) -> tuple:
+        """Argument types of ``sig`` (a signature string, a signature object or a tuple of
+        types), as the front-end's ``jit`` reads an eager signature. Raises TypeError for a
+        kernel signature that does not return void."""
+
+    def supported_ccs(self) -> list | None:
+        """The compute capabilities ((major, minor), ascending) the installed toolkit
+        compiles for; None when it cannot be asked (``compile_for``, ``kcache warm --cc``)."""
+
+    #: The ``launch_config`` component of a launch-config-sensitive kernel compiled for no
+    #: launch configuration (an eager compile): what ``kcache warm --replay`` may replay.
+    no_launch_config: object
+
+    def launch_config_key(self, dispatcher, launch_config) -> object:
+        """The front-end's launch-configuration key of ``dispatcher`` for ``launch_config``
+        (None: the key of no launch configuration, :attr:`no_launch_config`)."""
+
+    def deferred_eager_compiles(self) -> ContextManager:
+        """A block in which kernels given eager signatures note them instead of compiling
+        (``kcache warm`` imports the program's modules in one)."""
+
+    def eager_signatures(self, dispatcher) -> list:
+        """The argument types of each eager signature ``dispatcher`` was given (compiled, or
+        noted in :meth:`deferred_eager_compiles`)."""
+
+    def eager_device_functions(self, cc) -> ContextManager:
+        """A block in which the device functions given eager signatures (noted at import)
+        compile for compute capability ``cc`` as they are reached."""

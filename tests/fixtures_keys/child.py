@@ -10,11 +10,13 @@ import importlib  # noqa: E402
 
 import kcache  # noqa: E402
 from kcache.dispatcher.components import kernel_components  # noqa: E402
+from kcache.dispatcher.frontends.numba_cuda.bridge import FRONTEND  # noqa: E402
 
 module = importlib.import_module(job["module"])
 kernel = getattr(module, job["kernel"])
 components = kernel_components(
     kernel,
+    frontend=FRONTEND,
     signature=job.get("signature", "(array(float32, 1d, C), array(float32, 1d, C))"),
     cc=tuple(job.get("cc", (9, 0))),
     targetoptions=kernel.targetoptions,

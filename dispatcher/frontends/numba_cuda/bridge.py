@@ -14,6 +14,9 @@ from . import support
 class NumbaCuda:
     """The numba-cuda front-end (one instance: :data:`FRONTEND`)."""
 
+    def __reduce__(self):
+        return "FRONTEND"  # pickled as a reference to this module's one (kcache warm's workers)
+
     name = "numba-cuda"
     distribution = "numba-cuda"
     supported = support.SUPPORTED
@@ -45,7 +48,7 @@ class NumbaCuda:
 
     def adopt(self, dispatcher, options):
         from .dispatcher import adopt
-        return adopt(dispatcher, options)
+        return adopt(self, dispatcher, options)  # the dispatcher is handed its front-end
 
     def patch(self, on_enable_caching, on_init) -> None:
         from . import patching
@@ -75,6 +78,71 @@ class NumbaCuda:
     def rebuild_kernel(self, state: dict, argtypes: tuple, cc, **served):
         from . import rebuild
         return rebuild.rebuild_kernel(state, argtypes, cc, **served)
+
+    def numba_config(self):
+        from . import signatures
+        return signatures.numba_config()
+
+    def current_cc(self) -> tuple:
+        from . import signatures
+        return signatures.current_cc()
+
+    def signature_display(self, argtypes: tuple) -> str:
+        from . import signatures
+        return signatures.signature_display(argtypes)
+
+    def uncacheable_reason(self, kernel) -> str | None:
+        from . import compiling
+        return compiling.uncacheable_reason(kernel)
+
+    def device_overloads(self, dispatcher) -> list:
+        from . import compiling
+        return compiling.device_overloads(dispatcher)
+
+    def registries(self):
+        from . import registries
+        return registries
+
+    def types(self):
+        from . import signatures
+        return signatures.types
+
+    def signature_namespace(self) -> dict:
+        from . import signatures
+        return signatures.signature_namespace()
+
+    def signature_string(self, argtypes: tuple) -> str:
+        from . import signatures
+        return signatures.signature_string(argtypes)
+
+    def normalize_signature(self, sig) -> tuple:
+        from . import signatures
+        return signatures.normalize_signature(sig)
+
+    def supported_ccs(self) -> list | None:
+        from . import signatures
+        return signatures.supported_ccs()
+
+    @property
+    def no_launch_config(self):
+        from . import internals
+        return internals.NO_LAUNCH_CONFIG
+
+    def launch_config_key(self, dispatcher, launch_config):
+        from . import patching
+        return patching.launch_config_key(dispatcher, launch_config)
+
+    def deferred_eager_compiles(self):
+        from . import eager
+        return eager.deferred_eager_compiles()
+
+    def eager_signatures(self, dispatcher) -> list:
+        from . import eager
+        return eager.eager_signatures(dispatcher)
+
+    def eager_device_functions(self, cc):
+        from . import eager
+        return eager.eager_device_functions(cc)
 
 
 #: The numba-cuda front-end.

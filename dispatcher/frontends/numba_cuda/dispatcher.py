@@ -7,6 +7,10 @@ miss, the store's per-key lock makes N processes compile once, and the compiled 
 encoded as an entry (``kernel_entry``) and published. A store failure is a miss (counted,
 warned once); a kernel that cannot be cached compiles and runs uncached, and says why.
 One lookup's outcome is a :class:`Lookup`; what the process shares is ``process.STATE``.
+
+A dispatcher is handed its front-end (the bridge's ``FRONTEND``, by ``adopt``) and hands it on
+to the front-end-generic modules it calls; this module never imports the bridge module, which
+imports it (``Frontend.dispatcher_class``, ``Frontend.adopt``).
 """
 from __future__ import annotations
 
@@ -45,6 +49,7 @@ from ...process import explain_enabled, kernel_name, log_explanations
 from . import compiling as _compiling
 from . import internals as _internals
 from . import patching as _patching
+from . import rebuild as _rebuild  # noqa: F401  (a hit rebuilds: imported now, not on a hit)
 from . import signatures as _signatures
 
 #: ``dispatcher.stats``: numba-cuda's ``_CompileStats`` fields (cache_path, cache_hits,
@@ -84,17 +89,36 @@ class KCacheDispatcher(_internals.CUDADispatcher):
     """A ``numba.cuda`` dispatcher whose kernels come from the kcache store.
 
     ``py_func``: the Python kernel; ``targetoptions``: numba-cuda target options (as built by
-    ``numba.cuda.jit``); ``kcache``: :class:`Options`. Device functions (``device=True``) are
-    compiled as numba-cuda does; they reach the cache through the kernels that call them.
+    ``numba.cuda.jit``); ``kcache``: :class:`Options`; ``frontend``: the numba-cuda front-end
+    (``kcache.dispatcher.frontends.numba_cuda.bridge.FRONTEND``; ``kcache.jit`` and
+    ``install`` hand it over through ``Frontend.adopt``). Raises TypeError without one.
+    Device functions (``device=True``) are compiled as numba-cuda does; they reach the cache
+    through the kernels that call them.
     """
 
-    def __init__(self, py_func, targetoptions, pipeline_class=None, *, kcache=None):
+    def __init__(self, py_func, targetoptions, pipeline_class=None, *, kcache=None,
+                 frontend=None):
+        if frontend is None:
+            raise TypeError("KCacheDispatcher needs frontend= (the bridge's FRONTEND, "
+                            "kcache.dispatcher.frontends.numba_cuda.bridge); kcache.jit and "
+                            "kcache.install make kernels with it")
         kwargs = {} if pipeline_class is None else {"pipeline_class": pipeline_class}
         super().__init__(py_func, targetoptions, **kwargs)
-        self._kcache_setup(kcache if kcache is not None else Options())
+        self._kcache_setup(kcache if kcache is not None else Options(), frontend)
 
-    def _kcache_setup(self, options: Options) -> None:
+    def _reduce_states(self):
+        # numba-cuda pickles a dispatcher as (py_func, targetoptions) and rebuilds it with
+        # cls(py_func, targetoptions) (serialize.ReduceMixin): the front-end goes with them,
+        # by reference (Frontend objects pickle as their bridge's FRONTEND).
+        return {**super()._reduce_states(), "frontend": self._kcache_frontend}
+
+    @classmethod
+    def _rebuild(cls, py_func, targetoptions, frontend):
+        return cls(py_func, targetoptions, frontend=frontend)
+
+    def _kcache_setup(self, options: Options, frontend) -> None:
         self._kcache = options
+        self._kcache_frontend = frontend  # a frontends.base.Frontend: handed to generic modules
         # (argtypes, cc, launch config) -> (key, components or None once served, encoding)
         self._kcache_keys = {}
         self._kcache_counts = collections.Counter()
@@ -104,7 +128,7 @@ class KCacheDispatcher(_internals.CUDADispatcher):
         self._kcache_key_of = {}  # signature -> key
         # Lines logged for this kernel's misses (compile_for may have added some already).
         self.__dict__.setdefault("kcache_explanations", [])
-        options.prepare(self.targetoptions)
+        options.prepare(self._kcache_frontend, self.targetoptions)
 
     # --- numba-cuda API ---------------------------------------------------------------------
 
@@ -124,7 +148,8 @@ class KCacheDispatcher(_internals.CUDADispatcher):
         try:
             kernel = self._kcache_load_or_compile(argtypes, _signatures.current_launch_config())
             self.add_overload(kernel, argtypes)
-            _record.note(self, argtypes)  # KCACHE_RECORD: a signature this program launches
+            # KCACHE_RECORD: a signature this program launches
+            _record.note(self._kcache_frontend, self, argtypes)
         finally:
             clock.total = _now() - start
             _STATE.keep_phases(clock)
@@ -146,7 +171,7 @@ class KCacheDispatcher(_internals.CUDADispatcher):
         options = _switch.adopting_options()
         if options is not None:  # inside kcache.jit: that call's own settings are taken
             if self._kcache is not options:
-                self._kcache_setup(options)
+                self._kcache_setup(options, self._kcache_frontend)
             return
         self._kcache.cache = True
         if _switch.installed() is not None:
@@ -168,7 +193,8 @@ class KCacheDispatcher(_internals.CUDADispatcher):
         specialization = self.specializations.get((cc, argtypes))
         if specialization:
             return specialization
-        specialization = KCacheDispatcher(self.py_func, self.targetoptions, kcache=self._kcache)
+        specialization = KCacheDispatcher(self.py_func, self.targetoptions, kcache=self._kcache,
+                                          frontend=self._kcache_frontend)
         specialization.compile(argtypes)
         specialization.disable_compile()
         specialization._specialized = True
@@ -180,7 +206,8 @@ class KCacheDispatcher(_internals.CUDADispatcher):
         # KCacheDispatcher.
         def make():
             made = KCacheDispatcher(self.py_func, self.targetoptions,
-                                    self._compiler.pipeline_class, kcache=self._kcache)
+                                    self._compiler.pipeline_class, kcache=self._kcache,
+                                    frontend=self._kcache_frontend)
             # numba-cuda gives these its cache when the parent has it (enable_caching()).
             made._kcache_numba_cache = self._kcache_numba_cache
             return made
@@ -214,8 +241,8 @@ class KCacheDispatcher(_internals.CUDADispatcher):
         known = self._kcache_keys.get(memo)
         if known is None:
             # Into a local first: another thread may forget the entry's components meanwhile.
-            known = kernel_key_encoded(self, argtypes, cc, launch_config,
-                                        self._kcache.cache_key, store)
+            known = kernel_key_encoded(self._kcache_frontend, self, argtypes, cc, launch_config,
+                                       self._kcache.cache_key, store)
             known = self._kcache_keys.setdefault(memo, known)
         key, components, encoded = known
         if components is None:  # a served signature's: decoded from their encoding
@@ -255,7 +282,7 @@ class KCacheDispatcher(_internals.CUDADispatcher):
                           f"{self._kcache_name()} runs uncached")
             return self._kcache_uncached_build(sig, str(exc))
         _STATE.clock.key += _now() - start
-        bypass = _numba_config.bypass_reason()
+        bypass = _numba_config.bypass_reason(_signatures.numba_config())
         if bypass is not None:
             return self._kcache_bypass(store, key, components, argtypes, cc, bypass)
         start = _now()
@@ -348,7 +375,8 @@ class KCacheDispatcher(_internals.CUDADispatcher):
         the kernels they share; without this each turn paid a fresh process's first-compile
         set-up (0.3-0.6 s) after the previous one's compile instead of during it."""
         if (_STATE.compiler_readied or _STATE.counts["compiles"] or not self._can_compile
-                or _require.mode() is not None or _numba_config.bypass_reason() is not None):
+                or _require.mode() is not None
+                or _numba_config.bypass_reason(_signatures.numba_config()) is not None):
             return
         _STATE.compiler_readied = True
         start = _now()
@@ -378,7 +406,8 @@ class KCacheDispatcher(_internals.CUDADispatcher):
         return kernel
 
     def _kcache_entry(self, kernel, argtypes, cc, seconds):
-        return kernel_to_entry(kernel, _arch.full_cc(cc), kernel_name=self._kcache_name(),
+        return kernel_to_entry(self._kcache_frontend, kernel, _arch.full_cc(cc),
+                               kernel_name=self._kcache_name(),
                                signature=_signatures.signature_display(argtypes),
                                arch=_arch.arch_name(cc), compile_seconds=seconds,
                                warnings=getattr(kernel, "_kcache_warnings", None))
@@ -389,11 +418,12 @@ class KCacheDispatcher(_internals.CUDADispatcher):
         as ``_kcache_warnings``, for its entry."""
         if not self._can_compile:
             raise RuntimeError("Compilation disabled")
-        _require.check(self, argtypes)  # KCACHE_REQUIRE_HIT: may refuse (raise) or warn
+        frontend = self._kcache_frontend
+        _require.check(frontend, self, argtypes)  # KCACHE_REQUIRE_HIT: may refuse (raise) or warn
         from ... import compile_warnings as _warnings  # a compile's (and a noisy entry's) only
         from ... import dep_guard as _dep_guard
         start = time.perf_counter()
-        with _warnings.captured() as said, _dep_guard.watched(self.py_func) as stale:
+        with _warnings.captured() as said, _dep_guard.watched(frontend, self.py_func) as stale:
             kernel = _compiling.compile_kernel(self.py_func, argtypes, self.targetoptions)
             kernel.bind()  # force codegen so that there is a cubin to store
         kernel._kcache_warnings = _warnings.encode(said, repr(self.py_func))
@@ -434,7 +464,8 @@ class KCacheDispatcher(_internals.CUDADispatcher):
                   "launch_bounds": self.targetoptions.get("launch_bounds")}
         start = _now()
         try:
-            kernel = entry_to_kernel(entry, argtypes, full, extensions=extensions, **served)
+            kernel = entry_to_kernel(self._kcache_frontend, entry, argtypes, full,
+                                     extensions=extensions, **served)
         except Exception as exc:  # whatever a field of an entry makes the rebuild raise: unusable
             # (its text may quote the entry's fields: escaped and cut, kcache.text)
             warn_once("dispatcher-entry", f"kcache: an entry of {self._kcache_name()} cannot "
@@ -459,8 +490,8 @@ class KCacheDispatcher(_internals.CUDADispatcher):
             self._kcache_say_again(entry)
             return kernel, None
         try:
-            kernel = entry_to_kernel(entry, argtypes, full, extensions=extensions, use="ptx",
-                                     **served)
+            kernel = entry_to_kernel(self._kcache_frontend, entry, argtypes, full,
+                                     extensions=extensions, use="ptx", **served)
             kernel.bind()
         except Exception as exc:  # no PTX, or a PTX ISA newer than this driver
             warn_once("dispatcher-ptx", f"kcache: the cached PTX of {self._kcache_name()} "
@@ -485,8 +516,9 @@ class KCacheDispatcher(_internals.CUDADispatcher):
         kernel = self._kcache_inspected.get(argtypes)
         if kernel is None:
             from ... import dep_guard as _dep_guard
+            # dep_guard notes the device functions this compile makes
             with _internals.global_compiler_lock, warnings.catch_warnings(), \
-                    _dep_guard.watched(self.py_func):  # notes the device functions it compiles
+                    _dep_guard.watched(self._kcache_frontend, self.py_func):
                 warnings.simplefilter("ignore")
                 kernel = _compiling.compile_kernel(self.py_func, argtypes, self.targetoptions)
             self._kcache_inspected[argtypes] = kernel
@@ -528,11 +560,12 @@ class KCacheDispatcher(_internals.CUDADispatcher):
         log_explanations(self, lines)
 
 
-def adopt(dispatcher, options: Options):
+def adopt(frontend, dispatcher, options: Options):
     """Turn an existing ``CUDADispatcher`` (as made by ``numba.cuda.jit``) into a
-    KCacheDispatcher in place (its class changes; nothing compiled yet is lost)."""
+    KCacheDispatcher of ``frontend`` (the bridge's ``FRONTEND``) in place (its class changes;
+    nothing compiled yet is lost)."""
     if isinstance(dispatcher, KCacheDispatcher):
         return dispatcher
     dispatcher.__class__ = KCacheDispatcher
-    dispatcher._kcache_setup(options)
+    dispatcher._kcache_setup(options, frontend)
     return dispatcher

@@ -38,6 +38,8 @@ def deferred_eager_compiles():
     :func:`eager_device_functions`. ``disable_compile`` keeps its effect (numba-cuda
     then only uses those signatures) without its check that something was compiled. Not
     thread-safe: hold the compiler lock (as :func:`offline_target` does) around it."""
+    # kcache's own subclass (kcache.jit with eager signatures) must exist to be patched too
+    from . import dispatcher  # noqa: F401
     saved = {(cls, "compile"): cls.__dict__["compile"] for cls in _kernel_dispatcher_classes()}
     owner = next(c for c in CUDADispatcher.__mro__ if "disable_compile" in c.__dict__)
     original_disable = owner.__dict__["disable_compile"]

@@ -15,6 +15,12 @@ from .internals import CUDADispatcher
 _overload_index: dict = {"n": -1, "by_id": {}}
 
 
+def loaded() -> bool:
+    """True once numba-cuda's typing templates are imported: before, no extension can be
+    registered (``extensions.extensions_component`` reads nothing)."""
+    return "numba.cuda.typing.templates" in sys.modules
+
+
 def fixed_signatures(disp) -> list | None:
     """The signatures a CPU dispatcher (numba's ``@jit``) is limited to when it was given explicit ones
     (numba's ``Dispatcher._can_compile`` is False: typing picks among them, converting the
