@@ -13,6 +13,7 @@ from kcache.cli.errors import Problem, UsageError
 from kcache.cli.fmt import entries_text, human_size
 from kcache.cli.output import message, print_json, progress_bar, stderr_is_terminal
 from kcache.cli.secret import add_secret_option, secret_of
+from kcache.cli.selection import Selection, add_selection
 
 
 def register(sub):
@@ -24,6 +25,7 @@ def register(sub):
                                    "with a secret when one is set.")
     p.add_argument("out", metavar="OUT", type=nonblank_arg("OUT"), help="the bundle file to write")
     add_entry_filters(p)
+    add_selection(p)
     p.add_argument("--current", action="store_true",
                    help="only entries built by the current toolchain (no stale ones)")
     p.add_argument("--compress", choices=("auto", "zstd", "none"), default="auto",
@@ -34,8 +36,11 @@ def register(sub):
 
 
 def select(store, args) -> list:
-    """The entries to export (EntryInfo), one per key (the writable root's first)."""
-    return select_entries(store, kernel=args.kernel, ccs=args.cc, current=args.current)
+    """The entries to export (EntryInfo), one per key (the writable root's first), chosen by
+    the selection switches (kcache.cli.selection) and ``--current``."""
+    selection = Selection(args)
+    return select_entries(store, current=args.current,
+                          where=selection.matches if selection else None)
 
 
 def _items(store, infos, progress) -> list[tuple[dict, bytes]]:

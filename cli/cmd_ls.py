@@ -4,13 +4,14 @@ from __future__ import annotations
 import argparse
 
 from kcache.cli.args import (
-    arch_matches, cc_arg, glob_arg, positive_int_arg, want_json, want_wide,
+    cc_arg, glob_arg, positive_int_arg, want_json, want_wide,
 )
 from kcache.cli.cache import open_store
-from kcache.cli.entries import entries_and_broken, entry_record, is_stale, kernel_matches
+from kcache.cli.entries import entries_and_broken, entry_record, is_stale
 from kcache.cli.fmt import ago, entries_text, human_seconds, human_size, iso, plain_seconds
 from kcache.cli.output import Column, message, print_json, print_table
 from kcache.cli.problems import not_regular
+from kcache.cli.selection import Selection, add_selection
 from kcache.entry.format import KINDS
 
 #: --sort keys -> (sort key of an EntryView, newest/largest first?)
@@ -37,8 +38,12 @@ COLUMNS = (
     Column("Last used", drop=3),
     Column("Compile time", right=True, drop=5),
 )
-#: COLUMNS with a Signature that is never hidden.
-_WITH_SIGNATURE = tuple(Column(c.header, c.right, c.shrink, c.keep, 0, c.cut)
+#: Width a Signature that tells rows apart keeps while other columns can be hidden instead:
+#: the short form of three or four arguments (``(float32[:, ::1], float32[::1], int64)``).
+SIGNATURE_KEEP = 48
+#: COLUMNS with a Signature that is never hidden, and cut below SIGNATURE_KEEP only when
+#: every droppable column is hidden.
+_WITH_SIGNATURE = tuple(Column(c.header, c.right, c.shrink, SIGNATURE_KEEP, 0, c.cut)
                         if c.header == "Signature" else c for c in COLUMNS)
 
 
@@ -87,6 +92,7 @@ def register(sub):
     p.add_argument("--cc", type=cc_arg, action="append", metavar="CC",
                    help="only this compute capability (repeatable; 9.0 matches sm_90 and "
                         "sm_90a)")
+    add_selection(p)
     p.add_argument("--stale", action="store_true",
                    help="only entries built by a toolchain other than the current one")
     p.add_argument("--kind", choices=KINDS,
@@ -106,24 +112,24 @@ def _sort_key(text: str) -> str:
 
 
 def select(store, args, *, with_stale: bool) -> tuple[list, list]:
-    """Entries of ``store`` passing ``--kernel``/``--cc``/``--stale``, sorted, limited.
+    """Entries of ``store`` passing the selection switches (kcache.cli.selection),
+    ``--stale`` and ``--kind``, sorted (``--limit`` is the caller's).
 
     Returns ``(rows, broken)``: ``rows`` are ``(EntryView, stale)`` pairs, including entry
     files whose header cannot be read (listed only when no filter is given, since nothing is
-    known to match); ``broken`` lists every such file. ``stale`` is a bool when
-    ``with_stale`` or ``--stale`` (the toolchain versions are then read once), else None.
-    Reads headers only (``Store.entries(include_broken=True)``).
+    known to match); ``broken`` lists every such file. ``stale`` is a bool when ``with_stale`` or ``--stale`` (the toolchain
+    versions are then read once), else None. Reads headers only
+    (``Store.entries(include_broken=True)``).
     """
     current = None
     if with_stale or args.stale:
         from kcache.toolchain import package_versions
         current = package_versions()
     rows = []
+    selection = Selection(args)
     good, broken = entries_and_broken(store)
     for view in good:
-        if args.kernel and not kernel_matches(view, args.kernel):
-            continue
-        if args.cc and not any(arch_matches(view.arch, cc) for cc in args.cc):
+        if selection and not selection.matches(view):
             continue
         stale = is_stale(view, current) if current is not None else None
         if args.stale and not stale:
@@ -131,11 +137,17 @@ def select(store, args, *, with_stale: bool) -> tuple[list, list]:
         if getattr(args, "kind", None) and view.kind != args.kind:
             continue
         rows.append((view, stale))
-    if not (args.kernel or args.cc or args.stale or getattr(args, "kind", None)):
+    if not filtered(args):
         rows += [(b, False if current is not None else None) for b in broken]
     key, reverse = SORTS[args.sort]
     rows.sort(key=lambda r: key(r[0]), reverse=reverse)
-    return (rows[: args.limit] if args.limit else rows), broken
+    return rows, broken
+
+
+def filtered(args) -> bool:
+    """True when a switch choosing entries was given (then unreadable entries, of which
+    nothing is known, are not listed)."""
+    return bool(Selection(args) or args.stale or getattr(args, "kind", None))
 
 
 def run(args) -> int:
@@ -144,16 +156,18 @@ def run(args) -> int:
     Entry files whose header cannot be read are listed with their ``problem`` (JSON) or
     ``(unreadable: ...)`` in the kernel column, and counted in a note on stderr."""
     as_json = want_json(args)
-    rows, broken = select(open_store(args), args, with_stale=as_json)
+    matched, broken = select(open_store(args), args, with_stale=as_json)
+    rows = matched[: args.limit] if args.limit else matched
     if as_json:
         print_json({"entries": [entry_record(view, stale) for view, stale in rows]},
                    checked=True)
     else:
         views = [view for view, _ in rows]
         fe = shows_frontend(views)
+        short = not want_wide(args)  # numba's short form where space is short
         print_table(
             columns_for(views), views,
-            human=lambda v: (v.short_key, v.kernel_cell(), v.signature_cell(), v.arch,
+            human=lambda v: (v.short_key, v.kernel_cell(), v.signature_cell(short), v.arch,
                              *((frontend_cell(v),) if fe else ()),
                              human_size(v.file_size), v.hits, ago(v.last_used),
                              human_seconds(v.compile_seconds)),
@@ -161,12 +175,24 @@ def run(args) -> int:
                              v.hits, iso(v.last_used), plain_seconds(v.compile_seconds)),
             names=PLAIN_NAMES, wide=want_wide(args))
         if not rows:
-            message("kcache: no entries match" if (args.kernel or args.cc or args.stale
-                                                   or args.kind)
+            message("kcache: no entries match" if filtered(args)
                     else "kcache: the cache has no entries")
         else:  # as `pip cache list` ends; on stderr, so the plain table stays rows only
-            size = sum(v.file_size for v in views if isinstance(v.file_size, int))
-            message(f"kcache: {entries_text(len(views))}, {human_size(size)}")
+            size = human_size(_bytes(views))
+            if len(matched) > len(views):  # --limit cut the list: say how much is left out
+                message(f"kcache: {len(views)} of {entries_text(len(matched))}, {size} of "
+                        f"{human_size(_bytes(v for v, _ in matched))}")
+            else:
+                message(f"kcache: {entries_text(len(views))}, {size}")
+    _broken_note(broken)
+    return 0
+
+
+def _bytes(views) -> int:
+    return sum(v.file_size for v in views if isinstance(v.file_size, int))
+
+
+def _broken_note(broken: list) -> None:
     if broken:
         first = broken[0]
         # rm never deletes an entry path that is not a regular file (e.g. a directory):
@@ -176,4 +202,3 @@ def run(args) -> int:
         message(f"kcache: {entries_text(len(broken))} cannot be read (e.g. "
                 f"{first.short_key}: {first.problem}); run 'kcache verify --fix' to "
                 f"quarantine them{rm_hint}")
-    return 0

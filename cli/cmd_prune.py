@@ -9,9 +9,14 @@ from kcache.cli.fmt import ago, entries_text, human_size, iso
 from kcache.cli.output import Column, message, print_json, print_table
 from kcache.cli.problems import left_text, not_removed, refuse_newer_format
 
-#: Terminal columns (see cmd_ls.COLUMNS): the kernel shrinks, then Last used and Size go.
-COLUMNS = (Column("Key"), Column("Kernel", shrink=16, keep=24, cut="kernel"), Column("Arch"),
+#: Terminal columns (see cmd_ls.COLUMNS): the kernel and the signature (short form) shrink,
+#: then Last used and Size go.
+COLUMNS = (Column("Key"), Column("Kernel", shrink=16, keep=24, cut="kernel"),
+           Column("Signature", shrink=12, keep=40, cut="distinct"), Column("Arch"),
            Column("Size", right=True, drop=1), Column("Last used", drop=2))
+#: Header of the plain (piped) table: JSON field names; ``signature`` (the full form) was
+#: added last, so that ``cut -f`` of the first five still works.
+PLAIN_NAMES = ("short_key", "kernel", "arch", "file_size", "last_used", "signature")
 
 
 def register(sub):
@@ -72,13 +77,13 @@ def run(args) -> int:
                     "entries_removed": len(removed), "bytes_freed": freed,
                     "not_removed": left}, checked=True)
     else:
+        wide = want_wide(args)  # the full signature; else numba's short form
         print_table(COLUMNS, removed,
-                    human=lambda v: (v.short_key, v.kernel_cell(), v.arch,
-                                     human_size(v.file_size), ago(v.last_used)),
+                    human=lambda v: (v.short_key, v.kernel_cell(), v.signature_cell(not wide),
+                                     v.arch, human_size(v.file_size), ago(v.last_used)),
                     plain=lambda v: (v.short_key, v.kernel_cell(), v.arch, v.file_size,
-                                     iso(v.last_used)),
-                    names=("short_key", "kernel", "arch", "file_size", "last_used"),
-                    wide=want_wide(args))
+                                     iso(v.last_used), v.signature_cell()),
+                    names=PLAIN_NAMES, wide=wide)
         if not removed:
             message("kcache: nothing to remove" if args.dry_run or not left
                     else "kcache: nothing removed")

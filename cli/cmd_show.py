@@ -206,7 +206,8 @@ def _print(args, view: EntryView, problem: str | None, extra: dict) -> None:
     if want_json(args):
         print_json(doc)
         return
-    print_fields(_fields(doc, view), title=f"entry {view.short_key}", wide=want_wide(args))
+    print_fields(_fields(doc, view), title=f"entry {view.short_key}", wide=want_wide(args),
+                 whole=is_whole)
     for label in ("ptx", "sass"):
         if label in doc:
             sys.stdout.write(f"\n# {label.upper()}\n")
@@ -222,8 +223,19 @@ def _print(args, view: EntryView, problem: str | None, extra: dict) -> None:
 
 
 #: Fields of the entry object shown by plain ``show``, in this order (the JSON names).
-FIELDS = ("key", "kind", "kernel", "signature", "arch", "file_size", "sizes", "hits", "created",
-          "last_used", "compile_seconds", "root", "readonly", "path", "problem")
+FIELDS = ("key", "kind", "kernel", "signature", "short_signature", "arch", "file_size", "sizes",
+          "hits", "created", "last_used", "compile_seconds", "root", "readonly", "path",
+          "problem")
+#: Fields (by their last dotted name) whose value a terminal shows whole, wrapped under the
+#: name when it does not fit beside it: what is read or copied exactly (a path, a key, a
+#: signature for compile_for or warm, a kernel name for --kernel).
+WHOLE = frozenset(("key", "kernel", "signature", "short_signature", "sigspec", "entry_name",
+                   "root", "path", "problem"))
+
+
+def is_whole(name: str) -> bool:
+    """Whether field ``name`` is one of :data:`WHOLE` (``meta.signature`` too)."""
+    return name.rpartition(".")[2] in WHOLE
 
 
 def _fields(doc: dict, view: EntryView) -> list:

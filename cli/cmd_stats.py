@@ -28,6 +28,10 @@ def register(sub):
     p.add_argument("--zero", action="store_true", help="reset the counters to zero first")
     p.add_argument("--recount", action="store_true",
                    help="scan the cache to recount entries and bytes (otherwise never scans)")
+    p.add_argument("--short", "-s", action="store_true",
+                   help="at most 8 lines: the root, entries, size against the cap, hits and "
+                        "misses, and the remote when one is configured (--json prints the "
+                        "whole document)")
     return p
 
 
@@ -92,6 +96,9 @@ def run(args) -> int:
     if want_json(args):
         print_json(doc)
         return 0
+    if args.short:
+        short(store, doc)
+        return 0
     if not is_terminal():
         # Piped: "name<TAB>value" with the JSON names, seconds rounded, for scripts.
         for name, value in doc.items():
@@ -100,6 +107,46 @@ def run(args) -> int:
     print_fields(terminal_rows(doc, remote_shown(store, doc)), title=f"kcache {store.root}",
                  wide=want_wide(args))
     return 0
+
+
+def short(store, doc: dict) -> None:
+    """``stats --short``, as ``ccache -s`` and ``pip cache info``: on a terminal the root,
+    entries, size of cap, hit rate and the remote with its use (when configured) in 4 to 6
+    lines; piped,
+    ``name<TAB>value`` lines with the JSON names (root, entries, bytes, max_size, hits,
+    misses, hit_rate, remote: at most 8)."""
+    from kcache.cli.remote import configured, describe
+    settings, problem = configured(store.settings.config)
+    remote = (describe(settings) if settings is not None
+              else "(bad setting: see 'kcache config')" if problem else None)
+    if not is_terminal():
+        rows = [("root", str(store.root))]
+        rows += [(name, plain(name, doc[name]))
+                 for name in ("entries", "bytes", "max_size", "hits", "misses", "hit_rate")]
+        if settings is not None or problem:
+            rows.append(("remote", settings.name if settings is not None else ""))
+        for name, value in rows:
+            print(f"{name}\t{cell(value)}")
+        return
+    rate = doc["hit_rate"]
+    lookups = (f"{'-' if rate is None else f'{rate:.1%}'} ({doc['hits']} hits, "
+               f"{doc['misses']} misses)")
+    rows = [("root", str(store.root), None), ("entries", doc["entries"], None),
+            ("size", _used(doc), None), ("hit rate", lookups, None)]
+    if remote is not None:
+        rows.append(("remote", remote, None))
+        if settings is not None:
+            errors = sum(doc[f"remote_errors_{kind}"] for kind in REMOTE_ERRORS)
+            rows.append(("remote use", f"{doc['remote_hits']} hits, {doc['remote_misses']} "
+                         f"misses, {errors} errors", None))
+    print_fields(rows, whole=lambda name: name in ("root", "remote"))
+
+
+def _used(doc: dict) -> str:
+    """``1.2 MiB of 10.0 GiB (12%)``: the size against the cap (no cap: the size)."""
+    cap = doc["max_size"]
+    return (f"{human_size(doc['bytes'])} of {human_size(cap)} ({doc['bytes'] / cap:.0%})"
+            if cap > 0 else human_size(doc["bytes"]))
 
 
 def remote_shown(store, doc: dict) -> bool:
@@ -115,8 +162,7 @@ def terminal_rows(doc: dict, remote: bool) -> list[tuple]:
     ``doc``, failures and the remote tier's grouped (``write errors  3 (no space 2, ...)``)."""
     rate = doc["hit_rate"]
     cap = doc["max_size"]
-    used = (f"{human_size(doc['bytes'])} of {human_size(cap)} ({doc['bytes'] / cap:.0%})"
-            if cap > 0 else human_size(doc["bytes"]))
+    used = _used(doc)
     rows = [
         ("hits", doc["hits"], None),
         ("misses", doc["misses"], None),

@@ -19,6 +19,7 @@ from kcache.cli.problems import SHORT_KEY, is_newer, newer_format_files, problem
 from kcache.cli.text import clip
 from kcache.cli.values import count, number, text
 from kcache.entry.format import entry_kind
+from kcache.entry.shortsig import short_signature
 
 _HEX = re.compile(r"^[0-9a-f]+$")
 
@@ -66,9 +67,18 @@ class EntryView:
         """The kernel for tables: ``(unreadable: <problem>)`` for a broken entry."""
         return f"(unreadable: {self.problem})" if self.problem else self.kernel
 
-    def signature_cell(self) -> str | None:
-        """The signature for tables; a program's entry points, comma-separated."""
-        return ", ".join(self.entry_points) or None if self.kind == "program" else self.signature
+    def signature_cell(self, short: bool = False) -> str | None:
+        """The signature for tables (``short``: in numba's short form, ``float32[::1]``,
+        :func:`kcache.entry.shortsig.short_signature`); a program's entry points,
+        comma-separated."""
+        if self.kind == "program":
+            return ", ".join(self.entry_points) or None
+        return self.short_signature if short else self.signature
+
+    @property
+    def short_signature(self) -> str | None:
+        """The signature in numba's short form (``(float32[::1], int32)``); None for none."""
+        return short_signature(self.signature)
 
 
 def _frontend(meta: Any) -> str | None:
@@ -94,6 +104,7 @@ def entry_record(view: EntryView, stale: bool | None = None) -> dict[str, Any]:
         "short_key": view.short_key,
         "kernel": view.kernel,
         "signature": view.signature,
+        "short_signature": view.short_signature,
         "arch": view.arch,
         "file_size": view.file_size,
         "sizes": sizes(info.sizes),
@@ -164,10 +175,12 @@ def header_matches(header: Any, kernel: str | None = None, ccs=None) -> bool:
     return not ccs or any(arch_matches(text(header.get("arch")), cc) for cc in ccs)
 
 
-def select_entries(store, *, kernel: str | None = None, ccs=None, current: bool = False) -> list:
+def select_entries(store, *, kernel: str | None = None, ccs=None, current: bool = False,
+                   where=None) -> list:
     """The entries (EntryInfo) of every root matching ``--kernel GLOB`` (``kernel``), one of
-    ``--cc`` (``ccs``) and, with ``current``, built by the current toolchain; one per key
-    (the writable root's first). For export and push."""
+    ``--cc`` (``ccs``), ``where(view)`` (an EntryView predicate: export's
+    kcache.cli.selection.Selection) and, with ``current``, built by the current toolchain;
+    one per key (the writable root's first). For export and push."""
     from kcache.cli.args import arch_matches
     from kcache.toolchain import package_versions
     versions = package_versions() if current else {}
@@ -177,6 +190,8 @@ def select_entries(store, *, kernel: str | None = None, ccs=None, current: bool 
         if kernel and not kernel_matches(view, kernel):
             continue
         if ccs and not any(arch_matches(view.arch, cc) for cc in ccs):
+            continue
+        if where is not None and not where(view):
             continue
         if current and is_stale(view, versions):
             continue

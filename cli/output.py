@@ -115,11 +115,17 @@ _FIELD_COLUMNS = (Column("field", shrink=16, keep=24), Column("value", shrink=16
 
 
 def print_fields(pairs: Sequence[tuple[str, Any, Any]], *, wide: bool = False,
-                 title: str | None = None) -> None:
+                 title: str | None = None, whole: Callable[[str], bool] | None = None) -> None:
     """Print ``(name, human, plain)`` pairs: a two-column grid on a terminal, else
-    ``name<TAB>plain`` lines (spaces in names become ``_``)."""
+    ``name<TAB>plain`` lines (spaces in names become ``_``). ``whole(name)``: that field's
+    value is never cut on a terminal, wrapped under its name when it does not fit beside it
+    (kcache.cli.table.draw_fields; ``show``'s key, signature, path)."""
     if is_terminal():
-        from kcache.cli.table import draw
+        from kcache.cli.table import draw, draw_fields
+        if whole is not None and not wide:
+            draw_fields([(escape(name), human_value(human), whole(name))
+                         for name, human, _ in pairs], title=title)
+            return
         draw(_FIELD_COLUMNS, [[escape(name), human_value(human)] for name, human, _ in pairs],
              wide=wide, title=title, show_header=False, bold_first=True)
         return

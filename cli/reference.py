@@ -23,7 +23,7 @@ DOCS = Path(__file__).resolve().parents[1] / "docs"
 EXIT_ONE = {
     "show": "no entry has the prefix; the entry is corrupt; --sass without a disassembler",
     "prune": "an entry had to be left in place (named with the reason); the root cannot be written",
-    "rm": "no entry has a prefix; an entry had to be left in place",
+    "rm": "no entry has a prefix; the selection matches no entry; an entry had to be left in place",
     "clear": "an entry had to be left in place; the answer at the prompt was not yes",
     "verify": "bad entries remain (after --fix: those that could not be moved)",
     "config": "a setting is bad (it is still shown, with its error)",

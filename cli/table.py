@@ -124,21 +124,36 @@ def differ_at(cells: Sequence[str]) -> dict[str, int]:
     return out
 
 
+#: Characters after the first difference that :func:`shorten_distinct` keeps in sight.
+_AFTER_DIFFERENCE = 8
+
+
 def shorten_distinct(text: str, width: int, at: int | None) -> str:
     """``text`` cut to ``width`` cells keeping what follows position ``at`` (where it differs
     from its neighbours, :func:`differ_at`; a few characters before it for context): two
-    overloads stay apart (``(array(f…at64, 1d, C), …``). None or 0: :func:`shorten`."""
+    overloads stay apart (``(array(f…at64, 1d, C), …``); when the difference is near the
+    start, the end goes (``(float32[::1, :], float32…``). None or 0: :func:`shorten`."""
     if cell_len(text) <= width:
         return text
     if not at or not text.isascii() or width < 8:
         return shorten(text, width)
-    start = max(0, at - 4)
+    if at + _AFTER_DIFFERENCE <= width - 1:  # the difference is near the start: cut the end
+        return text[:width - 1] + ELLIPSIS
+    start = _argument_start(text, at)
     tail = text[start:]
     if len(tail) + 1 <= width:
         return text[:width - 1 - len(tail)] + ELLIPSIS + tail
     head = min(start, max(0, (width - 2) // 3))  # some of the start, most for the difference
     body = width - 2 - head
     return text[:head] + ELLIPSIS + text[start:start + body] + ELLIPSIS
+
+
+def _argument_start(text: str, at: int) -> int:
+    """Where the argument holding position ``at`` starts (after ``, `` or ``(``), when that
+    is a few characters back (``…float64)`` rather than ``…loat64)``); else ``at - 4``."""
+    comma, paren = text.rfind(", ", 0, at), text.rfind("(", 0, at)
+    boundary = max(comma + 2 if comma >= 0 else 0, paren + 1 if paren >= 0 else 0)
+    return boundary if at - boundary <= 12 else max(0, at - 4)
 
 
 def cut_cells(column: Column, cells: Sequence[str], width: int,
@@ -163,41 +178,50 @@ def layout(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int,
     """``(shown column indexes, width of each)`` for a table of ``rows`` (escaped text) in
     ``width`` cells. Natural widths when they fit (or ``wide``); else shortenable columns
     are narrowed evenly from the widest down, first not below their ``keep`` width (hiding
-    columns by ``drop`` rank as needed), then, when hiding every droppable column is not
-    enough, down to their minimum (never below their header). When even that does not fit,
-    the minimum is used (the terminal wraps whole lines)."""
+    columns by ``drop`` rank as needed); when hiding every droppable column is not enough,
+    with every droppable column hidden, the largest ``keep`` widths are lowered evenly
+    until they fit (a kernel name keeps its 24 cells while a signature that wants 48 gets
+    the rest), down to the columns' minimums (never below their header). When even that
+    does not fit, the minimum is used (the terminal wraps whole lines)."""
     natural = [max([cell_len(c.header)] + [cell_len(r[i]) for r in rows])
                for i, c in enumerate(columns)]
     if wide:
         return list(range(len(columns))), dict(enumerate(natural))
     hide_order = sorted((i for i, c in enumerate(columns) if c.drop),
                         key=lambda i: -columns[i].drop)
-    for comfortable in (True, False):
-        shown = list(range(len(columns)))
-        for hidden in range(len(hide_order) + 1):
-            shown = [i for i in range(len(columns)) if i not in hide_order[:hidden]]
-            widths = _fit(columns, natural, shown, width, comfortable)
-            if widths is not None:
-                return shown, widths
-    return shown, {i: _minimum(columns[i], natural[i], False) for i in shown}
+    unbounded = max([c.keep for c in columns] + [0])
+    for hidden in range(len(hide_order) + 1):
+        shown = [i for i in range(len(columns)) if i not in hide_order[:hidden]]
+        widths = _fit(columns, natural, shown, width, unbounded)
+        if widths is not None:
+            return shown, widths
+    # below their keep widths only once every droppable column is hidden: a kernel name
+    # or signature cut to a stub says less than the Size or Hits beside it
+    for cap in range(unbounded - 1, -1, -1):
+        widths = _fit(columns, natural, shown, width, cap)
+        if widths is not None:
+            return shown, widths
+    return shown, {i: _minimum(columns[i], natural[i], 0) for i in shown}
 
 
-def _minimum(column: Column, natural: int, comfortable: bool) -> int:
+def _minimum(column: Column, natural: int, cap: int) -> int:
+    """The narrowest ``column`` may be: its ``keep`` width (at most ``cap``) or its
+    ``shrink`` width, whichever is wider, never below its header nor above ``natural``."""
     if column.shrink is None:
         return natural
-    floor = max(column.shrink, column.keep) if comfortable else column.shrink
+    floor = max(column.shrink, min(column.keep, cap))
     return min(natural, max(floor, cell_len(column.header)))
 
 
 def _fit(columns: Sequence[Column], natural: list[int], shown: list[int],
-         width: int, comfortable: bool) -> dict[int, int] | None:
+         width: int, cap: int) -> dict[int, int] | None:
     """Widths of ``shown`` within ``width``, shortenable columns capped at one common level
-    (as high as fits), or None when even their minimums (``comfortable``: their ``keep``
-    widths) do not fit."""
+    (as high as fits), or None when even their minimums (:func:`_minimum`: their ``keep``
+    widths up to ``cap``) do not fit."""
     fixed = [i for i in shown if columns[i].shrink is None]
     flexible = [i for i in shown if columns[i].shrink is not None]
     room = width - sum(natural[i] for i in fixed) - GAP * (len(shown) - 1)
-    floor = {i: _minimum(columns[i], natural[i], comfortable) for i in flexible}
+    floor = {i: _minimum(columns[i], natural[i], cap) for i in flexible}
     if sum(floor.values()) > room:
         return None
 
@@ -250,3 +274,71 @@ def draw(columns: Sequence[Column], rows: Sequence[Sequence[str]], *, wide: bool
     for n in range(len(rows)):
         table.add_row(*(Text(column[n]) for column in cut))
     console.print(table)
+
+
+#: Narrowest value column :func:`draw_fields` leaves beside the names (names lose their
+#: middle first).
+MIN_VALUE = 24
+
+
+def draw_fields(rows: Sequence[tuple[str, str, bool]], *, title: str | None = None) -> None:
+    """Draw ``(name, value, whole)`` rows (escaped text) on stdout: bold names in a column,
+    values beside them, fitted to the terminal's width. A value that does not fit beside its
+    name loses its middle, unless ``whole``: then it goes on the lines under its name,
+    indented, broken where it can be (after ``/``, ``, ``, a space) and never cut, so that
+    a path or a signature can be read and copied whole (``kcache show``)."""
+    from rich.console import Console
+    from rich.text import Text
+
+    console = Console(highlight=False, markup=False, emoji=False)
+    width = console.width
+    names = max([cell_len(name) for name, _v, _w in rows] or [0])
+    # the values that are cut want room more than the longest names: up to half the width
+    values = max([cell_len(v) for _n, v, whole in rows if not whole] or [0])
+    name_width = max(1, min(names, width - GAP - max(MIN_VALUE, min(values, width // 2))))
+    room = width - name_width - GAP
+    if title:
+        console.print(Text(shorten(title, width)), no_wrap=True, crop=False)
+    for name, value, whole in rows:
+        label = Text(shorten(name, name_width), style="bold")
+        if cell_len(value) <= room:
+            label.append(" " * (name_width - cell_len(label.plain) + GAP) + value)
+            console.print(label, no_wrap=True, crop=False)
+        elif whole:
+            console.print(label, no_wrap=True, crop=False)
+            whole_value = shorten(value, MAX_WIDE_CELL) if len(value) > MAX_WIDE_CELL else value
+            for piece in wrap_whole(whole_value, max(8, width - GAP)):
+                console.print(Text(" " * GAP + piece), no_wrap=True, crop=False)
+        else:
+            label.append(" " * (name_width - cell_len(label.plain) + GAP) + shorten(value, room))
+            console.print(label, no_wrap=True, crop=False)
+
+
+#: Where :func:`wrap_whole` prefers to break a line: after these characters.
+_BREAK_AFTER = "/, "
+
+
+def wrap_whole(text: str, width: int) -> list[str]:
+    """``text`` in lines of at most ``width`` cells that join back to ``text`` exactly:
+    each broken after the last ``/``, ``,`` or space that leaves the line at least a quarter
+    full, else at ``width``."""
+    from rich.cells import get_character_cell_size as size
+    lines: list[str] = []
+    start, used, last_break = 0, 0, None
+    at = 0
+    while at < len(text):
+        step = 1 if text[at].isascii() else size(text[at])
+        if used + step > width and at > start:
+            cut = last_break if last_break is not None and last_break - start >= width // 4 \
+                else at
+            lines.append(text[start:cut])
+            start, used = cut, cell_len(text[cut:at])
+            found = max(text.rfind(c, cut, at) for c in _BREAK_AFTER)
+            last_break = found + 1 if found >= cut else None
+            continue
+        used += step
+        at += 1
+        if text[at - 1] in _BREAK_AFTER:
+            last_break = at
+    lines.append(text[start:])
+    return lines

@@ -1113,11 +1113,13 @@ def test_entry_path_that_is_a_directory_is_left_to_verify_fix(cache):
 def test_prune_and_rm_plain_headers_are_json_names(cache):
     root, _ = cache
     done = kc("prune", "--max-size", "0", "--dry-run", root=root)
+    # signature (issue 35) came last: cut -f1-5 of a script still gets the same columns
     assert done.stdout.splitlines()[0].split("\t") == ["short_key", "kernel", "arch",
-                                                       "file_size", "last_used"]
+                                                       "file_size", "last_used", "signature"]
     done = kc("rm", "b2", root=root)
     assert done.stdout.splitlines()[0].split("\t") == ["short_key", "kernel", "arch",
-                                                       "file_size"]
+                                                       "file_size", "signature"]
+    assert done.stdout.splitlines()[1].split("\t")[4] == "(float32[::1],)"
 
 
 @pytest.mark.slow

@@ -6,6 +6,7 @@ import os
 import re
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from kcache import Entry, Store, make_key
 from test_cli import on_terminal
@@ -100,9 +101,24 @@ def test_every_table_fits(long_names, columns, args):
         lines = screen(*args, "--dir", str(long_names), columns=columns)
     assert lines and all(len(line.rstrip()) <= columns for line in lines), lines
     if args[0] == "show":
-        fields = dict(cells(line) for line in lines[1:])
-        assert fields["kernel"] in KERNELS or "…" in fields["kernel"]
-        assert fields["key"].startswith(args[1])
+        fields = show_fields(lines)
+        assert fields["kernel"] in KERNELS  # never cut (issue 35)
+        assert fields["key"].startswith(args[1]) and len(fields["key"]) == 64
+
+
+def show_fields(lines: list[str]) -> dict[str, str]:
+    """The fields ``kcache show`` drew: ``name  value`` lines, and names alone followed by
+    their value's pieces on indented lines (a value shown whole), joined back."""
+    fields, name = {}, None
+    for line in lines[1:]:
+        if line.startswith("  ") and name is not None:
+            fields[name] += line[2:].rstrip("\n")
+            continue
+        parts = cells(line)
+        name = parts[0] if parts else None
+        if name is not None:
+            fields[name] = parts[1] if len(parts) > 1 else ""
+    return fields
 
 
 @pytest.mark.slow
@@ -138,6 +154,54 @@ def test_layout_hides_by_rank_before_cutting_below_keep():
     assert shown == [0, 1] and widths[1] == 12  # all hidden, then cut below keep
     shown, widths = layout(columns, rows, 10, wide=True)
     assert shown == [0, 1, 2, 3] and widths[1] == 40  # --wide: everything
+
+
+def test_layout_lowers_the_largest_keep_first_once_every_column_is_hidden():
+    """issue 35: a signature that wants 48 cells beside a kernel name that keeps 24 gets the
+    rest of the line, rather than both being cut to one level (28 and 28)."""
+    from kcache.cli.table import Column, layout
+    columns = [Column("Key"), Column("Kernel", shrink=16, keep=24),
+               Column("Signature", shrink=12, keep=48), Column("Arch"),
+               Column("Size", right=True, drop=1)]
+    rows = [["k" * 12, "x" * 72, "s" * 52, "sm_90a", "1.5 KiB"]]
+    shown, widths = layout(columns, rows, 80)
+    assert shown == [0, 1, 2, 3] and (widths[1], widths[2]) == (24, 32)
+    shown, widths = layout(columns, [["k" * 12, "x" * 7, "s" * 42, "sm_90a", "1.5 KiB"]], 80)
+    assert shown == [0, 1, 2, 3] and widths[2] == 42  # Size goes before the signature is cut
+    shown, widths = layout(columns, rows, 40)  # very narrow: down to the minimums
+    assert shown == [0, 1, 2, 3] and (widths[1], widths[2]) == (16, 12)
+
+
+def test_a_difference_near_the_start_keeps_the_start():
+    from kcache.cli.table import cut_cells, Column
+    column = Column("Signature", shrink=12, cut="distinct")
+    sigs = ["(float32[::1, :], float32[::1], int32)", "(float32[:, ::1], float32[::1], int32)",
+            "(float64[::1], float32[::1], int32)", "(float32[::1], float32[::1], int32)"]
+    cut = cut_cells(column, sigs, 32, ["mid:mix"] * 4)
+    assert cut == [s[:31] + "…" for s in sigs]
+    ends = ["(float64[:, :], float64[:, :], float64[:, :], " + t + ")"
+            for t in ("int32", "int64", "float32", "float64")]
+    cut = cut_cells(column, ends, 32, ["k"] * 4)
+    assert [c.rpartition("…")[2] for c in cut] == ["int32)", "int64)", "float32)", "float64)"]
+    assert all(len(c) <= 32 for c in cut)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("ab/, 核\t")), max_size=300),
+       st.integers(2, 90))
+def test_a_whole_value_is_wrapped_never_cut(text, width):
+    from kcache.cli.table import cell_len, wrap_whole
+    lines = wrap_whole(text, width)
+    assert "".join(lines) == text
+    assert all(cell_len(line) <= width for line in lines)
+    assert all(line for line in lines[:-1])
+
+
+def test_a_path_is_broken_after_a_slash():
+    from kcache.cli.table import wrap_whole
+    path = "/home/someone/.cache/kcache/v1/entries/ab/" + "ab" * 32 + ".kce"
+    assert wrap_whole(path, 78) == ["/home/someone/.cache/kcache/v1/entries/ab/",
+                                    "ab" * 32 + ".kce"]
 
 
 # ------------------------------------------------------------------------------ 80 columns
