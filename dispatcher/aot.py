@@ -104,33 +104,48 @@ def check_cc(cc) -> tuple:
     """:func:`parse_cc`, then check that the installed CUDA toolkit can compile for it (the
     list numba-cuda reads from NVRTC, ``_nc_signatures.supported_ccs``; numba-cuda itself would
     silently pick the closest lower cc, or fail deep inside NVVM). Returns (major, minor);
-    raises ValueError naming the cc and the supported ones."""
+    raises ``kcache.arch.BadCC`` (a ``kcache.KcacheError`` and a ValueError) naming the cc
+    and the supported ones."""
     parsed = parse_cc(cc)
     supported = _nc_signatures.supported_ccs()
     if supported is not None and parsed not in supported:
-        plain = (parsed, list(parsed), f"{parsed[0]}.{parsed[1]}")
+        plain = (parsed, list(parsed), f"{parsed[0]}.{parsed[1]}", float(f"{parsed[0]}.{parsed[1]}"))
         given = "" if cc in plain else f" (given as {cc!r:.40})"
-        raise ValueError(
+        raise _arch.BadCC(
             f"cc {parsed[0]}.{parsed[1]}{given} is not supported by the installed CUDA toolkit "
             f"(supported: {', '.join(f'{a}.{b}' for a, b in supported)})")
     return parsed
 
 
 def _cc_list(cc) -> list:
-    # One cc: a str, an int (90), or a tuple/list of ints with an optional suffix string
-    # ((9, 0), (9, 0, "a"), or a mistake like (9,), quoted as given); but ints whose second
-    # is above 9 cannot be (major, minor): (80, 90) is two ccs; and a lone int of two or
-    # three digits is a packed cc, as cc=90 is: [90] is [9.0], [80] [8.0], [120] [12.0].
-    if isinstance(cc, (str, int)) or _one_cc(cc):
-        return [check_cc(cc)]
-    try:
-        items = list(cc)
-    except TypeError:
-        raise ValueError(f"bad compute capability list cc={cc!r}: use e.g. [(8, 0), (9, 0)]"
-                         ) from None
+    # One cc: a str, an int (90), a float (9.0), or a tuple/list of ints with an optional
+    # suffix string ((9, 0), (9, 0, "a"), or a mistake like (9,), quoted as given); but ints
+    # whose second is above 9 cannot be (major, minor): (80, 90) is two ccs; and a lone int of
+    # two or three digits is a packed cc, as cc=90 is: [90] is [9.0], [80] [8.0], [120]
+    # [12.0]. A string may list several, comma-separated, as the CLI's --cc does: "8.0,9.0".
+    if isinstance(cc, (str, int, float)) or _one_cc(cc):
+        items = [cc]
+    else:
+        try:
+            items = list(cc)
+        except TypeError:
+            raise _arch.BadCC(f"bad compute capability list cc={cc!r:.60}: use e.g. "
+                              "[(8, 0), (9, 0)], \"8.0,9.0\" or 9.0") from None
+    items = [part for item in items for part in _commas(item)]
     if not items:
-        raise ValueError("compile_for needs at least one compute capability, e.g. cc=[(9, 0)]")
+        raise _arch.BadCC("compile_for needs at least one compute capability, e.g. cc=[(9, 0)]")
     return [check_cc(c) for c in items]
+
+
+def _commas(item) -> list:
+    """``"8.0,9.0"`` -> ``["8.0", "9.0"]``; anything else as it is."""
+    if not isinstance(item, str) or "," not in item:
+        return [item]
+    parts = [part.strip() for part in item.split(",")]
+    if not all(parts):
+        raise _arch.BadCC(f"cc={item!r:.60} has an empty compute capability; use e.g. "
+                          "\"8.0,9.0\"")
+    return parts
 
 
 def _one_cc(cc) -> bool:
@@ -200,13 +215,15 @@ def compile_for(kernel, signatures, cc=DEFAULT_CC, store=None, *, cache_key=None
 
     ``kernel``: a kernel dispatcher (``kcache.jit`` or ``numba.cuda.jit``; not a device
     function); ``signatures``: one signature (``"void(float32[::1])"``, a tuple of numba types)
-    or a list of them; ``cc``: (major, minor) or a list of them (strings "9.0"/"sm_90" too),
-    each one the installed CUDA toolkit supports; ``store``: a ``kcache.Store`` (default: the
+    or a list of them; ``cc``: (major, minor) or a list of them (strings "9.0"/"sm_90" and
+    floats 9.0 too; a string may list several, "8.0,9.0", as ``kcache warm --cc`` does), each
+    one the installed CUDA toolkit supports; ``store``: a ``kcache.Store`` (default: the
     kernel's, else ``kcache.Store()``); ``cache_key``: as ``kcache.jit``'s (default: the
     kernel's). Entries already present are not recompiled. Returns the keys (str, 64 hex
     digits), one per (cc, signature), in that order. :func:`compile_for_report` gives more.
 
-    Raises TypeError/ValueError for bad arguments (nothing compiled), numba's errors for a
+    Raises TypeError/ValueError for bad arguments (nothing compiled; a bad cc is
+    ``kcache.arch.BadCC``, a ``kcache.KcacheError`` and a ValueError, one line), numba's errors for a
     kernel that does not compile, and :class:`CompileForError` (a ``kcache.KcacheError``)
     when any entry could not be stored: KCACHE_DISABLE is set, the root is read-only,
     missing or full, the kernel cannot be cached (``Uncacheable``'s reason), a lock timed

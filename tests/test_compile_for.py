@@ -373,6 +373,26 @@ def test_cc_forms_and_lists(store):
         _cc_list("9" * 5000)
 
 
+def test_cc_as_a_float_or_a_comma_list_as_the_cli_takes_it(store):
+    """cc=9.0 (a float) and cc="8.0,9.0" (warm's --cc text) are accepted; a bad value is a
+    kcache.KcacheError (and a ValueError, as before) with one line naming what is accepted."""
+    from kcache.dispatcher.aot import _cc_list
+    assert _cc_list(9.0) == [(9, 0)] and _cc_list(8.6) == [(8, 6)]
+    assert _cc_list("8.0,9.0") == [(8, 0), (9, 0)] and _cc_list(" 8.0 , sm_90a") == [(8, 0), (9, 0)]
+    assert _cc_list([8.0, "8.6,9.0"]) == [(8, 0), (8, 6), (9, 0)]
+    kernel, sig = _scaled_add()
+    keys = compile_for(kernel, sig, cc="8.0,9.0", store=store)
+    assert keys == compile_for(kernel, sig, cc=[(8, 0), 9.0], store=store)  # found: the same
+    assert store.stats()["compiles"] == 2
+    for bad, said in [(9.55, r"cc=9\.55: use .*9\.0"), ("8.0,,9.0", r"empty compute capability"),
+                      (float("nan"), r"cc=nan"), ("8.0,ninety", r"cc='ninety'"),
+                      (99.9, r"cc 99\.9 is not supported"), (object(), "compute capability list")]:
+        with pytest.raises(kcache.KcacheError, match=said) as info:
+            compile_for(kernel, sig, cc=bad, store=store)
+        assert isinstance(info.value, ValueError) and "\n" not in str(info.value)
+    assert store.stats()["compiles"] == 2  # refused before compiling anything
+
+
 # --- explain covers compile_for ------------------------------------------------------------
 
 _WARM = textwrap.dedent("""
