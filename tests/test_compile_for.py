@@ -359,6 +359,27 @@ def test_finding_an_entry_is_not_a_hit(store):
     assert getattr(info, "hits", 0) == 0
 
 
+def test_finding_an_entry_on_the_remote_is_not_a_hit_either(tmp_path, monkeypatch):
+    """With a remote tier (a file:// folder): compile_for's existence check that finds the
+    entry on the remote counts no remote hit (nor a remote miss where it is absent), as
+    docs/warm.md says; a use (Store.get) still counts its remote hit."""
+    pytest.importorskip("fsspec")
+    monkeypatch.setenv("KCACHE_REMOTE", (tmp_path / "remote").as_uri())
+    kernel, sig = _scaled_add()
+    one = kcache.Store(tmp_path / "one")
+    (made,) = compile_for_report(kernel, sig, cc=(9, 0), store=one)
+    assert not made.cached and one.stats()["remote_puts"] == 1
+    assert one.stats()["remote_misses"] == 0  # absent there: checked, not counted
+    other = kcache.Store(tmp_path / "other")
+    (found,) = compile_for_report(kernel, sig, cc=(9, 0), store=other)
+    assert found.cached and found.key == made.key
+    stats = other.stats()
+    assert (stats["remote_hits"], stats["remote_misses"], stats["hits"], stats["misses"],
+            stats["compiles"]) == (0, 0, 0, 0, 0)
+    third = kcache.Store(tmp_path / "third")
+    assert third.get(made.key) is not None and third.stats()["remote_hits"] == 1
+
+
 def test_cc_forms_and_lists(store):
     from kcache.dispatcher.aot import _cc_list
     assert _cc_list((9, 0, "a")) == [(9, 0)] and _cc_list("sm_90a") == [(9, 0)]

@@ -414,7 +414,7 @@ class Store:
                     self._count(key, remote_wait_seconds=flight.waited)
                 if flight.error is not None:
                     policy.error(flight.error)
-                found = policy.use(key, flight.blob) if flight.blob is not None else None
+                found = policy.use(key, flight.blob, count) if flight.blob is not None else None
                 if found is not None:
                     return (self._hit(key, found) if count else found[1]), True
                 return self._create(key, create, components, count), False
