@@ -34,7 +34,7 @@ from .frontends.numba_cuda.bridge import FRONTEND
 from .frontends.numba_cuda.dispatcher import KCacheDispatcher
 from .kernel_entry import NotStorable, kernel_to_entry, marker_entry
 from .keying import kernel_key
-from .process import explain_enabled, kernel_name, log_explanations
+from .process import explain_enabled, kernel_name, log_explanations, recache_enabled
 
 __all__ = ["compile_for", "compile_for_report", "parse_cc", "check_cc", "CompiledEntry",
            "NotStored", "CompileForError", "DEFAULT_CC"]
@@ -210,7 +210,8 @@ def _unwritable_reason(store) -> str | None:
     return f"the cache at {store.root} cannot be written ({why})" if why else None
 
 
-def compile_for(kernel, signatures, cc=DEFAULT_CC, store=None, *, cache_key=None) -> list:
+def compile_for(kernel, signatures, cc=DEFAULT_CC, store=None, *, cache_key=None,
+                recache=None) -> list:
     """Compile ``kernel`` for each signature and compute capability and store the entries.
 
     ``kernel``: a kernel dispatcher (``kcache.jit`` or ``numba.cuda.jit``; not a device
@@ -219,7 +220,9 @@ def compile_for(kernel, signatures, cc=DEFAULT_CC, store=None, *, cache_key=None
     floats 9.0 too; a string may list several, "8.0,9.0", as ``kcache warm --cc`` does), each
     one the installed CUDA toolkit supports; ``store``: a ``kcache.Store`` (default: the
     kernel's, else ``kcache.Store()``); ``cache_key``: as ``kcache.jit``'s (default: the
-    kernel's). Entries already present are not recompiled. Returns the keys (str, 64 hex
+    kernel's). Entries already present are not recompiled, unless ``recache`` (default: the
+    ``KCACHE_RECACHE`` setting, ``process.recache_enabled``): then each is compiled and stored
+    again, overwriting the one present (ccache's ``--recache``). Returns the keys (str, 64 hex
     digits), one per (cc, signature), in that order. :func:`compile_for_report` gives more.
 
     Raises TypeError/ValueError for bad arguments (nothing compiled; a bad cc is
@@ -231,11 +234,12 @@ def compile_for(kernel, signatures, cc=DEFAULT_CC, store=None, *, cache_key=None
     ``kcache.KcacheError`` with ``FRONTEND.refusal``'s line, before anything else, when the
     installed numba-cuda is one kcache does not support.
     """
-    return [r.key for r in compile_for_report(kernel, signatures, cc, store, cache_key=cache_key)]
+    return [r.key for r in compile_for_report(kernel, signatures, cc, store, cache_key=cache_key,
+                                              recache=recache)]
 
 
 def compile_for_report(kernel, signatures, cc=DEFAULT_CC, store=None, *,
-                       cache_key=None) -> list:
+                       cache_key=None, recache=None) -> list:
     """:func:`compile_for`, returning a :class:`CompiledEntry` per (cc, signature) instead of
     its key: whether it was compiled now or already cached, and the compile seconds. Same
     arguments and errors."""
@@ -256,6 +260,7 @@ def compile_for_report(kernel, signatures, cc=DEFAULT_CC, store=None, *,
     targets = _cc_list(cc)
     _check_arity(kernel, signatures, all_argtypes)
     store = _store_of(kernel, store)
+    recache = recache_enabled() if recache is None else bool(recache)
     results, failures = [], []
     blocked = _unwritable_reason(store)
     for target in targets:
@@ -263,7 +268,7 @@ def compile_for_report(kernel, signatures, cc=DEFAULT_CC, store=None, *,
             try:
                 if blocked:
                     raise _NotStored(blocked)
-                results.append(_compile_one(kernel, argtypes, target, store, cache_key))
+                results.append(_compile_one(kernel, argtypes, target, store, cache_key, recache))
             except _NotStored as exc:
                 if not blocked and not store.writable:
                     blocked = str(exc)  # the root proved unwritable: compile nothing more
@@ -279,13 +284,16 @@ class _NotStored(Exception):
     """One entry was not stored; ``str()`` is the reason."""
 
 
-def _compile_one(kernel, argtypes, cc, store, cache_key) -> CompiledEntry:
+def _compile_one(kernel, argtypes, cc, store, cache_key, recache=False) -> CompiledEntry:
     name, shown, arch = (kernel_name(kernel), _nc_signatures.signature_display(argtypes),
                          _arch.arch_name(cc))
     compiled = {}
 
     def create():
-        if explain_enabled():  # one line per miss, as the dispatcher logs it
+        if explain_enabled() and recache:
+            log_explanations(kernel, [f"{name} {shown} for {arch}: recache: compiled, "
+                                      "stored again"])
+        elif explain_enabled():  # one line per miss, as the dispatcher logs it
             from .misses import explain_miss, one_line
             log_explanations(kernel, [f"{name} {shown} for {arch}: miss: "
                                       f"{one_line(explain_miss(store, components))}"])
@@ -313,7 +321,8 @@ def _compile_one(kernel, argtypes, cc, store, cache_key) -> CompiledEntry:
     try:
         key, components = kernel_key(kernel, argtypes, cc, None, cache_key, store)
         # Finding the entry is an existence check, not a use: no hit, miss or seconds saved.
-        _entry_, was_hit = store.get_or_create(key, create, components=components, count=False)
+        _entry_, was_hit = store.get_or_create(key, create, components=components, count=False,
+                                               recache=recache)
     except (Uncacheable, LockTimeout) as exc:
         reason = f"cannot be cached: {exc}" if isinstance(exc, Uncacheable) else str(exc)
         if explain_enabled():

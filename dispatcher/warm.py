@@ -235,19 +235,21 @@ def find_modules(plan: Plan, targets, cc, include_tests=False) -> list:
 
 # --- running ----------------------------------------------------------------------------------
 
-def run_tasks(tasks, *, root, jobs: int, dry_run: bool, path_entries=(), on_done=None) -> dict:
+def run_tasks(tasks, *, root, jobs: int, dry_run: bool, path_entries=(), on_done=None,
+              recache: bool = False) -> dict:
     """Run ``tasks``; returns ``{task id: outcome}`` (outcome: ``status``, ``key``, ``arch``,
     ``compile_seconds``, ``reason``). ``root``: the cache root (path); ``jobs``: processes
     that compile, this one included (up to ``jobs - 1`` workers are started, one per
     TASKS_PER_WORKER compiles); ``on_done(task,
-    outcome)`` is called in this thread as each one ends.
+    outcome)`` is called in this thread as each one ends. ``recache``: an entry present is
+    compiled and stored again (``kcache warm --recache``, ``KCACHE_RECACHE``), not "cached".
 
     Every task is first checked here (kernel found, key computed, entry looked up: cheap, no
     compile); only those that need a compile are shared out. A task that fails is an
     outcome, never an exception; a worker that dies fails the tasks it was running, and this
     process compiles the rest."""
     settings = {"root": str(root), "dry_run": bool(dry_run), "path_entries": list(path_entries),
-                "cwd": os.getcwd()}
+                "cwd": os.getcwd(), "recache": bool(recache)}
     outcomes = {}
 
     def done(task, outcome):
@@ -361,7 +363,7 @@ class _Runner:
                 sys.path.insert(0, entry)
         self.store = Store(settings["root"])
         self.store.disabled = False  # warm was asked for explicitly (as the CLI's open_store)
-        self.dry_run = settings["dry_run"]
+        self.dry_run, self.recache = settings["dry_run"], settings.get("recache", False)
         self.modules: dict = {}
         self.resolved: dict = {}  # task id -> (kernel, argtypes, cache_key, arch) after check
 
@@ -390,7 +392,7 @@ class _Runner:
             if changed:
                 return {"status": "skipped", "arch": arch,
                         "reason": f"changed since the entry was made: {changed}"}
-        if self.store.header(key) is not None:
+        if not self.recache and self.store.header(key) is not None:
             return {"status": "cached", "key": key, "arch": arch}
         if self.dry_run:
             return {"status": "would_compile", "key": key, "arch": arch}
@@ -410,7 +412,8 @@ class _Runner:
         try:
             with _nc_eager.eager_device_functions(task.cc):
                 [result] = compile_for_report(kernel, [argtypes], cc=[task.cc],
-                                              store=self.store, cache_key=cache_key)
+                                              store=self.store, cache_key=cache_key,
+                                              recache=self.recache)
         except CompileForError as exc:
             reasons = "; ".join(sorted({f.reason for f in exc.failures}))
             return {"status": "failed", "arch": arch, "reason": reasons}
