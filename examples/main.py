@@ -174,18 +174,22 @@ def listing(env, root: Path, cwd: Path) -> dict:
     return {e["key"]: e for e in doc["entries"]}
 
 
-def ship(env, root: Path, work: Path) -> Path:
+def ship(env, root: Path, work: Path, temporary: bool = False) -> Path:
     """Export ``root`` into a bundle, import it into a fresh root, list it and compare the
-    two listings; returns the imported root. Raises _Failed."""
+    two listings; returns the imported root. ``temporary``: ``work`` is removed at the end,
+    so its paths are not printed (they would name nothing). Raises _Failed."""
     bundle, imported = work / "kernels.kcb", work / "imported"
     out = json.loads(_kcache("export", bundle, "--dir", root, "--json", env=env, cwd=work).stdout)
     how = "zstd" if out["compressed"] else "tar"
-    print(f"\nkcache export: {out['entries']} entries ({_size(out['entry_bytes'])}) -> {bundle} "
-          f"({_size(out['bundle_bytes'])}, {how})")
+    where = (f"{bundle.name} ({_size(out['bundle_bytes'])}, {how}) in a temporary folder, "
+             "removed at the end (--work-dir DIR keeps it)" if temporary else
+             f"{bundle} ({_size(out['bundle_bytes'])}, {how})")
+    print(f"\nkcache export: {out['entries']} entries ({_size(out['entry_bytes'])}) -> {where}")
     got = json.loads(_kcache("import", bundle, "--into", imported, "--json", env=env,
                              cwd=work).stdout)
     again = f", {len(got['present'])} already there" if got["present"] else ""
-    print(f"kcache import: {len(got['imported'])} entries added to {imported}{again}")
+    into = f"a fresh root beside it ({imported.name}/)" if temporary else str(imported)
+    print(f"kcache import: {len(got['imported'])} entries added to {into}{again}")
     mine, theirs = listing(env, root, work), listing(env, imported, work)
     print("\nEntries in the imported root (kcache ls):")
     rows = sorted(theirs.values(), key=lambda e: (e["kernel"] or "", e["signature"] or "",
@@ -199,8 +203,9 @@ def ship(env, root: Path, work: Path) -> Path:
                 for k, e in theirs.items()}:
         raise _Failed(f"kcache ls differs: {len(mine)} entries in {root}, {len(theirs)} in "
                       f"{imported}")
-    print(f"Same {len(mine)} entries (key, kernel, signature, arch, size) in {root} and in "
-          f"{imported}.")
+    # Compared field by field as `kcache ls --json` gives them (the lines above show some).
+    print(f"Same {len(mine)} entries in {root} and in the imported root (every field "
+          "kcache ls --json gives, compared).")
     return imported
 
 
@@ -301,7 +306,7 @@ def run(args, env, root: Path, ccs: list) -> int:
     try:
         work.mkdir(parents=True, exist_ok=True)
         warm(env, root, ccs, args.jobs, why_not is None, work)
-        imported = ship(env, root, work)
+        imported = ship(env, root, work, temporary=not args.work_dir)
         if gpu:
             return gpu_run(env, imported, why_not is None, work)
         return 0
