@@ -87,13 +87,15 @@ def child(with_usecases: bool) -> None:
     print(json.dumps({"kernels": rows, "process": process_counts()}))
 
 
-def gpu_run(env, imported: Path, with_usecases: bool, cwd: Path) -> int:
-    """Launch every kernel in a fresh process served by ``imported``; 0 when all were hits."""
+def gpu_run(env, imported: Path, with_usecases: bool, cwd: Path, temporary: bool = False) -> int:
+    """Launch every kernel in a fresh process served by ``imported``; 0 when all were hits.
+    ``temporary``: ``imported`` is removed at the end, so it is not named by its path."""
     from rich.console import Console
     from rich.table import Table
     console = Console()
-    console.print(f"\nLaunching every kernel in a fresh process with KCACHE_DIR={imported} "
-                  "(kcache.install('all')):")
+    where = "the imported root" if temporary else str(imported)
+    console.print(f"\nLaunching every kernel in a fresh process with KCACHE_DIR={where} "
+                  "(kcache.install('all')):", soft_wrap=True)
     child_env = dict(env, KCACHE_DIR=str(imported))
     child_env.pop("KCACHE_READONLY_DIRS", None)
     argv = [sys.executable, str(Path(__file__).resolve()), "--child"]
@@ -181,14 +183,15 @@ def ship(env, root: Path, work: Path, temporary: bool = False) -> Path:
     bundle, imported = work / "kernels.kcb", work / "imported"
     out = json.loads(_kcache("export", bundle, "--dir", root, "--json", env=env, cwd=work).stdout)
     how = "zstd" if out["compressed"] else "tar"
-    where = (f"{bundle.name} ({_size(out['bundle_bytes'])}, {how}) in a temporary folder, "
-             "removed at the end (--work-dir DIR keeps it)" if temporary else
-             f"{bundle} ({_size(out['bundle_bytes'])}, {how})")
-    print(f"\nkcache export: {out['entries']} entries ({_size(out['entry_bytes'])}) -> {where}")
+    print()
+    if temporary:
+        print("In a temporary folder, removed at the end (--work-dir DIR keeps it):")
+    print(f"kcache export: {out['entries']} entries ({_size(out['entry_bytes'])}) -> "
+          f"{bundle.name if temporary else bundle} ({_size(out['bundle_bytes'])}, {how})")
     got = json.loads(_kcache("import", bundle, "--into", imported, "--json", env=env,
                              cwd=work).stdout)
     again = f", {len(got['present'])} already there" if got["present"] else ""
-    into = f"a fresh root beside it ({imported.name}/)" if temporary else str(imported)
+    into = f"a fresh root, {imported.name}/" if temporary else str(imported)
     print(f"kcache import: {len(got['imported'])} entries added to {into}{again}")
     mine, theirs = listing(env, root, work), listing(env, imported, work)
     print("\nEntries in the imported root (kcache ls):")
@@ -204,8 +207,7 @@ def ship(env, root: Path, work: Path, temporary: bool = False) -> Path:
         raise _Failed(f"kcache ls differs: {len(mine)} entries in {root}, {len(theirs)} in "
                       f"{imported}")
     # Compared field by field as `kcache ls --json` gives them (the lines above show some).
-    print(f"Same {len(mine)} entries in {root} and in the imported root (every field "
-          "kcache ls --json gives, compared).")
+    print(f"Same {len(mine)} entries in both roots (every field of kcache ls --json).")
     return imported
 
 
@@ -308,7 +310,7 @@ def run(args, env, root: Path, ccs: list) -> int:
         warm(env, root, ccs, args.jobs, why_not is None, work)
         imported = ship(env, root, work, temporary=not args.work_dir)
         if gpu:
-            return gpu_run(env, imported, why_not is None, work)
+            return gpu_run(env, imported, why_not is None, work, temporary=not args.work_dir)
         return 0
     except _Failed as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
