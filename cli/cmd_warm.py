@@ -123,10 +123,11 @@ def run(args) -> int:
         replay.plan_replay(plan, _KernelsOnly(store), ccs or None,
                            plan.modules if args.targets else None)
     jobs = args.jobs or warm.default_jobs()
+    args.recache = args.recache or _recache_env()  # KCACHE_RECACHE=1 means --recache here too
     with _Progress(len(plan.tasks), quiet=want_json(args)) as progress:
         outcomes = warm.run_tasks(plan.tasks, root=store.root, jobs=jobs, dry_run=args.dry_run,
                                   path_entries=plan.path_entries, on_done=progress.done,
-                                  recache=args.recache or _recache_env())
+                                  recache=args.recache)
     rows = plan.rows + [warm.row_of(t, outcomes[t.id]) for t in plan.tasks]
     seconds = time.perf_counter() - start
     counts = {status: sum(r.status == status for r in rows) for status in warm.STATUSES}
@@ -189,7 +190,7 @@ def _document(args, store, ccs, jobs, rows, counts, plan, seconds, warm) -> dict
         "dry_run": bool(args.dry_run),
         "replay": bool(args.replay),
         "strict": bool(args.strict),
-        "recache": bool(args.recache or _recache_env()),
+        "recache": bool(args.recache),
         "current_entries": plan.current,
         "seconds": seconds,
         "summary": counts,
