@@ -85,17 +85,17 @@ def _short_format():
     """Within the block, :func:`warnings.formatwarning` prints a KcacheWarning as
     :func:`one_line` and any other warning as before. Only while the standard function is
     in place: a program that replaced it gets its own format for kcache's warnings too."""
-    standard = warnings.formatwarning
-    if getattr(standard, "__module__", None) not in ("warnings", "_py_warnings"):
-        yield
-        return
+    with _format_mutex:  # one swap at a time, each putting back what it found
+        standard = warnings.formatwarning
+        if getattr(standard, "__module__", None) not in ("warnings", "_py_warnings"):
+            yield  # a program's own, or ours already (a warning raised while printing one)
+            return
 
-    def formatwarning(message, category, filename, lineno, line=None):
-        if isinstance(category, type) and issubclass(category, KcacheWarning):
-            return one_line(message) + "\n"
-        return standard(message, category, filename, lineno, line)
+        def formatwarning(message, category, filename, lineno, line=None):
+            if isinstance(category, type) and issubclass(category, KcacheWarning):
+                return one_line(message) + "\n"
+            return standard(message, category, filename, lineno, line)
 
-    with _format_mutex:  # one swap at a time: each puts back what it found
         warnings.formatwarning = formatwarning
         try:
             yield
