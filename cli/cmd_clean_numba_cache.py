@@ -36,7 +36,7 @@ COLUMNS = (Column("Path", shrink=20), Column("Size", right=True))
 def register(sub):
     """Add the ``clean-numba-cache`` subparser to ``sub`` and return it."""
     p = sub.add_parser(
-        "clean-numba-cache", help="remove numba-cuda's own cache files (*.nbi, *.nbc) under DIRs",
+        "clean-numba-cache", help="remove numba's own cache files (*.nbi, *.nbc)",
         description="Find the files numba's own cache wrote under each DIR (__pycache__/"
                     "*.nbi, *.nbc and *.lcs, named as numba names them: numba-cuda's "
                     "cache=True, and numba's CPU cache=True too), list them with their sizes "
