@@ -1,8 +1,9 @@
 """setuptools hook: install kcache-hook.pth into site-packages next to the packages.
 
 The .pth line imports kcache._hook only when KCACHE_ENABLE is set (see kcache/_hook.py), so
-it costs one environment lookup per interpreter start otherwise. All metadata lives in
-pyproject.toml.
+it costs one environment lookup per interpreter start otherwise. An editable install also
+gets kcache-clone-guard.pth and _kcache_clone_guard.py (read it: ``import kcache`` from the
+folder holding a clone named kcache). All metadata lives in pyproject.toml.
 """
 from pathlib import Path
 
@@ -10,6 +11,9 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 PTH = "kcache-hook.pth"
+#: Editable installs only: ``import kcache`` from the folder holding a clone named kcache
+#: finds the installed package, not the clone's folder as an empty namespace package.
+GUARD, GUARD_PTH = "_kcache_clone_guard.py", "kcache-clone-guard.pth"
 
 
 class build_py_with_pth(build_py):
@@ -28,6 +32,9 @@ class build_py_with_pth(build_py):
             target = Path(self.build_lib)
         target.mkdir(parents=True, exist_ok=True)
         self.copy_file(PTH, str(target / PTH), preserve_mode=False)
+        if getattr(self, "editable_mode", False):
+            self.copy_file(GUARD, str(target / GUARD), preserve_mode=False)
+            (target / GUARD_PTH).write_text("import _kcache_clone_guard\n")
 
     def get_outputs(self, include_bytecode=True):
         return [*super().get_outputs(include_bytecode), str(Path(self.build_lib) / PTH)]

@@ -274,7 +274,7 @@ def gpu_section(doc: dict | None, plots: bool, earlier: dict | None = None) -> l
     out += own_table(figs)
     imp = figs.get("import_dispatcher.kcache")
     if imp is not None:
-        out += ["### What `KCACHE_ENABLE=1` adds to the imports", "",
+        out += ["### What `KCACHE_ENABLE=1` adds to the imports, on the GPU machine", "",
                 "Fresh processes, timed inside each after `import numba.cuda` (bytecode written by "
                 "a first process): the hook, `import kcache.dispatcher` and `install`; then the "
                 "first `cache=True` kernel's definition, where kcache opens the store.", "",
@@ -465,7 +465,7 @@ def cpu_section(doc: dict | None) -> list[str]:
                 "Generated kernels, each compiled for cc 8.0 and 9.0 into a fresh root per run, "
                 "the two settings alternating.", ""] + took("warm") + table(by_section["warm"])
     if "import" in by_section:
-        out += ["### What `KCACHE_ENABLE=1` adds to the imports", "",
+        out += ["### What `KCACHE_ENABLE=1` adds to the imports, on the 2-core machine", "",
                 "In fresh processes (bytecode compiled), timed inside each after `import "
                 "numba.cuda`: `import kcache._hook`, which with numba.cuda imported is `import "
                 "kcache.dispatcher` and `install(\"cache\")`, as the `.pth` line does; then the "

@@ -10,7 +10,7 @@ from kcache.errors import KcacheError
 
 from kcache.cli.args import add_common, check_setting_text, one_line, root_arg, want_json, want_wide
 from kcache.cli.errors import Problem, UsageError
-from kcache.cli.fmt import human_seconds, human_size
+from kcache.cli.fmt import human_duration, human_size
 from kcache.cli.output import Column, human_value, is_terminal, message, print_json, print_table
 from kcache.cli.text import clip, escape
 
@@ -202,13 +202,13 @@ def _human(row: Row) -> str:
     if name in ("max_size", "max_entry_size"):
         return f"{human_size(value)} ({value} bytes)"
     if name in ("lock_timeout", "lock_stale", "remote_timeout", "remote_wait", "quarantine_age"):
-        return human_seconds(value)
+        return human_duration(value)
     if name == "readonly_dirs":
         return os.pathsep.join(value) or "(none)"
     if name in ("remote", "remote_ttl") and value is None:
         return "(none)" if name == "remote" else "(no expiry)"
     if name == "remote_ttl":
-        return human_seconds(value)
+        return human_duration(value)
     return human_value(value)
 
 

@@ -65,6 +65,9 @@ def register(sub):
                         "in the TARGETs are imported)")
     p.add_argument("--dry-run", "-n", action="store_true",
                    help="list what would be compiled; compile and write nothing")
+    p.add_argument("--recache", action="store_true",
+                   help="compile entries already cached too and overwrite them (as "
+                        "KCACHE_RECACHE=1; ccache's --recache): for a suspected bad entry")
     p.add_argument("--include-tests", action="store_true",
                    help="also walk tests (tests/ and test/ folders, test_*.py, *_test.py)")
     p.add_argument("--strict", action="store_true",
@@ -137,10 +140,11 @@ def run(args) -> int:
         replay.plan_replay(plan, _KernelsOnly(store), ccs or None,
                            plan.modules if args.targets else None)
     jobs = args.jobs or warm.default_jobs()
+    args.recache = args.recache or _recache_env()  # KCACHE_RECACHE=1 means --recache here too
     with _Progress(len(plan.tasks), quiet=want_json(args)) as progress:
         outcomes = warm.run_tasks(plan.tasks, frontend=FRONTEND, root=store.root, jobs=jobs,
                                   dry_run=args.dry_run, path_entries=plan.path_entries,
-                                  on_done=progress.done)
+                                  on_done=progress.done, recache=args.recache)
     rows = plan.rows + [warm.row_of(t, outcomes[t.id]) for t in plan.tasks]
     seconds = time.perf_counter() - start
     counts = {status: sum(r.status == status for r in rows) for status in warm.STATUSES}
@@ -190,6 +194,11 @@ class _KernelsOnly:
                 if entry_kind(info.components) == "kernel")
 
 
+def _recache_env() -> bool:
+    from kcache.dispatcher.process import recache_enabled
+    return recache_enabled()
+
+
 def _document(args, store, ccs, jobs, rows, counts, plan, seconds, warm) -> dict:
     return {
         "root": str(store.root),
@@ -199,6 +208,7 @@ def _document(args, store, ccs, jobs, rows, counts, plan, seconds, warm) -> dict
         "dry_run": bool(args.dry_run),
         "replay": bool(args.replay),
         "strict": bool(args.strict),
+        "recache": bool(args.recache),
         "current_entries": plan.current,
         "seconds": seconds,
         "summary": counts,

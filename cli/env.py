@@ -48,6 +48,9 @@ VARIABLES = (
     Variable("KCACHE_REQUIRE_HIT", "1: a kernel call that would compile raises "
              "kcache.CacheMissError; warn: warned once per kernel, then compiled", "off", None,
              "guide.md#an-image-that-must-never-compile"),
+    Variable("KCACHE_RECACHE", "1 (true, yes, on): compile each kernel looked up and "
+             "overwrite its entry even when present (ccache --recache)", "off", None,
+             "guide.md#compiling-again-over-an-entry"),
     Variable("KCACHE_RECORD", "FILE: record the kernel signatures a run launches, for "
              "kcache warm --signatures FILE", "off", None, "warm.md"),
     Variable("KCACHE_SECRET", "HMAC secret signing bundles (export/import) and, without "

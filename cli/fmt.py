@@ -73,6 +73,27 @@ def human_seconds(s: Any) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+#: Units of a setting's duration for people, largest first, as the docs state the defaults
+#: (``30 d``, ``600 s``); below an hour, seconds.
+_DURATION_UNITS = (("d", 86400), ("h", 3600))
+
+
+def human_duration(s: Any) -> str:
+    """A setting's seconds as the docs state them: days or hours when a whole number of them
+    or with one decimal (``30 d``, ``1.5 h``), else seconds (``600 s``, ``0.25 s``); ``-`` for
+    no value. (Compile times are :func:`human_seconds`.)"""
+    seconds = number(s)
+    if seconds is None or seconds < 0:
+        return "-"
+    if seconds >= _CENTURY:
+        return "100+ y"
+    for unit, length in _DURATION_UNITS:
+        tenths = seconds * 10 / length
+        if seconds >= length and tenths == int(tenths):
+            return f"{tenths / 10:g} {unit}"
+    return f"{seconds:g} s" if seconds < 1e6 else f"{round(seconds)} s"
+
+
 def plural(n: int, one: str, many: str | None = None) -> str:
     """``1 entry``, ``2 entries``: ``n`` with the right form of the noun."""
     return f"{n} {one if n == 1 else (many or one + 's')}"

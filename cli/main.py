@@ -1,6 +1,7 @@
 """Argument parsing and the top-level error handler of the ``kcache`` command.
 
-Each subcommand is one module ``kcache.cli.cmd_<name>`` with a ``register(subparsers)`` that
+Each subcommand is one module ``kcache.cli.cmd_<name>`` (``-`` in a name is ``_`` there:
+``clean-numba-cache`` is ``cmd_clean_numba_cache``) with a ``register(subparsers)`` that
 adds its subparser and a ``run(args) -> int``. Adding a command (``warm``, ``export``,
 ``import``, ``push``, ``pull``) is one module plus one name in :data:`COMMANDS`.
 Only the module of the command being run is imported (all of them for ``kcache --help``),
@@ -19,9 +20,10 @@ from kcache.cli.args import add_common
 from kcache.cli.errors import Problem, UsageError
 from kcache.cli.text import line
 
-#: Subcommands in the order ``kcache --help`` lists them; module ``kcache.cli.cmd_<name>``.
+#: Subcommands in the order ``kcache --help`` lists them; module ``kcache.cli.cmd_<name>``
+#: (``-`` as ``_``).
 COMMANDS = ("dir", "ls", "stats", "show", "prune", "rm", "clear", "verify", "config", "warm",
-            "export", "import", "push", "pull", "remote", "completion")
+            "export", "import", "push", "pull", "remote", "clean-numba-cache", "completion")
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
 
@@ -84,7 +86,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
     for name in COMMANDS if only is None else (only,):
-        module = importlib.import_module(f"kcache.cli.cmd_{name}")
+        module = importlib.import_module(f"kcache.cli.cmd_{name.replace('-', '_')}")
         command = module.register(sub)
         add_common(command)
         command.set_defaults(run=module.run)

@@ -30,6 +30,8 @@ EXIT_ONE = {
     "warm": "a kernel failed to compile or could not be stored (the rest went on)",
     "export": "no entry matches (nothing written)",
     "import": "the bundle cannot be used, or an entry in it was refused",
+    "clean-numba-cache": "a file could not be removed or a folder could not be read (each "
+                         "named; the rest went on)",
 }
 
 

@@ -69,39 +69,46 @@ def _refuse(frontend) -> None:
 DEFAULT_CC = ((8, 0), (9, 0))
 
 
-def compile_for(kernel, signatures, cc=DEFAULT_CC, store=None, *, cache_key=None) -> list:
+def compile_for(kernel, signatures, cc=DEFAULT_CC, store=None, *, cache_key=None,
+                recache=None) -> list:
     """Compile ``kernel`` for each signature and compute capability and store the entries.
 
     ``kernel``: a kernel dispatcher (``kcache.jit``, ``numba.cuda.jit`` or
-    ``numba_cuda_mlir.cuda.jit``; not a device function); ``signatures``: one signature (``"void(float32[::1])"``, a tuple of numba types)
-    or a list of them; ``cc``: (major, minor) or a list of them (strings "9.0"/"sm_90" too),
-    each one the installed CUDA toolkit supports; ``store``: a ``kcache.Store`` (default: the
+    ``numba_cuda_mlir.cuda.jit``; not a device function); ``signatures``: one signature
+    (``"void(float32[::1])"``, a tuple of numba types) or a list of them; ``cc``: (major,
+    minor) or a list of them (strings "9.0"/"sm_90" and floats 9.0 too; a string may list
+    several, "8.0,9.0", as ``kcache warm --cc`` does), each one the installed CUDA toolkit
+    supports; ``store``: a ``kcache.Store`` (default: the
     kernel's, else ``kcache.Store()``); ``cache_key``: as ``kcache.jit``'s (default: the
-    kernel's). Entries already present are not recompiled. Returns the keys (str, 64 hex
-    digits), one per (cc, signature), in that order. :func:`compile_for_report` gives more.
+    kernel's). Entries already present are not recompiled, unless ``recache`` (default: the
+    ``KCACHE_RECACHE`` setting): then each is compiled and stored again, overwriting the one
+    present (ccache's ``--recache``). Returns the keys (str, 64 hex digits), one per (cc,
+    signature), in that order. :func:`compile_for_report` gives more.
 
-    Raises TypeError/ValueError for bad arguments (nothing compiled), numba's errors for a
-    kernel that does not compile, and :class:`CompileForError` (a ``kcache.KcacheError``)
-    when any entry could not be stored: KCACHE_DISABLE is set, the root is read-only,
-    missing or full, the kernel cannot be cached (``Uncacheable``'s reason), a lock timed
-    out. It is raised after storing every entry that could be stored. Raises
-    ``kcache.KcacheError`` with the bridge's refusal line (``Frontend.refusal``), before
-    anything else, when the kernel's front-end is a release kcache does not support.
+    Raises TypeError/ValueError for bad arguments (nothing compiled; a bad cc is
+    ``kcache.arch.BadCC``, a ``kcache.KcacheError`` and a ValueError, one line), numba's
+    errors for a kernel that does not compile, and :class:`CompileForError` (a
+    ``kcache.KcacheError``) when any entry could not be stored: KCACHE_DISABLE is set, the
+    root is read-only, missing or full, the kernel cannot be cached (``Uncacheable``'s
+    reason), a lock timed out. It is raised after storing every entry that could be stored.
+    Raises ``kcache.KcacheError`` with the bridge's refusal line (``Frontend.refusal``),
+    before anything else, when the kernel's front-end is a release kcache does not support.
     """
     frontend = _kernels_frontend(kernel)
     from . import aot
-    return aot.compile_for(frontend, kernel, signatures, cc, store, cache_key=cache_key)
+    return aot.compile_for(frontend, kernel, signatures, cc, store, cache_key=cache_key,
+                           recache=recache)
 
 
 def compile_for_report(kernel, signatures, cc=DEFAULT_CC, store=None, *,
-                       cache_key=None) -> list:
+                       cache_key=None, recache=None) -> list:
     """:func:`compile_for`, returning a :class:`CompiledEntry` per (cc, signature) instead of
     its key: whether it was compiled now or already cached, and the compile seconds. Same
     arguments and errors."""
     frontend = _kernels_frontend(kernel)
     from . import aot
     return aot.compile_for_report(frontend, kernel, signatures, cc, store,
-                                  cache_key=cache_key)
+                                  cache_key=cache_key, recache=recache)
 
 
 def _kernels_frontend(kernel):
@@ -115,8 +122,9 @@ def _kernels_frontend(kernel):
 def check_cc(cc) -> tuple:
     """:func:`parse_cc`, then check that the installed CUDA toolkit can compile for it (the
     list the default front-end reads from NVRTC; numba-cuda itself would silently pick the
-    closest lower cc, or fail deep inside NVVM). Returns (major, minor); raises ValueError
-    naming the cc and the supported ones."""
+    closest lower cc, or fail deep inside NVVM). Returns (major, minor); raises
+    ``kcache.arch.BadCC`` (a ``kcache.KcacheError`` and a ValueError) naming the cc and the
+    supported ones."""
     from . import aot
     return aot.check_cc(_frontends.default(), cc)
 

@@ -31,7 +31,7 @@ from . import compile_warnings
 from .components import Uncacheable
 from .kernel_entry import NotStorable, kernel_to_entry, marker_entry
 from .keying import kernel_key
-from .process import explain_enabled, kernel_name, log_explanations
+from .process import explain_enabled, kernel_name, log_explanations, recache_enabled
 
 __all__ = ["compile_for", "compile_for_report", "parse_cc", "check_cc", "CompiledEntry",
            "NotStored", "CompileForError"]
@@ -99,33 +99,49 @@ def check_cc(frontend, cc) -> tuple:
     """:func:`parse_cc`, then check that the installed CUDA toolkit can compile for it (the
     list ``frontend`` reads from NVRTC, ``Frontend.supported_ccs``; numba-cuda itself would
     silently pick the closest lower cc, or fail deep inside NVVM). Returns (major, minor);
-    raises ValueError naming the cc and the supported ones."""
+    raises ``kcache.arch.BadCC`` (a ``kcache.KcacheError`` and a ValueError) naming the cc
+    and the supported ones."""
     parsed = parse_cc(cc)
     supported = frontend.supported_ccs()
     if supported is not None and parsed not in supported:
-        plain = (parsed, list(parsed), f"{parsed[0]}.{parsed[1]}")
+        text = f"{parsed[0]}.{parsed[1]}"
+        plain = (parsed, list(parsed), text, float(text))
         given = "" if cc in plain else f" (given as {cc!r:.40})"
-        raise ValueError(
+        raise _arch.BadCC(
             f"cc {parsed[0]}.{parsed[1]}{given} is not supported by the installed CUDA toolkit "
             f"(supported: {', '.join(f'{a}.{b}' for a, b in supported)})")
     return parsed
 
 
 def _cc_list(frontend, cc) -> list:
-    # One cc: a str, an int (90), or a tuple/list of ints with an optional suffix string
-    # ((9, 0), (9, 0, "a"), or a mistake like (9,), quoted as given); but ints whose second
-    # is above 9 cannot be (major, minor): (80, 90) is two ccs; and a lone int of two or
-    # three digits is a packed cc, as cc=90 is: [90] is [9.0], [80] [8.0], [120] [12.0].
-    if isinstance(cc, (str, int)) or _one_cc(cc):
-        return [check_cc(frontend, cc)]
-    try:
-        items = list(cc)
-    except TypeError:
-        raise ValueError(f"bad compute capability list cc={cc!r}: use e.g. [(8, 0), (9, 0)]"
-                         ) from None
+    # One cc: a str, an int (90), a float (9.0), or a tuple/list of ints with an optional
+    # suffix string ((9, 0), (9, 0, "a"), or a mistake like (9,), quoted as given); but ints
+    # whose second is above 9 cannot be (major, minor): (80, 90) is two ccs; and a lone int of
+    # two or three digits is a packed cc, as cc=90 is: [90] is [9.0], [80] [8.0], [120]
+    # [12.0]. A string may list several, comma-separated, as the CLI's --cc does: "8.0,9.0".
+    if isinstance(cc, (str, int, float)) or _one_cc(cc):
+        items = [cc]
+    else:
+        try:
+            items = list(cc)
+        except TypeError:
+            raise _arch.BadCC(f"bad compute capability list cc={cc!r:.60}: use e.g. "
+                              "[(8, 0), (9, 0)], \"8.0,9.0\" or 9.0") from None
+    items = [part for item in items for part in _commas(item)]
     if not items:
-        raise ValueError("compile_for needs at least one compute capability, e.g. cc=[(9, 0)]")
+        raise _arch.BadCC("compile_for needs at least one compute capability, e.g. cc=[(9, 0)]")
     return [check_cc(frontend, c) for c in items]
+
+
+def _commas(item) -> list:
+    """``"8.0,9.0"`` -> ``["8.0", "9.0"]``; anything else as it is."""
+    if not isinstance(item, str) or "," not in item:
+        return [item]
+    parts = [part.strip() for part in item.split(",")]
+    if not all(parts):
+        raise _arch.BadCC(f"cc={item!r:.60} has an empty compute capability; use e.g. "
+                          "\"8.0,9.0\"")
+    return parts
 
 
 def _one_cc(cc) -> bool:
@@ -190,15 +206,16 @@ def _unwritable_reason(store) -> str | None:
     return f"the cache at {store.root} cannot be written ({why})" if why else None
 
 
-def compile_for(frontend, kernel, signatures, cc, store=None, *, cache_key=None) -> list:
+def compile_for(frontend, kernel, signatures, cc, store=None, *, cache_key=None,
+                recache=None) -> list:
     """``kcache.dispatcher.compile_for`` (its arguments, result and errors) for a kernel of
     ``frontend`` (a ``frontends.base.Frontend``): the keys, one per (cc, signature)."""
     return [r.key for r in compile_for_report(frontend, kernel, signatures, cc, store,
-                                              cache_key=cache_key)]
+                                              cache_key=cache_key, recache=recache)]
 
 
 def compile_for_report(frontend, kernel, signatures, cc, store=None, *,
-                       cache_key=None) -> list:
+                       cache_key=None, recache=None) -> list:
     """``kcache.dispatcher.compile_for_report`` for a kernel of ``frontend`` (a
     ``frontends.base.Frontend``: the one ``kcache warm`` picked, in its workers too): a
     :class:`CompiledEntry` per (cc, signature). Raises ``kcache.KcacheError`` with
@@ -221,6 +238,7 @@ def compile_for_report(frontend, kernel, signatures, cc, store=None, *,
     targets = _cc_list(frontend, cc)
     _check_arity(frontend, kernel, signatures, all_argtypes)
     store = _store_of(frontend, kernel, store)
+    recache = recache_enabled() if recache is None else bool(recache)
     results, failures = [], []
     blocked = _unwritable_reason(store)
     for target in targets:
@@ -229,7 +247,7 @@ def compile_for_report(frontend, kernel, signatures, cc, store=None, *,
                 if blocked:
                     raise _NotStored(blocked)
                 results.append(_compile_one(frontend, kernel, argtypes, target, store,
-                                            cache_key))
+                                            cache_key, recache))
             except _NotStored as exc:
                 if not blocked and not store.writable:
                     blocked = str(exc)  # the root proved unwritable: compile nothing more
@@ -245,13 +263,17 @@ class _NotStored(Exception):
     """One entry was not stored; ``str()`` is the reason."""
 
 
-def _compile_one(frontend, kernel, argtypes, cc, store, cache_key) -> CompiledEntry:
+def _compile_one(frontend, kernel, argtypes, cc, store, cache_key,
+                 recache=False) -> CompiledEntry:
     name, shown, arch = (kernel_name(kernel), frontend.signature_display(argtypes),
                          frontend.arch_name(cc))
     compiled = {}
 
     def create():
-        if explain_enabled():  # one line per miss, as the dispatcher logs it
+        if explain_enabled() and recache:
+            log_explanations(kernel, [f"{name} {shown} for {arch}: recache: compiled, "
+                                      "stored again"])
+        elif explain_enabled():  # one line per miss, as the dispatcher logs it
             from .misses import explain_miss, one_line
             log_explanations(kernel, [f"{name} {shown} for {arch}: miss: "
                                       f"{one_line(explain_miss(store, components))}"])
@@ -279,7 +301,8 @@ def _compile_one(frontend, kernel, argtypes, cc, store, cache_key) -> CompiledEn
     try:
         key, components = kernel_key(frontend, kernel, argtypes, cc, None, cache_key, store)
         # Finding the entry is an existence check, not a use: no hit, miss or seconds saved.
-        _entry_, was_hit = store.get_or_create(key, create, components=components, count=False)
+        _entry_, was_hit = store.get_or_create(key, create, components=components, count=False,
+                                               recache=recache)
     except (Uncacheable, LockTimeout) as exc:
         reason = f"cannot be cached: {exc}" if isinstance(exc, Uncacheable) else str(exc)
         if explain_enabled():

@@ -2,7 +2,8 @@
 
 Used for ``KCACHE_EXPLAIN=1`` and ``kcache.explain``.  The lines name components the way
 docs/keys.md describes them, e.g. ``dependency mathbits.step changed``, ``cc sm_80 -> sm_90a``,
-``nvvm 13.0.88 -> 13.5.37``, ``global SCALE changed``, ``option fastmath False -> True``.
+``nvvm 13.0.88 -> 13.5.37``, ``global SCALE changed``, ``option fastmath False -> True``,
+``signature: argument 2 float32[::1] -> float64[::1]``.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def differences(old: dict, new: dict) -> list:
         if differ is not None and isinstance(a, dict) and isinstance(b, dict):
             lines.extend(differ(a, b))
         elif key == "signature":
-            lines.append(lambda a=a, b=b: f"signature {cut(a)} -> {cut(b)}")
+            lines.extend(_signature(a, b))
         elif key == "cache_key":
             lines.append(lambda a=a, b=b: f"cache_key {_short(a, QUOTE_LIMIT)} -> "
                                           f"{_short(b, QUOTE_LIMIT)}")
@@ -139,6 +140,67 @@ def _part_label(name: str) -> str:
         return f"line numbers of {cut(rest)} (compiled with line info)"
     words = _PART_WORDS.get(prefix)
     return f"{words} {cut(rest)}" if words else f"source part {cut(name)}"
+
+
+#: Characters of one argument's type in a signature line (a record's may be long).
+_ARG_LIMIT = 60
+
+
+def _signature(a, b) -> list:
+    """The arguments whose types differ, one line each, in numba's short form where it has
+    one (``signature: argument 2 float32[::1] -> float64[::1]``); both whole signatures when
+    the argument counts differ or a value is not a signature text. Arguments are compared as
+    text (numba's repr names a type fully); only the lines shown are put in short form."""
+    old, new = _split(a), _split(b)
+    if old is None or new is None or len(old) != len(new):
+        return [lambda: f"signature {_whole(a, old)} -> {_whole(b, new)}"]
+    lines = [lambda n=n, x=x, y=y: f"signature: argument {n} {_argument(x)} -> {_argument(y)}"
+             for n, (x, y) in enumerate(zip(old, new), 1) if x != y]
+    return lines or [lambda: f"signature {cut(a)} -> {cut(b)}"]  # split alike: say all
+
+
+def _split(text) -> list | None:
+    """A ``signature`` component (``str`` of the types tuple: ``"(Array(float32, 1, 'C',
+    False, aligned=True), int64)"``) split at its top-level commas; None for a value that is
+    not such a text."""
+    if not isinstance(text, str):
+        return None
+    inner = text.strip()
+    if not (inner.startswith("(") and inner.endswith(")")):
+        return None
+    parts, depth, start = [], 0, 1
+    for i in range(1, len(inner) - 1):
+        char = inner[i]
+        if char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth -= 1
+        elif char == "," and depth == 0:
+            parts.append(inner[start:i].strip())
+            start = i + 1
+    parts.append(inner[start:-1].strip())
+    return [p for p in parts if p]  # "(x,)": nothing after the comma
+
+
+def _whole(text, parts) -> str:
+    if parts is None:
+        return cut(text)
+    return cut(f"({', '.join(_argument(p) for p in parts[:MAX_SHOWN])}"
+               f"{', ...' if len(parts) > MAX_SHOWN else ''})")
+
+
+def _argument(text: str) -> str:
+    """One argument's type in numba's short form (``float32[::1]``,
+    kcache.dispatcher.sigspec.format_type) when its text reads back to exactly that type,
+    else the text itself; escaped, at most :data:`_ARG_LIMIT` characters."""
+    from . import sigspec  # numba types: only for a line shown
+    found = sigspec.from_signature_component(f"({text},)")
+    if found is not None and len(found) == 1:
+        try:
+            text = sigspec.format_type(found[0])
+        except Exception:  # a type with no short form: its repr, as written
+            pass
+    return cut(text, _ARG_LIMIT)
 
 
 def _target(a: dict, b: dict) -> list:

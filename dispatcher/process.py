@@ -230,6 +230,22 @@ def own_phases() -> list:
     return out
 
 
+def recache_enabled() -> bool:
+    """True when ``KCACHE_RECACHE`` is set (1, true, yes, on): each kernel looked up (a
+    kcache dispatcher's miss of its in-memory overloads, ``compile_for``, ``kcache warm``) is
+    compiled and its entry stored again, overwriting the one present (ccache's ``--recache``,
+    ``SCCACHE_RECACHE``); counted as a miss and a compile, never a hit. Read at each lookup;
+    any other value is said once and leaves it off."""
+    value = os.environ.get("KCACHE_RECACHE")
+    if not value:
+        return False
+    try:
+        return parse_bool(value, "KCACHE_RECACHE")
+    except ConfigError as exc:
+        warn_once("recache-setting", f"kcache: {exc}; cached entries are used")
+        return False
+
+
 def set_explain(enabled: bool) -> None:
     """Turn miss explanations on or off for this process (as ``KCACHE_EXPLAIN=1``)."""
     STATE.explain = bool(enabled)

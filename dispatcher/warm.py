@@ -238,13 +238,14 @@ def find_modules(plan: Plan, targets, cc, include_tests=False) -> list:
 # --- running ----------------------------------------------------------------------------------
 
 def run_tasks(tasks, *, frontend, root, jobs: int, dry_run: bool, path_entries=(),
-              on_done=None) -> dict:
+              on_done=None, recache: bool = False) -> dict:
     """Run ``tasks`` (of ``frontend``'s kernels: ``Plan.frontend``); returns
     ``{task id: outcome}`` (outcome: ``status``, ``key``, ``arch``,
     ``compile_seconds``, ``reason``). ``root``: the cache root (path); ``jobs``: processes
     that compile, this one included (up to ``jobs - 1`` workers are started, one per
     TASKS_PER_WORKER compiles); ``on_done(task,
-    outcome)`` is called in this thread as each one ends.
+    outcome)`` is called in this thread as each one ends. ``recache``: an entry present is
+    compiled and stored again (``kcache warm --recache``, ``KCACHE_RECACHE``), not "cached".
 
     Every task is first checked here (kernel found, key computed, entry looked up: cheap, no
     compile); only those that need a compile are shared out. A task that fails is an
@@ -252,7 +253,8 @@ def run_tasks(tasks, *, frontend, root, jobs: int, dry_run: bool, path_entries=(
     process compiles the rest."""
     # the front-end pickles as a reference to its bridge's object: a worker has the same one
     settings = {"root": str(root), "dry_run": bool(dry_run), "path_entries": list(path_entries),
-                "cwd": os.getcwd(), "frontend": frontend}
+                "cwd": os.getcwd(), "frontend": frontend,
+                "recache": bool(recache)}
     outcomes = {}
 
     def done(task, outcome):
@@ -364,7 +366,7 @@ class _Runner:
                 sys.path.insert(0, entry)
         self.store = Store(settings["root"])
         self.store.disabled = False  # warm was asked for explicitly (as the CLI's open_store)
-        self.dry_run = settings["dry_run"]
+        self.dry_run, self.recache = settings["dry_run"], settings.get("recache", False)
         self.modules: dict = {}
         self.resolved: dict = {}  # task id -> (kernel, argtypes, cache_key, arch) after check
 
@@ -394,7 +396,7 @@ class _Runner:
             if changed:
                 return {"status": "skipped", "arch": arch,
                         "reason": f"changed since the entry was made: {changed}"}
-        if self.store.header(key) is not None:
+        if not self.recache and self.store.header(key) is not None:
             return {"status": "cached", "key": key, "arch": arch}
         if self.dry_run:
             return {"status": "would_compile", "key": key, "arch": arch}
@@ -415,7 +417,8 @@ class _Runner:
             with self.frontend.eager_device_functions(task.cc):
                 [result] = compile_for_report(self.frontend, kernel, [argtypes],
                                               cc=[task.cc], store=self.store,
-                                              cache_key=cache_key)
+                                              cache_key=cache_key,
+                                              recache=self.recache)
         except CompileForError as exc:
             reasons = "; ".join(sorted({f.reason for f in exc.failures}))
             return {"status": "failed", "arch": arch, "reason": reasons}

@@ -87,13 +87,15 @@ def child(with_usecases: bool) -> None:
     print(json.dumps({"kernels": rows, "process": process_counts()}))
 
 
-def gpu_run(env, imported: Path, with_usecases: bool, cwd: Path) -> int:
-    """Launch every kernel in a fresh process served by ``imported``; 0 when all were hits."""
+def gpu_run(env, imported: Path, with_usecases: bool, cwd: Path, temporary: bool = False) -> int:
+    """Launch every kernel in a fresh process served by ``imported``; 0 when all were hits.
+    ``temporary``: ``imported`` is removed at the end, so it is not named by its path."""
     from rich.console import Console
     from rich.table import Table
     console = Console()
-    console.print(f"\nLaunching every kernel in a fresh process with KCACHE_DIR={imported} "
-                  "(kcache.install('all')):")
+    where = "the imported root" if temporary else str(imported)
+    console.print(f"\nLaunching every kernel in a fresh process with KCACHE_DIR={where} "
+                  "(kcache.install('all')):", soft_wrap=True)
     child_env = dict(env, KCACHE_DIR=str(imported))
     child_env.pop("KCACHE_READONLY_DIRS", None)
     argv = [sys.executable, str(Path(__file__).resolve()), "--child"]
@@ -174,18 +176,23 @@ def listing(env, root: Path, cwd: Path) -> dict:
     return {e["key"]: e for e in doc["entries"]}
 
 
-def ship(env, root: Path, work: Path) -> Path:
+def ship(env, root: Path, work: Path, temporary: bool = False) -> Path:
     """Export ``root`` into a bundle, import it into a fresh root, list it and compare the
-    two listings; returns the imported root. Raises _Failed."""
+    two listings; returns the imported root. ``temporary``: ``work`` is removed at the end,
+    so its paths are not printed (they would name nothing). Raises _Failed."""
     bundle, imported = work / "kernels.kcb", work / "imported"
     out = json.loads(_kcache("export", bundle, "--dir", root, "--json", env=env, cwd=work).stdout)
     how = "zstd" if out["compressed"] else "tar"
-    print(f"\nkcache export: {out['entries']} entries ({_size(out['entry_bytes'])}) -> {bundle} "
-          f"({_size(out['bundle_bytes'])}, {how})")
+    print()
+    if temporary:
+        print("In a temporary folder, removed at the end (--work-dir DIR keeps it):")
+    print(f"kcache export: {out['entries']} entries ({_size(out['entry_bytes'])}) -> "
+          f"{bundle.name if temporary else bundle} ({_size(out['bundle_bytes'])}, {how})")
     got = json.loads(_kcache("import", bundle, "--into", imported, "--json", env=env,
                              cwd=work).stdout)
     again = f", {len(got['present'])} already there" if got["present"] else ""
-    print(f"kcache import: {len(got['imported'])} entries added to {imported}{again}")
+    into = f"a fresh root, {imported.name}/" if temporary else str(imported)
+    print(f"kcache import: {len(got['imported'])} entries added to {into}{again}")
     mine, theirs = listing(env, root, work), listing(env, imported, work)
     print("\nEntries in the imported root (kcache ls):")
     rows = sorted(theirs.values(), key=lambda e: (e["kernel"] or "", e["signature"] or "",
@@ -199,8 +206,8 @@ def ship(env, root: Path, work: Path) -> Path:
                 for k, e in theirs.items()}:
         raise _Failed(f"kcache ls differs: {len(mine)} entries in {root}, {len(theirs)} in "
                       f"{imported}")
-    print(f"Same {len(mine)} entries (key, kernel, signature, arch, size) in {root} and in "
-          f"{imported}.")
+    # Compared field by field as `kcache ls --json` gives them (the lines above show some).
+    print(f"Same {len(mine)} entries in both roots (every field of kcache ls --json).")
     return imported
 
 
@@ -304,9 +311,9 @@ def run(args, env, root: Path, ccs: list) -> int:
     try:
         work.mkdir(parents=True, exist_ok=True)
         warm(env, root, ccs, args.jobs, why_not is None, work)
-        imported = ship(env, root, work)
+        imported = ship(env, root, work, temporary=not args.work_dir)
         if gpu:
-            return gpu_run(env, imported, why_not is None, work)
+            return gpu_run(env, imported, why_not is None, work, temporary=not args.work_dir)
         return 0
     except _Failed as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)

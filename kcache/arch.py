@@ -9,7 +9,8 @@ Accepted spellings of a compute capability (numba-cuda's own forms):
   ``CUDACodeLibrary._ensure_cc``; a third element ``""`` counts as no suffix);
 * a string ``"9.0"``, ``"9.0a"``, ``"90"``, ``"90a"``, ``"sm_90"``, ``"sm_90a"``,
   ``"compute_90"``, ``"compute_90a"`` (any case, surrounding blanks ignored);
-* an int ``90`` (major and minor digits run together; ``100`` is 10.0, ``121`` is 12.1).
+* an int ``90`` (major and minor digits run together; ``100`` is 10.0, ``121`` is 12.1);
+* a float ``9.0`` or ``8.6``, read as the string its repr is (``"9.0"``).
 
 numba-cuda 0.30 compiles a device of cc 9.0 or newer for its arch-specific ``a`` variant
 (``CUDACodeLibrary._ensure_cc`` adds ``"a"``), so ``9.0`` and ``9.0a`` name the same target,
@@ -22,17 +23,21 @@ from __future__ import annotations
 import operator
 import re
 
+from .errors import KcacheError
+
 __all__ = ["parse_cc", "full_cc", "arch_name", "arch_matches", "option_problem", "BadCC",
            "ACCEPTED", "OPTION_FORMS"]
 
 #: The accepted forms, as every error message names them.
-ACCEPTED = "(9, 0), (9, 0, 'a'), '9.0', '9.0a', 'sm_90', 'sm_90a', 'compute_90', 90 or '90'"
+ACCEPTED = "(9, 0), (9, 0, 'a'), '9.0', '9.0a', 'sm_90', 'sm_90a', 'compute_90', 90, '90' or 9.0"
 #: The same, in the words of a command-line option (``--cc``).
 OPTION_FORMS = "use MAJOR.MINOR like 9.0 or sm_90 (also 90, 9.0a, sm_90a, compute_90)"
 
 
-class BadCC(ValueError):
-    """:func:`parse_cc`'s error. ``near``: the ``(major, minor)`` the value names around a
+class BadCC(KcacheError, ValueError):
+    """A value that is not a compute capability kcache can use: :func:`parse_cc`'s error,
+    and ``compile_for``'s for a cc or list of them (a ``kcache.KcacheError`` and a
+    ValueError, its message one line). ``near``: the ``(major, minor)`` the value names around a
     suffix that cannot be used (``sm_99x``, ``sm_80a``), else None; ``why``: that suffix's
     problem in a few words, else None."""
 
@@ -60,6 +65,11 @@ def parse_cc(value) -> tuple:
         return _parse_text(value)
     if isinstance(value, (tuple, list)):
         return _parse_sequence(value)
+    if isinstance(value, float):  # 9.0, 8.6: the text its repr is; nan, 8.60001 refused
+        try:
+            return _parse_text(repr(value))
+        except BadCC:
+            raise _bad(value) from None
     number = _integer(value)
     if number is not None:
         if not 10 <= number <= _MAX_MAJOR * 10 + _MAX_MINOR:

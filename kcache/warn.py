@@ -14,6 +14,12 @@ Each report is printed exactly once, through one channel:
 
 Before, both channels were used, and a plain script printed every warning twice (logging's
 last-resort handler plus the warnings module).
+
+Printed by the warnings module's own machinery, a kcache warning is its message alone on one
+line, ``kcache: ...``: no source path, category or code line (they name kcache's code, not
+the user's). :func:`warnings.formatwarning` is swapped for the duration of kcache's own
+``warnings.warn`` call only (:func:`_short_format`), so every other package's warnings, and
+a program's own ``formatwarning``, keep their format.
 """
 from __future__ import annotations
 
@@ -60,8 +66,42 @@ def warn_once(kind: str, message: str) -> bool:
     if _ignored(message):
         log.warning("%s", message, extra={"kcache_kind": kind})
     else:
-        warnings.warn(message, KcacheWarning, stacklevel=3)
+        with _short_format():
+            warnings.warn(message, KcacheWarning, stacklevel=3)
     return True
+
+
+def one_line(message) -> str:
+    """A KcacheWarning's printed form: ``kcache: <message>`` on one line."""
+    text = " ".join(str(message).splitlines())
+    return text if text.startswith("kcache:") else f"kcache: {text}"
+
+
+_format_mutex = threading.RLock()
+
+
+@contextlib.contextmanager
+def _short_format():
+    """Within the block, :func:`warnings.formatwarning` prints a KcacheWarning as
+    :func:`one_line` and any other warning as before. Only while the standard function is
+    in place: a program that replaced it gets its own format for kcache's warnings too."""
+    with _format_mutex:  # one swap at a time, each putting back what it found
+        standard = warnings.formatwarning
+        if getattr(standard, "__module__", None) not in ("warnings", "_py_warnings"):
+            yield  # a program's own, or ours already (a warning raised while printing one)
+            return
+
+        def formatwarning(message, category, filename, lineno, line=None):
+            if isinstance(category, type) and issubclass(category, KcacheWarning):
+                return one_line(message) + "\n"
+            return standard(message, category, filename, lineno, line)
+
+        warnings.formatwarning = formatwarning
+        try:
+            yield
+        finally:
+            if warnings.formatwarning is formatwarning:
+                warnings.formatwarning = standard
 
 
 def reset() -> None:

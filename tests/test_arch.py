@@ -31,6 +31,9 @@ from kcache import arch
     (75, (7, 5, None)),
     (100, (10, 0, None)),
     (121, (12, 1, None)),
+    (9.0, (9, 0, None)),   # a float: the text its repr is (compile_for(cc=9.0))
+    (8.6, (8, 6, None)),
+    (12.0, (12, 0, None)),
 ])
 def test_accepted_forms(value, parsed):
     assert arch.parse_cc(value) == parsed
@@ -56,7 +59,7 @@ def test_90_and_90a_are_one_target():
     (9,), (9, 0, "a", 1), (), [], "ninety", "", "9", "9.", ".0", "9.10", "sm_9", "sm90",
     "9.0b", "9_0", "sm_90 a", "1234", "0.5", "00", (0, 5), (9, 10), (100, 0), (-1, 0),
     (9.0, 0), ("9", "0"), (True, 0), (9, 0, 1), (9, 0, "x"), 9, 5, 1000, -90, True, None,
-    9.0, 8.6, b"9.0", object(), {"major": 9},
+    9.55, 0.5, float("nan"), float("inf"), -9.0, 1e300, b"9.0", object(), {"major": 9},
 ])
 def test_bad_forms_give_one_line_naming_the_accepted_ones(bad):
     with pytest.raises(ValueError) as info:

@@ -360,6 +360,27 @@ def test_finding_an_entry_is_not_a_hit(store):
     assert getattr(info, "hits", 0) == 0
 
 
+def test_finding_an_entry_on_the_remote_is_not_a_hit_either(tmp_path, monkeypatch):
+    """With a remote tier (a file:// folder): compile_for's existence check that finds the
+    entry on the remote counts no remote hit (nor a remote miss where it is absent), as
+    docs/warm.md says; a use (Store.get) still counts its remote hit."""
+    pytest.importorskip("fsspec")
+    monkeypatch.setenv("KCACHE_REMOTE", (tmp_path / "remote").as_uri())
+    kernel, sig = _scaled_add()
+    one = kcache.Store(tmp_path / "one")
+    (made,) = compile_for_report(kernel, sig, cc=(9, 0), store=one)
+    assert not made.cached and one.stats()["remote_puts"] == 1
+    assert one.stats()["remote_misses"] == 0  # absent there: checked, not counted
+    other = kcache.Store(tmp_path / "other")
+    (found,) = compile_for_report(kernel, sig, cc=(9, 0), store=other)
+    assert found.cached and found.key == made.key
+    stats = other.stats()
+    assert (stats["remote_hits"], stats["remote_misses"], stats["hits"], stats["misses"],
+            stats["compiles"]) == (0, 0, 0, 0, 0)
+    third = kcache.Store(tmp_path / "third")
+    assert third.get(made.key) is not None and third.stats()["remote_hits"] == 1
+
+
 def test_cc_forms_and_lists(store):
     from kcache.dispatcher.aot import _cc_list as cc_list_of
 
@@ -375,6 +396,26 @@ def test_cc_forms_and_lists(store):
         _cc_list((9,))
     with pytest.raises(ValueError, match="compute capability"):
         _cc_list("9" * 5000)
+
+
+def test_cc_as_a_float_or_a_comma_list_as_the_cli_takes_it(store):
+    """cc=9.0 (a float) and cc="8.0,9.0" (warm's --cc text) are accepted; a bad value is a
+    kcache.KcacheError (and a ValueError, as before) with one line naming what is accepted."""
+    from kcache.dispatcher.aot import _cc_list
+    assert _cc_list(9.0) == [(9, 0)] and _cc_list(8.6) == [(8, 6)]
+    assert _cc_list("8.0,9.0") == [(8, 0), (9, 0)] and _cc_list(" 8.0 , sm_90a") == [(8, 0), (9, 0)]
+    assert _cc_list([8.0, "8.6,9.0"]) == [(8, 0), (8, 6), (9, 0)]
+    kernel, sig = _scaled_add()
+    keys = compile_for(kernel, sig, cc="8.0,9.0", store=store)
+    assert keys == compile_for(kernel, sig, cc=[(8, 0), 9.0], store=store)  # found: the same
+    assert store.stats()["compiles"] == 2
+    for bad, said in [(9.55, r"cc=9\.55: use .*9\.0"), ("8.0,,9.0", r"empty compute capability"),
+                      (float("nan"), r"cc=nan"), ("8.0,ninety", r"cc='ninety'"),
+                      (99.9, r"cc 99\.9 is not supported"), (object(), "compute capability list")]:
+        with pytest.raises(kcache.KcacheError, match=said) as info:
+            compile_for(kernel, sig, cc=bad, store=store)
+        assert isinstance(info.value, ValueError) and "\n" not in str(info.value)
+    assert store.stats()["compiles"] == 2  # refused before compiling anything
 
 
 # --- explain covers compile_for ------------------------------------------------------------

@@ -374,3 +374,31 @@ def test_probe_writable(tmp_path):
     afile.write_text("x")
     assert "ENOTDIR" in probe_writable(afile / "sub")
     assert list(tmp_path.iterdir()) == [afile]  # the probe leaves nothing behind
+
+
+def test_config_show_on_a_terminal_states_durations_as_the_docs_do(tmp_path):
+    """quarantine_age's default is "30 d" (docs: 30 days), not "720.0 h"; lock_timeout
+    "600 s"; a value set as 90m is "1.5 h"; piped output keeps the seconds."""
+    import re
+
+    from test_cli import on_terminal
+    status, text, err = on_terminal("config", "show", "--dir", str(tmp_path / "c"),
+                                    env={"KCACHE_LOCK_STALE": "90m"})
+    assert status == 0, err
+    rows = {cells[0]: cells[1] for cells in
+            (re.split(r" {2,}", re.sub(r"\x1b\[[0-9;]*m", "", l).strip())
+             for l in text.splitlines()) if len(cells) >= 2}
+    assert rows["quarantine_age"] == "30 d" and rows["lock_timeout"] == "600 s"
+    assert rows["lock_stale"] == "1.5 h" and rows["remote_wait"] == "60 s"
+    assert rows["remote_timeout"] == "1 s"
+    from clikit import run
+    piped = run(["config", "get", "quarantine_age", "--dir", str(tmp_path / "c")])
+    assert piped.stdout == "2592000.0\n"
+
+
+def test_human_duration():
+    from kcache.cli.fmt import human_duration
+    assert [human_duration(v) for v in (2592000.0, 600.0, 5400, 131400.0, 0.25, 0, 604800)] == [
+        "30 d", "600 s", "1.5 h", "36.5 h", "0.25 s", "0 s", "7 d"]
+    assert [human_duration(v) for v in (None, float("nan"), -1, 1e300, "x")] == [
+        "-", "-", "-", "100+ y", "-"]

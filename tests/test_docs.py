@@ -21,11 +21,15 @@ Options combine with commas (``<!-- runnable: gpu, exit=1 -->``). In ``console``
 the lines starting with ``$ `` are run (the rest is the output shown to the reader). The blocks
 of one page run in order, each in a fresh process, sharing one fresh temporary folder: the
 working directory (``file=`` blocks land there, and numba-cuda's own cache in its
-``__pycache__``) with the cache root ``KCACHE_DIR=./cache``; no other ``KCACHE_*`` variable
-is set. ``$REPO`` is the repository root; the venv's ``python`` and ``kcache`` come first on
-``PATH``. The working directory looks like the reader's clone: ``.venv`` is the running
-interpreter's environment (so ``.venv/bin/python`` and ``.venv/bin/kcache`` work as written)
-and ``examples`` is the repository's.
+``__pycache__``). No ``KCACHE_*`` variable is set: a reader pastes a block into their own
+shell, so each block names a throwaway cache root itself (``export KCACHE_DIR=$PWD/demo-cache``,
+``Store(tempfile.mkdtemp())``), and ``HOME`` and ``XDG_*`` point at an empty folder of their
+own: a block that writes anything there (the default cache root, a ``config.json``) fails,
+as it would have written in the reader's cache or settings. ``$REPO`` is the repository
+root; the venv's ``python`` and ``kcache`` come first on ``PATH``. The working directory looks
+like the reader's clone: ``.venv`` is the running interpreter's environment (so
+``.venv/bin/python`` and ``.venv/bin/kcache`` work as written) and ``examples`` is the
+repository's.
 """
 from __future__ import annotations
 
@@ -129,17 +133,48 @@ def script_of(block: Block) -> tuple[list[str], str, str]:
     return ["bash", "-euo", "pipefail"], ".sh", code
 
 
+#: The reader's home inside the work folder (:func:`block_env`): nothing may be written there.
+READER_HOME = ".reader-home"
+#: Where the XDG base directories point, inside the reader's home (never created by the test).
+XDG_DIRS = {"XDG_CACHE_HOME": ".cache", "XDG_CONFIG_HOME": ".config",
+            "XDG_DATA_HOME": ".local/share", "XDG_STATE_HOME": ".local/state"}
+
+
 def block_env(work: Path, bin_dir: Path | None = None) -> dict:
-    """The blocks' environment; ``bin_dir`` (default: this interpreter's) first on PATH."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KCACHE_")}
-    env.pop("NUMBA_CACHE_DIR", None)  # numba-cuda's own cache: __pycache__ in the work folder
+    """The blocks' environment; ``bin_dir`` (default: this interpreter's) first on PATH. No
+    ``KCACHE_*`` variable; ``HOME`` and ``XDG_*`` in an empty folder of the work folder
+    (:func:`home_writes` says what a block wrote there)."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("KCACHE_", "XDG_")) and k != "NUMBA_CACHE_DIR"}
+    # (NUMBA_CACHE_DIR: numba-cuda's own cache is __pycache__ in the work folder)
     bin_dir = bin_dir or Path(sys.executable).parent
-    env.update(KCACHE_DIR=str(work / "cache"), XDG_CACHE_HOME=str(work / "xdg"), REPO=str(REPO),
+    home = work / READER_HOME
+    home.mkdir(exist_ok=True)
+    env.update({name: str(home / sub) for name, sub in XDG_DIRS.items()})
+    env.update(HOME=str(home), REPO=str(REPO),
                PATH=os.pathsep.join([str(bin_dir), env.get("PATH", "")]),
-               PYTHONDONTWRITEBYTECODE="1")
+               PYTHONDONTWRITEBYTECODE="1",
+               # the CUDA driver's own JIT cache (~/.nv) on a GPU machine: not the reader's
+               # kcache or settings, and not what is checked here
+               CUDA_CACHE_PATH=str(work / ".nv-cache"))
     # PYTHONPATH is kept: it is part of the reader's environment (on the GPU machine it holds
     # the numpy that numba-cuda needs)
     return env
+
+
+def home_writes(work: Path) -> list[str]:
+    """What blocks wrote in the reader's home (:data:`READER_HOME`): paths relative to it."""
+    home = work / READER_HOME
+    return sorted(str(p.relative_to(home)) for p in home.rglob("*"))
+
+
+def check_home(block: Block, work: Path) -> None:
+    """Fail ``block`` when it wrote in the reader's home: it would have touched the reader's
+    own cache or settings (the default root ``~/.cache/kcache``, its ``config.json``)."""
+    wrote = home_writes(work)
+    assert not wrote, (f"{block} wrote in the reader's home (HOME, XDG_*): {wrote[:8]}; a "
+                       "runnable block must use a throwaway cache root it names itself "
+                       "(export KCACHE_DIR=$PWD/demo-cache, Store(tempfile.mkdtemp()))")
 
 
 #: What varies from run to run in a command's output, and what stands for it when a page's
@@ -294,6 +329,7 @@ def run_page(page: Path, work: Path, gpu: bool) -> int:
             # machine too: numba-cuda is shown no device
             shown_for = env if block.gpu or not gpu else {**env, "CUDA_VISIBLE_DEVICES": ""}
             run_output_block(block, work, shown_for)
+            check_home(block, work)
             ran += 1
             continue
         command, suffix, code = script_of(block)
@@ -304,6 +340,7 @@ def run_page(page: Path, work: Path, gpu: bool) -> int:
         assert done.returncode == block.exit, (
             f"{block} exited {done.returncode} (expected {block.exit})\n--- block\n{block.code}"
             f"--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-3000:]}")
+        check_home(block, work)
         ran += 1
     return ran
 
@@ -356,6 +393,41 @@ def test_a_failing_block_fails_the_test(tmp_path):
     finally:
         REPO = saved
     assert (work / "mod.py").read_text() == "X = 41\n"
+
+
+@pytest.mark.parametrize("code", [
+    "from kcache import Entry, Store, make_key\n"
+    "Store().put(make_key({'x': 1}), Entry({'cubin': b'x' * 64}, {}))\n",
+    "import subprocess\nsubprocess.run(['kcache', 'config', 'set', 'lock_timeout', '5m'], "
+    "check=True)\n",
+])
+def test_a_block_that_writes_in_the_reader_s_home_fails(tmp_path, code):
+    """A block on the default root (as guide.md's size-cap block once was) or writing the
+    default root's config.json fails, naming what it wrote; the same block with its own
+    throwaway root passes."""
+    page = tmp_path / "page.md"
+    page.write_text(f"<!-- runnable -->\n```python\n{code}```\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    with pytest.raises(AssertionError, match=r"page.md:2 wrote in the reader's home \(HOME, "
+                                             r"XDG_\*\): \['\.cache'"):
+        run_page_named(page, work)
+    safe = tmp_path / "safe.md"
+    safe.write_text("<!-- runnable -->\n```python\nimport os, tempfile\n"
+                    f"os.environ['KCACHE_DIR'] = tempfile.mkdtemp()\n{code}```\n")
+    other = tmp_path / "other"
+    other.mkdir()
+    assert run_page(safe, other, gpu=False) == 1
+
+
+def run_page_named(page: Path, work: Path) -> int:
+    """:func:`run_page` with block names relative to the page's folder."""
+    global REPO
+    saved, REPO = REPO, page.parent
+    try:
+        return run_page(page, work, gpu=False)
+    finally:
+        REPO = saved
 
 
 def test_output_blocks_compare_what_is_printed(tmp_path):
@@ -432,6 +504,20 @@ def anchors(page: Path) -> set[str]:
         seen[base] = n + 1
         out.add(base if n == 0 else f"{base}-{n}")
     return out
+
+
+def test_no_page_has_two_sections_of_one_title():
+    """Two headings with the same text on one page read as one section twice in a table of
+    contents, and a link to the title reaches the first only (compat.md once had two "numba-cuda's
+    own test suite under kcache")."""
+    from kcache.cli.reference import headings
+    for folder in (DOCS, REPO):
+        seen: dict = {}
+        for page, text in headings(folder):
+            seen.setdefault(page, []).append(text)
+        twice = {page: sorted({t for t in texts if texts.count(t) > 1})
+                 for page, texts in seen.items()}
+        assert {page: t for page, t in twice.items() if t} == {}
 
 
 def test_links_between_pages_resolve():

@@ -47,7 +47,7 @@ def changed(**edits):
     ({"target__output": "ptx"}, ["output cubin -> ptx"]),
     ({"toolchain__nvvm": "2.1"}, ["nvvm 2.0 -> 2.1"]),
     ({"signature": "(array(float64, 1d, C),)"},
-     ["signature (array(float32, 1d, C),) -> (array(float64, 1d, C),)"]),
+     ["signature: argument 1 array(float32, 1d, C) -> array(float64, 1d, C)"]),
     ({"options__fastmath": True}, ["option fastmath False -> True"]),
     ({"options__max_registers": 32}, ["option max_registers None -> 32"]),
     ({"cache_key": "b"}, ["cache_key 'a' -> 'b'"]),
@@ -146,3 +146,44 @@ def test_kcache_explain_reads_as_every_boolean_setting(value, on, warned):
                           text=True, timeout=120)
     assert done.stdout.strip() == str(on)
     assert ("KCACHE_EXPLAIN='bogus' is not a boolean; accepted: 1/0" in done.stderr) == warned
+
+
+def test_a_signature_miss_names_the_changed_argument_in_short_form():
+    """numba's reprs (``Array(float32, 1, 'C', False, aligned=True)``) are read back to types
+    and named as users write them; only the arguments that differ are named."""
+    T = pytest.importorskip("numba.cuda").types
+    old = str((T.float32[::1], T.float32, T.float32[:, ::1]))
+    new = str((T.float32[::1], T.float64, T.float64[:, ::1]))
+    assert diff_components({"signature": old}, {"signature": new}) == [
+        "signature: argument 2 float32 -> float64",
+        "signature: argument 3 float32[:, ::1] -> float64[:, ::1]"]
+    fewer = str((T.float32[::1],))
+    assert diff_components({"signature": old}, {"signature": fewer}) == [
+        "signature (float32[::1], float32, float32[:, ::1]) -> (float32[::1])"]
+    readonly = str((T.Array(T.float32, 1, "C", readonly=True), T.float32, T.float32[:, ::1]))
+    assert diff_components({"signature": old}, {"signature": readonly}) == [
+        "signature: argument 1 float32[::1] -> Array(float32, 1, 'C', readonly=True)"]
+    # an entry's text that is no signature at all: quoted, escaped and cut, never raised
+    assert diff_components({"signature": "(\x1b[31m" + "x" * 500 + ",)"},
+                           {"signature": 7})[0].startswith("signature (\\x1b[31mxxx")
+
+
+def test_kcache_explain_on_a_signature_miss_is_brief(tmp_path):
+    """A real process: compile_for float32[::1], then float64[::1] with KCACHE_EXPLAIN=1: the
+    miss line names argument 1 in short form, not numba's reprs of every argument."""
+    import subprocess
+    import sys
+    (tmp_path / "kern.py").write_text(
+        "from numba import cuda\nimport kcache\n\n@kcache.jit\ndef put(out, x):\n"
+        "    i = cuda.grid(1)\n    if i < out.size:\n        out[i] = x[i]\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KCACHE_")}
+    env.update(KCACHE_DIR=str(tmp_path / "cache"), KCACHE_EXPLAIN="1")
+    code = ("import kcache, kern\n"
+            "kcache.compile_for(kern.put, ['void(float32[::1], {0}[::1])'], cc='9.0')\n")
+    for dtype in ("float32", "float64"):
+        done = subprocess.run([sys.executable, "-c", code.format(dtype)], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+    [line] = [l for l in done.stderr.splitlines() if "miss:" in l]
+    assert line.endswith("miss: signature: argument 2 float32[::1] -> float64[::1]"), line
+    assert "aligned=True" not in line and len(line) < 160

@@ -102,7 +102,7 @@ def test_without_gpu_warms_exports_and_imports(first_run):
     size = r"\d+(\.\d)? (B|KiB|MiB)"
     assert re.search(rf"^kcache export: {n} entries \({size}\) -> .*\({size}, ", out, re.M)
     assert re.search(rf"^kcache import: {n} entries added to {re.escape(str(base))}", out, re.M)
-    assert f"Same {n} entries (key, kernel, signature, arch, size)" in out
+    assert f"Same {n} entries in both roots (every field of kcache ls --json)." in out
     # the listing printed is the imported root's: one row per entry, human sizes, a total
     listing = out.split("(kcache ls):\n", 1)[1].split("Same ", 1)[0].strip().splitlines()
     assert len(listing) == n + 1 and re.fullmatch(rf"{n} entries, {size}", listing[-1].strip())
@@ -129,6 +129,22 @@ def test_second_run_finds_everything_cached(first_run):
     assert f"kcache import: 0 entries added to {base / 'work' / 'imported'}, {n} already there" \
            in second.stdout
     assert f"Same {n} entries" in second.stdout
+
+
+def test_a_temporary_work_folder_is_not_named(first_run):
+    """Without --work-dir the bundle and the imported root live in a temporary folder that is
+    removed at the end: the job says so and prints no path of it (it would name nothing)."""
+    base, first = first_run
+    assert first.returncode == 0
+    again = _main(base)
+    assert again.returncode == 0, again.stderr[-3000:]
+    out = again.stdout
+    assert "kcache-main-" not in out and "/imported" not in out
+    assert "\nIn a temporary folder, removed at the end (--work-dir DIR keeps it):\n" \
+           "kcache export: " in out
+    assert re.search(r"^kcache export: \d+ entries \(.*\) -> kernels\.kcb \(.*\)$", out, re.M)
+    assert re.search(r"^kcache import: \d+ entries added to a fresh root, imported/$", out, re.M)
+    assert "signature" not in out.split("(kcache ls):", 1)[1]  # no column it does not show
 
 
 # What the GPU run launches (examples.kernels.run_all and examples.usecases.cases), compiled

@@ -86,23 +86,25 @@ def test_the_short_form_reads_back_as_the_same_types_in_numba(types_):
     overload: numba-cuda's signature reading gives back equal types."""
     from kcache.dispatcher.frontends.numba_cuda.signatures import (
         signature_display, signature_string)
+    from kcache.dispatcher.frontends.numba_cuda.bridge import FRONTEND
     from kcache.dispatcher.sigspec import parse_signature
     for printed in (signature_display(types_), signature_string(types_)):
         short = short_signature(printed)
         assert "array(" not in short
-        assert parse_signature("void" + short) == types_, (printed, short)
+        assert parse_signature(FRONTEND, "void" + short) == types_, (printed, short)
 
 
 @settings(max_examples=100, deadline=None)
 @given(arrays(), st.booleans(), st.booleans())
 def test_readonly_and_unaligned_are_named_in_front(array, readonly, aligned):
     from numba.core import types
+    from kcache.dispatcher.frontends.numba_cuda.bridge import FRONTEND
     from kcache.dispatcher.sigspec import parse_signature
     typ = types.Array(array.dtype, array.ndim, array.layout, readonly=readonly, aligned=aligned)
     short = short_signature(str(typ))
     words = ("unaligned " if not aligned else "") + ("readonly " if readonly else "")
     assert short.startswith(words) and "array(" not in short
-    assert parse_signature(f"void({short[len(words):]})") == (array,)
+    assert parse_signature(FRONTEND, f"void({short[len(words):]})") == (array,)
 
 
 @settings(max_examples=200, deadline=None)

@@ -377,7 +377,8 @@ class Store:
 
     def get_or_create(self, key: str, create: Callable[[], Entry], *,
                       components: dict | None = None, count: bool = True,
-                      while_waiting: Callable[[], None] | None = None) -> tuple[Entry, bool]:
+                      while_waiting: Callable[[], None] | None = None,
+                      recache: bool = False) -> tuple[Entry, bool]:
         """Single flight: the cached entry, or ``create()``'s, built by one process only.
 
         Looks up ``key``; on a miss takes its lock, looks again (another process may have
@@ -391,18 +392,20 @@ class Store:
         machine the remote tier's lease), before this one waits for its entry: work the wait
         hides (kcache.dispatcher readies the compiler for this process's own compiles); what
         it raises is ignored, its seconds count against the lock timeout (the remote wait).
-        Raises LockTimeout, or whatever ``create`` raises."""
+        ``recache``: ``create()`` under the lock and put, overwriting what is there (ccache's
+        ``--recache``): a miss, never a hit. Raises LockTimeout, or whatever ``create`` raises."""
         check_key(key)
         if self.disabled:
             return create(), False
-        found = self._reader.read(key, touch=count)
+        found = None if recache else self._reader.read(key, touch=count)
         if found is not None:
             return (self._hit(key, found) if count else found[1]), True
         with self._compile_lock(key, while_waiting):
-            found = self._reader.read(key, touch=count, remote=False)  # the remote was asked just now
+            # the remote was asked just now
+            found = None if recache else self._reader.read(key, touch=count, remote=False)
             if found is not None:
                 return (self._hit(key, found) if count else found[1]), True
-            if self.remote is None:
+            if self.remote is None or recache:
                 return self._create(key, create, components, count), False
             # Across machines: the remote tier's lease (Redis) makes one machine compile while
             # the others wait for its value (bounded by KCACHE_REMOTE_WAIT).
@@ -414,7 +417,7 @@ class Store:
                     self._count(key, remote_wait_seconds=flight.waited)
                 if flight.error is not None:
                     policy.error(flight.error)
-                found = policy.use(key, flight.blob) if flight.blob is not None else None
+                found = policy.use(key, flight.blob, count) if flight.blob is not None else None
                 if found is not None:
                     return (self._hit(key, found) if count else found[1]), True
                 return self._create(key, create, components, count), False

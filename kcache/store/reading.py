@@ -59,7 +59,9 @@ class Reader:
         """(header, Entry, tier) of the first tier holding a valid entry for ``key``, or None.
         Defects on the way are counted, quarantined (writable root) or remembered (layers),
         and warned once; unusable tiers are a miss. ``touch`` records the use of what is read
-        in the writable root (the LRU clock; a corrupt file touched so is quarantined next)."""
+        in the writable root (the LRU clock; a corrupt file touched so is quarantined next)
+        and counts a remote hit or miss: without it the read is an existence check, which
+        counts none (a remote error or refused value is still counted)."""
         limit = self._max_entry_size
         for tier in self._tiers():
             blob = None
@@ -83,7 +85,7 @@ class Reader:
                           f"({os_reason(exc)}); treated as a miss")
                 continue
             return header, ent, tier
-        return self._remote.read(key) if remote else None
+        return self._remote.read(key, count=touch) if remote else None
 
     def _bad(self, tier, key: str, exc: CorruptEntry, st, blob) -> None:
         """A defective value: quarantine it (writable root) or remember it (a layer: not

@@ -93,9 +93,11 @@ class RemotePolicy:
         secret = self._remote_settings.secret
         return unwrap(secret, data, require=secret is not None)
 
-    def read(self, key: str):
+    def read(self, key: str, count: bool = True):
         """(header, Entry, tier) from the remote tier, verified and copied into the writable
-        root; None on a miss, a refused value or a tier error (each counted, warned once)."""
+        root; None on a miss, a refused value or a tier error (each counted, warned once).
+        ``count=False``: an existence check (``compile_for``, ``kcache warm``), which counts
+        no remote hit or miss."""
         remote = self.remote
         if remote is None:
             return None
@@ -105,11 +107,12 @@ class RemotePolicy:
             self.error(exc)
             return None
         if blob is None:
-            self._count(key, remote_misses=1)
+            if count:
+                self._count(key, remote_misses=1)
             return None
-        return self.use(key, blob)
+        return self.use(key, blob, count)
 
-    def use(self, key: str, blob):
+    def use(self, key: str, blob, count: bool = True):
         try:
             data = self.unwrap(self._remote, blob.data)
             header, ent = self._verify(key, data)
@@ -123,7 +126,8 @@ class RemotePolicy:
                           f"{self._remote.disabled_reason}; this process goes on without it")
             return None
         self._remote.used()
-        self._count(key, remote_hits=1)
+        if count:
+            self._count(key, remote_hits=1)
         self._publish(key, data, remote=False)  # backfill: the next read is local
         return header, ent, self._remote
 

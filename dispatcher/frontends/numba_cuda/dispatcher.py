@@ -318,11 +318,13 @@ class KCacheDispatcher(_internals.CUDADispatcher):
                               launch_config) -> Lookup:
         """``store.get_or_create`` for one key, as a :class:`Lookup`: the entry found or
         published, and on a miss the kernel this process compiled. Raises the user's compile
-        error (a miss counted first, as numba-cuda counts it), outside the store's handler."""
+        error (a miss counted first, as numba-cuda counts it), outside the store's handler.
+        Under ``KCACHE_RECACHE`` the entry present is not used: compiled and stored again."""
         found = Lookup()
+        recache = _process.recache_enabled()
 
         def create():
-            self._kcache_explain(store, components, argtypes)
+            self._kcache_explain(store, components, argtypes, recache)
             try:
                 kernel, seconds = self._kcache_build(argtypes)
             except Exception as exc:
@@ -347,7 +349,8 @@ class KCacheDispatcher(_internals.CUDADispatcher):
 
         try:
             found.entry, _was_hit = store.get_or_create(
-                key, create, components=components, while_waiting=self._kcache_ready_compiler)
+                key, create, components=components, while_waiting=self._kcache_ready_compiler,
+                recache=recache)
             return found
         except _NotPublished:
             if found.error is None:
@@ -544,15 +547,18 @@ class KCacheDispatcher(_internals.CUDADispatcher):
         warn_once("dispatcher-store-error", f"kcache: cache store failed ({type(exc).__name__}: "
                   f"{cut(exc)}); kernels still compile and run")
 
-    def _kcache_explain(self, store, components, argtypes):
+    def _kcache_explain(self, store, components, argtypes, recache=False):
         if not explain_enabled():
+            return
+        what = f"{self._kcache_name()} {_signatures.signature_display(argtypes)}"
+        if recache:
+            self._kcache_log([f"{what}: recache: KCACHE_RECACHE is set (compiled, stored again)"])
             return
         from ...misses import explain_miss, one_line
         try:
             lines = explain_miss(store, components)
         except Exception as exc:  # explaining must never fail the call
             lines = [f"(cannot explain: {type(exc).__name__}: {cut(exc)})"]
-        what = f"{self._kcache_name()} {_signatures.signature_display(argtypes)}"
         # One line per miss (the differences joined): an entry cannot flood the log.
         self._kcache_log([f"{what}: miss: {one_line(lines) or 'no entry of this kernel'}"])
 

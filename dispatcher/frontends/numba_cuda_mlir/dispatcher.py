@@ -344,10 +344,13 @@ class KCacheMLIRDispatcher(MLIRDispatcher):
                 self._kcache_keys[memo] = (known[0], None, known[2])
 
     def _kcache_single_flight(self, store, key, components, argtypes, cc, original) -> Lookup:
+        """``store.get_or_create`` for one key, as a :class:`Lookup`. Under ``KCACHE_RECACHE``
+        the entry present is not used: compiled and stored again."""
         found = Lookup()
+        recache = _process.recache_enabled()
 
         def create():
-            self._kcache_explain(store, components, argtypes)
+            self._kcache_explain(store, components, argtypes, recache)
             try:
                 built = self._kcache_build(argtypes, original)
             except Exception as exc:
@@ -364,7 +367,8 @@ class KCacheMLIRDispatcher(MLIRDispatcher):
             return entry
 
         try:
-            found.entry, _hit = store.get_or_create(key, create, components=components)
+            found.entry, _hit = store.get_or_create(key, create, components=components,
+                                                    recache=recache)
             return found
         except _NotPublished:
             if found.error is None:
@@ -500,8 +504,13 @@ class KCacheMLIRDispatcher(MLIRDispatcher):
             _warnings.replay(said, repr(self.py_func))
         return wrapped
 
-    def _kcache_explain(self, store, components, argtypes):
+    def _kcache_explain(self, store, components, argtypes, recache=False):
         if not explain_enabled():
+            return
+        if recache:
+            log_explanations(self, [f"{self._kcache_name()} "
+                                    f"{_signatures.signature_display(argtypes)}: recache: "
+                                    "KCACHE_RECACHE is set (compiled, stored again)"])
             return
         from ...misses import explain_miss, one_line
         try:
