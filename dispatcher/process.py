@@ -239,6 +239,8 @@ def recache_enabled() -> bool:
     value = os.environ.get("KCACHE_RECACHE")
     if not value:
         return False
+    from kcache.config.values import parse_bool  # only when set, as for KCACHE_EXPLAIN
+    from kcache.errors import ConfigError
     try:
         return parse_bool(value, "KCACHE_RECACHE")
     except ConfigError as exc:
