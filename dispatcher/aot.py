@@ -276,7 +276,7 @@ def _compile_one(frontend, kernel, argtypes, cc, store, cache_key,
         elif explain_enabled():  # one line per miss, as the dispatcher logs it
             from .misses import explain_miss, one_line
             log_explanations(kernel, [f"{name} {shown} for {arch}: miss: "
-                                      f"{one_line(explain_miss(store, components))}"])
+                                      f"{one_line(explain_miss(store, components, frontend))}"])
         # offline_target compiles every device function afresh (for cc): no compile made
         # under other globals is reused here (kcache.dispatcher.dep_guard)
         with frontend.offline_target(cc) as full, compile_warnings.captured() as said:

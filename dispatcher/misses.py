@@ -21,18 +21,20 @@ _ORDER = ("frontend", "kernel", "source", "extensions", "signature", "target", "
           "link", "launch_config", "cache_key", "toolchain", "format")
 
 
-def diff_components(old: dict, new: dict) -> list[str]:
+def diff_components(old: dict, new: dict, frontend=None) -> list[str]:
     """Human-readable differences from ``old`` to ``new`` (two components dicts).
 
     Returns one line per differing leaf, ordered source, extensions, signature, target,
     options, numba config, link, launch config, cache_key, toolchain; an empty list when they
     are equal.  Unknown
     top-level keys are compared too ("<name> changed").  Never raises on malformed input.
+    ``frontend`` (a ``frontends.base.Frontend``): puts a signature's arguments in its short
+    form (``float32[::1]``); without one they are shown as the component holds them.
     """
-    return [word() for word in differences(old, new)]
+    return [word() for word in differences(old, new, frontend)]
 
 
-def differences(old: dict, new: dict) -> list:
+def differences(old: dict, new: dict, frontend=None) -> list:
     """:func:`diff_components`'s lines, each a function of no argument that words it: only
     the lines shown are worded (escaped and cut), so ranking entries that each differ in
     100,000 places costs a comparison per place, not a message."""
@@ -52,7 +54,7 @@ def differences(old: dict, new: dict) -> list:
         if differ is not None and isinstance(a, dict) and isinstance(b, dict):
             lines.extend(differ(a, b))
         elif key == "signature":
-            lines.extend(_signature(a, b))
+            lines.extend(_signature(a, b, frontend))
         elif key == "cache_key":
             lines.append(lambda a=a, b=b: f"cache_key {_short(a, QUOTE_LIMIT)} -> "
                                           f"{_short(b, QUOTE_LIMIT)}")
@@ -63,7 +65,7 @@ def differences(old: dict, new: dict) -> list:
     return lines
 
 
-def explain_miss(store, components: dict) -> list[str]:
+def explain_miss(store, components: dict, frontend=None) -> list[str]:
     """Explain a miss: diff ``components`` against the nearest entry of the same kernel.
 
     ``store``: a ``kcache.Store`` (only ``entries()`` is used: headers, no payloads).  The
@@ -72,7 +74,7 @@ def explain_miss(store, components: dict) -> list[str]:
     single line saying so when an entry with identical components exists (the key scheme
     itself changed).  A store that cannot be read gives one line naming the error.  At most
     MAX_SHOWN differences, then ``"and N more"``; every name and value from an entry escaped
-    and at most 200 characters (kcache.text.cut).
+    and at most 200 characters (kcache.text.cut). ``frontend``: as :func:`diff_components`'.
     """
     kernel = components.get("kernel")
     best = None
@@ -81,7 +83,7 @@ def explain_miss(store, components: dict) -> list[str]:
             theirs = getattr(info, "components", None)
             if not isinstance(theirs, dict) or theirs.get("kernel") != kernel:
                 continue
-            lines = differences(theirs, components)
+            lines = differences(theirs, components, frontend)
             rank = (len(lines), -float(getattr(info, "last_used", 0) or 0))
             if best is None or rank < best[0]:
                 best = (rank, lines, info)
@@ -146,15 +148,16 @@ def _part_label(name: str) -> str:
 _ARG_LIMIT = 60
 
 
-def _signature(a, b) -> list:
+def _signature(a, b, frontend) -> list:
     """The arguments whose types differ, one line each, in numba's short form where it has
     one (``signature: argument 2 float32[::1] -> float64[::1]``); both whole signatures when
     the argument counts differ or a value is not a signature text. Arguments are compared as
     text (numba's repr names a type fully); only the lines shown are put in short form."""
     old, new = _split(a), _split(b)
     if old is None or new is None or len(old) != len(new):
-        return [lambda: f"signature {_whole(a, old)} -> {_whole(b, new)}"]
-    lines = [lambda n=n, x=x, y=y: f"signature: argument {n} {_argument(x)} -> {_argument(y)}"
+        return [lambda: f"signature {_whole(frontend, a, old)} -> {_whole(frontend, b, new)}"]
+    lines = [lambda n=n, x=x, y=y: (f"signature: argument {n} {_argument(frontend, x)} -> "
+                                    f"{_argument(frontend, y)}")
              for n, (x, y) in enumerate(zip(old, new), 1) if x != y]
     return lines or [lambda: f"signature {cut(a)} -> {cut(b)}"]  # split alike: say all
 
@@ -182,22 +185,25 @@ def _split(text) -> list | None:
     return [p for p in parts if p]  # "(x,)": nothing after the comma
 
 
-def _whole(text, parts) -> str:
+def _whole(frontend, text, parts) -> str:
     if parts is None:
         return cut(text)
-    return cut(f"({', '.join(_argument(p) for p in parts[:MAX_SHOWN])}"
+    return cut(f"({', '.join(_argument(frontend, p) for p in parts[:MAX_SHOWN])}"
                f"{', ...' if len(parts) > MAX_SHOWN else ''})")
 
 
-def _argument(text: str) -> str:
+def _argument(frontend, text: str) -> str:
     """One argument's type in numba's short form (``float32[::1]``,
     kcache.dispatcher.sigspec.format_type) when its text reads back to exactly that type,
-    else the text itself; escaped, at most :data:`_ARG_LIMIT` characters."""
+    else the text itself (and without a ``frontend``); escaped, at most :data:`_ARG_LIMIT`
+    characters."""
+    if frontend is None:
+        return cut(text, _ARG_LIMIT)
     from . import sigspec  # numba types: only for a line shown
-    found = sigspec.from_signature_component(f"({text},)")
+    found = sigspec.from_signature_component(frontend, f"({text},)")
     if found is not None and len(found) == 1:
         try:
-            text = sigspec.format_type(found[0])
+            text = sigspec.format_type(frontend, found[0])
         except Exception:  # a type with no short form: its repr, as written
             pass
     return cut(text, _ARG_LIMIT)

@@ -239,8 +239,8 @@ def recache_enabled() -> bool:
     value = os.environ.get("KCACHE_RECACHE")
     if not value:
         return False
-    from kcache.config.values import parse_bool  # only when set, as for KCACHE_EXPLAIN
-    from kcache.errors import ConfigError
+    # as for KCACHE_EXPLAIN: the settings module is imported only when the variable is set
+    from kcache.config import ConfigError, parse_bool
     try:
         return parse_bool(value, "KCACHE_RECACHE")
     except ConfigError as exc:

@@ -65,7 +65,7 @@ def check(frontend, dispatcher, argtypes) -> None:
         return
     cc = frontend.current_cc()
     name, shown = dispatcher._kcache_name(), frontend.signature_display(argtypes)
-    reason = _reason(dispatcher, argtypes, cc)
+    reason = _reason(frontend, dispatcher, argtypes, cc)
     where = f"{name} {shown} for cc {cc[0]}.{cc[1]} ({_arch.arch_name(cc)})"
     if how == WARN:
         warn_once(f"require-hit:{name}", f"kcache: {ENV}=warn: compiling {where}: {reason}")
@@ -76,7 +76,7 @@ def check(frontend, dispatcher, argtypes) -> None:
         kernel=name, signature=shown, cc=cc, reason=reason)
 
 
-def _reason(dispatcher, argtypes, cc) -> str:
+def _reason(frontend, dispatcher, argtypes, cc) -> str:
     """Why no entry serves this call: the kernel's uncached reason, else the nearest entry's
     differences (dispatcher.misses.explain_miss). Never raises."""
     uncached = dispatcher._kcache_uncached.get(argtypes)
@@ -88,7 +88,7 @@ def _reason(dispatcher, argtypes, cc) -> str:
             return "not cached: no cache store"
         _key, components = dispatcher.kcache_key(argtypes, cc, store=store)
         from .misses import explain_miss, one_line
-        lines = explain_miss(store, components)
+        lines = explain_miss(store, components, frontend)
         no_entry = "no entry of this kernel yet" in lines or lines[0].startswith("cannot read")
         return one_line(lines) if no_entry else "the nearest entry differs: " + one_line(lines)
     except Exception as exc:  # explaining must not hide the refusal itself

@@ -401,9 +401,13 @@ def test_cc_forms_and_lists(store):
 def test_cc_as_a_float_or_a_comma_list_as_the_cli_takes_it(store):
     """cc=9.0 (a float) and cc="8.0,9.0" (warm's --cc text) are accepted; a bad value is a
     kcache.KcacheError (and a ValueError, as before) with one line naming what is accepted."""
-    from kcache.dispatcher.aot import _cc_list
+    from kcache.dispatcher.aot import _cc_list as cc_list_of
+
+    def _cc_list(cc):
+        return cc_list_of(FRONTEND, cc)
     assert _cc_list(9.0) == [(9, 0)] and _cc_list(8.6) == [(8, 6)]
-    assert _cc_list("8.0,9.0") == [(8, 0), (9, 0)] and _cc_list(" 8.0 , sm_90a") == [(8, 0), (9, 0)]
+    assert _cc_list("8.0,9.0") == [(8, 0), (9, 0)]
+    assert _cc_list(" 8.0 , sm_90a") == [(8, 0), (9, 0)]
     assert _cc_list([8.0, "8.6,9.0"]) == [(8, 0), (8, 6), (9, 0)]
     kernel, sig = _scaled_add()
     keys = compile_for(kernel, sig, cc="8.0,9.0", store=store)

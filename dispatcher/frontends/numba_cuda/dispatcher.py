@@ -556,7 +556,7 @@ class KCacheDispatcher(_internals.CUDADispatcher):
             return
         from ...misses import explain_miss, one_line
         try:
-            lines = explain_miss(store, components)
+            lines = explain_miss(store, components, self._kcache_frontend)
         except Exception as exc:  # explaining must never fail the call
             lines = [f"(cannot explain: {type(exc).__name__}: {cut(exc)})"]
         # One line per miss (the differences joined): an entry cannot flood the log.

@@ -514,7 +514,7 @@ class KCacheMLIRDispatcher(MLIRDispatcher):
             return
         from ...misses import explain_miss, one_line
         try:
-            lines = explain_miss(store, components)
+            lines = explain_miss(store, components, self._kcache_frontend)
         except Exception as exc:  # explaining must never fail the call
             lines = [f"(cannot explain: {type(exc).__name__}: {cut(exc)})"]
         what = f"{self._kcache_name()} {_signatures.signature_display(argtypes)}"
