@@ -182,3 +182,25 @@ def test_stats_fits(root, args):
         assert len(lines) <= 8
         assert cells(lines[0]) == ["root", str(root)]
         assert cells(lines[1]) == ["entries", "8"]
+
+
+@pytest.mark.slow
+def test_warm_shows_the_short_signature(tmp_path):
+    """issue 35: `mid:mix  (array(float32, 1d, C)…array(float32, 1d, C))  sm_90a  compiled`:
+    warm's table (and --recache's) now shows numba's short form; --json keeps the full one."""
+    (tmp_path / "kern.py").write_text(
+        "from numba import cuda\n\n@cuda.jit\ndef double(x, y):\n"
+        "    i = cuda.grid(1)\n    if i < x.size:\n        x[i] = 2 * y[i, 0]\n")
+    (tmp_path / "k.sigs").write_text("kern:double  void(float32[::1], float64[:, ::1])\n")
+    args = ("warm", str(tmp_path / "kern.py"), "--signatures", str(tmp_path / "k.sigs"),
+            "--cc", "9.0", "--dir", str(tmp_path / "cache"))
+    for extra in ((), ("--recache",)):
+        status, lines = terminal(*args, *extra)
+        assert status == 0, lines
+        [row] = [line for line in lines if line.startswith("kern:double")]
+        assert cells(row)[:3] == ["kern:double", "(float32[::1], float64[:, ::1])", "sm_90a"], row
+        assert not any("array(" in line for line in lines), lines
+        assert all(len(line) <= COLUMNS for line in lines), lines
+    done = subprocess.run([sys.executable, "-m", "kcache", *args, "--json"],
+                          capture_output=True, text=True, timeout=300)
+    assert "array(float32, 1d, C)" in done.stdout, done.stdout
