@@ -23,26 +23,26 @@ SORTS = {
     "created": (lambda v: v.created or 0.0, True),
 }
 
+#: Width a Signature keeps while other columns can be hidden instead: the short form of three
+#: or four arguments (``(float32[:, ::1], float32[::1], int64)``).
+SIGNATURE_KEEP = 48
 #: Terminal columns. When the terminal is narrow, kernel names keep their qualname (the
 #: module loses its middle), signatures keep where they differ from the others, and Compile
-#: time, Hits, Last used, Size, Signature go, in that order, before a kernel name is cut below
-#: 24 cells (then down to 16). Signature stays while two rows share kernel and arch
-#: (:func:`columns_for`): without it two overloads would print as the same row.
+#: time, Hits, Last used, Size go, in that order, before a kernel name is cut below 24 cells
+#: or a signature below SIGNATURE_KEEP (then down to 16 and 12), whatever the number of rows;
+#: Signature goes last, only when even that does not fit. It is never hidden while two rows
+#: share kernel and arch (:func:`columns_for`): two overloads would print as the same row.
 COLUMNS = (
     Column("Key"),
     Column("Kernel", shrink=16, keep=24, cut="kernel"),
-    Column("Signature", shrink=12, drop=1, cut="distinct"),
+    Column("Signature", shrink=12, keep=SIGNATURE_KEEP, drop=1, cut="distinct"),
     Column("Arch"),
     Column("Size", right=True, drop=2),
     Column("Hits", right=True, drop=4),
     Column("Last used", drop=3),
     Column("Compile time", right=True, drop=5),
 )
-#: Width a Signature that tells rows apart keeps while other columns can be hidden instead:
-#: the short form of three or four arguments (``(float32[:, ::1], float32[::1], int64)``).
-SIGNATURE_KEEP = 48
-#: COLUMNS with a Signature that is never hidden, and cut below SIGNATURE_KEEP only when
-#: every droppable column is hidden.
+#: COLUMNS with a Signature that is never hidden.
 _WITH_SIGNATURE = tuple(Column(c.header, c.right, c.shrink, SIGNATURE_KEEP, 0, c.cut)
                         if c.header == "Signature" else c for c in COLUMNS)
 

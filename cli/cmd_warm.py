@@ -220,9 +220,12 @@ def _document(args, store, ccs, jobs, rows, counts, plan, seconds, warm) -> dict
 def _print_report(args, rows, counts, plan, seconds, jobs, dry_run) -> None:
     """The table (fitted to a terminal, TSV under the JSON names when piped), then the reason
     of each failure on a terminal (a reason does not fit a table cell), then the summary."""
+    from kcache.entry.shortsig import short_signature
+    # numba's short form where space is short (--wide, piped and --json: the full form)
+    shown = (lambda text: text) if want_wide(args) else short_signature
     print_table(
         COLUMNS, rows,
-        human=lambda r: (r.kernel, r.display or "", r.arch, _WORDS[r.status],
+        human=lambda r: (r.kernel, shown(r.display) or "", r.arch, _WORDS[r.status],
                          human_seconds(r.compile_seconds) if r.compile_seconds else ""),
         plain=lambda r: (r.kernel, r.display, r.arch, r.status, r.key,
                          plain_seconds(r.compile_seconds), r.reason),
@@ -230,7 +233,7 @@ def _print_report(args, rows, counts, plan, seconds, jobs, dry_run) -> None:
     if is_terminal():
         for r in rows:
             if r.reason:
-                where = " ".join(x for x in (r.display, r.arch) if x)
+                where = " ".join(x for x in (shown(r.display), r.arch) if x)
                 print(line(f"{_WORDS[r.status]}: {r.kernel} {where}: {r.reason}"))
     done = ", ".join(f"{counts[s]} {_WORDS[s]}" for s in ("compiled", "cached", "would_compile",
                                                           "failed", "skipped")
@@ -273,8 +276,10 @@ class _Progress:
         elif not self.quiet:
             detail = outcome.get("reason") or (
                 f"{outcome['compile_seconds']:.2f} s" if outcome.get("compile_seconds") else "")
+            from kcache.entry.shortsig import short_signature
             message(f"kcache: warm: [{self.n}/{self.total}] {_WORDS[status]}: {task.kernel} "
-                    f"{task.display} {outcome.get('arch') or ''} {detail}".rstrip())
+                    f"{short_signature(task.display)} {outcome.get('arch') or ''} "
+                    f"{detail}".rstrip())
 
     def __exit__(self, *exc):
         if self.bar is not None:

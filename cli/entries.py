@@ -246,13 +246,14 @@ def resolve_prefix(store, prefix: str) -> EntryView:
         raise UsageError(f"entry {newer[0]} was written by a newer kcache format; left "
                          "untouched (use the kcache version that wrote it)")
     keys = entry_keys(store)
-    near = near_keys(cleaned, keys)
+    shared, near = near_keys(cleaned, keys)
     if not keys:
         hint = " (the cache has no entries)"
     elif near:
-        hint = f"; nearest keys: {', '.join(near)}"
-    else:
-        hint = ""
+        more = ", …" if len(near) > 3 else ""
+        hint = f"; keys starting with {cleaned[:shared]!r}: {', '.join(near[:3])}{more}"
+    else:  # no key shares even a first digit: none is "near"
+        hint = f" (no entry's key starts with {cleaned[:1]!r}; 'kcache ls' lists the keys)"
     raise NotFound(f"no entry with key prefix {prefix!r}{hint}")
 
 
@@ -271,14 +272,13 @@ def _label(view: EntryView) -> str:
     return f"{view.kernel or '?'} {view.arch or ''}".rstrip()
 
 
-def near_keys(prefix: str, keys: Iterable[str], n: int = 3) -> list[str]:
-    """The ``n`` keys nearest to ``prefix`` (short forms): the most leading digits in common
-    first, then the smallest numeric distance between the first ``len(prefix)`` digits."""
-    target = int(prefix, 16)
-    keys = [k for k in keys if _HEX.match(k)]  # a stray file name is not a key
-
-    def nearness(key: str) -> tuple[int, int]:
-        shared = len(os.path.commonprefix([key, prefix]))
-        return -shared, abs(int(key[: len(prefix)], 16) - target)
-
-    return [k[:SHORT_KEY] for k in sorted(set(keys), key=nearness)[:n]]
+def near_keys(prefix: str, keys: Iterable[str], n: int = 3) -> tuple[int, list[str]]:
+    """``(digits, keys)``: the most leading digits any key shares with ``prefix``, and up to
+    ``n + 1`` of the keys sharing that many (short forms, sorted; ``n + 1`` says that there
+    are more). No keys when none shares a first digit: a key that merely sorts near is no
+    nearer to a mistyped prefix than any other."""
+    keys = {k for k in keys if _HEX.match(k)}  # a stray file name is not a key
+    shared = max((len(os.path.commonprefix([k, prefix])) for k in keys), default=0)
+    if not shared:
+        return 0, []
+    return shared, sorted(k[:SHORT_KEY] for k in keys if k.startswith(prefix[:shared]))[:n + 1]

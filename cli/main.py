@@ -175,7 +175,7 @@ _reported_here: set[str] = set()
 def reported_here(*kinds: str) -> None:
     """The command being run reports these kinds of store warnings itself (``push`` and
     ``pull`` name each failed entry with the remote's error, so the store's "remote tier
-    error ... kernels still compile and run" is not printed); other commands, e.g. ``warm``,
+    error ...; treated as a miss" is not printed); other commands, e.g. ``warm``,
     which compiles through the store, keep them."""
     _reported_here.update(kinds)
 

@@ -182,7 +182,8 @@ def layout(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int,
     with every droppable column hidden, the largest ``keep`` widths are lowered evenly
     until they fit (a kernel name keeps its 24 cells while a signature that wants 48 gets
     the rest), down to the columns' minimums (never below their header). When even that
-    does not fit, the minimum is used (the terminal wraps whole lines)."""
+    does not fit, the minimum is used (the terminal wraps whole lines). A droppable column
+    with a ``keep`` width is lowered that way before it is hidden."""
     natural = [max([cell_len(c.header)] + [cell_len(r[i]) for r in rows])
                for i, c in enumerate(columns)]
     if wide:
@@ -195,13 +196,29 @@ def layout(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int,
         widths = _fit(columns, natural, shown, width, unbounded)
         if widths is not None:
             return shown, widths
-    # below their keep widths only once every droppable column is hidden: a kernel name
-    # or signature cut to a stub says less than the Size or Hits beside it
-    for cap in range(unbounded - 1, -1, -1):
-        widths = _fit(columns, natural, shown, width, cap)
-        if widths is not None:
-            return shown, widths
+        # below their keep widths only once every droppable column without a keep width is
+        # hidden: a kernel name or signature cut to a stub says less than the Size or Hits
+        # beside it. A droppable column with a keep width (ls's Signature) is cut, the
+        # others keeping theirs, before it is hidden.
+        if hidden < len(hide_order) and columns[hide_order[hidden]].keep:
+            widths = _lowered(columns, natural, shown, width, unbounded, {hide_order[hidden]})
+            if widths is not None:
+                return shown, widths
+    widths = _lowered(columns, natural, shown, width, unbounded)
+    if widths is not None:
+        return shown, widths
     return shown, {i: _minimum(columns[i], natural[i], 0) for i in shown}
+
+
+def _lowered(columns: Sequence[Column], natural: list[int], shown: list[int], width: int,
+             unbounded: int, only: set[int] | None = None) -> dict[int, int] | None:
+    """Widths of ``shown`` with the largest ``keep`` widths (of the columns in ``only``, or
+    all) lowered evenly until they fit, or None when even the columns' minimums do not."""
+    for cap in range(unbounded - 1, -1, -1):
+        widths = _fit(columns, natural, shown, width, cap, only)
+        if widths is not None:
+            return widths
+    return None
 
 
 def _minimum(column: Column, natural: int, cap: int) -> int:
@@ -214,14 +231,16 @@ def _minimum(column: Column, natural: int, cap: int) -> int:
 
 
 def _fit(columns: Sequence[Column], natural: list[int], shown: list[int],
-         width: int, cap: int) -> dict[int, int] | None:
+         width: int, cap: int, only: set[int] | None = None) -> dict[int, int] | None:
     """Widths of ``shown`` within ``width``, shortenable columns capped at one common level
     (as high as fits), or None when even their minimums (:func:`_minimum`: their ``keep``
-    widths up to ``cap``) do not fit."""
+    widths up to ``cap``, for the columns in ``only`` when given) do not fit."""
     fixed = [i for i in shown if columns[i].shrink is None]
     flexible = [i for i in shown if columns[i].shrink is not None]
     room = width - sum(natural[i] for i in fixed) - GAP * (len(shown) - 1)
-    floor = {i: _minimum(columns[i], natural[i], cap) for i in flexible}
+    floor = {i: _minimum(columns[i], natural[i],
+                         cap if only is None or i in only else columns[i].keep)
+             for i in flexible}
     if sum(floor.values()) > room:
         return None
 
@@ -260,12 +279,14 @@ def draw(columns: Sequence[Column], rows: Sequence[Sequence[str]], *, wide: bool
     for n, i in enumerate(shown):  # a cut may leave a column narrower than its share
         widths[i] = max([cell_len(columns[i].header)] + [cell_len(c) for c in cut[n]])
     hidden = [columns[i].header for i in range(len(columns)) if i not in shown]
-    caption = (Text(f"(not shown for lack of width: {', '.join(hidden)}; --wide shows all)",
+    # printed under the table at the terminal's width, wrapped between words: as rich's
+    # table caption it could end a column past the edge
+    caption = (Text(f"(no room for: {', '.join(hidden)}; --wide shows all)",
                     style="dim") if hidden else None)
     table = Table(box=None, pad_edge=False, padding=(0, 1), show_header=show_header,
                   header_style="bold", show_edge=False, expand=False,
                   title=Text(shorten(title, console.width)) if title else None,
-                  title_justify="left", caption=caption, caption_justify="left")
+                  title_justify="left")
     for n, i in enumerate(shown):
         col = columns[i]
         table.add_column(Text(col.header), justify="right" if col.right else "left",
@@ -274,19 +295,22 @@ def draw(columns: Sequence[Column], rows: Sequence[Sequence[str]], *, wide: bool
     for n in range(len(rows)):
         table.add_row(*(Text(column[n]) for column in cut))
     console.print(table)
+    if caption is not None:
+        console.print(caption, width=console.width)
 
 
-#: Narrowest value column :func:`draw_fields` leaves beside the names (names lose their
-#: middle first).
+#: Narrowest value column :func:`draw_fields` leaves beside the names (a longer name goes
+#: on a line of its own).
 MIN_VALUE = 24
 
 
 def draw_fields(rows: Sequence[tuple[str, str, bool]], *, title: str | None = None) -> None:
     """Draw ``(name, value, whole)`` rows (escaped text) on stdout: bold names in a column,
-    values beside them, fitted to the terminal's width. A value that does not fit beside its
-    name loses its middle, unless ``whole``: then it goes on the lines under its name,
-    indented, broken where it can be (after ``/``, ``, ``, a space) and never cut, so that
-    a path or a signature can be read and copied whole (``kcache show``)."""
+    values beside them, fitted to the terminal's width. Names are never cut: one longer
+    than the name column goes on a line of its own, its value on the next. A value that
+    does not fit beside its name loses its middle, unless ``whole``: then it goes on the
+    next line, unindented, in one piece (no inserted line break: the terminal wraps it, and
+    a path or signature selected there is copied whole; ``kcache show``)."""
     from rich.console import Console
     from rich.text import Text
 
@@ -297,48 +321,25 @@ def draw_fields(rows: Sequence[tuple[str, str, bool]], *, title: str | None = No
     values = max([cell_len(v) for _n, v, whole in rows if not whole] or [0])
     name_width = max(1, min(names, width - GAP - max(MIN_VALUE, min(values, width // 2))))
     room = width - name_width - GAP
+
+    def line(text: str, bold: str = "") -> None:  # never cut, never wrapped by rich
+        out = Text()
+        out.append(bold, style="bold")
+        out.append(text)
+        console.print(out, no_wrap=True, crop=False, soft_wrap=True)
+
     if title:
         console.print(Text(shorten(title, width)), no_wrap=True, crop=False)
     for name, value, whole in rows:
-        label = Text(shorten(name, name_width), style="bold")
-        if cell_len(value) <= room:
-            label.append(" " * (name_width - cell_len(label.plain) + GAP) + value)
-            console.print(label, no_wrap=True, crop=False)
+        if whole and len(value) > MAX_WIDE_CELL:
+            value = shorten(value, MAX_WIDE_CELL)
+        if cell_len(name) > name_width:  # a name of its own line, its value under it
+            line("", name)
+            line(value if whole else " " * GAP + shorten(value, width - GAP))
+        elif cell_len(value) <= room:
+            line(" " * (name_width - cell_len(name) + GAP) + value, name)
         elif whole:
-            console.print(label, no_wrap=True, crop=False)
-            whole_value = shorten(value, MAX_WIDE_CELL) if len(value) > MAX_WIDE_CELL else value
-            for piece in wrap_whole(whole_value, max(8, width - GAP)):
-                console.print(Text(" " * GAP + piece), no_wrap=True, crop=False)
+            line("", name)
+            line(value)
         else:
-            label.append(" " * (name_width - cell_len(label.plain) + GAP) + shorten(value, room))
-            console.print(label, no_wrap=True, crop=False)
-
-
-#: Where :func:`wrap_whole` prefers to break a line: after these characters.
-_BREAK_AFTER = "/, "
-
-
-def wrap_whole(text: str, width: int) -> list[str]:
-    """``text`` in lines of at most ``width`` cells that join back to ``text`` exactly:
-    each broken after the last ``/``, ``,`` or space that leaves the line at least a quarter
-    full, else at ``width``."""
-    from rich.cells import get_character_cell_size as size
-    lines: list[str] = []
-    start, used, last_break = 0, 0, None
-    at = 0
-    while at < len(text):
-        step = 1 if text[at].isascii() else size(text[at])
-        if used + step > width and at > start:
-            cut = last_break if last_break is not None and last_break - start >= width // 4 \
-                else at
-            lines.append(text[start:cut])
-            start, used = cut, cell_len(text[cut:at])
-            found = max(text.rfind(c, cut, at) for c in _BREAK_AFTER)
-            last_break = found + 1 if found >= cut else None
-            continue
-        used += step
-        at += 1
-        if text[at - 1] in _BREAK_AFTER:
-            last_break = at
-    lines.append(text[start:])
-    return lines
+            line(" " * (name_width - cell_len(name) + GAP) + shorten(value, room), name)

@@ -537,6 +537,17 @@ def test_unknown_and_ambiguous_prefixes_name_the_candidates(cache):
     assert K_AXPY_90[:12] in line and K_AXPY_90A[:12] in line
 
 
+def test_a_prefix_no_key_starts_like_names_no_nearest_key(cache):
+    """issue 35: `rm deadbeef` said `nearest keys: f38f8025ea44, …`, near in no sense."""
+    root, _ = cache
+    line = one_line_error(kc("rm", "deadbeef", root=root), 1)
+    assert "no entry's key starts with 'd'" in line and "nearest" not in line, line
+    assert all(k[:12] not in line for k in (K_AXPY_90, K_SAXPY_80, K_STALE)), line
+    line = one_line_error(kc("show", "a1f0", root=root), 1)  # the keys sharing 'a1f'
+    assert "keys starting with 'a1f': " + K_AXPY_90A[:12] in line, line
+    assert K_AXPY_90[:12] not in line, line
+
+
 @pytest.mark.slow
 def test_bad_environment_and_config_file_are_one_line(cache, tmp_path):
     root, _ = cache

@@ -2,7 +2,8 @@
 ``show`` and ``stats`` run as real ``kcache`` processes on a pseudo-terminal of 80 columns
 (stdout and stderr both on it, as a person sees them), with overloads of one kernel that
 differ in one argument: every entry on one line, no line over 80 columns, each overload's
-signature (numba's short form) recognisable, ``show``'s path and signature whole."""
+signature (numba's short form) recognisable, ``show``'s path and signature whole, each
+on one line of its own."""
 from __future__ import annotations
 
 import os
@@ -158,16 +159,15 @@ def test_show_prints_the_path_and_both_signatures_whole(root):
     info = Store(root).header(key)
     status, lines = terminal("show", key[:8], "--dir", str(root))
     assert status == 0
-    assert all(len(line) <= COLUMNS for line in lines), lines
     assert not any("…" in line for line in lines), lines
-    fields, name = {}, None
-    for line in lines[1:]:
-        if line.startswith("  ") and name:  # a whole value's pieces, under its name
-            fields[name] += line[2:]
-        elif cells(line):
-            name, *value = cells(line)
-            fields[name] = value[0] if value else ""
-    assert fields["path"] == str(info.path) and len(str(info.path)) > COLUMNS
+    from test_cli_terminal import show_fields
+    fields = show_fields(lines)
+    # the path is written whole on one line of its own, unindented, with no line break in
+    # it (the terminal soft-wraps it: selected there, it is copied in one piece)
+    assert str(info.path) in lines and len(str(info.path)) > COLUMNS
+    assert fields["path"] == str(info.path)
+    long_values = {fields["path"], fields["signature"], fields["short_signature"]}
+    assert all(len(line) <= COLUMNS for line in lines if line not in long_values), lines
     assert fields["key"] == key
     assert (fields["signature"], fields["short_signature"]) == SIGNATURES[key]
     assert fields["kernel"] == LONG
@@ -182,3 +182,25 @@ def test_stats_fits(root, args):
         assert len(lines) <= 8
         assert cells(lines[0]) == ["root", str(root)]
         assert cells(lines[1]) == ["entries", "8"]
+
+
+@pytest.mark.slow
+def test_warm_shows_the_short_signature(tmp_path):
+    """issue 35: `mid:mix  (array(float32, 1d, C)…array(float32, 1d, C))  sm_90a  compiled`:
+    warm's table (and --recache's) now shows numba's short form; --json keeps the full one."""
+    (tmp_path / "kern.py").write_text(
+        "from numba import cuda\n\n@cuda.jit\ndef double(x, y):\n"
+        "    i = cuda.grid(1)\n    if i < x.size:\n        x[i] = 2 * y[i, 0]\n")
+    (tmp_path / "k.sigs").write_text("kern:double  void(float32[::1], float64[:, ::1])\n")
+    args = ("warm", str(tmp_path / "kern.py"), "--signatures", str(tmp_path / "k.sigs"),
+            "--cc", "9.0", "--dir", str(tmp_path / "cache"))
+    for extra in ((), ("--recache",)):
+        status, lines = terminal(*args, *extra)
+        assert status == 0, lines
+        [row] = [line for line in lines if line.startswith("kern:double")]
+        assert cells(row)[:3] == ["kern:double", "(float32[::1], float64[:, ::1])", "sm_90a"], row
+        assert not any("array(" in line for line in lines), lines
+        assert all(len(line) <= COLUMNS for line in lines), lines
+    done = subprocess.run([sys.executable, "-m", "kcache", *args, "--json"],
+                          capture_output=True, text=True, timeout=300)
+    assert "array(float32, 1d, C)" in done.stdout, done.stdout

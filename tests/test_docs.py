@@ -351,6 +351,32 @@ def pages_with(gpu: bool) -> list[Path]:
 
 # --- runnable blocks --------------------------------------------------------------------
 
+#: Pages a new reader pastes block by block: every block in a language that runs is run
+#: (so that it is checked not to write in the reader's cache or settings) or says why not.
+PASTED_PAGES = ("quickstart.md",)
+NOT_RUN = re.compile(r"^<!--\s*not run:\s*\S.*-->\s*$")
+
+
+def test_every_block_of_a_pasted_page_is_run_or_says_why_not():
+    """issue 35: quickstart's `.venv/bin/python examples/main.py` (no marker, so never run
+    here) filled the reader's ~/.cache/kcache; the next block, run here in a fresh home,
+    passed only because that root did not exist yet (the toolchain memo is written only into
+    an existing root), while a reader's got a toolchain.msgpack."""
+    for name in PASTED_PAGES:
+        lines = (DOCS / name).read_text(encoding="utf-8").splitlines()
+        inside = False
+        for i, line in enumerate(lines):
+            fence = FENCE.match(line)
+            if not fence:
+                continue
+            if not inside and fence.group("lang") in RUN_LANGS:
+                before = lines[i - 1] if i else ""
+                assert MARKER.match(before) or NOT_RUN.match(before), (
+                    f"docs/{name}:{i + 1}: a {fence.group('lang')} block neither runnable "
+                    "nor marked <!-- not run: REASON -->")
+            inside = not inside
+
+
 def test_markers_are_well_formed():
     """Every marker is followed by a block that can be run (parsing raises otherwise), and
     there is something to run: the quick start, guide and migration pages have CPU blocks."""

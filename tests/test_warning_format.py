@@ -121,3 +121,9 @@ def test_a_dead_remote_costs_a_compile_for_two_lines(tmp_path):
     assert 1 <= len(lines) <= 2, done.stderr
     assert all(l.startswith("kcache: ") for l in lines), done.stderr
     assert "refused" in lines[0] or "error" in lines[0]
+    # issue 35: each line was ~200 characters naming the URL three times
+    url = f"redis://127.0.0.1:{port}/0"
+    assert all(line.count(url) == 1 and len(line) <= 160 for line in lines), done.stderr
+    if len(lines) == 2:
+        assert "switched off for this process" in lines[1], lines
+        assert "kcache remote check" in lines[1], lines

@@ -122,8 +122,7 @@ class RemotePolicy:
                       "treated as a miss, never used")
             self._remote.refused(exc)
             if self._remote.disabled_reason:
-                warn_once("remote-off", f"kcache: {self._remote.name}: "
-                          f"{self._remote.disabled_reason}; this process goes on without it")
+                self._warn_off(self._remote)
             return None
         self._remote.used()
         if count:
@@ -134,11 +133,16 @@ class RemotePolicy:
     def error(self, exc: TierError) -> None:
         self._count(None, **{f"remote_errors_{exc.kind}": 1})
         remote = self._remote
-        warn_once("remote", f"kcache: remote tier error ({exc}); treated as a miss, kernels "
-                  "still compile and run")
+        warn_once("remote", f"kcache: remote tier error ({exc}); treated as a miss")
         if remote is not None and getattr(remote, "disabled_reason", None):
-            warn_once("remote-off", f"kcache: {remote.name}: {remote.disabled_reason}; "
-                      "this process goes on without it")
+            self._warn_off(remote)
+
+    @staticmethod
+    def _warn_off(remote) -> None:
+        """One line, once: the remote is off for this process, and what to do about it."""
+        why = getattr(remote, "disabled_short", None) or remote.disabled_reason
+        warn_once("remote-off", f"kcache: remote {remote.name} {why}; test it with "
+                  "'kcache remote check'")
 
     def publish(self, key: str, data: bytes) -> bool:
         """Publish verified entry bytes to the writable remote tier (signed when a secret is

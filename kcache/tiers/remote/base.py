@@ -270,8 +270,11 @@ class RemoteTier:
         self.timeout = timeout
         self.max_errors = max_errors
         self.hidden = hidden
-        #: why the tier switched itself off (None while it is on); for the store's one warning
+        #: why the tier switched itself off (None while it is on), with the last error's text
         self.disabled_reason: str | None = None
+        #: the same, short (the last error's kind only), for the store's one-line warning
+        #: (the error's text was warned already)
+        self.disabled_short: str | None = None
         self._errors = 0  # consecutive failures
         # values refused in a row (a bad answer, or the store's checks): an answer resets
         # _errors, so a server that answers only with bad values, slowly, is counted here
@@ -376,8 +379,8 @@ class RemoteTier:
         with self._mutex:
             self._refused += 1
             if self.disabled_reason is None and self._refused >= self.max_errors:
-                self.disabled_reason = (f"switched off for this process after {self._refused} "
-                                        f"values in a row were refused (last: {why})")
+                self._switch_off(f"after {self._refused} values in a row were refused",
+                                 str(why), "a refused value")
 
     def used(self) -> None:
         """A value of this tier passed the store's checks: the refusals in a row start again."""
@@ -390,11 +393,23 @@ class RemoteTier:
             if self.disabled_reason is not None:
                 return
             if at_once:
-                self.disabled_reason = (f"switched off for this process after a call ran past its "
-                                        f"deadline, leaving its connection in use ({err})")
+                self._switch_off("after a call ran past its deadline, leaving its connection "
+                                 "in use", self.detail(err), None)
             elif self._errors >= self.max_errors:
-                self.disabled_reason = (f"switched off for this process after {self._errors} "
-                                        f"consecutive errors (last: {err.kind}: {err})")
+                self._switch_off(f"after {self._errors} consecutive errors",
+                                 f"{err.kind}: {self.detail(err)}", err.kind)
+
+    def _switch_off(self, after: str, last: str, kind: str | None) -> None:
+        """Set :attr:`disabled_reason` (``last``: the last error's text) and
+        :attr:`disabled_short` (``kind``: the last error's kind, when that says enough)."""
+        self.disabled_reason = f"switched off for this process {after} (last: {last})"
+        self.disabled_short = (f"switched off for this process {after}"
+                               + (f" (last: {kind})" if kind else ""))
+
+    def detail(self, err: BaseException) -> str:
+        """``err``'s text without this tier's name in front (the warnings name it once)."""
+        text = str(err)
+        return text[len(self.name) + 2:] if text.startswith(f"{self.name}: ") else text
 
     @contextlib.contextmanager
     def single_flight(self, key: str, limit: int, *, ttl: float | None = None,
@@ -449,7 +464,8 @@ class Unopened(RemoteTier):
 
     def _call(self, what: str, fn=None, **_kw):
         if self.disabled_reason is None:
-            self.disabled_reason = f"switched off for this process: it could not be opened ({self._error.kind})"
+            self.disabled_reason = self.disabled_short = (
+                f"switched off for this process: it could not be opened ({self._error.kind})")
             raise self._error
         raise TierError("unavailable", f"{self.name}: {self.disabled_reason}")
 
