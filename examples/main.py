@@ -42,6 +42,33 @@ def _short(key) -> str:
     return key[:12] if key else "-"  # as `kcache ls` shows keys
 
 
+#: Characters of a signature on a line (80 columns in all); a longer one keeps its start and
+#: end, where overloads differ most often.
+SIG_WIDTH = 34
+
+
+def _signature(text) -> str:
+    """An entry's signature as `kcache ls` shows it (numba's short form, float32[::1])."""
+    from kcache.entry.shortsig import short_signature
+    short = short_signature(text) if text else "-"
+    if len(short) <= SIG_WIDTH:
+        return short
+    half = (SIG_WIDTH - 1) // 2
+    return short[:half] + "…" + short[-(SIG_WIDTH - 1 - half):]
+
+
+def _grouped(rows, line) -> None:
+    """Print ``rows`` (dicts with ``kernel``) under their kernel's name, one line each made
+    by ``line(row)``: a kernel's overloads are told apart by their signatures."""
+    current = None
+    for row in rows:
+        name = (row["kernel"] or "-").rsplit(":", 1)[-1]
+        if name != current:
+            print(f"  {name}")
+            current = name
+        print(f"    {line(row)}")
+
+
 def _size(n: int) -> str:
     from kcache.config import format_size
     return format_size(n)  # as `kcache ls` shows sizes on a terminal: 21.3 KiB
@@ -151,17 +178,20 @@ def warm(env, root: Path, ccs: list, jobs, with_usecases: bool, cwd: Path) -> li
         doc = json.loads(proc.stdout)
     except ValueError:
         raise _Failed(f"kcache warm failed (exit status {proc.returncode})") from None
-    for r in doc["results"]:
-        name = r["kernel"].rsplit(":", 1)[-1]
+
+    def line(r) -> str:
         if r["status"] == "compiled":
             what = f"compiled in {r['compile_seconds']:.2f} s"
         elif r["status"] == "cached":
             what = "already cached"
         else:
             what = f"{r['status']}: {r['reason']}"
-        print(f"  {name:<26} {r['arch'] or '-':<7} {what:<22} key {_short(r['key'])}")
+        return (f"{_signature(r.get('display') or r.get('signature')):<{SIG_WIDTH}}  "
+                f"{r['arch'] or '-':<6}  "
+                f"{what:<18}  {_short(r['key'])}")
+    _grouped(doc["results"], line)
     if doc["without_signatures"]:
-        print(f"  not compiled (no known signature): {', '.join(doc['without_signatures'])}")
+        print(f"  not compiled, no known signature: {', '.join(doc['without_signatures'])}")
     s = doc["summary"]
     print(f"kcache warm: {s['compiled']} compiled, {s['cached']} already cached, "
           f"{s['failed']} failed in {doc['seconds']:.1f} s ({doc['jobs']} jobs)")
@@ -197,9 +227,9 @@ def ship(env, root: Path, work: Path, temporary: bool = False) -> Path:
     print("\nEntries in the imported root (kcache ls):")
     rows = sorted(theirs.values(), key=lambda e: (e["kernel"] or "", e["signature"] or "",
                                                   e["arch"] or ""))
-    for e in rows:
-        name = (e["kernel"] or "-").rsplit(":", 1)[-1]
-        print(f"  {e['short_key']}  {name:<26} {e['arch'] or '-':<7} {_size(e['file_size']):>9}")
+    _grouped(rows, lambda e: (f"{_signature(e['signature']):<{SIG_WIDTH}}  "
+                              f"{e['arch'] or '-':<6}  {_size(e['file_size']):>9}  "
+                              f"{e['short_key']}"))
     print(f"  {len(rows)} entries, {_size(sum(e['file_size'] for e in rows))}")
     same = {k: (e["kernel"], e["signature"], e["arch"], e["file_size"]) for k, e in mine.items()}
     if same != {k: (e["kernel"], e["signature"], e["arch"], e["file_size"])
@@ -295,8 +325,7 @@ def run(args, env, root: Path, ccs: list) -> int:
         print(f"GPU found: {name}, cc {cc_text(cc)} ({arch_name(cc)}).")
         ccs = ccs + [cc] if cc not in ccs else ccs
     else:
-        print("No GPU found (numba-cuda sees no CUDA device): the kernels are compiled and "
-              "not launched.")
+        print("No GPU found (numba-cuda sees none): the kernels are compiled, not launched.")
     why_not = _usecases_available()
     if why_not is not None:
         print(f"{PROG}: skipping {USECASES}: it cannot be imported ({why_not}); "

@@ -24,8 +24,23 @@ pytestmark = pytest.mark.slow  # the main job compiles every example for two ccs
 REPO = Path(__file__).resolve().parents[1]
 MAIN = REPO / "examples" / "main.py"
 TESTS = Path(__file__).resolve().parent
-ROW = re.compile(r"^  (\w+) +(sm_80|sm_90a) +(compiled in \d+\.\d\d s|already cached) +"
-                 r"key ([0-9a-f]{12})$", re.M)
+#: A kernel's name on a line of its own, then a line per (signature, arch) under it.
+KERNEL = re.compile(r"^  (\w+)$")
+ROW = re.compile(r"^    (\S.*?) +(sm_80|sm_90a) +(compiled in \d+\.\d\d s|already cached) +"
+                 r"([0-9a-f]{12})$")
+
+
+def _rows(out: str) -> list:
+    """``(kernel, arch, what, key)`` for each line warm's report printed (its signature
+    aside), the kernel from the name line above it."""
+    rows, kernel = [], None
+    for line in out.split("\n\nIn a", 1)[0].split("\nkcache export", 1)[0].splitlines():
+        named, row = KERNEL.match(line), ROW.match(line)
+        if named:
+            kernel = named.group(1)
+        elif row:
+            rows.append((kernel, row.group(2), row.group(3), row.group(4)))
+    return rows
 EXAMPLES = ["scaled_add", "clamp_square", "block_sum"]
 USECASES = ["add_usecase_kernel", "add_nocache_usecase_kernel", "outer_kernel",
             "outer_uncached_kernel", "record_return", "record_return", "ambiguous_function",
@@ -87,14 +102,14 @@ def test_without_gpu_warms_exports_and_imports(first_run):
     assert "No GPU found" in out and "not launched" in out
     assert "cc 8.0, 9.0 (sm_80, sm_90a)" in out
     assert f"Cache: {base / 'cache'}" in out
-    rows = ROW.findall(out)
+    rows = _rows(out)
     names = EXAMPLES + (USECASES if _have_filecheck() else [])
     assert [r[0] for r in rows] == [n for n in names for _arch in (0, 1)], out
     assert [r[1] for r in rows] == ["sm_80", "sm_90a"] * len(names)
     assert all(r[2].startswith("compiled in") for r in rows)
     n = len(rows)
     if _have_filecheck():
-        assert "not compiled (no known signature): " \
+        assert "not compiled, no known signature: " \
                "numba.cuda.tests.cudapy.cache_usecases:inner" in out
     else:
         assert "skipping numba.cuda.tests.cudapy.cache_usecases" in out
@@ -103,11 +118,14 @@ def test_without_gpu_warms_exports_and_imports(first_run):
     assert re.search(rf"^kcache export: {n} entries \({size}\) -> .*\({size}, ", out, re.M)
     assert re.search(rf"^kcache import: {n} entries added to {re.escape(str(base))}", out, re.M)
     assert f"Same {n} entries in both roots (every field of kcache ls --json)." in out
-    # the listing printed is the imported root's: one row per entry, human sizes, a total
-    listing = out.split("(kcache ls):\n", 1)[1].split("Same ", 1)[0].strip().splitlines()
-    assert len(listing) == n + 1 and re.fullmatch(rf"{n} entries, {size}", listing[-1].strip())
-    assert {line.split()[0] for line in listing[:-1]} == {r[3] for r in rows}
-    assert all(re.search(rf"{size}$", line) for line in listing[:-1]), listing
+    # the listing printed is the imported root's: one row per entry under its kernel's name
+    # (signature, arch, human size, key), then a total; no row wider than 80 columns
+    listing = out.split("(kcache ls):\n", 1)[1].split("Same ", 1)[0].strip("\n").splitlines()
+    assert re.fullmatch(rf"{n} entries, {size}", listing[-1].strip())
+    entries = [line for line in listing[:-1] if line.startswith("    ")]
+    assert len(entries) == n and {line.split()[-1] for line in entries} == {r[3] for r in rows}
+    assert all(re.search(rf"{size}  [0-9a-f]{{12}}$", line) for line in entries), listing
+    assert max(len(line) for line in out.splitlines() if line.startswith("  ")) <= 80
     # and it is so: the two roots list the same entries, those warm reported
     cache, imported = _ls(base, base / "cache"), _ls(base, base / "work" / "imported")
     assert cache.keys() == imported.keys() and len(cache) == n
@@ -122,8 +140,8 @@ def test_second_run_finds_everything_cached(first_run):
     assert first.returncode == 0
     second = _main(base, work_dir=base / "work")
     assert second.returncode == 0, second.stderr[-3000:]
-    rows = ROW.findall(second.stdout)
-    assert [(r[0], r[1], r[3]) for r in rows] == [(r[0], r[1], r[3]) for r in ROW.findall(first.stdout)]
+    rows = _rows(second.stdout)
+    assert [(r[0], r[1], r[3]) for r in rows] == [(r[0], r[1], r[3]) for r in _rows(first.stdout)]
     assert all(r[2] == "already cached" for r in rows)
     n = len(rows)
     assert f"kcache import: 0 entries added to {base / 'work' / 'imported'}, {n} already there" \
