@@ -98,7 +98,7 @@ def resolve(args) -> Resolved:
     without it. A plain ValueError from a setting (kcache.config reads a number too long
     for ``int()``) is that setting's error too, never a traceback.
     """
-    from kcache.config import CONFIG_FILE, REMOTE_SETTINGS, SETTINGS, resolve_each
+    from kcache.config import CONFIG_FILE, resolve_each, unknown_keys_message
     try:
         reports = resolve_each(root=root_arg(args))
     except ValueError as exc:
@@ -113,9 +113,8 @@ def resolve(args) -> Resolved:
         errors.append(_config_file_problem(conf.error, conf.value))
     # The same words as the store's warning (kcache.config), which stats etc. print.
     contents = conf.raw if isinstance(conf.raw, dict) else {}
-    warnings = [f"config file {conf.value}: unknown setting {k!r} ignored; accepted: "
-                f"{', '.join(SETTINGS + REMOTE_SETTINGS)}"
-                for k in contents if k not in SETTINGS and k not in REMOTE_SETTINGS]
+    unknown = unknown_keys_message(contents, conf.value)
+    warnings = [unknown] if unknown is not None else []
     rows = {}
     for name in SHOWN:
         if name in REMOTE_SHOWN:

@@ -82,8 +82,9 @@ def compile_for(kernel, signatures, cc=DEFAULT_CC, store=None, *, cache_key=None
     kernel's, else ``kcache.Store()``); ``cache_key``: as ``kcache.jit``'s (default: the
     kernel's). Entries already present are not recompiled, unless ``recache`` (default: the
     ``KCACHE_RECACHE`` setting): then each is compiled and stored again, overwriting the one
-    present (ccache's ``--recache``). Returns the keys (str, 64 hex digits), one per (cc,
-    signature), in that order. :func:`compile_for_report` gives more.
+    present (ccache's ``--recache``): counted as a compile, never a hit or a miss. Returns
+    the keys (str, 64 hex digits), one per (cc, signature), in that order.
+    :func:`compile_for_report` gives more.
 
     Raises TypeError/ValueError for bad arguments (nothing compiled; a bad cc is
     ``kcache.arch.BadCC``, a ``kcache.KcacheError`` and a ValueError, one line), numba's

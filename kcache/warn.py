@@ -29,6 +29,8 @@ import os
 import threading
 import warnings
 
+from .text import escape
+
 log = logging.getLogger("kcache")
 
 _seen: set[str] = set()
@@ -53,7 +55,8 @@ def _ignored(message: str) -> bool:
 def warn_once(kind: str, message: str) -> bool:
     """Emit ``message`` unless a warning of ``kind`` was already emitted in this process:
     through :func:`warnings.warn` (KcacheWarning), or on logger "kcache" when KcacheWarning
-    is ignored (see the module docstring). Returns True if the warning was emitted."""
+    is ignored (see the module docstring); either way on one line, escaped and bounded as
+    :func:`one_line` makes it. Returns True if the warning was emitted."""
     held = getattr(_held, "kinds", None)
     if held is not None:  # work done ahead of time: the real attempt will warn
         if kind not in _seen:
@@ -63,6 +66,7 @@ def warn_once(kind: str, message: str) -> bool:
         if kind in _seen:
             return False
         _seen.add(kind)
+    message = _safe(message)  # escaped here: no caller can forget
     if _ignored(message):
         log.warning("%s", message, extra={"kcache_kind": kind})
     else:
@@ -71,10 +75,27 @@ def warn_once(kind: str, message: str) -> bool:
     return True
 
 
+#: Longest warning, in characters before escaping; a longer one keeps its start and its end
+#: (the advice) around `` … ``: a warning quoting a 5 MB value from a file stays a line.
+WARNING_LIMIT = 2000
+
+
 def one_line(message) -> str:
-    """A KcacheWarning's printed form: ``kcache: <message>`` on one line."""
-    text = " ".join(str(message).splitlines())
+    """A KcacheWarning's printed form: ``kcache: <message>`` on one line, bounded
+    (:data:`WARNING_LIMIT`) and with every character ``str.isprintable`` rejects (ESC, BEL,
+    bidi overrides...) escaped (:func:`kcache.text.escape`), so a path or value from a cache
+    or config file cannot reach a terminal raw, whatever the caller did. Backslashes are not
+    escaped: text a caller escaped already (printable) comes through unchanged."""
+    text = _safe(message)
     return text if text.startswith("kcache:") else f"kcache: {text}"
+
+
+def _safe(message) -> str:
+    """``message`` on one line, bounded and escaped (:func:`one_line`, without the prefix)."""
+    text = " ".join(str(message).splitlines())
+    if len(text) > WARNING_LIMIT:
+        text = f"{text[:WARNING_LIMIT - 200]} … {text[-150:]}"
+    return escape(text)
 
 
 _format_mutex = threading.RLock()

@@ -186,3 +186,158 @@ def test_the_files_a_real_numba_writes_are_found(tmp_path):
         sys.modules.pop("kern", None)
     for name in (f"{base}.nbi", f"{base}.0.nbc", f"{base}.lcs"):
         assert NAME.fullmatch(name), name
+
+
+@pytest.fixture
+def deep_tree(tmp_path):
+    """make(depth): a chain of ``depth`` nested folders with a cache file (and a kept file)
+    at levels 1, depth // 2 and depth -> (top, cache files). Built and removed one level at
+    a time (pathlib's rglob and shutil.rmtree, pytest's clean-up, recurse)."""
+    made = []
+
+    def make(depth: int) -> tuple[Path, list[Path]]:
+        top = tmp_path / f"deep{depth}"
+        folder, files = top, []
+        made.append((top, depth))
+        for level in range(1, depth + 1):
+            folder = folder / "d"
+            folder.mkdir(parents=True)
+            if level in (1, depth // 2, depth):
+                (folder / f"m.k{level}-1.py311.nbi").write_bytes(b"x" * level)
+                (folder / "kept.py").write_bytes(b"kept")
+                files.append(folder / f"m.k{level}-1.py311.nbi")
+        return top, files
+
+    yield make
+    for top, depth in made:
+        for level in range(depth, -1, -1):
+            folder = os.path.join(top, *["d"] * level)
+            for name in os.listdir(folder) if os.path.isdir(folder) else []:
+                if name != "d":
+                    os.unlink(os.path.join(folder, name))
+            if os.path.isdir(folder):
+                os.rmdir(folder)
+
+
+def test_a_tree_deeper_than_the_recursion_limit_is_walked(deep_tree):
+    top, files = deep_tree(1500)
+    done = run(["clean-numba-cache", str(top), "--dry-run", "--json"])
+    assert done.returncode == 0, done.stderr[-2000:]
+    doc = json.loads(done.stdout)
+    assert sorted(f["path"] for f in doc["files"]) == sorted(map(str, files))
+    assert all(f.exists() for f in files)
+    done = run(["clean-numba-cache", str(top)])
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stderr == f"kcache: removed 3 numba cache files (2.2 KiB) under {top}\n"
+    assert not any(f.exists() for f in files)
+    assert all((f.parent / "kept.py").exists() for f in files)
+
+
+def test_a_low_limit_of_open_files_does_not_stop_the_walk(deep_tree):
+    """``ulimit -n 64`` in a real process: the walk holds a descriptor or two, not one per
+    level (os.fwalk's stopped mid-removal with 'Too many open files')."""
+    import resource
+
+    top, files = deep_tree(200)
+
+    def low_limit():
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        limit = 64 if hard == resource.RLIM_INFINITY else min(64, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KCACHE_")}
+    done = subprocess.run([sys.executable, "-m", "kcache", "clean-numba-cache", str(top)],
+                          env=env, capture_output=True, text=True, timeout=120,
+                          preexec_fn=low_limit)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stderr == f"kcache: removed 3 numba cache files (301 B) under {top}\n"
+    assert not any(f.exists() for f in files)
+
+
+def after_listing(monkeypatch, folder: Path, action) -> None:
+    """``action()`` once, right after the walk lists ``folder`` (os.scandir on its
+    descriptor): another process changing the tree during the walk, at a known point."""
+    ident = (folder.stat().st_dev, folder.stat().st_ino)
+    real_scandir, done = os.scandir, []
+
+    class Listed(list):
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    def scandir(target="."):
+        if not isinstance(target, int):
+            return real_scandir(target)
+        st = os.fstat(target)
+        with real_scandir(target) as entries:
+            listed = Listed(entries)
+        if (st.st_dev, st.st_ino) == ident and not done:
+            done.append(action())
+        return listed
+
+    monkeypatch.setattr(os, "scandir", scandir)
+
+
+def test_a_folder_gone_during_the_walk_is_skipped_silently(tmp_path, monkeypatch):
+    """A folder listed, then removed (another process cleaning too) before the walk enters
+    it: skipped as a file gone meanwhile is, not reported as unreadable."""
+    import shutil
+
+    app, _outside = tree(tmp_path)
+    gone = app / "gone" / "__pycache__"
+    gone.mkdir(parents=True)
+    (gone / "g.k-1.py311.nbi").write_bytes(b"g")
+    after_listing(monkeypatch, app, lambda: shutil.rmtree(app / "gone"))
+    done = run(["clean-numba-cache", str(app), "--json"])
+    assert not (app / "gone").exists()
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["unreadable"] == [] and doc["count"] == len(CACHE_FILES)
+
+
+def test_a_folder_moved_during_the_walk_is_found_again_from_the_top(tmp_path, monkeypatch):
+    """app/a/b moved to app/z/b while the walk is in app/a/b/c: going back up, ``..`` of b
+    is no longer a, so a is opened again from the DIR; z (and b in it) is walked after,
+    each file noted once."""
+    app, _outside = tree(tmp_path)
+    leaf = app / "a" / "b" / "c"
+    leaf.mkdir(parents=True)
+    (app / "z").mkdir()
+    (leaf / "c.k-1.py311.nbi").write_bytes(b"c")
+    (app / "a" / "b" / "b.k-1.py311.nbi").write_bytes(b"b")
+    (app / "a" / "a.k-1.py311.nbi").write_bytes(b"a")
+    (app / "a" / "later").mkdir()  # walked after b ("b" < "later")
+    (app / "a" / "later" / "l.k-1.py311.nbi").write_bytes(b"l")
+    after_listing(monkeypatch, leaf, lambda: os.rename(app / "a" / "b", app / "z" / "b"))
+    done = run(["clean-numba-cache", str(app), "--dry-run", "--json"])
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    names = sorted(os.path.basename(f["path"]) for f in doc["files"])
+    assert doc["unreadable"] == [] and doc["count"] == len(CACHE_FILES) + 4
+    assert [n for n in names if n[0] in "abcl" and n[1] == "."] == [
+        "a.k-1.py311.nbi", "b.k-1.py311.nbi", "c.k-1.py311.nbi", "l.k-1.py311.nbi"]
+
+
+def test_an_unreadable_folder_is_one_line_and_the_walk_goes_on(tmp_path, monkeypatch):
+    """A folder the walk may not open (EACCES; as root too: the open refused here) is named
+    once and the rest is walked and removed."""
+    app, _outside = tree(tmp_path)
+    (app / "locked" / "__pycache__").mkdir(parents=True)
+    (app / "locked" / "__pycache__" / "l.k-1.py311.nbi").write_bytes(b"l")
+    real_open = os.open
+
+    def refusing_open(path, *args, **kwargs):
+        if path == "locked" or str(path).endswith("/locked"):
+            raise PermissionError(13, "Permission denied", path)
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", refusing_open)
+    done = run(["clean-numba-cache", str(app), "--json"])
+    assert done.returncode == 1
+    doc = json.loads(done.stdout)
+    assert doc["unreadable"] == [{"path": str(app / "locked"), "reason": "Permission denied"}]
+    assert doc["count"] == len(CACHE_FILES)
+    assert done.stderr == f"kcache: cannot read {app / 'locked'}: Permission denied\n"
+    assert (app / "locked" / "__pycache__" / "l.k-1.py311.nbi").exists()

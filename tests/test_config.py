@@ -402,3 +402,29 @@ def test_human_duration():
         "30 d", "600 s", "1.5 h", "36.5 h", "0.25 s", "0 s", "7 d"]
     assert [human_duration(v) for v in (None, float("nan"), -1, 1e300, "x")] == [
         "-", "-", "-", "100+ y", "-"]
+
+
+def test_a_config_file_of_many_unknown_keys_is_one_bounded_warning(tmp_path):
+    """A planted config.json of 20,000 unknown keys, one 500 KB long (and one with ESC):
+    a program, ``kcache ls`` and ``kcache config show`` each say one short line about them,
+    naming a few and counting the rest (before: 20,001 lines, 5.6 MB, in every program)."""
+    import subprocess
+    import sys
+
+    root = tmp_path / "root"
+    root.mkdir(mode=0o700)
+    keys = {"k" * 500_000: 1, "esc\x1b]0;pwn\x07": 2, **{f"unknown{i}": i for i in range(20_000)}}
+    (root / "config.json").write_text(json.dumps(keys))
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("KCACHE_")},
+           "KCACHE_DIR": str(root)}
+    for argv in (["-c", "import kcache; kcache.Store().get('0' * 64)"],
+                 ["-m", "kcache", "ls"], ["-m", "kcache", "config", "show"]):
+        done = subprocess.run([sys.executable, *argv], capture_output=True, env=env,
+                              timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        said = [line for line in (done.stdout + done.stderr).splitlines()
+                if b"unknown" in line]
+        assert len(said) == 1, (argv, len(said))
+        assert len(said[0]) < 1500 and len(done.stderr) < 4000, argv
+        assert b"and 19999 more" in said[0] and b"'esc\\x1b]0;pwn\\x07'" in said[0], said[0]
+        assert not any(b < 0x20 and b != 0x0A for b in done.stderr), argv

@@ -1,6 +1,7 @@
 """KCACHE_RECACHE=1, compile_for(recache=True), kcache warm --recache: compile and overwrite
-an entry that is present (ccache's --recache, SCCACHE_RECACHE), counted as a compile and a
-miss, never a hit."""
+an entry that is present (ccache's --recache, SCCACHE_RECACHE), never counted as a hit: a
+kernel's call counts a compile and a miss, compile_for and warm a compile only (their lookup
+is an existence check)."""
 import json
 import logging
 import os

@@ -3,6 +3,7 @@
 format alone (kcache/warn.py). Real interpreters, real stderr."""
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -90,6 +91,35 @@ def test_pytest_warns_still_records_them():
 def test_one_line_formats():
     assert warn.one_line("kcache: a") == "kcache: a"
     assert warn.one_line("a\nb") == "kcache: a b"
+
+
+def test_one_line_escapes_control_characters_once_and_bounds():
+    raw = "kcache: layer /x\x1b]0;pwn\x07 \u202e not trusted"
+    escaped = warn.one_line(raw)
+    assert escaped == "kcache: layer /x\\x1b]0;pwn\\x07 \\u202e not trusted"
+    assert warn.one_line(escaped) == escaped  # text escaped already passes unchanged
+    assert warn.one_line("kcache: C:\\dir\\x1b") == "kcache: C:\\dir\\x1b"  # backslashes kept
+    long = warn.one_line("kcache: " + "\x1b" * 5_000_000 + " the advice")
+    assert long.endswith(" the advice") and " … " in long and "\x1b" not in long
+    assert len(long) < 10 * warn.WARNING_LIMIT
+
+
+def test_a_layer_path_with_escape_sequences_reaches_stderr_escaped(tmp_path):
+    """A planted config.json names a read-only layer whose path holds ESC ]0;pwn BEL (a
+    terminal title change): the program's warning about it carries no control byte."""
+    layer = tmp_path / "layer\x1b]0;pwn\x07"
+    layer.mkdir()
+    layer.chmod(0o777)  # writable by every user: not trusted, so warned about
+    root = tmp_path / "root"
+    root.mkdir(mode=0o700)
+    (root / "config.json").write_text(json.dumps({"readonly_dirs": [str(layer)]}))
+    done = subprocess.run([sys.executable, "-c", "import kcache; kcache.Store().get('0' * 64)"],
+                          capture_output=True, timeout=300,
+                          env={**{k: v for k, v in os.environ.items()
+                                  if not k.startswith("KCACHE_")}, "KCACHE_DIR": str(root)})
+    assert done.returncode == 0, done.stderr
+    assert b"pwn" in done.stderr and b"\\x1b]0;pwn\\x07" in done.stderr, done.stderr
+    assert not any(b < 0x20 and b != 0x0A or b == 0x7F for b in done.stderr), done.stderr
 
 
 @pytest.mark.slow

@@ -149,11 +149,32 @@ def _json_int(text: str) -> int | str:
     return int(text) if len(text) <= _MAX_NUMBER_TEXT else text
 
 
+#: Unknown keys of a config.json its one warning names, and characters of each named: a
+#: planted file of 20,000 keys, one 500 KB long, is one line, not 20,000 (5.6 MB).
+_KEYS_NAMED, _KEY_CHARS = 3, 60
+
+
+def unknown_keys_message(conf: dict, path) -> str | None:
+    """The one line (without ``kcache: ``) saying which keys of ``conf`` (config file
+    ``path``'s JSON object) are not settings, naming the first few (quoted, shortened) and
+    how many more; None when there are none. The store warns it, ``kcache config show``
+    lists it."""
+    unknown = [name for name in conf if name not in SETTINGS and name not in REMOTE_SETTINGS]
+    if not unknown:
+        return None
+    named = ", ".join(repr(name[:_KEY_CHARS]) + ("…" if len(name) > _KEY_CHARS else "")
+                      for name in unknown[:_KEYS_NAMED])
+    more = f" and {len(unknown) - _KEYS_NAMED} more" if len(unknown) > _KEYS_NAMED else ""
+    words = "setting" if len(unknown) == 1 else "settings"
+    return (f"config file {path}: unknown {words} {named}{more} ignored; accepted: "
+            f"{', '.join(SETTINGS + REMOTE_SETTINGS)}")
+
+
 def _warn_unknown_keys(conf: dict, path: Path) -> None:
-    for name in conf:
-        if name not in SETTINGS and name not in REMOTE_SETTINGS:
-            warn_once(f"config-key:{path}:{name}", f"kcache: config file {path}: unknown setting {name!r} ignored; "
-                      f"accepted: {', '.join(SETTINGS + REMOTE_SETTINGS)}")
+    """One warning per config file (kind ``config-keys:<path>``): unknown_keys_message."""
+    said = unknown_keys_message(conf, path)
+    if said is not None:
+        warn_once(f"config-keys:{path}", f"kcache: {said}")
 
 
 class Source:
