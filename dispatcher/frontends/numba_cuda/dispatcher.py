@@ -45,6 +45,7 @@ from ...keying import kernel_key_encoded
 from ...kernel_entry import NotStorable, entry_to_kernel, kernel_to_entry, marker_entry
 from ...options import Options
 from ...process import STATE as _STATE
+from ...store_calls import StoreCalls
 from ...process import explain_enabled, kernel_name, log_explanations
 from . import compiling as _compiling
 from . import internals as _internals
@@ -85,7 +86,7 @@ class _NotPublished(Exception):
     contract: ``create`` returns an entry or raises); the :class:`Lookup` says why."""
 
 
-class KCacheDispatcher(_internals.CUDADispatcher):
+class KCacheDispatcher(_internals.CUDADispatcher, StoreCalls):
     """A ``numba.cuda`` dispatcher whose kernels come from the kcache store.
 
     ``py_func``: the Python kernel; ``targetoptions``: numba-cuda target options (as built by
@@ -528,24 +529,6 @@ class KCacheDispatcher(_internals.CUDADispatcher):
             for counts in (self._kcache_counts, _STATE.counts):
                 counts["inspect_compiles"] += 1
         return kernel
-
-    def _kcache_put(self, store, key, entry, components):
-        try:
-            store.put(key, entry, components=components)
-        except Exception as exc:
-            self._kcache_store_failed(exc)
-
-    def _kcache_record(self, store, **counters):
-        try:
-            store.record(**counters)
-        except Exception as exc:
-            self._kcache_store_failed(exc)
-
-    def _kcache_store_failed(self, exc):
-        self._kcache_counts["store_errors"] += 1
-        _STATE.counts["store_errors"] += 1
-        warn_once("dispatcher-store-error", f"kcache: cache store failed ({type(exc).__name__}: "
-                  f"{cut(exc)}); kernels still compile and run")
 
     def _kcache_explain(self, store, components, argtypes, recache=False):
         if not explain_enabled():

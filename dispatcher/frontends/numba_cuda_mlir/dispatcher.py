@@ -40,6 +40,7 @@ from ...keying import kernel_key_encoded
 from ...kernel_entry import NotStorable, entry_to_kernel, kernel_to_entry
 from ...options import Options
 from ...process import STATE as _STATE
+from ...store_calls import StoreCalls
 from ...process import explain_enabled, kernel_name, log_explanations
 from . import compiling as _compiling
 from . import internals as _internals
@@ -110,7 +111,7 @@ class _NotPublished(Exception):
     """Raised from a ``get_or_create`` callback so that the store publishes nothing."""
 
 
-class KCacheMLIRDispatcher(MLIRDispatcher):
+class KCacheMLIRDispatcher(MLIRDispatcher, StoreCalls):
     """A numba-cuda-mlir dispatcher whose kernels come from the kcache store.
 
     ``py_func``: the Python kernel; ``targetoptions``: as ``numba_cuda_mlir.cuda.jit`` builds
@@ -519,24 +520,6 @@ class KCacheMLIRDispatcher(MLIRDispatcher):
             lines = [f"(cannot explain: {type(exc).__name__}: {cut(exc)})"]
         what = f"{self._kcache_name()} {_signatures.signature_display(argtypes)}"
         log_explanations(self, [f"{what}: miss: {one_line(lines) or 'no entry of this kernel'}"])
-
-    def _kcache_put(self, store, key, entry, components):
-        try:
-            store.put(key, entry, components=components)
-        except Exception as exc:
-            self._kcache_store_failed(exc)
-
-    def _kcache_record(self, store, **counters):
-        try:
-            store.record(**counters)
-        except Exception as exc:
-            self._kcache_store_failed(exc)
-
-    def _kcache_store_failed(self, exc):
-        self._kcache_counts["store_errors"] += 1
-        _STATE.counts["store_errors"] += 1
-        warn_once("dispatcher-store-error", f"kcache: cache store failed ({type(exc).__name__}: "
-                  f"{cut(exc)}); kernels still compile and run")
 
 
 class _Built:
