@@ -292,6 +292,7 @@ _KERNEL_FIELD_SET = frozenset(KERNEL_FIELDS)
 _FLAG_FIELDS = ("cooperative", "needs_cudadevrt", "nrt", "lto", "launch_config_sensitive",
                 "debug", "lineinfo")
 _MAX_EXCEPTIONS = 1 << 16  # entries of a kernel's exception table (one per raise site)
+_MAX_SHARED_MEMORY = (1 << 32) - 1  # bytes: the driver's launch parameter is 32-bit
 
 
 def _kernel_meta_problem(meta: dict) -> str | None:
@@ -323,8 +324,9 @@ def _mlir_meta_problem(meta: dict) -> str | None:
     for field in ("cooperative", "needs_nrt", "nrt_inline", "lto", "launch_config_sensitive"):
         if type(meta[field]) not in (bool, int):
             return f"bad kernel fields: {field} must be true or false"
-    if type(meta["dynamic_shared_memory"]) is not int or meta["dynamic_shared_memory"] < 0:
-        return "bad kernel fields: dynamic_shared_memory must be a number of bytes"
+    shared = meta["dynamic_shared_memory"]
+    if type(shared) is not int or not 0 <= shared <= _MAX_SHARED_MEMORY:
+        return "bad kernel fields: dynamic_shared_memory must be a number of bytes (< 4 GiB)"
     if meta["capi"] is not None and type(meta["capi"]) is not str:
         return "bad kernel fields: capi must be text or nil"
     target = meta["gpu_target"]
@@ -333,6 +335,9 @@ def _mlir_meta_problem(meta: dict) -> str | None:
                 type(v) is list and all(type(x) in (int, str) for x in v)))
             for k, v in target.items()):
         return "bad kernel fields: gpu_target must map names to plain values"
+    table = meta.get("exceptions")  # the rebuild decodes it, as numba-cuda's does
+    if table is not None and not _exception_table_ok(table):
+        return "bad kernel fields: exceptions must map a code to [class, args, location]"
     return None
 
 
