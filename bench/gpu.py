@@ -497,6 +497,14 @@ def baseline_figures(b: Bench, sec: str) -> list[dict]:
                        f"{what}: lookup of each further first call",
                        [1e3 * w["lookups"][n] for w in r["split"] for n in names[1:]], "ms",
                        mode=m, rev=rev)]
+        own = [w["own"] for w in r["calls"] if w.get("own")]
+        if own and all(o["hit"] for run in own for o in run):  # both revisions time their own part
+            out += [figure(f"before_after.own_first.{m}", sec,
+                           f"{what}: kcache's own part of the first kernel's hit",
+                           [run[0]["own"] for run in own], "ms", mode=m, rev=rev),
+                    figure(f"before_after.own_further.{m}", sec,
+                           f"{what}: kcache's own part of each further kernel's hit",
+                           [o["own"] for run in own for o in run[1:]], "ms", mode=m, rev=rev)]
     return out
 
 

@@ -107,7 +107,11 @@ def _read_junit(path: Path, module: str) -> dict:
     return record
 
 
-def run_module(module: str, timeout: float) -> dict:
+def run_module(module: str, timeout: float, deadline: float) -> dict | None:
+    """The three passes of ``module``, or None when ``deadline`` (time.monotonic) has passed
+    before it starts (``--budget``: a device call's limit; the module is listed as not run)."""
+    if time.monotonic() > deadline:
+        return None
     out = {}
     with tempfile.TemporaryDirectory(prefix="kcache-mlir-suite-") as tmp:
         tmp = Path(tmp)
@@ -181,18 +185,26 @@ def summarize(results: dict) -> dict:
 def run(args) -> int:
     wanted = args.modules.split(",") if args.modules else \
         [m for m in modules() if _left_out(m) is None]
-    results = {}
+    results, not_run = {}, []
+    deadline = time.monotonic() + args.budget
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        futures = {pool.submit(run_module, m, args.timeout): m for m in wanted}
+        futures = {pool.submit(run_module, m, args.timeout, deadline): m for m in wanted}
         for future in concurrent.futures.as_completed(futures):
             m = futures[future]
-            results[m] = passes = future.result()
+            passes = future.result()
+            if passes is None:
+                not_run.append(m)
+                continue
+            results[m] = passes
             print(f"{m:60} " + "  ".join(
                 f"{k} {len(passes[k]['failed']) + len(passes[k]['errors'])}/{passes[k]['ran']}"
                 for k in PASSES), flush=True)
             _write(args.out, summarize(results))  # kept as it goes: a cut run still counts
     _write(args.out, summarize(results))
     print(table(summarize(results)))
+    if not_run:
+        print(f"mlir_suite: {len(not_run)} modules not started within --budget "
+              f"{args.budget:.0f} s: {','.join(sorted(not_run))}")
     return 0
 
 
@@ -262,6 +274,8 @@ def main(argv=None) -> int:
     p.add_argument("--modules", help="comma-separated module paths, as list prints them")
     p.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) - 2))
     p.add_argument("--timeout", type=float, default=420.0, help="seconds per pass of a module")
+    p.add_argument("--budget", type=float, default=float("inf"),
+                   help="seconds after which no further module is started (those are listed)")
     p.add_argument("--out", default=str(RESULTS))
     p.set_defaults(func=run)
     p = sub.add_parser("merge", help="merge the results of several runs")

@@ -77,8 +77,11 @@ def _store_counts(root: Path) -> dict | None:
         return None
 
 
-def run_module(module: str, timeout: float) -> dict:
-    """The three passes of one module: {pass: record}."""
+def run_module(module: str, timeout: float, deadline: float = float("inf")) -> dict | None:
+    """The three passes of one module: {pass: record}; None when ``deadline``
+    (time.monotonic) has passed before it starts (``--budget``; listed as not run)."""
+    if time.monotonic() > deadline:
+        return None
     out = {}
     with tempfile.TemporaryDirectory(prefix="kcache-suite-") as tmp:
         tmp = Path(tmp)
@@ -109,13 +112,17 @@ def run_module(module: str, timeout: float) -> dict:
 def run(args) -> int:
     wanted = [m if "." in m else _qualify(m) for m in args.modules.split(",")] if args.modules \
         else [m for m in modules() if m not in LEFT_OUT]
-    results = {}
+    results, not_run = {}, []
+    deadline = time.monotonic() + args.budget
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        futures = {pool.submit(run_module, m, args.timeout): m for m in wanted}
+        futures = {pool.submit(run_module, m, args.timeout, deadline): m for m in wanted}
         for future in concurrent.futures.as_completed(futures):
             m = futures[future]
-            results[m] = future.result()
-            passes = results[m]
+            passes = future.result()
+            if passes is None:
+                not_run.append(m)
+                continue
+            results[m] = passes
             print(f"{m.rsplit('.', 1)[1]:40} " + "  ".join(
                 f"{k} {len(passes[k]['failed']) + len(passes[k]['errors'])}/{passes[k]['ran']}"
                 for k in PASSES), flush=True)
@@ -123,6 +130,9 @@ def run(args) -> int:
     part = summarize(results)
     _write(args.out, part)
     print(table(part))
+    if not_run:
+        print(f"numba_suite: {len(not_run)} modules not started within --budget "
+              f"{args.budget:.0f} s: {','.join(sorted(not_run))}")
     return 0
 
 
@@ -269,6 +279,8 @@ def main(argv=None) -> int:
     p.add_argument("--modules", help="comma-separated module names (default: all)")
     p.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) - 2))
     p.add_argument("--timeout", type=float, default=420.0, help="seconds per pass of a module")
+    p.add_argument("--budget", type=float, default=float("inf"),
+                   help="seconds after which no further module is started (those are listed)")
     p.add_argument("--out", default=str(RESULTS))
     p.set_defaults(func=run)
     p = sub.add_parser("merge", help="merge the results of several runs")
