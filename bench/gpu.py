@@ -853,6 +853,7 @@ def export_layer(b: Bench, cache: Path, bundle: Path, n: int) -> str:
     except RuntimeError as exc:
         raise LayerError(str(exc)) from None
     took = time.perf_counter() - t
+    bundle.chmod(0o644)  # as docs/containers.md's image does: whatever the umask, a layer's mode
     if rep.get("entries", 0) < n:
         raise LayerError(f"kcache export wrote {rep.get('entries')} entries of {n} kernels")
     how = ", ".join(filter(None, (
