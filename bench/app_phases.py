@@ -1,6 +1,6 @@
 """Where an application's lookups go on a GPU (a diagnostic script, not a benchmark).
 
-Usage: python bench/app_phases.py [N]      (on the GPU machine; N kernels, default 1,000)
+Usage: python bench/app_phases.py [N] [--layer]   (on the GPU machine; N kernels, default 1,000)
 
 bench/gpu.py's application module of N kernels, its cache filled by ``kcache.compile_for`` in
 12 processes, then fresh processes (``KCACHE_ENABLE=1``) launch every kernel once: twice with
@@ -8,12 +8,17 @@ the garbage collector on, twice off, and once off under cProfile. Each prints th
 time, the time inside ``KCacheDispatcher.compile``, ``kcache.dispatcher.own_phases()`` summed
 and as medians (key, store read, rebuild, the driver's module load), and the collector's
 time and full collections in the loop. docs/bench-dispatch.md has a run's figures.
+``--layer``: every process is served from a bundle layer instead (issue 36): the filled
+root is written by ``kcache export`` into one file, named in ``KCACHE_READONLY_DIRS``, with a
+new, empty ``KCACHE_DIR`` for each process.
 """
 import json, os, subprocess, sys, tempfile, time, statistics as S
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gpu import app_module
 work = tempfile.mkdtemp()
-n = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
+args = [a for a in sys.argv[1:] if a != "--layer"]
+layer = "--layer" in sys.argv[1:]
+n = int(args[0]) if args else 1000
 open(os.path.join(work, "appmod.py"), "w").write(app_module(n))
 FILL = '''
 import sys, kcache
@@ -64,7 +69,7 @@ tot = lambda f: round(sum(p[f] for p in ph), 1)
 print(json.dumps({"loop_ms": round((T1 - T0) * 1e3, 1), "in_compile_ms": round(acc[0] * 1e3, 1),
   "own_total_ms": tot("own"), "key_total": tot("key"), "read_total": tot("read"), "rebuild_total": tot("rebuild"), "load_total": tot("load"), "total_total": tot("total"),
   "own_med": med("own"), "key_med": med("key"), "read_med": med("read"), "rebuild_med": med("rebuild"), "load_med": med("load"),
-  "gc_ms": round(gct * 1e3, 1), "full_gcs": full, "hits": D.process_counts().get("hits")}))
+  "gc_ms": round(gct * 1e3, 1), "full_gcs": full, "hits": D.process_counts().get("hits"), "compiles": D.process_counts().get("compiles")}))
 '''
 open(os.path.join(work, "fill.py"), "w").write(FILL)
 open(os.path.join(work, "run.py"), "w").write(RUN)
@@ -74,7 +79,13 @@ t = time.time()
 procs = [subprocess.Popen([sys.executable, "fill.py", str(i), "12"], cwd=work, env=env) for i in range(12)]
 assert all(p.wait() == 0 for p in procs)
 print(f"filled {n} in {time.time() - t:.0f} s", flush=True)
-for args in ([], ["nogc"], [], ["nogc"], ["nogc", "prof"]):
+if layer:  # one bundle file of the filled root; each process gets an empty writable root
+    bundle = os.path.join(work, "layer.kcb")
+    subprocess.run([sys.executable, "-m", "kcache", "export", bundle], cwd=work, env=env, check=True)
+    env["KCACHE_READONLY_DIRS"] = bundle
+for i, args in enumerate(([], ["nogc"], [], ["nogc"], ["nogc", "prof"])):
+    if layer:
+        env["KCACHE_DIR"] = os.path.join(work, f"empty{i}")
     r = subprocess.run([sys.executable, "run.py"] + args, cwd=work, env=env, capture_output=True, text=True)
     print(args, flush=True)
     print(r.stdout.strip() or r.stderr[-2000:], flush=True)

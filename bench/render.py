@@ -12,14 +12,19 @@ from pathlib import Path
 
 MODES = ("kcache", "numba", "none")
 MODE_NAMES = {"kcache": "kcache (`KCACHE_ENABLE=1`)", "numba": "numba-cuda `cache=True`",
-              "none": "no cache", "floor": "floor (a cache that costs nothing)"}
-APP_MODES = ("kcache", "numba", "none", "floor")
+              "none": "no cache", "floor": "floor (a cache that costs nothing)",
+              "layer": "kcache from a bundle layer (`KCACHE_READONLY_DIRS=FILE`)"}
+APP_MODES = ("kcache", "layer", "numba", "none", "floor")
 APP_PARTS = [("interpreter start", "interpreter"), ("imports (numpy, numba.cuda, kcache's hook)", "imports"),
              ("kernel definitions (the module's import)", "definitions"),
              ("CUDA context and arrays", "context"),
              ("lookups (a cache read; without a cache, the compile)", "lookups"),
              ("module loads (`cuModuleLoadData`)", "loads"), ("launches and synchronize", "launches")]
 APP_GOAL = "<= 1.10 x floor (issue 19)"
+#: Issue 36's goals while no run has measured them: a module of N kernels served from a
+#: bundle layer (bench/gpu.py's layer_goal), and kcache's own part of a further hit from it.
+LAYER_GOALS = {100: "<= 1.10 x floor (issue 36)", 1000: "<= 1.25 x floor (issue 36)"}
+OWN_LAYER_GOAL = "<= 0.25 ms (issue 36)"
 GPU_COMMAND = "bash bench/gpu_run.sh"
 CPU_COMMAND = "python bench/run.py cpu"
 BACKENDS = {"redis": "Redis", "s3": "S3 (moto)"}
@@ -312,10 +317,18 @@ def gpu_section(doc: dict | None, plots: bool, earlier: dict | None = None) -> l
             "into the dispatcher's overloads: no key, no store, no cache's imports; the launches "
             "go through numba-cuda's dispatch as a hit's do. Caches were filled before the "
             "timed runs (kcache's by `kcache.compile_for` for the device's cc, numba-cuda's by "
-            "a launch of each kernel). Median **bold**, (min - max).", ""]
+            "a launch of each kernel). kcache from a bundle layer is the same process with every "
+            "kernel served from one file: the warm directory root written by `kcache export`, "
+            "named in `KCACHE_READONLY_DIRS`, with a new, empty `KCACHE_DIR` each run (each "
+            "run's counters, `kcache stats` and the empty root are checked: every kernel a hit, "
+            "nothing compiled). Median **bold**, (min - max).", ""]
     if sizes:
+        if not any(f"app_ready.layer.{n}" in figs for n in sizes):
+            out += ["kcache from a bundle layer: pending (GPU run); this run measured the other "
+                    "modes only.", ""]
         for n in sizes:
             out += app_table(figs, n)
+        out += app_own_table(figs)
         if plots:
             out += [f"![time to all kernels launched against the number of kernels, per mode]"
                     f"({IMAGES['app']})", ""]
@@ -401,11 +414,40 @@ def app_table(figs: dict, n: int) -> list[str]:
                        " | ".join("-" if a is None or m == "floor" else
                                   f"{num(a[0], 'ms')} ({a[1]:.1f} %)" for m, a in zip(modes, above))
                        + " |")
-    kc = figs.get(f"app_ready.kcache.{n}")
-    if kc and kc.get("goal"):
-        out.append(f"| goal (kcache) | {kc['goal']}: {verdict(kc) or 'not judged (fake run)'} |" +
-                   " |" * (len(modes) - 1))
+    for m in ("kcache", "layer"):
+        f = figs.get(f"app_ready.{m}.{n}")
+        if f and f.get("goal"):
+            out.append(f"| goal ({MODE_NAMES[m].split(' (')[0]}) | {f['goal']}: "
+                       f"{verdict(f) or 'not judged (fake run)'} |" + " |" * (len(modes) - 1))
     return out + [""]
+
+
+def app_own_table(figs: dict) -> list[str]:
+    """kcache's own part of each further hit in the application runs: from the bundle layer
+    and from the directory root, with their phases (each run's median, then the median)."""
+    layer, root = figs.get("own_further.layer"), figs.get("own_further_app.kcache")
+    if layer is None and root is None:
+        return []
+    n = (layer or root)["extra"].get("kernels")
+
+    def phase(fig, name):
+        values = sorted((fig or {"extra": {}})["extra"].get(name) or [])
+        return f"{values[len(values) // 2]:.3f} ms" if values else "-"
+    rows = [("key (fingerprint, components, digest)", "key"),
+            ("store read (find, read, verify, count)", "read"),
+            ("rebuild the kernel object", "rebuild")]
+    out = [f"**kcache's own part of each further kernel's hit, {n} kernels**", "",
+           "Timed inside each lookup (`kcache.dispatcher.own_phases()`, as in the first table's "
+           "own part), every kernel of a run but its first, over the runs above: the lookup "
+           "minus the driver's module load. Median **bold**, (min - max); the phases are "
+           "medians of each run's median.", "",
+           "| | from the directory root | from the bundle layer |", "| --- | --- | --- |"]
+    out += [f"| of which: {label} | {phase(root, p)} | {phase(layer, p)} |" for label, p in rows]
+    out += [f"| **kcache's own part** | {cell(root)} | {cell(layer)} |",
+            f"| goal (issue 36) | | " + ": ".join(filter(None, (
+                (layer or {}).get("goal") or OWN_LAYER_GOAL,
+                verdict(layer) if layer else "pending (GPU run)"))) + " |", ""]
+    return out
 
 
 # --- the CPU part ----------------------------------------------------------------------------
@@ -516,18 +558,17 @@ def goals(gpu: dict | None, cpu: dict | None) -> list[str]:
                                     "mlir_concurrent.compiles": "3 (each kernel once)"}[fid]
         rows.append(f"| {label} | {goal} | {cell(f)} | {verdict(f) if f else 'pending (GPU run)'} |")
     sizes = app_sizes(gpu) if gpu else []
-    for n in sizes or [100, 1000]:
-        f = g.get(f"app_ready.kcache.{n}")
-        label = f"{n} kernels, process start to all launched (kcache against the floor)"
-        if f is None:
-            rows.append(f"| {label} | {APP_GOAL} | - | pending (GPU run) |")
-            continue
-        vs = f["extra"].get("vs_floor")
-        floor = f["extra"].get("floor_median")
-        against = (f": **{vs:.2f}x** the floor's {num(floor, f['unit'])}" if vs is not None
-                   else ": no floor measured")
-        rows.append(f"| {label} | {f['goal'] or APP_GOAL} | {cell(f)}{against} | "
-                    f"{verdict(f) if f.get('goal') else 'not judged'} |")
+    for mode, what in (("kcache", "kcache against the floor"),
+                       ("layer", "kcache from a bundle layer against the floor")):
+        for n in sizes or [100, 1000]:
+            rows.append(_app_goal_row(g.get(f"app_ready.{mode}.{n}"),
+                                      f"{n} kernels, process start to all launched ({what})",
+                                      APP_GOAL if mode == "kcache" else
+                                      LAYER_GOALS.get(n, LAYER_GOALS[100 if n <= 100 else 1000])))
+    f = g.get("own_further.layer")
+    rows.append(f"| kcache's own part of each further kernel's hit from a bundle layer | "
+                f"{f['goal'] if f else OWN_LAYER_GOAL} | {cell(f)} | "
+                f"{verdict(f) if f else 'pending (GPU run)'} |")
     for f in (cpu or {}).get("figures", []):
         if f.get("goal") and f["section"] != "cli":
             rows.append(f"| {f['label']} | {f['goal']} | {cell(f)} | {verdict(f)} |")
@@ -540,6 +581,18 @@ def goals(gpu: dict | None, cpu: dict | None) -> list[str]:
                     f"{'**missed** by ' + ', '.join(f'`{m}`' for m in missed) if missed else 'met'} |")
     return ["## Goals", "", "| goal | target | measured: median (min - max) | |",
             "| --- | --- | --- | --- |", *rows, ""]
+
+
+def _app_goal_row(f: dict | None, label: str, goal: str) -> str:
+    """A goals-table row of an app figure against the floor (``goal`` while unmeasured)."""
+    if f is None:
+        return f"| {label} | {goal} | - | pending (GPU run) |"
+    vs = f["extra"].get("vs_floor")
+    floor = f["extra"].get("floor_median")
+    against = (f": **{vs:.2f}x** the floor's {num(floor, f['unit'])}" if vs is not None
+               else ": no floor measured")
+    return (f"| {label} | {f['goal'] or goal} | {cell(f)}{against} | "
+            f"{verdict(f) if f.get('goal') else 'not judged'} |")
 
 
 def missed(gpu: dict | None, cpu: dict | None) -> list[str]:
@@ -567,12 +620,15 @@ def render_markdown(gpu: dict | None, cpu: dict | None, plots: bool = True,
         "no cache, on the same kernels in the same run: the GPU part on the H200 machine, the "
         "CPU part (the store and the `kcache` command at scale) on the 2-core development "
         "machine. Every figure is the median, with min and max, of at least 5 runs; each run is "
-        "a fresh process unless said otherwise. The three modes:",
+        "a fresh process unless said otherwise. The modes:",
         "",
         "- **kcache**: the transparent switch, `KCACHE_ENABLE=1`, kernels declared "
         "`@cuda.jit(cache=True)` (no code change);",
         "- **numba-cuda `cache=True`**: numba-cuda's own cache (`__pycache__/*.nbi`, `*.nbc`);",
         "- **no cache**: `@cuda.jit`, every process compiles;",
+        "- **kcache from a bundle layer** (the application section): kcache with every kernel "
+        "served from one bundle file named in `KCACHE_READONLY_DIRS` (`kcache export` of the "
+        "warm cache), the writable root empty;",
         "- **floor** (the application section): the same process with every overload rebuilt "
         "from a cubin read from one file, no key and no store: what a cache that cost nothing "
         "would leave.",
@@ -712,6 +768,7 @@ def plots(gpu: dict | None, images: Path) -> list[Path]:
     sizes = app_sizes(gpu)
     if sizes:
         colors["floor"] = "#222222"
+        colors["layer"] = "#2e9e5b"
         fig, ax = plt.subplots(figsize=(8, 4.6))
         for mode in APP_MODES:
             pts = [(n, figs[f"app_ready.{mode}.{n}"]) for n in sizes if f"app_ready.{mode}.{n}" in figs]

@@ -7,9 +7,9 @@ kernels in the same run; results as JSON, rendered into docs/benchmarks.md with 
     python bench/run.py render                                        # docs/benchmarks.md + PNGs
 
 ``gpu``: bench/gpu.py (first calls in fresh processes, processes starting together, an
-application of 100 and 1,000 kernels against the floor); ``--sections`` runs some of them, the
-others' figures kept from the ``--out`` file; ``--fake`` runs the flow without a GPU (compiles,
-never launches) to check it. ``cpu``: bench/cpu.py (store lookup at 100,000 entries, CLI
+application of 100 and 1,000 kernels against the floor, from the directory root and from a
+bundle layer); ``--sections`` runs some of them, the others' figures kept from the ``--out``
+file; ``--fake`` runs the flow without a GPU (compiles, never launches) to check it. ``cpu``: bench/cpu.py (store lookup at 100,000 entries, CLI
 start-up, ``ls``/``prune`` at scale, ``warm`` throughput, remote hits). ``render``:
 bench/render.py (needs ``pip install matplotlib`` for the plots; ``--no-plots`` without it).
 
@@ -21,7 +21,7 @@ On the GPU machine (no network; the wheels it lacks are carried in .whl/, see
 ../shared/device/README.md), from the repository root, the whole run in one go::
 
     bash bench/gpu_run.sh first_calls,fleet     # about 5 minutes
-    bash bench/gpu_run.sh app                   # about 6 minutes
+    bash bench/gpu_run.sh app                   # about 6-7 minutes
 
 each writing ``$OUT/gpu.json`` (bench/gpu_run.sh says how). Then, here: ``python bench/run.py
 merge --out bench/results/gpu.json first.json app.json`` (or copy a complete one) and
