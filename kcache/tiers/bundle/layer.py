@@ -125,6 +125,12 @@ class BundleLayer:
             self._old = read_contents(self.root, fd, st.st_size, secret, memory=True)  # owns fd
         self.version = v3.VERSION if newest else self._old.version
         self._fd, self._st = fd, st
+        refused = (self._index or self._old).refused
+        if refused:  # records that are not entries: misses, said once (import names them all)
+            name, why = next(iter(refused.items()))
+            warn_once(f"layer-refused:{self.name}", f"kcache: the read-only layer {self.name}: "
+                      f"{len(refused)} of its records are not usable entries and are misses "
+                      f"(e.g. {name}: {why}); 'kcache import' names each")
 
     def _refuse(self, why: str) -> None:
         self.problem = why
