@@ -160,8 +160,9 @@ def run(args) -> int:
     matched, broken = select(store, args, with_stale=as_json)
     rows = matched[: args.limit] if args.limit else matched
     if as_json:
+        layers = layer_records(store)  # only with read-only layers: the document is as it was
         print_json({"entries": [entry_record(view, stale) for view, stale in rows],
-                    "layers": layer_records(store)}, checked=True)
+                    **({"layers": layers} if layers else {})}, checked=True)
     else:
         views = [view for view, _ in rows]
         fe = shows_frontend(views)

@@ -96,7 +96,7 @@ def run(args) -> int:
     from kcache.store.layers import describe
     layers = [describe(layer, store.untrusted, count=args.recount) for layer in store.layers]
     if want_json(args):
-        print_json({**doc, "layers": layers})
+        print_json({**doc, "layers": layers} if layers else doc)  # only with read-only layers
         return 0
     if args.short:
         short(store, doc)
