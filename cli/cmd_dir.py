@@ -24,11 +24,11 @@ def untrusted(root, dirs, shared: bool) -> dict[str, str]:
     from pathlib import Path
 
     from kcache.disk.fsio import Trust
-    from kcache.tiers.local import LocalTier
+    from kcache.store.layers import make_layer
     trust = Trust(bool(shared))
     out = {}
-    for path in (str(root), *dirs):
-        problem = LocalTier(Path(path), writable=False, trust=trust).trust_problem()
+    for path in (str(root), *dirs):  # a layer may be a bundle file (1: its size is not read)
+        problem = make_layer(Path(path), trust, 1).trust_problem()
         if problem is not None:
             out.setdefault(path, problem)
     return out

@@ -1,5 +1,6 @@
 """``kcache export OUT``: write entries into one bundle file (zstd-compressed, signed with a
-secret when one is set; docs/containers.md "Bundle format")."""
+secret when one is set; format version 3 by default, which a process serves in place when the
+file is named as a read-only layer; docs/containers.md "Bundle format")."""
 from __future__ import annotations
 
 import os
@@ -22,7 +23,10 @@ def register(sub):
                        description="Write the cache's entries (writable root and read-only "
                                    "layers) into one bundle file for another machine or image: "
                                    "the entries with a record each, zstd-compressed, signed "
-                                   "with a secret when one is set.")
+                                   "with a secret when one is set. Format version 3 (the "
+                                   "default) is served in place when the file is named in "
+                                   "KCACHE_READONLY_DIRS; version 2 is read by kcache before "
+                                   "the bundle layers (import only).")
     p.add_argument("out", metavar="OUT", type=nonblank_arg("OUT"), help="the bundle file to write")
     add_entry_filters(p)
     add_selection(p)
@@ -31,6 +35,10 @@ def register(sub):
     p.add_argument("--compress", choices=("auto", "zstd", "none"), default="auto",
                    help="zstd, none, or auto (the default): zstd when the zstandard package is "
                         "installed (a dependency of kcache)")
+    p.add_argument("--format", type=int, choices=(3, 2), default=3, dest="bundle_format",
+                   metavar="VERSION", help="the bundle format version: 3 (the default: an index "
+                   "and a frame per entry, served in place as a read-only layer) or 2 (one "
+                   "stream, for kcache versions before bundle layers)")
     add_secret_option(p)
     return p
 
@@ -74,7 +82,7 @@ def _refuse_planted_link(path: Path) -> None:
 
 def run(args) -> int:
     """Export. JSON: ``{"path", "entries", "entry_bytes", "bundle_bytes", "compressed",
-    "signed", "keys"}``. Exit 1 (nothing written) when no entry matches."""
+    "signed", "format_version", "keys"}``. Exit 1 (nothing written) when no entry matches."""
     from kcache.tiers.bundle.v2 import BundleError, check_target, write_bundle
     # a symlink the user typed is theirs: the bundle replaces the file it names
     if args.out == "-":  # not a file name anyone means
@@ -105,7 +113,8 @@ def run(args) -> int:
     compress = {"auto": None, "zstd": True, "none": False}[args.compress]
     try:
         with progress_bar(show, "exporting") as progress:
-            rep = write_bundle(out, items, secret=secret, compress=compress, progress=progress)
+            rep = write_bundle(out, items, secret=secret, compress=compress, progress=progress,
+                               version=args.bundle_format)
     except BundleError as exc:
         raise UsageError(str(exc)) from None
     except OSError as exc:  # the folder's file system refused: named by OUT, not the temp file
@@ -114,9 +123,10 @@ def run(args) -> int:
     if want_json(args):
         print_json({"path": str(rep.path), "entries": rep.entries, "entry_bytes": rep.entry_bytes,
                     "bundle_bytes": rep.bundle_bytes, "compressed": rep.compressed,
-                    "signed": rep.signed, "keys": [rec["key"] for rec, _d in items]})
+                    "signed": rep.signed, "format_version": rep.version,
+                    "keys": [rec["key"] for rec, _d in items]})
     else:
-        how = ", ".join(("zstd" if rep.compressed else "uncompressed",
+        how = ", ".join((f"bundle format {rep.version}", "zstd" if rep.compressed else "uncompressed",
                          "signed" if rep.signed else "unsigned"))
         message(f"kcache: exported {entries_text(rep.entries)} ({human_size(rep.entry_bytes)}) "
                 f"to {rep.path} ({human_size(rep.bundle_bytes)}, {how})")

@@ -156,11 +156,13 @@ def run(args) -> int:
     Entry files whose header cannot be read are listed with their ``problem`` (JSON) or
     ``(unreadable: ...)`` in the kernel column, and counted in a note on stderr."""
     as_json = want_json(args)
-    matched, broken = select(open_store(args), args, with_stale=as_json)
+    store = open_store(args)
+    matched, broken = select(store, args, with_stale=as_json)
     rows = matched[: args.limit] if args.limit else matched
     if as_json:
-        print_json({"entries": [entry_record(view, stale) for view, stale in rows]},
-                   checked=True)
+        layers = layer_records(store)  # only with read-only layers: the document is as it was
+        print_json({"entries": [entry_record(view, stale) for view, stale in rows],
+                    **({"layers": layers} if layers else {})}, checked=True)
     else:
         views = [view for view, _ in rows]
         fe = shows_frontend(views)
@@ -184,8 +186,30 @@ def run(args) -> int:
                         f"{human_size(_bytes(v for v, _ in matched))}")
             else:
                 message(f"kcache: {entries_text(len(views))}, {size}")
+            _layers_note(store, views)
     _broken_note(broken)
     return 0
+
+
+def layer_records(store) -> list[dict]:
+    """What each read-only layer serves (kcache.store.layers.describe): path, kind, format
+    version, entries and bytes (a bundle's, from its index), problem."""
+    from kcache.store.layers import describe
+    return [describe(layer, store.untrusted) for layer in store.layers]
+
+
+def _layers_note(store, views) -> None:
+    """One line per read-only layer serving rows of the table: which, and how many."""
+    served: dict[str, int] = {}
+    for v in views:
+        if v.readonly:
+            served[str(v.info.root)] = served.get(str(v.info.root), 0) + 1
+    for rec in layer_records(store) if served else []:
+        if rec["path"] in served:
+            what = (f"bundle format {rec['format_version']}, {entries_text(rec['entries'])}"
+                    if rec["kind"] == "bundle" else "folder")
+            message(f"kcache: {served[rec['path']]} of them from the read-only layer "
+                    f"{rec['path']} ({what})")
 
 
 def _bytes(views) -> int:

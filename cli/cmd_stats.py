@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from kcache.cli.args import want_json, want_wide
 from kcache.cli.cache import ensure_writable, open_store
-from kcache.cli.fmt import human_seconds, human_size, plain_seconds
+from kcache.cli.fmt import entries_text, human_seconds, human_size, plain_seconds
 from kcache.cli.output import cell, is_terminal, message, print_fields, print_json
 from kcache.cli.values import number
 
@@ -93,8 +93,10 @@ def run(args) -> int:
         message("kcache: statistics zeroed")
     stats = store.recount() if args.recount else store.stats()
     doc = document(as_dict(stats), args.recount)
+    from kcache.store.layers import describe
+    layers = [describe(layer, store.untrusted, count=args.recount) for layer in store.layers]
     if want_json(args):
-        print_json(doc)
+        print_json({**doc, "layers": layers} if layers else doc)  # only with read-only layers
         return 0
     if args.short:
         short(store, doc)
@@ -103,10 +105,24 @@ def run(args) -> int:
         # Piped: "name<TAB>value" with the JSON names, seconds rounded, for scripts.
         for name, value in doc.items():
             print(f"{name}\t{plain(name, value)}")
+        for layer in layers:
+            print(f"layer\t{layer_text(layer)}")
         return 0
-    print_fields(terminal_rows(doc, remote_shown(store, doc)), title=f"kcache {store.root}",
-                 wide=want_wide(args))
+    rows = terminal_rows(doc, remote_shown(store, doc))
+    rows += [("read-only layer", layer_text(layer), None) for layer in layers]
+    print_fields(rows, title=f"kcache {store.root}", wide=want_wide(args))
     return 0
+
+
+def layer_text(layer: dict) -> str:
+    """A read-only layer in words: ``/opt/k.kcb (bundle format 3: 6 entries, 120.0 KiB)``,
+    ``/opt/kcache (folder)``, or why it is not used."""
+    if layer["problem"]:
+        return f"{layer['path']} (not used: {layer['problem']})"
+    what = f"bundle format {layer['format_version']}" if layer["kind"] == "bundle" else "folder"
+    if layer["entries"] is None:
+        return f"{layer['path']} ({what})"
+    return f"{layer['path']} ({what}: {entries_text(layer['entries'])}, {human_size(layer['bytes'])})"
 
 
 def short(store, doc: dict) -> None:

@@ -8,6 +8,7 @@ a sort, a filter or a JSON document.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import os
 import re
 from typing import Any, Iterable
@@ -119,10 +120,18 @@ def entry_record(view: EntryView, stale: bool | None = None) -> dict[str, Any]:
         "kind": view.kind,
         "entry_points": view.entry_points,
         "frontend": view.frontend,
+        "layer": str(info.root) if view.readonly else None,
+        "layer_kind": layer_kind(info.root) if view.readonly else None,
     }
     if stale is not None:
         record["stale"] = stale
     return record
+
+
+@functools.lru_cache(maxsize=64)
+def layer_kind(root) -> str:
+    """"bundle" for a read-only layer that is a bundle file, else "directory"."""
+    return "bundle" if os.path.isfile(root) else "directory"
 
 
 def sizes(value: Any) -> dict[str, int]:
@@ -262,8 +271,11 @@ def entry_keys(store) -> list[str]:
     file names alone (``kcache.layout.scan``; no header is read: naming the nearest keys of
     a mistyped prefix must not read 100,000 headers)."""
     from kcache.disk.layout import Layout, scan
-    return [key for root in (store.root, *store.readonly_roots)
-            for key, _path, _st in scan(Layout(root))]
+    keys = [key for key, _path, _st in scan(Layout(store.root))]
+    for layer in store.layers:  # a folder's file names, or a bundle's index
+        keys += (layer.keys() if hasattr(layer, "describe") else
+                 [key for key, _path, _st in scan(Layout(layer.root))])
+    return keys
 
 
 def _label(view: EntryView) -> str:

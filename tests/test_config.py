@@ -289,14 +289,21 @@ def test_readonly_dirs_blank_duplicate_and_root_dropped(tmp_path, monkeypatch):
     assert resolve(root).readonly_roots == (a, b)
 
 
-def test_readonly_dir_that_is_a_file(tmp_path, monkeypatch):
+def test_readonly_dir_that_is_a_file_is_a_bundle_layer(tmp_path, monkeypatch):
+    """A file named in KCACHE_READONLY_DIRS is a bundle layer (issue 36), no longer a
+    ConfigError: one that is not a bundle is warned once, naming it and what is accepted,
+    and the program runs on without it."""
+    from kcache.warn import KcacheWarning
     f = tmp_path / "file"
     f.write_text("x")
+    f.chmod(0o644)
     monkeypatch.setenv("KCACHE_READONLY_DIRS", str(f))
-    with pytest.raises(ConfigError, match="KCACHE_READONLY_DIRS.*is a file"):
-        resolve(tmp_path / "c")
-    with pytest.raises(ConfigError, match="is a file"):
-        Store(tmp_path / "c", readonly_roots=[f])
+    assert resolve(tmp_path / "c").readonly_roots == (f,)
+    store = Store(tmp_path / "c")
+    with pytest.warns(KcacheWarning, match=f"read-only layer {f} is not used: {f} is not a kcache "
+                      "bundle.*accepted: a bundle file written by 'kcache export'"):
+        assert store.get("ab" * 32) is None
+    assert store.layers[0].problem is not None
 
 
 # -- config.json: unknown keys, wrong types, a directory --------------------------------------------

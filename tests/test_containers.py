@@ -52,7 +52,7 @@ def _can_use_users() -> bool:
 def recipe():
     text = DOC.read_text()
     lines = parse_build_lines(blocks(text, BUILD_LINES_MARK))
-    assert [line.target for line in lines] == ["runtime-layer", "runtime-bundle"]
+    assert [line.target for line in lines] == ["runtime-layer", "runtime-bundle", "runtime-onefile"]
     base = (userkit.shared_base("kcache-recipe-") if _can_use_users()
             else Path(tempfile.mkdtemp(prefix="kcache-recipe-")))
     try:
@@ -126,13 +126,15 @@ def test_the_layer_is_root_owned_and_not_writable_by_others(recipe):
             assert st.st_uid == 0, path
 
 
-@pytest.mark.parametrize("target", ["runtime-layer", "runtime-bundle"])
+@pytest.mark.parametrize("target", ["runtime-layer", "runtime-bundle", "runtime-onefile"])
 def test_runtime_stage_finds_every_kernel_as_the_runtime_user(recipe, target):
     stage = recipe.stages[target]
     _ins, done = _log(stage, "--dry-run")
     # nothing but warm's progress and summary and ls' total: no warning (trust, KCACHE_ENABLE)
     assert all(line.startswith(("kcache: warm: ", "kcache: imported "))
                or re.fullmatch(r"kcache: \d+ entr(y|ies), [\d.]+ \w?i?B", line)
+               or re.fullmatch(r"kcache: 6 of them from the read-only layer /\S+ \((folder|bundle "
+                               r"format 3, 6 entries)\)", line)
                for line in done.stderr.splitlines()), done.stderr
     listed = _tsv(done.stdout, "short_key\tkernel")
     assert {row["kernel"] for row in listed} == KERNELS and len(listed) == 6
@@ -144,7 +146,7 @@ def test_runtime_stage_finds_every_kernel_as_the_runtime_user(recipe, target):
                      done.stderr)
     assert stage.cmd == ["python", "-c", "from examples import kernels; kernels.run_all()"]
     own = stage.root / "home" / "app" / ".cache" / "kcache"  # the runtime user's own root
-    if target == "runtime-layer":
+    if target in ("runtime-layer", "runtime-onefile"):
         assert _keys(own) == set()  # nothing compiled, nothing copied: all from the layer
     else:
         assert _keys(own) == _build_keys(recipe)

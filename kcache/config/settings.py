@@ -8,7 +8,7 @@ default. The root itself comes from the argument, ``KCACHE_DIR`` or platformdirs
 | --- | --- | --- | --- | --- |
 | root | KCACHE_DIR | - | user cache dir | a directory path (not a file, not empty) |
 | max_size | KCACHE_MAX_SIZE | max_size | 2 GiB | bytes, or number + K/M/G/T (binary), KiB.., KB.. (decimal); 1 .. 2**63-1 bytes |
-| readonly_roots | KCACHE_READONLY_DIRS | readonly_dirs | () | os.pathsep list / JSON list of directories |
+| readonly_roots | KCACHE_READONLY_DIRS | readonly_dirs | () | os.pathsep list / JSON list of cache folders or bundle files (a file: a bundle layer) |
 | lock_timeout | KCACHE_LOCK_TIMEOUT | lock_timeout | 600 s | seconds 0 .. 100 years, or a duration like 90s, 5m |
 | lock_stale | KCACHE_LOCK_STALE | - | 30 s | a duration as for lock_timeout (under 1 s counts as 1 s); 0: never pass a stopped lock holder |
 | disabled | KCACHE_DISABLE | - | False | 1/0, true/false, yes/no, on/off |
@@ -278,18 +278,21 @@ def _pick(arg: Any, env: str, conf: dict, conf_key: str | None, conf_path: Path 
 
 
 def _paths(value: Any, var: str) -> tuple[Path, ...]:
-    """Absolute directories from an os.pathsep list or a list of paths; blank parts dropped,
-    duplicates kept once; ConfigError naming ``var`` for a wrong type or a file."""
+    """Absolute paths of read-only layers (cache folders, or bundle files: a path that is a
+    regular file is served as a bundle, kcache.tiers.bundle.layer) from an os.pathsep list or
+    a list of paths; blank parts dropped, duplicates kept once; ConfigError naming ``var``
+    for a wrong type."""
     if isinstance(value, (str, os.PathLike)):
         parts = str(value).split(os.pathsep)
     elif isinstance(value, (list, tuple)) and all(isinstance(p, (str, os.PathLike)) for p in value):
         parts = [str(p) for p in value]
     else:
-        raise ConfigError(f"{var}={_quote(value)} is not a list of directories; accepted: paths separated by {os.pathsep!r} or a list")
+        raise ConfigError(f"{var}={_quote(value)} is not a list of directories; accepted: paths "
+                          f"(cache folders or bundle files) separated by {os.pathsep!r} or a list")
     out: dict[Path, Path] = {}  # resolved -> as given (absolute), first one wins
     for part in parts:
         if part.strip():
-            path = _check_dir(Path(part), "read-only cache dir", var)
+            path = _absolute(Path(part))  # a folder, or a file: a bundle layer
             out.setdefault(path.resolve(), path)
     return tuple(out.values())
 

@@ -37,6 +37,7 @@ from ..entry.format import Entry
 from ..errors import CorruptEntry, KcacheError
 from ..keys import check_key
 from ..disk.layout import Layout
+from .layers import make_layer
 from .listing import Listing
 from ..tiers.local import LocalTier, os_reason, probe_writable  # noqa: F401 (os_reason: API)
 from .remote import RemotePolicy
@@ -87,8 +88,8 @@ class Store:
         self.layout = self.local.layout
         self._root = WritableRoot(self.local, count=self._count,
                                   in_use=lambda: not self.disabled and self.local in self._tiers)
-        self.layers = tuple(LocalTier(r, writable=False, trust=self._trust)
-                            for r in self.readonly_roots)
+        self.layers = tuple(make_layer(r, self._trust, self.settings.max_entry_size)
+                            for r in self.readonly_roots)  # folders, or bundle files
         self.untrusted: dict[str, str] = {}  # tier name -> why it is not used
         self._stats = StatsBook(self.layout, self._file_mode, self._root.ensure, self._root.fail,
                                 self._root.layout_gone, self._root.ready_folder, self.local.dirs)

@@ -63,7 +63,7 @@ class Listing:
         for tier in self._tiers():
             try:
                 hits = self._stats.hits() if hits is None else hits
-                return self.info(key, tier.layout.entry(key), tier, hits)
+                return self.info(key, tier.entry_path(key), tier, hits)
             except (OSError, CorruptEntry, NewerFormat):
                 continue
         return None

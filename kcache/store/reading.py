@@ -155,10 +155,10 @@ class Reader:
                 continue
             except (CorruptEntry, NewerFormat) as exc:
                 if error is None:
-                    error = type(exc)(f"{tier.layout.entry(key)}: {exc}")
+                    error = type(exc)(f"{tier.entry_path(key)}: {exc}")
                     error.code = getattr(exc, "code", "invalid")
             except OSError as exc:
-                error = error or CorruptEntry(f"{tier.layout.entry(key)}: unreadable: "
+                error = error or CorruptEntry(f"{tier.entry_path(key)}: unreadable: "
                                               f"{os_reason(exc)}", "unreadable")
         if error is not None:
             raise error

@@ -385,6 +385,10 @@ class LocalTier:
             return f"cannot move it: {os_reason(exc)}"
 
     # -- scans and sweeps ------------------------------------------------------------------------
+    def entry_path(self, key: str) -> Path:
+        """The path of ``key``'s entry file (what messages and listings name)."""
+        return self.layout.entry(key)
+
     def scan(self, first: str | None = None, *, regular_only: bool = True):
         """(key, path, lstat) of every entry file (see :func:`kcache.layout.scan`)."""
         return scan(self.layout, first, regular_only=regular_only, dirs=self.dirs)

@@ -47,9 +47,10 @@ _KINDS = {tarfile.XHDTYPE: "a pax extended header", tarfile.XGLTYPE: "a pax glob
           tarfile.GNUTYPE_SPARSE: "a GNU sparse file"}
 
 
-def open_v1(path: Path, fd: int, size: int, head: bytes, secret: bytes | None) -> Contents:
-    """Index the version-1 bundle open as ``fd`` (``size`` bytes, starting with ``head``).
-    Raises BundleError: a secret is set, not a tar, over a bound."""
+def open_v1(path: Path, fd: int, size: int, head: bytes, secret: bytes | None,
+            memory: bool = False) -> Contents:
+    """Index the version-1 bundle open as ``fd`` (``size`` bytes, starting with ``head``);
+    ``memory``: decompressed into memory, never onto a disk (a layer). Raises BundleError: a secret is set, not a tar, over a bound."""
     zstd = head.startswith(ZSTD_MAGIC)
     if not zstd and pread_exact(fd, 5, 257) != b"ustar":
         raise BundleError(f"{path} is not a kcache bundle (neither a version-{VERSION} tar nor "
@@ -58,10 +59,10 @@ def open_v1(path: Path, fd: int, size: int, head: bytes, secret: bytes | None) -
         raise BundleError(f"{path} is a version-1 bundle, whose signature can only be checked "
                           "after its tar is parsed; a secret is set: refused (export it again "
                           "with this kcache)")
-    found = Contents(fd, version=VERSION)
+    found = Contents(fd, version=VERSION, memory=memory)
     try:
         if zstd:
-            tmp, size = inflate(path, Region(fd, 0, size), inflate_cap(size))
+            tmp, size = inflate(path, Region(fd, 0, size), inflate_cap(size), memory)
             found.fd = os.dup(tmp.fileno())
             found.owned.append(found.fd)
             tmp.close()

@@ -24,11 +24,9 @@ What both readers share (the index, bounded reads, inflation): :mod:`kcache.tier
 """
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import hmac
 import os
-import stat
 import struct
 import tempfile
 import time
@@ -42,27 +40,18 @@ from ...entry.format import FORMAT_VERSION
 from ...errors import CorruptEntry
 from ...keys import KEY_RE
 from ..tier import Blob, TierError
-from .common import (_CHUNK, _ZSTD_HINT, BUNDLE_FORMAT, BUNDLE_VERSION, INFLATE_RATIO,  # noqa: F401
-                     INFLATE_SLACK, MAX_ENTRIES, BundleError, Contents, Region, inflate, inflate_cap,
-                     pread_exact)
+from .common import (_CHUNK, _KIND, _ZSTD_HINT,  # noqa: F401 (names of this module)
+                     BUNDLE_FORMAT, BUNDLE_VERSION,  # noqa: F401
+                     INFLATE_RATIO, INFLATE_SLACK, MAGIC, MAX_BUNDLE, MAX_ENTRIES, MAX_HEADER,
+                     MSGPACK_TYPES as _MSGPACK_TYPES, SIGNED, TAG_SIZE, UNPACK_ERRORS as _UNPACK_ERRORS,
+                     ZSTD, BundleError, Contents, ExportReport, Region, Tee as _Tee, check_target,
+                     have_zstd, inflate, inflate_cap, open_bundle_file, pread_exact, scratch, tag_hash as _tag_hash,
+                     unpack_why as _unpack_why)
 from .v1 import open_v1
+from . import v3
 
-MAGIC = b"KCACHEBN"
 PREFIX = struct.Struct(">8sHBI")  # magic, version, flags, header length
-SIGNED, ZSTD = 1, 2  # flags
-TAG_SIZE = 32  # bytes of the trailer
-MAX_HEADER = 64 << 10  # bytes
 MAX_RECORD_HEAD = 4 << 10  # bytes of one record's msgpack map
-MAX_BUNDLE = 1 << 40  # bytes of a bundle file
-
-
-def have_zstd() -> bool:
-    """True when the ``zstandard`` package is installed (bundles are then compressed)."""
-    try:
-        import zstandard  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def digest(data: bytes) -> str:
@@ -70,56 +59,29 @@ def digest(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=32).hexdigest()
 
 
-def _tag_hash(secret: bytes | None):
-    """The trailer's hash: HMAC-SHA256 with ``secret``, or BLAKE2b-256 without one."""
-    if secret is not None:
-        return hmac.new(secret, digestmod=hashlib.sha256)
-    return hashlib.blake2b(digest_size=TAG_SIZE)
-
-
 # --- writing ----------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass
-class ExportReport:
-    """What ``write_bundle`` wrote: ``path``, ``entries`` (count), ``entry_bytes`` (sum of
-    the entries' sizes), ``bundle_bytes`` (the file's size), ``compressed``, ``signed``."""
-
-    path: Path
-    entries: int
-    entry_bytes: int
-    bundle_bytes: int
-    compressed: bool
-    signed: bool
-
-
-class _Tee:
-    """A writable file that also feeds what is written to a hash."""
-
-    def __init__(self, raw, mac):
-        self.raw, self.mac = raw, mac
-
-    def write(self, data) -> int:
-        self.mac.update(data)
-        return self.raw.write(data)
-
-    def flush(self) -> None:
-        self.raw.flush()
 
 
 def write_bundle(out: Path, items: list[tuple[dict, bytes]], *, secret: bytes | None = None,
                  compress: bool | None = None,
-                 progress: Callable[[int, int], None] | None = None) -> ExportReport:
-    """Write the bundle ``out`` (format version 2) from ``items``: (record, verified entry
-    bytes) pairs; a record holds ``key`` and optionally ``kernel``, ``signature``, ``arch``,
-    ``toolchain``, ``created``.
+                 progress: Callable[[int, int], None] | None = None,
+                 version: int = BUNDLE_VERSION) -> ExportReport:
+    """Write the bundle ``out`` (format ``version`` 2, the default, or 3:
+    :func:`kcache.tiers.bundle.v3.write_v3`, read in place as a layer) from ``items``:
+    (record, verified entry bytes) pairs; a record holds ``key`` and optionally ``kernel``,
+    ``signature``, ``arch``, ``toolchain``, ``created``.
 
     ``compress``: zstd when True, none when False, zstd if installed when None. ``secret``:
     sign the whole file (HMAC-SHA256, bytes; the caller checks its length).
     ``progress(done, total)`` is called per entry written. Written to a temp file beside
     ``out`` and renamed, so ``out`` is whole or untouched. Raises OSError, BundleError (zstd
     asked for but not installed, more than MAX_ENTRIES entries, ``out`` exists and is not a
-    regular file once symlinks are followed: a device or FIFO is never replaced)."""
+    regular file once symlinks are followed: a device or FIFO is never replaced); ValueError
+    for another ``version``."""
+    if version == v3.VERSION:
+        return v3.write_v3(out, items, secret=secret, compress=compress, progress=progress)
+    if version != BUNDLE_VERSION:
+        raise ValueError(f"bundle format version {version!r}: accepted 2 or {v3.VERSION}")
     out = Path(out)
     check_target(out)
     compress = have_zstd() if compress is None else compress
@@ -152,23 +114,6 @@ def write_bundle(out: Path, items: list[tuple[dict, bytes]], *, secret: bytes | 
                         compress, secret is not None)
 
 
-def check_target(out: Path) -> None:
-    """Raise BundleError unless ``out`` is absent or a regular file (symlinks followed): a
-    rename over ``/dev/null`` as root would replace the device with a file."""
-    try:
-        mode = os.stat(out).st_mode
-    except FileNotFoundError:
-        return
-    if not stat.S_ISREG(mode):
-        raise BundleError(f"{out} is {_KIND.get(stat.S_IFMT(mode), 'not a regular file')}: left as "
-                          "it is, nothing written (accepted: a new file, or a regular file to "
-                          "replace)")
-
-
-_KIND = {stat.S_IFDIR: "a folder", stat.S_IFCHR: "a character device",
-         stat.S_IFBLK: "a block device", stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket"}
-
-
 def _record(rec: dict, data: bytes) -> dict:
     fields = ("key", "kernel", "signature", "arch", "toolchain", "created")
     return dict({f: rec.get(f) for f in fields}, size=len(data),
@@ -199,24 +144,24 @@ def _write_pairs(sink, heads, items, progress) -> None:
 def open_contents(path: Path, secret: bytes | None) -> Contents:
     """Open, check and index the bundle file ``path`` (any version). Raises BundleError
     naming the file and what was wrong."""
-    try:
-        fd, st = fsio.open_regular(path, MAX_BUNDLE)  # never a FIFO, a device or a folder
-    except CorruptEntry as exc:
-        what = {"not_regular": "is not a regular file (a folder, FIFO, socket or device)",
-                "symlink": "is a symlink that changed while it was opened",
-                "too_large": f"is larger than a bundle may be ({MAX_BUNDLE} bytes)"}
-        raise BundleError(f"{path} {what.get(exc.code, str(exc))}; accepted: a bundle file "
-                          "written by kcache export") from None
-    except FileNotFoundError:
-        raise BundleError(f"{path}: no such file") from None
-    except OSError as exc:
-        raise BundleError(f"{path}: cannot open it ({exc.strerror or exc})") from None
+    fd, st = open_bundle_file(path)
+    return read_contents(path, fd, st.st_size, secret)
+
+
+def read_contents(path: Path, fd: int, size: int, secret: bytes | None, *,
+                  memory: bool = False) -> Contents:
+    """Check and index the bundle open as ``fd`` (``size`` bytes, any version); the
+    descriptor is closed with the Contents (``owned``), also when this raises. ``memory``:
+    what is decompressed or copied is kept in memory (a layer), never on a disk. Raises
+    BundleError naming the file and what was wrong."""
     try:
         head = pread_exact(fd, PREFIX.size, 0)
-        if head.startswith(MAGIC):
-            found = _open_v2(path, fd, st.st_size, head, secret)
+        if v3.is_v3(head):
+            found = _open_v3(path, fd, size, secret)
+        elif head.startswith(MAGIC):
+            found = _open_v2(path, fd, size, head, secret, memory)
         else:
-            found = open_v1(path, fd, st.st_size, head, secret)
+            found = open_v1(path, fd, size, head, secret, memory)
     except OSError as exc:
         os.close(fd)
         raise BundleError(f"{path}: cannot read it ({exc.strerror or exc})") from None
@@ -231,14 +176,23 @@ def open_contents(path: Path, secret: bytes | None) -> Contents:
 # --- reading: version 2 -----------------------------------------------------------------------
 
 
-def _open_v2(path: Path, fd: int, size: int, head: bytes, secret: bytes | None) -> Contents:
+def _open_v3(path: Path, fd: int, size: int, secret: bytes | None) -> Contents:
+    index = v3.open_index(path, fd, size, secret)
+    found = Contents(fd, index=index.entries, refused=index.refused, signed=index.signed,
+                     checked=index.checked, version=v3.VERSION, v3=index)
+    found.records = [{"key": k, "size": e[2], "sha256": e[3].hex()} for k, e in index.entries.items()]
+    return found
+
+
+def _open_v2(path: Path, fd: int, size: int, head: bytes, secret: bytes | None,
+             memory: bool = False) -> Contents:
     if len(head) < PREFIX.size:
         raise BundleError(f"{path} is truncated: {size} bytes, shorter than a bundle's prefix")
     _magic, version, flags, header_len = PREFIX.unpack(head)
     if version != BUNDLE_VERSION or flags & ~(SIGNED | ZSTD):
         raise BundleError(f"{path}: bundle version {version} (flags {flags}) is not one this "
                           f"kcache reads ({BUNDLE_VERSION}): made by a newer kcache")
-    found = Contents(fd, signed=bool(flags & SIGNED))
+    found = Contents(fd, signed=bool(flags & SIGNED), memory=memory)
     if secret is not None and not found.signed:
         raise BundleError(f"{path} is not signed, and a secret is set: refused (export it "
                           "with the same KCACHE_SECRET or --secret-file)")
@@ -247,7 +201,7 @@ def _open_v2(path: Path, fd: int, size: int, head: bytes, secret: bytes | None) 
         raise BundleError(f"{path} is truncated or damaged: a {header_len}-byte header in a "
                           f"{size}-byte file (accepted: at most {MAX_HEADER} bytes)")
     if secret is not None:
-        found.fd = _verified_copy(path, fd, body, secret)
+        found.fd = _verified_copy(path, fd, body, secret, memory)
         found.owned.append(found.fd)
         found.checked = True
     elif not found.signed:
@@ -281,10 +235,10 @@ def _check_trailer(path: Path, fd: int, body: int, secret: bytes | None, copy) -
                           "altered): refused")
 
 
-def _verified_copy(path: Path, fd: int, body: int, secret: bytes) -> int:
+def _verified_copy(path: Path, fd: int, body: int, secret: bytes, memory: bool = False) -> int:
     """A private copy of the bundle's first ``body`` bytes, made while checking their HMAC:
     what is parsed next is what was checked, whatever happens to the file meanwhile."""
-    copy = tempfile.TemporaryFile()
+    copy = scratch(memory)
     try:
         _check_trailer(path, fd, body, secret, copy)
         copy.flush()
@@ -297,20 +251,6 @@ _HEADER_LIMITS = dict(max_str_len=1024, max_bin_len=1024, max_array_len=64, max_
                       max_ext_len=0)
 _RECORD_LIMITS = dict(max_buffer_size=MAX_RECORD_HEAD, max_str_len=1024, max_bin_len=64,
                       max_array_len=64, max_map_len=32, max_ext_len=0)
-_UNPACK_ERRORS = (ValueError, TypeError, msgpack.UnpackException)
-_MSGPACK_TYPES = {int: "an integer", float: "a float", str: "a string", bytes: "a binary string",
-                  list: "an array", bool: "a boolean", type(None): "nil"}
-
-
-def _unpack_why(exc: Exception) -> str:
-    """What msgpack found wrong, in words (its FormatError and StackError say nothing)."""
-    if isinstance(exc, msgpack.StackError):
-        return "nested too deeply"
-    if isinstance(exc, msgpack.FormatError):
-        return "bytes that are not msgpack"
-    if isinstance(exc, msgpack.ExtraData):
-        return "more than one msgpack value"
-    return str(exc) or type(exc).__name__
 
 
 def _read_v2(path: Path, found: Contents, header_len: int, body: int, *, compressed: bool) -> None:
@@ -333,7 +273,7 @@ def _read_v2(path: Path, found: Contents, header_len: int, body: int, *, compres
             raise BundleError(f"{path} says it decompresses to {plain} bytes, more than "
                               f"{cap} (at most {INFLATE_RATIO} x its size + "
                               f"{INFLATE_SLACK >> 20} MiB): refused")
-        tmp, got = inflate(path, Region(found.fd, start, body - start), plain)
+        tmp, got = inflate(path, Region(found.fd, start, body - start), plain, found.memory)
         found.owned.append(os.dup(tmp.fileno()))
         tmp.close()
         found.fd, start, length = found.owned[-1], 0, got
@@ -428,8 +368,13 @@ class BundleTier:
         found = self._c.index.get(key)
         if found is None:
             return None
-        offset, size, blake = found
         limit = min(limit, self.max_entry_size)
+        if self._c.v3 is not None:  # a frame of its own, checked against the index's SHA-256
+            try:
+                return Blob(v3.read_entry(self._c.v3, key, limit))
+            except OSError as exc:
+                raise TierError("io", f"{self.path}: cannot read {key}: {exc}") from None
+        offset, size, blake = found
         if size > limit:
             raise CorruptEntry(f"file too large: {size} bytes (limit {limit})", "too_large")
         try:

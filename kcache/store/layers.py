@@ -1,0 +1,40 @@
+"""The read-only layers of a store (``readonly_dirs``): each path is a cache folder
+(:class:`kcache.tiers.local.LocalTier`) or a bundle file served in place
+(:class:`kcache.tiers.bundle.layer.BundleLayer`, imported only when a layer is a file), and
+what each serves, for ``kcache stats``/``ls``/``dir``."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..disk import fsio
+from ..tiers.local import LocalTier
+
+
+def make_layer(path: Path, trust: fsio.Trust, max_entry_size: int):
+    """The layer of ``path``: a BundleLayer when it is a regular file (following a symlink,
+    which the layer then refuses: it is never opened through one), else a LocalTier (a
+    folder, existing or not). One ``stat``; the bundle is opened on its first read."""
+    if os.path.isfile(path):
+        from ..tiers.bundle.layer import BundleLayer
+        return BundleLayer(path, trust=trust, max_entry_size=max_entry_size)
+    return LocalTier(path, writable=False, trust=trust)
+
+
+def describe(layer, untrusted: dict, *, count: bool = False) -> dict:
+    """What ``layer`` serves: ``{"path", "kind" ("directory" or "bundle"), "format_version"
+    (a bundle's; null for a folder), "entries", "bytes" (a bundle's from its index; a folder's
+    only with ``count``, a scan: else null), "signed", "problem" (why it is not used, or
+    null)}``. ``untrusted``: the store's {name: why} of layers it does not use."""
+    problem = untrusted.get(layer.name)
+    if hasattr(layer, "describe"):
+        if problem is not None:
+            return {"path": layer.name, "kind": "bundle", "format_version": None, "entries": 0,
+                    "bytes": 0, "signed": None, "problem": problem}
+        return layer.describe()
+    entries = size = None
+    if count and problem is None:
+        found = [st.st_size for _key, _path, st in layer.scan()]
+        entries, size = len(found), sum(found)
+    return {"path": layer.name, "kind": "directory", "format_version": None, "entries": entries,
+            "bytes": size, "signed": None, "problem": problem}

@@ -1,0 +1,202 @@
+"""A bundle file named as a read-only layer (issue 36): bundle format version 3 written and read,
+entries served in place (nothing unpacked, nothing written into the layer or backfilled into
+the root), opened once and lazily, old formats served from memory, the secret, the trust
+checks of a layer, and what ``kcache export``/``ls``/``stats`` say about it."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from kcache import Entry, Store, make_key, warn
+from kcache.tiers.bundle import v3
+from kcache.tiers.bundle.layer import BundleLayer
+from kcache.tiers.bundle.v2 import BundleTier, write_bundle
+from kcache.warn import KcacheWarning
+
+SECRET = "bundle layer test secret 0123456789"
+
+
+def fill(root, n, size=3000):
+    store = Store(root)
+    keys = [make_key({"layer": i}) for i in range(n)]
+    for i, k in enumerate(keys):
+        store.put(k, Entry({"cubin": bytes([i % 256]) * size + i.to_bytes(4, "big")},
+                           {"kernel": f"pkg.mod:k{i}", "signature": "(float32,)", "arch": "sm_90"}))
+    return keys
+
+
+def items(root, keys):
+    store = Store(root)
+    return [({"key": k, "kernel": "pkg.mod:k", "arch": "sm_90"}, store.entry_bytes(k)) for k in keys]
+
+
+@pytest.fixture
+def src(tmp_path):
+    return tmp_path / "src", fill(tmp_path / "src", 12)
+
+
+def kce_files(root):
+    return sorted(p.name for p in root.rglob("*.kce"))
+
+
+@pytest.mark.parametrize("version,compress", [(3, True), (3, False), (2, True), (2, False)])
+def test_a_bundle_layer_serves_every_entry_and_writes_nothing(src, tmp_path, version, compress):
+    root, keys = src
+    path = tmp_path / "b.kcb"
+    rep = write_bundle(path, items(root, keys), compress=compress, version=version)
+    assert rep.version == version
+    before = (path.read_bytes(), path.stat().st_mtime_ns)
+    store = Store(tmp_path / "dst", readonly_dirs=[path])
+    assert isinstance(store.layers[0], BundleLayer) and not store.layers[0]._opened  # lazy
+    for k in keys:
+        assert store.get(k).artifacts == Store(root).get(k).artifacts
+    assert store.get("ab" * 32) is None
+    assert store.layers[0].version == version
+    assert store.stats().hits == len(keys) and store.stats().misses == 1
+    assert kce_files(tmp_path / "dst") == []  # a layer hit is not backfilled into the root
+    new = make_key({"new": 1})
+    assert store.put(new, Entry({"cubin": b"x" * 100}, {"kernel": "m:n", "arch": "sm_90"}))
+    assert kce_files(tmp_path / "dst") == [f"{new}.kce"]  # new entries go to the root
+    assert (path.read_bytes(), path.stat().st_mtime_ns) == before  # never written
+    assert [e.key for e in store.entries() if e.readonly] == sorted(keys)
+
+
+def test_version_3_is_an_index_and_a_frame_per_entry(src, tmp_path):
+    root, keys = src
+    path = tmp_path / "b.kcb"
+    write_bundle(path, items(root, keys), version=3)
+    raw = path.read_bytes()
+    magic, version, flags, hlen, ilen = v3.PREFIX.unpack(raw[:v3.PREFIX.size])
+    assert (magic, version, flags) == (b"KCACHEBN", 3, 2)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        index = v3.open_index(path, fd, len(raw), None)
+        assert sorted(index.entries) == sorted(keys) and not index.refused
+        for k in keys:  # each frame alone: one read, decompressed, its digest checked
+            offset, length, size, digest, packed = index.entries[k]
+            assert packed and length < size
+            assert v3.read_entry(index, k, 1 << 20) == Store(root).entry_bytes(k)
+        with pytest.raises(Exception, match="too large"):
+            v3.read_entry(index, keys[0], 100)
+    finally:
+        os.close(fd)
+    # import reads version 3 as it reads 1 and 2
+    with BundleTier(path, max_entry_size=1 << 20) as tier:
+        assert tier.version == 3 and sorted(tier.keys()) == sorted(keys)
+        assert Store(tmp_path / "imp").copy_in(tier).copied
+
+
+def test_a_miss_in_a_bundle_layer_reads_nothing(src, tmp_path, monkeypatch):
+    root, keys = src
+    path = tmp_path / "b.kcb"
+    write_bundle(path, items(root, keys), version=3)
+    store = Store(tmp_path / "dst", readonly_dirs=[path])
+    assert store.get(keys[0]) is not None  # opened
+    reads = []
+    real = os.pread
+    monkeypatch.setattr(os, "pread", lambda *a: reads.append(a) or real(*a))
+    for i in range(50):
+        assert store.get(make_key({"absent": i})) is None
+    assert reads == []
+    assert store.get(keys[1]) is not None and len(reads) == 1  # a hit: one positioned read
+
+
+def test_signed_bundle_layer_and_the_secret(src, tmp_path, monkeypatch):
+    root, keys = src
+    signed, unsigned = tmp_path / "s.kcb", tmp_path / "u.kcb"
+    write_bundle(signed, items(root, keys), secret=SECRET.encode(), version=3)
+    write_bundle(unsigned, items(root, keys), version=3)
+    monkeypatch.setenv("KCACHE_SECRET", SECRET)
+    assert Store(tmp_path / "a", readonly_dirs=[signed]).get(keys[0]) is not None
+    store = Store(tmp_path / "b", readonly_dirs=[unsigned])
+    with pytest.warns(KcacheWarning, match=f"layer {unsigned} is not used: {unsigned} is not "
+                      "signed, and a secret is set: refused"):
+        assert store.get(keys[0]) is None
+    monkeypatch.setenv("KCACHE_SECRET", "another secret, long enough 0123")
+    store = Store(tmp_path / "c", readonly_dirs=[signed])
+    with pytest.warns(KcacheWarning, match="has a wrong signature for this secret"):
+        assert store.get(keys[0]) is None
+    monkeypatch.delenv("KCACHE_SECRET")  # no secret: a signed bundle is served, each entry checked
+    assert Store(tmp_path / "d", readonly_dirs=[signed]).get(keys[0]) is not None
+
+
+def test_a_bundle_layer_passes_a_layers_trust_checks(src, tmp_path):
+    root, keys = src
+    path = tmp_path / "b.kcb"
+    write_bundle(path, items(root, keys), version=3)
+    link = tmp_path / "link.kcb"
+    link.symlink_to(path)
+    path.chmod(0o644)
+    for bad, mode, why in [(link, None, "is a symlink"),
+                           (path, 0o666, "writable by other users \\(mode 666\\)"),
+                           (path, 0o646, "writable by other users \\(mode 646\\)")]:
+        if mode is not None:
+            path.chmod(mode)
+        warn.reset()  # each case warns once in its own process
+        with pytest.warns(KcacheWarning, match=f"read-only layer {bad} is not trusted and not used: "
+                          f".*{why}.*accepted: a bundle file written by 'kcache export'"):
+            store = Store(tmp_path / "dst", readonly_dirs=[bad])
+        assert store.get(keys[0]) is None and store.untrusted
+        path.chmod(0o644)
+    assert Store(tmp_path / "dst", readonly_dirs=[path]).get(keys[0]) is not None
+
+
+def test_an_entry_that_differs_from_its_digest_is_a_miss_of_that_key_alone(src, tmp_path):
+    root, keys = src
+    path = tmp_path / "b.kcb"
+    write_bundle(path, items(root, keys), version=3, compress=False)
+    store = Store(tmp_path / "dst", readonly_dirs=[path])
+    layer = store.layers[0]
+    assert layer._open()
+    offset, length, *_ = layer._index.entries[keys[3]]
+    with open(path, "r+b") as f:  # a bit flipped in one frame, before the process reads it
+        f.seek(offset + length // 2)
+        byte = f.read(1)
+        f.seek(offset + length // 2)
+        f.write(bytes([byte[0] ^ 1]))
+    layer._st = os.stat(path)  # as if the file had been opened after the change
+    with pytest.warns(KcacheWarning, match=f"corrupt cache entry of {keys[3]} in {path}.*differs "
+                      "from the bundle's index"):
+        assert store.get(keys[3]) is None
+    assert store.get(keys[3]) is None  # remembered: not read, not counted again
+    assert store.stats().corrupt == 1
+    assert all(store.get(k) is not None for k in keys if k != keys[3])
+
+
+def _cli(*args, env=None):
+    e = {k: v for k, v in os.environ.items() if not k.startswith("KCACHE_")}
+    e.update(env or {})
+    return subprocess.run([sys.executable, "-m", "kcache", *map(str, args)], env=e,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_export_says_which_version_and_ls_stats_list_the_layer(src, tmp_path):
+    root, keys = src
+    path = tmp_path / "k.kcb"
+    done = _cli("--dir", root, "--json", "export", path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["format_version"] == 3
+    done = _cli("--dir", root, "export", tmp_path / "old.kcb", "--format", "2")
+    assert done.returncode == 0 and "bundle format 2, zstd, unsigned)" in done.stderr, done.stderr
+    assert BundleTier(tmp_path / "old.kcb", max_entry_size=1 << 20).version == 2
+    env = {"KCACHE_DIR": str(tmp_path / "run"), "KCACHE_READONLY_DIRS": str(path)}
+    done = _cli("--json", "ls", env=env)
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert {(e["layer"], e["layer_kind"], e["readonly"]) for e in doc["entries"]} == {
+        (str(path), "bundle", True)}
+    assert sorted(e["key"] for e in doc["entries"]) == sorted(keys)
+    layer = {"path": str(path), "kind": "bundle", "format_version": 3, "entries": len(keys),
+             "bytes": sum(len(d) for _r, d in items(root, keys)), "signed": False, "problem": None}
+    assert doc["layers"] == [layer]
+    done = _cli("ls", env=env)
+    assert f"kcache: 12 of them from the read-only layer {path} (bundle format 3, 12 entries)" \
+        in done.stderr, done.stderr
+    done = _cli("--json", "stats", env=env)
+    assert json.loads(done.stdout)["layers"] == [layer]
+    done = _cli("stats", env=env)  # piped: name<TAB>value lines
+    assert f"layer\t{path} (bundle format 3: 12 entries, " in done.stdout, done.stdout
+    # the writable root is untouched by all of it
+    assert kce_files(tmp_path / "run") == []
