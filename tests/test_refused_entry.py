@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-import kcache
 from kcache import Entry, Store, make_key
+from kcache.warn import KcacheWarning
 
 TESTS = Path(__file__).resolve().parent
 
@@ -34,7 +34,9 @@ def test_reject_counts_the_hit_as_a_miss_and_quarantines_the_file(tmp_path):
     store.put(key, _entry())
     entry, hit = store.get_or_create(key, lambda: pytest.fail("a hit compiles nothing"))
     assert hit
-    store.reject(key, entry, "refused by the rebuild of m:k: NotStorable: forged")
+    with pytest.warns(KcacheWarning, match=r"corrupt cache entry .* \(refused by the "
+                      r"rebuild of m:k: NotStorable: forged\); treated as a miss, moved to"):
+        store.reject(key, entry, "refused by the rebuild of m:k: NotStorable: forged")
     stats = store.stats()
     assert (stats.hits, stats.misses, stats.corrupt, stats.seconds_saved) == (0, 1, 1, 0)
     assert (stats.entries, stats.quarantine_files) == (0, 1)
@@ -65,7 +67,9 @@ def test_reject_remembers_a_layer_file_and_leaves_it(tmp_path):
     before = sorted(p.read_bytes() for p in layer.rglob("*.kce"))
     store = Store(tmp_path / "cache", readonly_dirs=[layer])
     served = store.get(key)
-    store.reject(key, served, "refused")
+    with pytest.warns(KcacheWarning, match=r"\(refused\); treated as a miss, left in "
+                      r"place \(read-only\)"):
+        store.reject(key, served, "refused")
     assert store.get(key) is None  # remembered as bad for this process: not read again
     stats = store.stats()
     assert (stats.hits, stats.misses, stats.corrupt) == (0, 2, 1)

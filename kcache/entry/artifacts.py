@@ -18,6 +18,9 @@ artifact makes the entry corrupt: a miss, quarantined). What is checked, and not
 * ``ltoir``: NVVM's LTO-IR container magic, the little-endian u32 0x7F4E43ED (bytes
   ``ed 43 4e 7f``; what NVVM, NVRTC ``-dlto`` and numba-cuda ``lto=True`` produce), followed by
   at least a container header (16 bytes).
+* a kernel entry's name of its kernel (numba-cuda's ``entry_name``, numba-cuda-mlir's
+  ``func_name``; at most :data:`MAX_NAME` characters) is a kernel of its cubin
+  (:func:`cubin_has_entry`): the driver looks that name up at load or launch.
 
 Checked are kernel entries (meta holding every field kcache.dispatcher needs to rebuild a
 launchable kernel, :data:`KERNEL_FIELDS`; numba-cuda-mlir's, ``meta["frontend"]``, theirs,
