@@ -27,6 +27,58 @@ def elf(size=256, machine=EM_CUDA, shoff=64, shnum=1):
     return (head + bytes(size))[:size]
 
 
+def kernel_elf(name: str, other: int = 0x10, names: bytes = b"") -> bytes:
+    """A minimal cubin-shaped ELF64 whose ``.symtab`` holds one function symbol named
+    ``name`` (``other``: its st_other, 0x10 STO_CUDA_ENTRY: a kernel), the string table
+    ``names`` first (other strings)."""
+    strtab = b"\0" + names + name.encode() + b"\0"
+    symtab = bytes(24) + struct.pack("<IBBHQQ", 1 + len(names), 0x12, other, 0, 0, 0)
+    sym_off = 64 + len(strtab)
+    shoff = sym_off + len(symtab)
+    head = b"\x7fELF" + bytes([2, 1, 1]) + bytes(9)
+    head += struct.pack("<HHIQQQIHHHHHH", 2, EM_CUDA, 1, 0, 0, shoff, 0, 64, 0, 0, 64, 3, 0)
+    sections = bytes(64)
+    sections += struct.pack("<IIQQQQIIQQ", 0, 2, 0, 0, sym_off, len(symtab), 2, 1, 8, 24)
+    sections += struct.pack("<IIQQQQIIQQ", 0, 3, 0, 0, 64, len(strtab), 0, 0, 1, 0)
+    return head + strtab + symtab + sections
+
+
+def test_a_kernel_is_found_by_its_whole_name_among_the_cubins_kernels():
+    cubin = kernel_elf("_Z1kPf", names=b".text._Z1kPf\0")
+    assert artifacts.check("cubin", cubin) is None
+    assert artifacts.cubin_entry_points(cubin) == ["_Z1kPf"]
+    assert artifacts.cubin_has_entry(cubin, "_Z1kPf")
+    for name in ("_Z1k", "Z1kPf", ".text._Z1kPf", "_Z1kPf\0", "", "\ud800"):
+        assert not artifacts.cubin_has_entry(cubin, name), name
+    assert not artifacts.cubin_has_entry(kernel_elf("_Z1kPf", other=0), "_Z1kPf")  # a function
+    assert not artifacts.cubin_has_entry(elf(), "_Z1kPf")  # no symbol table
+    assert not artifacts.cubin_has_entry(b"\x7fELF garbage", "_Z1kPf")
+    # a suffix shared in the string table: the kernel's st_name inside another string
+    shared = kernel_elf("k", names=b"other_")
+    assert artifacts.cubin_has_entry(shared, "other_k") is False  # it is no symbol
+    assert artifacts.cubin_has_entry(shared, "k")
+
+
+def test_a_string_table_full_of_the_name_is_searched_a_bounded_number_of_times():
+    """A forger's string table holding the name 100,000 times, no kernel symbol at any of
+    them: refused, after looking at a few places only (each search is linear)."""
+    cubin = kernel_elf("_Z1kPf", other=0, names=b"_Z1kPf\0" * 100_000)
+    assert artifacts.check("cubin", cubin) is None
+    assert not artifacts.cubin_has_entry(cubin, "_Z1kPf")
+
+
+def test_a_compiled_kernels_cubin_holds_its_entry_name(store):
+    with fake_gpu((9, 0)):
+        k = _kernels(store)
+        k.compile(_sig())
+    ent = store.load(k.stats.keys[_sig()])
+    name = ent.meta["entry_name"]
+    assert artifacts.cubin_entry_points(ent.artifacts["cubin"]) == [name]
+    assert artifacts.cubin_has_entry(ent.artifacts["cubin"], name)
+    assert not artifacts.cubin_has_entry(ent.artifacts["cubin"], name[:-1])
+    assert not artifacts.cubin_has_entry(ent.artifacts["cubin"], ".text." + name)
+
+
 @pytest.mark.parametrize("kind,data,expected", [
     ("cubin", elf(), None),
     ("cubin", b"", "0 bytes, shorter than an ELF64 header"),
@@ -64,10 +116,16 @@ META = dict.fromkeys(KERNEL_FIELDS, False) | {  # the fields' types as kcache wr
 def test_put_refuses_a_kernel_entry_with_a_bad_cubin_and_keeps_other_entries_opaque(store):
     with pytest.warns(KcacheWarning, match=r"not storing the entry of m:k \(bad cubin: 0 bytes"):
         assert store.put(make_key({"k": 1}), Entry({"cubin": b""}, META)) is False
-    assert store.put(make_key({"k": 2}), Entry({"cubin": elf()}, META)) is True
+    assert store.put(make_key({"k": 2}), Entry({"cubin": kernel_elf("_Z1kPf")}, META)) is True
     assert store.put(make_key({"k": 3}), Entry({"cubin": b""}, {"kernel": "m:k"})) is True
+    # a valid cubin that holds no kernel of the entry's name: the launch would not find it
+    assert store.put(make_key({"k": 4}), Entry({"cubin": elf()}, META)) is False
+    assert "'_Z1kPf' is not a kernel of the cubin" in artifacts.problem({"cubin": elf()}, META)
+    long_name = dict(META, entry_name="k" * 4097)
+    assert "at most 4096 characters" in artifacts.problem(
+        {"cubin": kernel_elf("k" * 4097)}, long_name)
     st = store.stats()
-    assert (st.artifacts_refused, st.puts, st.entries) == (1, 2, 2)
+    assert (st.artifacts_refused, st.puts, st.entries) == (2, 2, 2)
 
 
 def _sig():
@@ -147,6 +205,7 @@ def test_a_stored_truncated_cubin_is_a_corrupt_entry_and_a_miss(store, monkeypat
     ("exceptions", "x"), ("exceptions", [1]), ("exceptions", {"1": 5}),
     ("exceptions", {"one": [None, None, None]}), ("exceptions", {"1": ["E", 5, None]}),
     ("nvvm_options", "ab"), ("entry_name", 5), ("max_registers", "32"), ("debug", "yes"),
+    ("entry_name", "_Z" + "k" * 4096), ("entry_name", "_Z6otherkPf"), ("name", "n" * 4097),
 ])
 def test_an_entry_with_kernel_fields_of_the_wrong_type_is_corrupt_and_a_miss(
         store, monkeypatch, field, value):

@@ -107,7 +107,8 @@ def test_a_name_never_imports_a_module_nor_runs_a_module_getattr():
 
 def test_a_poisoned_entry_is_compiled_over_not_loaded(tmp_path):
     """A debug kernel's entry whose exception table names SystemExit: the hit cannot be
-    used, the kernel compiles instead (with its real table) and the call still works."""
+    used, the kernel compiles instead (with its real table), its entry replaces the poisoned
+    one (quarantined: a miss, a corrupt entry) and the call still works."""
     from numba.cuda import types
 
     from kcache.dispatcher import jit
@@ -141,4 +142,7 @@ def test_a_poisoned_entry_is_compiled_over_not_loaded(tmp_path):
         kernel = second.compile(sig)
     assert second.stats.compiles == 1
     assert {cls for cls, _a, _l in kernel.call_helper.exceptions.values()} == {ValueError}
-    assert "cannot be used here" in second.stats.uncached[sig]
+    assert not second.stats.uncached and second.stats.cache_misses[sig] == 1
+    stats = store.stats()
+    assert (stats.hits, stats.misses, stats.corrupt, stats.quarantine_files) == (0, 2, 1, 1)
+    assert store.load(key).meta["exceptions"] == entry.meta["exceptions"]  # replaced

@@ -83,7 +83,10 @@ def test_every_configuration_variable_is_classified():
 
 
 def _meta(**changes):
-    meta = {"func_name": "_Z1kf", "cooperative": False, "needs_nrt": False,
+    from mlirkit import cubin
+    from kcache.entry.artifacts import cubin_entry_points
+    (func_name,) = cubin_entry_points(cubin())  # the kernel the launch looks up
+    meta = {"func_name": func_name, "cooperative": False, "needs_nrt": False,
             "nrt_inline": False, "dynamic_shared_memory": 0,
             "gpu_target": {"chip": "sm_90", "cc": [9, 0], "linker_arch": "sm_90"},
             "lto": False, "capi": None, "launch_config_sensitive": False,
@@ -96,6 +99,8 @@ def _meta(**changes):
     ({}, None),
     ({"func_name": 3}, "func_name must be text"),
     ({"func_name": ""}, "func_name must be text"),
+    ({"func_name": "_Z" + "k" * 4096}, "func_name must be at most 4096 characters"),
+    ({"func_name": "_Z1kf"}, "func_name '_Z1kf' is not a kernel of the cubin"),
     ({"cooperative": "yes"}, "cooperative must be true or false"),
     ({"dynamic_shared_memory": -1}, "dynamic_shared_memory"),
     ({"dynamic_shared_memory": 2**64 - 1}, "dynamic_shared_memory"),

@@ -18,6 +18,9 @@ artifact makes the entry corrupt: a miss, quarantined). What is checked, and not
 * ``ltoir``: NVVM's LTO-IR container magic, the little-endian u32 0x7F4E43ED (bytes
   ``ed 43 4e 7f``; what NVVM, NVRTC ``-dlto`` and numba-cuda ``lto=True`` produce), followed by
   at least a container header (16 bytes).
+* a kernel entry's name of its kernel (numba-cuda's ``entry_name``, numba-cuda-mlir's
+  ``func_name``; at most :data:`MAX_NAME` characters) is a kernel of its cubin
+  (:func:`cubin_has_entry`): the driver looks that name up at load or launch.
 
 Checked are kernel entries (meta holding every field kcache.dispatcher needs to rebuild a
 launchable kernel, :data:`KERNEL_FIELDS`; numba-cuda-mlir's, ``meta["frontend"]``, theirs,
@@ -40,7 +43,7 @@ import functools
 import re
 import struct
 
-__all__ = ["describe", "sniff", "cubin_arch", "cubin_entry_points", "ptx_arch",
+__all__ = ["describe", "sniff", "cubin_arch", "cubin_entry_points", "cubin_has_entry", "ptx_arch",
            "ptx_entry_points", "KERNEL_FIELDS", "MLIR_FRONTEND", "MLIR_KERNEL_FIELDS", "EM_CUDA",
            "LTOIR_MAGIC", "check", "problem"]
 
@@ -148,6 +151,76 @@ def _elf_entries(view: memoryview) -> list[str]:
     return []
 
 
+def cubin_has_entry(data: bytes, name: str) -> bool:
+    """Whether a 64-bit little-endian cubin's ``.symtab`` holds a kernel named ``name``
+    (``str``): :func:`cubin_entry_points`'s test for one name, found by searching the string
+    and symbol tables' bytes instead of decoding every symbol (every read of a kernel entry
+    asks it). False when the cubin cannot be read. Linear in the cubin's size."""
+    try:
+        target = name.encode("utf-8") + b"\0"
+    except UnicodeError:  # a lone surrogate: no cubin names it
+        return False
+    data = data if isinstance(data, bytes) else bytes(data)
+    if len(data) < _ELF64_HEADER or data[:6] != b"\x7fELF\x02\x01":
+        return False
+    shoff, = _U64.unpack_from(data, 40)
+    shentsize, shnum = _U16X2.unpack_from(data, 58)
+    end = shoff + shnum * _ELF64_SHDR
+    if shentsize != _ELF64_SHDR or end > len(data):
+        return False
+    # The symbol table's section header: sh_type SHT_SYMTAB (2) at byte 4 of a 64-byte header,
+    # found by a search, not by decoding every header (a few places are looked at).
+    at = data.find(_SYMTAB_TYPE, shoff, end)
+    for _ in range(_NAME_CANDIDATES):
+        if at < 0:
+            return False
+        if (at - shoff) % _ELF64_SHDR == 4:
+            return _symtab_has(data, shoff, shnum, at - 4, target)
+        at = data.find(_SYMTAB_TYPE, at + 1, end)
+    return False
+
+
+def _symtab_has(data: bytes, shoff: int, shnum: int, header: int, target: bytes) -> bool:
+    """:func:`cubin_has_entry` in the symbol table whose section header is at ``header``;
+    ``target``: the name, NUL-terminated."""
+    _k, off, size, link, entsize = _SHDR_SYMTAB.unpack_from(data, header)
+    if link >= shnum or entsize < _SYM.size or off + size > len(data):
+        return False
+    _k, str_off, str_size, _l, _e = _SHDR_SYMTAB.unpack_from(data, shoff + link * _ELF64_SHDR)
+    if str_off + str_size > len(data):
+        return False
+    # The name as a whole string first (after a NUL: the string table starts with one); then
+    # any place its text ends a longer string (a table may share suffixes; section names such
+    # as ".text.NAME" hold it too). A few places are looked at, never all a forger writes.
+    whole = data.find(b"\0" + target, str_off, str_off + str_size)
+    if whole >= 0 and _entry_at(data, off, off + size, entsize, whole + 1 - str_off):
+        return True
+    at = data.find(target, str_off, str_off + str_size)
+    for _ in range(_NAME_CANDIDATES):
+        if at < 0:
+            return False
+        if at != whole + 1 and _entry_at(data, off, off + size, entsize, at - str_off):
+            return True
+        at = data.find(target, at + 1, str_off + str_size)
+    return False
+
+
+def _entry_at(data: bytes, start: int, end: int, entsize: int, st_name: int) -> bool:
+    """Whether the symbol table ``data[start:end]`` (``entsize`` bytes a symbol) holds a kernel
+    symbol (``STT_FUNC``, ``STO_CUDA_ENTRY``) whose name is at ``st_name``."""
+    packed = _U32.pack(st_name)
+    at = data.find(packed, start, end)
+    for _ in range(_NAME_CANDIDATES):
+        if at < 0:
+            return False
+        if (at - start) % entsize == 0 and at + _SYM.size <= end:
+            _n, info, other = _SYM.unpack_from(data, at)
+            if info & 0xF == _STT_FUNC and other & _STO_CUDA_ENTRY:
+                return True
+        at = data.find(packed, at + 1, end)
+    return False
+
+
 def _c_string(strings: memoryview, start: int) -> str | None:
     if start >= len(strings):
         return None
@@ -193,6 +266,12 @@ _ELF64_HEADER = 64  # bytes
 _ELF64_SHDR = 64  # bytes of one section header
 _SHT_NOBITS = 8
 _SHDR = struct.Struct("<4xI16xQQ24x")  # Elf64_Shdr: sh_type, sh_offset, sh_size
+# Elf64_Shdr: sh_type, sh_offset, sh_size, sh_link, sh_entsize
+_SHDR_SYMTAB = struct.Struct("<4xI16xQQI12xQ")
+_U64, _U32, _U16X2 = struct.Struct("<Q"), struct.Struct("<I"), struct.Struct("<HH")
+_SYMTAB_TYPE = _U32.pack(2)  # sh_type SHT_SYMTAB
+_SYM = struct.Struct("<IBB")  # Elf64_Sym: st_name, st_info, st_other
+_NAME_CANDIDATES = 64  # places a kernel's name is looked for (real cubins: one)
 # Elf64_Ehdr from e_machine (byte 18): e_machine, [e_version, e_entry], e_phoff, e_shoff,
 # [e_flags, e_ehsize], e_phentsize, e_phnum, e_shentsize, e_shnum
 _EHDR = struct.Struct("<H4x8xQQ4x2xHHHH")
@@ -285,6 +364,10 @@ def problem(artifacts: dict, meta: dict) -> str | None:
         why = test(data)
         if why is not None:
             return f"bad {kind}: {why}"
+    if not program and "cubin" in artifacts:  # a kernel entry: what the launch looks up
+        field = "func_name" if meta.get("frontend") == MLIR_FRONTEND else "entry_name"
+        if not cubin_has_entry(artifacts["cubin"], meta[field]):
+            return f"bad kernel fields: {field} {meta[field][:80]!r} is not a kernel of the cubin"
     return None
 
 
@@ -301,6 +384,8 @@ def _kernel_meta_problem(meta: dict) -> str | None:
     every process the entry is served to, or stop its call."""
     if type(meta["entry_name"]) is not str or type(meta["name"]) is not str:
         return "bad kernel fields: entry_name and name must be text"
+    if len(meta["entry_name"]) > MAX_NAME or len(meta["name"]) > MAX_NAME:
+        return f"bad kernel fields: entry_name and name must be at most {MAX_NAME} characters"
     if type(meta["nvvm_options"]) is not dict:
         return "bad kernel fields: nvvm_options must be a map"
     if meta["max_registers"] is not None and type(meta["max_registers"]) is not int:
@@ -321,6 +406,8 @@ def _mlir_meta_problem(meta: dict) -> str | None:
         return f"bad kernel fields: {missing[0]} missing from a numba-cuda-mlir entry"
     if type(meta["func_name"]) is not str or not meta["func_name"]:
         return "bad kernel fields: func_name must be text"
+    if len(meta["func_name"]) > MAX_NAME:
+        return f"bad kernel fields: func_name must be at most {MAX_NAME} characters"
     for field in ("cooperative", "needs_nrt", "nrt_inline", "lto", "launch_config_sensitive"):
         if type(meta[field]) not in (bool, int):
             return f"bad kernel fields: {field} must be true or false"

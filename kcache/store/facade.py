@@ -29,8 +29,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..disk import fsio
-from ..entry import artifacts
-from ..entry import format as fmt
+from ..entry import artifacts, format as fmt
 from ..config.settings import Settings, resolve
 from ..config.values import parse_duration, parse_size
 from ..entry.format import Entry
@@ -281,6 +280,12 @@ class Store:
             return None
         return self._hit(key, found)
 
+    def reject(self, key: str, entry: Entry, reason: str) -> None:
+        """A hit ``entry`` of ``key`` its user refused (``reason``): a miss, its file corrupt
+        (:meth:`kcache.store.reading.Reader.reject`). ValueError for a bad key."""
+        if not self.disabled:
+            self._reader.reject(check_key(key), entry, reason)
+
     def _hit(self, key: str, found) -> Entry:
         saved = found[0].get("compile_seconds") or 0.0
         self._stats.add_hit(key, float(saved))
@@ -313,15 +318,14 @@ class Store:
         A holder of the key's lock that shows no heartbeat for KCACHE_LOCK_STALE seconds
         (stopped) is not waited for: the entry is published without the lock (the rename is
         atomic; ``lock_stale``, warned once). False (never an exception) if the store is
-        disabled or the root is read-only,
-        missing, full or untrusted, the entry's path is taken by something that is not an
-        entry file, or the encoded entry is larger than ``max_entry_size`` bytes (reads would
-        refuse it; neither stored nor published): counted in ``write_errors_*``, warned once;
-        or a kernel or program entry's artifact fails kcache.artifacts (``artifacts_refused``,
-        warned once). May evict least-recently-used entries when the total crosses max_size.
-        TypeError if the entry's meta or ``components`` are not msgpack-encodable, ValueError
-        if they hold what an entry may not (a non-finite number, more than the decoding
-        limits)."""
+        disabled or the root is read-only, missing, full or untrusted, the entry's path is
+        taken by something that is not an entry file, or the encoded entry is larger than
+        ``max_entry_size`` bytes (reads would refuse it; neither stored nor published):
+        counted in ``write_errors_*``, warned once; or a kernel or program entry's artifact
+        fails kcache.artifacts (``artifacts_refused``, warned once). May evict
+        least-recently-used entries when the total crosses max_size. TypeError if the entry's
+        meta or ``components`` are not msgpack-encodable, ValueError if they hold what an
+        entry may not (a non-finite number, more than the decoding limits)."""
         check_key(key)
         if not isinstance(entry, Entry):
             raise TypeError(f"put() needs a kcache.Entry, not {type(entry).__name__}")

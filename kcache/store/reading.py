@@ -87,6 +87,32 @@ class Reader:
             return header, ent, tier
         return self._remote.read(key, count=touch) if remote else None
 
+    def reject(self, key: str, entry: Entry, reason: str) -> None:
+        """``entry`` of ``key``, served by a read that counted a hit, was refused by what uses
+        it (a field its consumer cannot take, e.g. the dispatcher's rebuild raised): the hit is
+        counted as a miss, and the first local file still holding these contents is corrupt
+        (:meth:`_bad`: quarantined from the writable root; a read-only layer's remembered
+        for this process; ``corrupt`` +1, warned once with ``reason``). A file replaced
+        meanwhile is left alone, as is a remote value (the caller stores the entry again)."""
+        saved = entry.meta.get("compile_seconds") if isinstance(entry.meta, dict) else None
+        saved = float(saved) if type(saved) in (int, float) and 0 < saved <= fmt.MAX_SECONDS else 0.0
+        self._count(key, hits=-1, seconds_saved=-saved, misses=1)
+        self._stats.forget(key)  # its use was no use; the entry stored next starts afresh
+        for tier in self._tiers():
+            st = tier.entry_stat(key)
+            if st is None or not stat.S_ISREG(st.st_mode):
+                continue
+            try:  # the file as it is now: read again only when it is still what lstat saw
+                blob = tier.read(key, self._max_entry_size)
+                if blob is None or blob.ident != _identity(st):
+                    continue
+                same = verify_bytes(key, blob.data, hit=True)[1] == entry
+            except (CorruptEntry, NewerFormat, OSError):
+                continue
+            if same:
+                self._bad(tier, key, CorruptEntry(reason, "invalid"), st, blob)
+                return
+
     def _bad(self, tier, key: str, exc: CorruptEntry, st, blob) -> None:
         """A defective value: quarantine it (writable root) or remember it (a layer: not
         re-read while unchanged); count it once per file and process; warn once."""

@@ -45,7 +45,7 @@ from ...keying import kernel_key_encoded
 from ...kernel_entry import NotStorable, entry_to_kernel, kernel_to_entry, marker_entry
 from ...options import Options
 from ...process import STATE as _STATE
-from ...store_calls import StoreCalls
+from ...store_calls import RefusedEntry, StoreCalls
 from ...process import explain_enabled, kernel_name, log_explanations
 from . import compiling as _compiling
 from . import internals as _internals
@@ -304,7 +304,11 @@ class KCacheDispatcher(_internals.CUDADispatcher, StoreCalls):
             return found.kernel
         if found.entry is None:
             return self._kcache_uncached_build(sig, "the cache store failed")
-        kernel, reason = self._kcache_rebuild(found.entry, argtypes, cc)
+        try:
+            kernel, reason = self._kcache_rebuild(found.entry, argtypes, cc)
+        except RefusedEntry as refused:  # the entry's content, not this machine's driver
+            return self._kcache_replace(store, key, components, argtypes, cc, launch_config,
+                                        found.entry, refused.__cause__)
         if kernel is not None:
             _STATE.clock.hit = True
             self._cache_hits[sig] += 1
@@ -315,17 +319,32 @@ class KCacheDispatcher(_internals.CUDADispatcher, StoreCalls):
         # PTX ISA is newer than this driver): compile for this process, uncached.
         return self._kcache_uncached_build(sig, reason)
 
+    def _kcache_replace(self, store, key, components, argtypes, cc, launch_config, entry,
+                        exc):
+        """``entry``, served for ``key``, refused by the rebuild (``exc``): a miss and a
+        corrupt entry for the store (``_kcache_reject``), then compiled and stored over it
+        (recache), so that the next process hits. Returns the compiled kernel."""
+        reason = self._kcache_reject(store, key, entry, exc)
+        found = self._kcache_single_flight(store, key, components, argtypes, cc, launch_config,
+                                           refused=reason)
+        if found.kernel is None:  # not expected: the single flight compiles or raises
+            return self._kcache_uncached_build(argtypes, reason)
+        self._cache_misses[argtypes] += 1
+        _STATE.counts["misses"] += 1
+        return found.kernel
+
     def _kcache_single_flight(self, store, key, components, argtypes, cc,
-                              launch_config) -> Lookup:
+                              launch_config, refused=None) -> Lookup:
         """``store.get_or_create`` for one key, as a :class:`Lookup`: the entry found or
         published, and on a miss the kernel this process compiled. Raises the user's compile
         error (a miss counted first, as numba-cuda counts it), outside the store's handler.
-        Under ``KCACHE_RECACHE`` the entry present is not used: compiled and stored again."""
+        Under ``KCACHE_RECACHE``, or with ``refused`` (why the entry served was refused: its
+        miss counted already), the entry present is not used: compiled and stored again."""
         found = Lookup()
-        recache = _process.recache_enabled()
+        recache = refused is not None or _process.recache_enabled()
 
         def create():
-            self._kcache_explain(store, components, argtypes, recache)
+            self._kcache_explain(store, components, argtypes, recache, refused)
             try:
                 kernel, seconds = self._kcache_build(argtypes)
             except Exception as exc:
@@ -351,7 +370,7 @@ class KCacheDispatcher(_internals.CUDADispatcher, StoreCalls):
         try:
             found.entry, _was_hit = store.get_or_create(
                 key, create, components=components, while_waiting=self._kcache_ready_compiler,
-                recache=recache)
+                recache=recache, count=refused is None)
             return found
         except _NotPublished:
             if found.error is None:
@@ -460,7 +479,8 @@ class KCacheDispatcher(_internals.CUDADispatcher, StoreCalls):
     def _kcache_rebuild(self, entry, argtypes, cc):
         """(kernel, None): the kernel from ``entry`` bound to the current context, from the
         cubin, else (the driver refused it; counted in ``fallbacks``, warned once) from the
-        PTX. (None, reason) when neither loads; the caller then compiles."""
+        PTX. (None, reason) when neither loads; the caller then compiles. Raises
+        RefusedEntry when ``entry_to_kernel`` refuses the entry's content."""
         full = _arch.full_cc(cc)
         extensions = self.targetoptions.get("extensions")
         served = {"compiled": lambda: self._kcache_inspection(argtypes),
@@ -470,11 +490,8 @@ class KCacheDispatcher(_internals.CUDADispatcher, StoreCalls):
         try:
             kernel = entry_to_kernel(self._kcache_frontend, entry, argtypes, full,
                                      extensions=extensions, **served)
-        except Exception as exc:  # whatever a field of an entry makes the rebuild raise: unusable
-            # (its text may quote the entry's fields: escaped and cut, kcache.text)
-            warn_once("dispatcher-entry", f"kcache: an entry of {self._kcache_name()} cannot "
-                      f"be used here ({type(exc).__name__}: {cut(exc)}); compiling instead")
-            return None, f"the cached entry cannot be used here ({cut(exc)})"
+        except Exception as exc:  # whatever a field of an entry makes the rebuild raise: corrupt
+            raise RefusedEntry() from exc
         finally:
             _STATE.clock.rebuild += _now() - start
         start = _now()
@@ -530,10 +547,13 @@ class KCacheDispatcher(_internals.CUDADispatcher, StoreCalls):
                 counts["inspect_compiles"] += 1
         return kernel
 
-    def _kcache_explain(self, store, components, argtypes, recache=False):
+    def _kcache_explain(self, store, components, argtypes, recache=False, refused=None):
         if not explain_enabled():
             return
         what = f"{self._kcache_name()} {_signatures.signature_display(argtypes)}"
+        if refused is not None:
+            self._kcache_log([f"{what}: miss: {refused}; compiled, stored again"])
+            return
         if recache:
             self._kcache_log([f"{what}: recache: KCACHE_RECACHE is set (compiled, stored again)"])
             return

@@ -40,7 +40,7 @@ from ...keying import kernel_key_encoded
 from ...kernel_entry import NotStorable, entry_to_kernel, kernel_to_entry
 from ...options import Options
 from ...process import STATE as _STATE
-from ...store_calls import StoreCalls
+from ...store_calls import RefusedEntry, StoreCalls
 from ...process import explain_enabled, kernel_name, log_explanations
 from . import compiling as _compiling
 from . import internals as _internals
@@ -327,9 +327,11 @@ class KCacheMLIRDispatcher(MLIRDispatcher, StoreCalls):
             return found.result
         if found.entry is None:
             return self._kcache_as_is(original, argtypes, "the cache store failed")
-        served = self._kcache_serve(found.entry, argtypes, cc)
-        if served is None:
-            return self._kcache_as_is(original, argtypes, "the cached entry cannot be used here")
+        try:
+            served = self._kcache_serve(found.entry, argtypes, cc)
+        except RefusedEntry as refused:
+            return self._kcache_replace(store, key, components, argtypes, cc, original,
+                                        found.entry, refused.__cause__)
         _STATE.clock.hit = True
         self._cache_hits[argtypes] += 1
         _STATE.counts["hits"] += 1
@@ -344,14 +346,28 @@ class KCacheMLIRDispatcher(MLIRDispatcher, StoreCalls):
             if known is not None and known[1] is not None:
                 self._kcache_keys[memo] = (known[0], None, known[2])
 
-    def _kcache_single_flight(self, store, key, components, argtypes, cc, original) -> Lookup:
-        """``store.get_or_create`` for one key, as a :class:`Lookup`. Under ``KCACHE_RECACHE``
-        the entry present is not used: compiled and stored again."""
+    def _kcache_replace(self, store, key, components, argtypes, cc, original, entry, exc):
+        """``entry``, served for ``key``, refused by the rebuild (``exc``): a miss and a
+        corrupt entry for the store (``_kcache_reject``), then compiled through ``original``
+        and stored over it (recache), so that the next process hits."""
+        reason = self._kcache_reject(store, key, entry, exc)
+        found = self._kcache_single_flight(store, key, components, argtypes, cc, original,
+                                           refused=reason)
+        if found.result is None:  # not expected: the single flight compiles or raises
+            return self._kcache_as_is(original, argtypes, reason)
+        _STATE.counts["misses"] += 1  # numba-cuda-mlir's path counted its own miss
+        return found.result
+
+    def _kcache_single_flight(self, store, key, components, argtypes, cc, original,
+                              refused=None) -> Lookup:
+        """``store.get_or_create`` for one key, as a :class:`Lookup`. Under ``KCACHE_RECACHE``,
+        or with ``refused`` (why the entry served was refused: its miss counted already), the
+        entry present is not used: compiled and stored again."""
         found = Lookup()
-        recache = _process.recache_enabled()
+        recache = refused is not None or _process.recache_enabled()
 
         def create():
-            self._kcache_explain(store, components, argtypes, recache)
+            self._kcache_explain(store, components, argtypes, recache, refused)
             try:
                 built = self._kcache_build(argtypes, original)
             except Exception as exc:
@@ -369,7 +385,7 @@ class KCacheMLIRDispatcher(MLIRDispatcher, StoreCalls):
 
         try:
             found.entry, _hit = store.get_or_create(key, create, components=components,
-                                                    recache=recache)
+                                                    recache=recache, count=refused is None)
             return found
         except _NotPublished:
             if found.error is None:
@@ -484,15 +500,14 @@ class KCacheMLIRDispatcher(MLIRDispatcher, StoreCalls):
     def _kcache_serve(self, entry, argtypes, cc):
         """The compile result rebuilt from ``entry`` and published as numba-cuda-mlir's own
         cache hit publishes it (``overloads``), with NRT's set-up callback and the shared
-        memory carveout a compile gets; None when the entry cannot be used here (warned)."""
+        memory carveout a compile gets. Raises RefusedEntry when ``entry_to_kernel`` refuses
+        the entry's content."""
         start = _now()
         try:
             wrapped = entry_to_kernel(self._kcache_frontend, entry, argtypes, full_cc(cc),
                                       targetoptions=self.targetoptions)
-        except Exception as exc:  # whatever a field of an entry makes the rebuild raise
-            warn_once("dispatcher-entry", f"kcache: an entry of {self._kcache_name()} cannot "
-                      f"be used here ({type(exc).__name__}: {cut(exc)}); compiling instead")
-            return None
+        except Exception as exc:  # whatever a field of an entry makes the rebuild raise: corrupt
+            raise RefusedEntry() from exc
         finally:
             _STATE.clock.rebuild += _now() - start
         self._propagate_compile_callbacks(wrapped.cres.metadata)
@@ -505,8 +520,13 @@ class KCacheMLIRDispatcher(MLIRDispatcher, StoreCalls):
             _warnings.replay(said, repr(self.py_func))
         return wrapped
 
-    def _kcache_explain(self, store, components, argtypes, recache=False):
+    def _kcache_explain(self, store, components, argtypes, recache=False, refused=None):
         if not explain_enabled():
+            return
+        if refused is not None:
+            log_explanations(self, [f"{self._kcache_name()} "
+                                    f"{_signatures.signature_display(argtypes)}: miss: "
+                                    f"{refused}; compiled, stored again"])
             return
         if recache:
             log_explanations(self, [f"{self._kcache_name()} "
