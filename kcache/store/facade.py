@@ -281,8 +281,7 @@ class Store:
         return self._hit(key, found)
 
     def reject(self, key: str, entry: Entry, reason: str) -> None:
-        """A hit ``entry`` of ``key`` its user refused (``reason``): a miss, its file corrupt
-        (:meth:`kcache.store.reading.Reader.reject`). ValueError for a bad key."""
+        """A served ``entry`` its user refused: a miss, its file corrupt (Reader.reject)."""
         if not self.disabled:
             self._reader.reject(check_key(key), entry, reason)
 
