@@ -138,10 +138,26 @@ def _read_new(state, kind, container, registries) -> None:
             modules = [suspects[id(p)] for p in item_parts if id(p) in suspects]
             if modules:
                 for record in registries.extension_records(kind, item):
-                    _add(state, modules[0], record, registries)
+                    if not _libraries_own(kind, record):
+                        _add(state, modules[0], record, registries)
     except Exception as exc:  # a layout this numba-cuda version should not have
         state.failure = (f"a {kind} registration could not be read "
                          f"({type(exc).__name__}: {exc})")
+
+
+#: Registrations that decide types: typeof functions and typing templates (``@overload``'s too).
+_TYPING_KINDS = frozenset(("typeof", "typing-functions", "typing-attributes", "typing-globals"))
+
+
+def _libraries_own(kind, record) -> bool:
+    """A library's own typing of another package's class or function: every object whose
+    code decides it is a module-level object of a library module. numba-cuda-mlir's typing
+    context, when it refreshes for a compile, types ``cupy.ndarray`` and ``torch.Tensor``
+    (``type_defs.cupy_types``, ``torch_types``) where those packages are installed: counting
+    them made a key depend on whether the process had compiled before (seen on the H200).
+    Their code is in the toolchain component; the types they give are in the signature."""
+    impls = record[2]
+    return kind in _TYPING_KINDS and bool(impls) and all(named_by_library(i) for i in impls)
 
 
 def _add(state, module, record, registries) -> None:

@@ -267,6 +267,44 @@ def test_numba_typing_a_numpy_generator_leaves_the_key_as_it_was(tmp_path):
     assert after_rng["key"] == plain["key"]
 
 
+# A library's own typeof of another package's class, registered as numba-cuda-mlir's typing
+# context registers cupy.ndarray's and torch.Tensor's when it refreshes for a compile: the
+# function lives in a library module (made here by exec under such a module name).
+LIBRARY_TYPEOF = """
+    from numba.cuda.typing.typeof import typeof_impl
+
+    import plainkern
+    import thirdparty
+
+    source = ("def typeof_tensor(val, c):\\n"
+              "    from numba.cuda import types\\n"
+              "    return types.float32[::1]\\n")
+    namespace = {"__name__": "numba.cuda.kcache_test_integration"}
+    exec(source, namespace)
+    typeof_impl.register(thirdparty.Tensor)({impl})
+    kern = plainkern.kern
+"""
+THIRDPARTY = """
+    class Tensor:
+        pass
+"""
+
+
+@pytest.mark.parametrize("impl, counted", [("namespace['typeof_tensor']", False),
+                                           ("lambda val, c: None", True)])
+def test_a_librarys_own_typeof_of_another_packages_class_is_not_a_user_extension(
+        tmp_path, impl, counted):
+    # A key must not depend on whether the process compiled before (the registration is
+    # made by the front-end's refresh): seen on the H200 with numba-cuda-mlir, cupy, torch.
+    # The control: the same class registered with user code is an extension of the key.
+    directory = write_modules(tmp_path / "p", {"plainkern": PLAIN, "thirdparty": THIRDPARTY,
+                                               "integ": LIBRARY_TYPEOF.replace("{impl}", impl)})
+    plain = key_in_subprocess(directory, "plainkern", "kern")
+    after = key_in_subprocess(directory, "integ", "kern")
+    assert ("extensions" in after["components"]) is counted
+    assert (after["key"] != plain["key"]) is counted
+
+
 def test_objects_of_cython_function_type_are_judged_by_their_own_module():
     import numpy as np
 

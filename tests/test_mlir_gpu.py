@@ -92,7 +92,7 @@ def _write(tmp_path):
 
 
 def _run(tmp_path, env_extra=None, stdin=None):
-    env = dict(os.environ, KCACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=str(tmp_path),
+    env = dict(os.environ, KCACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])),
                NUMBA_CACHE_DIR=str(tmp_path / "own"))
     env.pop("KCACHE_ENABLE", None)
     env.update(env_extra or {})
@@ -133,7 +133,7 @@ def test_warmed_without_a_gpu_then_launched(tmp_path):
         print(json.dumps("ok"))
         """)
     (tmp_path / "warm.py").write_text(warm)
-    env = dict(os.environ, KCACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=str(tmp_path),
+    env = dict(os.environ, KCACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])),
                KCACHE_ENABLE="1")
     subprocess.run([sys.executable, str(tmp_path / "warm.py")], env=env, cwd=tmp_path,
                    check=True, capture_output=True, timeout=600)
@@ -143,7 +143,7 @@ def test_warmed_without_a_gpu_then_launched(tmp_path):
 
 def test_processes_starting_together_compile_each_kernel_once(tmp_path):
     _write(tmp_path)
-    env = dict(os.environ, KCACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=str(tmp_path),
+    env = dict(os.environ, KCACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])),
                KCACHE_ENABLE="1")
     procs = [subprocess.Popen([sys.executable, str(tmp_path / "run.py")], env=env, cwd=tmp_path,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
