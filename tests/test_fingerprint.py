@@ -116,6 +116,24 @@ def test_device_array_in_a_container_is_uncacheable():
         value_digest((1, Dev()), "global ARRS")
 
 
+def test_numpy_functions_captured_by_a_kernel_are_told_apart():
+    # numpy's functions are _ArrayFunctionDispatcher objects, not Python functions: they were
+    # identified by their type only, so a kernel made for np.min and one for np.max had one
+    # key and one was served for the other (numba-cuda-mlir's suite on the H200: max(...)
+    # gave the min). A library's object its module names is identified by that name.
+    np = pytest.importorskip("numpy")
+
+    def make(func):
+        def kernel(out, case):
+            out[0] = func(case)
+        return kernel
+
+    fps = [fingerprint(make(f)) for f in (np.min, np.max, np.nanmax, np.min)]
+    assert len({fp.digest for fp in fps[:3]}) == 3
+    assert fps[0].digest == fps[3].digest
+    assert all(fp.opaque == [] for fp in fps)
+
+
 def test_opaque_repr_with_address_is_not_used():
     class Thing:
         pass

@@ -44,6 +44,20 @@ def _module_level_library_class(cls) -> bool:
     return obj is cls
 
 
+def _library_named(obj) -> bool:
+    """A library's object that its module names (``module.qualname`` leads to this very
+    object), whatever its type: numpy's functions are ``_ArrayFunctionDispatcher`` objects,
+    not Python functions (``np.min`` and ``np.max`` were told apart by nothing else)."""
+    module = getattr(obj, "__module__", None)
+    qualname = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)
+    if not (isinstance(module, str) and isinstance(qualname, str) and _is_library(module)):
+        return False
+    found = sys.modules.get(module)
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+    return found is obj
+
+
 def _qualified(obj) -> str:
     module = getattr(obj, "__module__", None) or "?"
     qualname = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None) or "?"

@@ -14,7 +14,7 @@ from .code import (_EXACT_SCALARS, _code_info_of, _code_info_once, _scalar_paylo
                    line_digest)
 from .libraries import (_deterministic_repr, _has_cai, _is_dispatcher, _is_extern, _is_intrinsic,
                         _is_library, _is_numba_type,
-                        _module_level_library_class, _named_by_library,
+                        _library_named, _module_level_library_class, _named_by_library,
                         _qualified, _type_name)
 from ..process import STATE
 from .memo import _Cached, _SEEN, _checks_hold, _validated_cache_get
@@ -280,6 +280,8 @@ class _Walk:
             return ["extern", value.name, str(getattr(value, "sig", ""))]
         if isinstance(value, type):
             return self._encode_class(value, where, acc, depth)
+        if _library_named(value):  # a library's function of another type (numpy's)
+            return ["function", _qualified(value)]
         return self._encode_opaque(value, where, acc)
 
     def _encode_numpy(self, np, value, where, acc):
