@@ -32,7 +32,8 @@ from collections.abc import Mapping
 from kcache.keys import canonical_map
 
 from .fingerprint import (Uncacheable, content_digest, describe, digest_of, is_library_class,
-                          is_library_module, named_by_library, value_digest)
+                          is_library_module, named_by_its_library, named_by_library,
+                          value_digest)
 from .process import STATE
 
 __all__ = ["extensions_component"]
@@ -157,7 +158,7 @@ def _libraries_own(kind, record) -> bool:
     them made a key depend on whether the process had compiled before (seen on the H200).
     Their code is in the toolchain component; the types they give are in the signature."""
     impls = record[2]
-    return kind in _TYPING_KINDS and bool(impls) and all(named_by_library(i) for i in impls)
+    return kind in _TYPING_KINDS and bool(impls) and all(named_by_its_library(i) for i in impls)
 
 
 def _add(state, module, record, registries) -> None:

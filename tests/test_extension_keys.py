@@ -276,11 +276,14 @@ LIBRARY_TYPEOF = """
     import plainkern
     import thirdparty
 
+    import sys, types
+    library = types.ModuleType("numba.cuda.kcache_test_integration")
+    sys.modules[library.__name__] = library
     source = ("def typeof_tensor(val, c):\\n"
               "    from numba.cuda import types\\n"
               "    return types.float32[::1]\\n")
-    namespace = {"__name__": "numba.cuda.kcache_test_integration"}
-    exec(source, namespace)
+    exec(source, library.__dict__)
+    namespace = library.__dict__
     typeof_impl.register(thirdparty.Tensor)({impl})
     kern = plainkern.kern
 """

@@ -41,7 +41,7 @@ import types
 from .code import line_digest
 from .model import Fingerprint, Uncacheable, digest_of
 from .libraries import (_deterministic_repr, _is_dispatcher, _is_intrinsic, _is_library,
-                        _is_numba_type, _module_level_library_class,
+                        _is_numba_type, _library_named, _module_level_library_class,
                         _named_by_library, _qualified, _type_name)
 from ..process import STATE
 from .memo import _SEEN, _validated_cache_get
@@ -49,7 +49,7 @@ from .walk import _Acc, _Walk
 
 __all__ = ["Fingerprint", "Uncacheable", "fingerprint", "dependencies", "digest_of", "value_digest",
            "line_digest", "content_digest", "describe", "named_by_library", "is_library_module",
-           "is_library_class"]
+           "is_library_class", "named_by_its_library"]
 
 
 def fingerprint(py_func, registries) -> Fingerprint:
@@ -146,6 +146,12 @@ def named_by_library(obj) -> bool:
     class) by its library name alone instead of walking it (module-level object of numba,
     numpy, the standard library, ...)."""
     return _named_by_library(obj)
+
+
+def named_by_its_library(obj) -> bool:
+    """True for a library's object that its module names: ``module.qualname`` leads to this
+    very object (not one made at run time, by ``type()`` or in a function)."""
+    return _library_named(obj)
 
 
 def is_library_module(module_name) -> bool:

@@ -147,7 +147,7 @@ class KCacheMLIRDispatcher(MLIRDispatcher, StoreCalls):
         self._kcache = options
         self._kcache_frontend = frontend  # a frontends.base.Frontend: handed to generic modules
         # The chip as the user gave it (None: the device's): numba-cuda-mlir writes the
-        # resolved one into targetoptions at each compile, which kcache puts back after.
+        # resolved one into targetoptions at each compile (_kcache_restore_chip).
         self._kcache_chip = ("chip" in self.targetoptions, self.targetoptions.get("chip"))
         self._kcache_keys = {}  # (argtypes, cc) -> (key, components or None, encoding)
         self._kcache_counts = collections.Counter()
@@ -437,11 +437,14 @@ class KCacheMLIRDispatcher(MLIRDispatcher, StoreCalls):
         return built
 
     def _kcache_restore_chip(self) -> None:
+        """A chip the user gave back in ``targetoptions`` after a compile; with none given,
+        the one numba-cuda-mlir resolved stays there, as without kcache: its later compiles
+        of the dispatcher (lineinfo's and inspection's NVVM path) read it, and a None there
+        reached ``chip.encode()`` (numba-cuda-mlir's suite on the H200). The key takes the
+        given one (signatures.key_targetoptions); compile_for restores its own."""
         had, chip = self._kcache_chip
-        if had:
+        if had and chip is not None:
             self.targetoptions["chip"] = chip
-        else:
-            self.targetoptions.pop("chip", None)
 
     def _kcache_as_is(self, original, argtypes, reason=None):
         """numba-cuda-mlir's own path, uncached (``reason`` said when not None)."""

@@ -40,6 +40,9 @@ def offline_target(cc):
                                "chip" in disp.targetoptions, disp.targetoptions.get("chip"))
             if clear:
                 disp.overloads.clear()
+            had, chip = getattr(disp, "_kcache_chip", (True, disp.targetoptions.get("chip")))
+            if not (had and chip is not None):  # the chip a live compile resolved: not cc's
+                disp.targetoptions.pop("chip", None)
 
     def wrap(name, clear):
         original = originals[name]
