@@ -248,3 +248,65 @@ def test_the_switch_waits_for_a_bridge_that_imports_its_front_end(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
     assert json.loads(proc.stdout.splitlines()[-1]) == "KCacheMLIRDispatcher"
+
+
+def _inc(x):
+    x[0] += 1
+
+
+def test_a_kcache_dispatchers_states_are_numba_cuda_mlirs_own(tmp_path):
+    # numba-cuda-mlir's suite hands a dispatcher's _reduce_states() to
+    # MLIRDispatcher._rebuild: a "frontend" among them raised TypeError there (on the H200).
+    # Unpickled, a kcache dispatcher takes the bridge's front-end.
+    import pickle
+
+    from numba_cuda_mlir import cuda
+    from numba_cuda_mlir.descriptor import MLIRDispatcher
+
+    from kcache.dispatcher.frontends.numba_cuda_mlir.bridge import FRONTEND
+
+    kernel = kcache.jit(_inc, frontend="numba-cuda-mlir", store=kcache.Store(tmp_path))
+    plain = cuda.jit(_inc)
+    states = kernel._reduce_states()
+    assert sorted(states) == sorted(plain._reduce_states())
+    assert isinstance(MLIRDispatcher._rebuild(**states), MLIRDispatcher)
+    again = pickle.loads(pickle.dumps(kernel))
+    assert type(again) is type(kernel) and again._kcache_frontend is FRONTEND
+
+
+
+PLANNED = textwrap.dedent("""
+    from numba_cuda_mlir._whole_function_planners import WholeFunctionPlanner, register_planner
+
+    class Planner(WholeFunctionPlanner):
+        def run(self):
+            return False
+
+    class UnexpectedCache:  # the program's own object in _cache: never used with a planner
+        def load_overload(self, *args):
+            raise RuntimeError("loaded")
+
+        def save_overload(self, *args):
+            raise RuntimeError("saved")
+
+    register_planner(Planner)
+
+    import numpy as np
+    import kcache
+    import kernels
+    kernels.axpy._cache = UnexpectedCache()
+    x = np.ones(4, np.float32)
+    cubin, name, _ = kernels.axpy._compile_impl([x, x])  # as the launcher does
+    print(json.dumps({"launched": bool(cubin),
+                      "counts": dict(kcache.dispatcher.process_counts())}))
+""")
+
+
+def test_a_registered_planner_compiles_as_numba_cuda_mlir_does(kernels, tmp_path):
+    # With a whole-function planner registered numba-cuda-mlir reads and writes no cache
+    # entry, and kcache serves none. Its suite's test of this puts its own object in the
+    # dispatcher's _cache: kcache's compile path took it for its own (on the H200).
+    root = tmp_path / "cache"
+    assert run(CALL, kernels, root)["compiles"] == 1  # an entry a lookup could serve
+    planned = run(PLANNED, kernels, root)
+    assert planned["launched"] and planned["counts"].get("hits", 0) == 0

@@ -122,18 +122,13 @@ class KCacheMLIRDispatcher(MLIRDispatcher, StoreCalls):
 
     def __init__(self, py_func, targetoptions=None, *, kcache=None, frontend=None):
         frontend = frontend or getattr(_rebuilding, "frontend", None)
-        if frontend is None:
-            raise TypeError("KCacheMLIRDispatcher needs frontend= (the bridge's self._kcache_frontend, "
-                            "kcache.dispatcher.frontends.numba_cuda_mlir.bridge); kcache.jit "
-                            "and kcache.install make kernels with it")
+        if frontend is None:  # unpickled (numba-cuda-mlir's _rebuild): the one front-end
+            from .bridge import FRONTEND as frontend
         super().__init__(py_func, targetoptions)
         self._kcache_setup(kcache if kcache is not None else Options(), frontend)
 
-    def _reduce_states(self):
-        # numba-cuda-mlir pickles a dispatcher by its states and rebuilds it with
-        # cls(py_func, targetoptions=...) (serialize.ReduceMixin): the front-end goes with
-        # them, by reference (Frontend objects pickle as their bridge's FRONTEND).
-        return {**super()._reduce_states(), "frontend": self._kcache_frontend}
+    # _reduce_states stays numba-cuda-mlir's own: its tests hand a dispatcher's states to
+    # MLIRDispatcher._rebuild; a rebuilt kcache dispatcher takes the bridge's FRONTEND.
 
     @classmethod
     def _rebuild(cls, frontend=None, **states):
@@ -410,13 +405,15 @@ class KCacheMLIRDispatcher(MLIRDispatcher, StoreCalls):
         _require.check(self._kcache_frontend, self, argtypes)
         from ... import compile_warnings as _warnings
         from ... import dep_guard as _dep_guard
-        captured = self._cache.capture()
+        cache = self._kcache_capturing()
+        captured = cache.capture() if cache is not None else None
         start = time.perf_counter()
         try:
             with _warnings.captured() as said, _dep_guard.watched(self._kcache_frontend, self.py_func) as stale:
                 result = original()
         finally:
-            self._cache.release()
+            if cache is not None:
+                cache.release()
             self._kcache_restore_chip()
         built = _Built(result, captured[-1] if captured else None, time.perf_counter() - start)
         _STATE.clock.compile += int(built.seconds * 1e9)
@@ -435,6 +432,12 @@ class KCacheMLIRDispatcher(MLIRDispatcher, StoreCalls):
                                             f"it: {refusal}"])
                 raise refusal
         return built
+
+    def _kcache_capturing(self):
+        """kcache's stand-in for numba-cuda-mlir's cache, or None where the program put
+        another object in ``_cache`` (numba-cuda-mlir's own tests do)."""
+        cache = self._cache
+        return cache if isinstance(cache, KCacheCache) else None
 
     def _kcache_restore_chip(self) -> None:
         """A chip the user gave back in ``targetoptions`` after a compile; with none given,
@@ -456,11 +459,13 @@ class KCacheMLIRDispatcher(MLIRDispatcher, StoreCalls):
                 log_explanations(self, [f"{self._kcache_name()} "
                                         f"{_signatures.signature_display(argtypes)}: "
                                         f"not cached: {reason}"])
-        captured = self._cache.capture()
+        cache = self._kcache_capturing()
+        captured = cache.capture() if cache is not None else None
         try:
             result = original()
         finally:
-            self._cache.release()
+            if cache is not None:
+                cache.release()
             self._kcache_restore_chip()
         if captured and self._kcache_numba_cache:
             refusal = _compiling.numba_cache_refusal(captured[-1])
