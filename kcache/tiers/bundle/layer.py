@@ -48,7 +48,8 @@ ACCEPTED = ("a bundle file written by 'kcache export' (format version 1, 2 or 3)
 class BundleLayer:
     """The bundle file ``path`` as a read-only layer: the parts of
     :class:`kcache.tiers.local.LocalTier` the store uses of a layer (``read``, ``mark_bad``,
-    ``trust_problem``, ``scan``, ``read_header``, ``newer_files``, ``entry_path``), read from
+    ``trust_problem``, ``scan``, ``read_header``, ``newer_files``, ``entry_path``,
+    ``entry_stat``), read from
     the file in place. ``trust``: :class:`kcache.disk.fsio.Trust`; ``max_entry_size``: the
     largest entry served (bytes). Thread-safe; raises nothing from its reads but what a
     LocalTier raises for a bad entry (CorruptEntry, KnownBad, OSError)."""
@@ -222,6 +223,14 @@ class BundleLayer:
         for key in sorted(self.keys()):
             if prefix is None or key.startswith(prefix):
                 yield key, self.entry_path(key), self._stat(key)
+
+    def entry_stat(self, key: str) -> os.stat_result | None:
+        """The stat :meth:`scan` gives ``key``'s entry, or None when this layer does not serve
+        it (as :meth:`LocalTier.entry_stat`: nothing raised)."""
+        if not self._open():
+            return None
+        index = self._index.entries if self._index is not None else self._old.index
+        return self._stat(key) if key in index else None
 
     def _stat(self, key: str) -> os.stat_result:
         st = self._st
