@@ -213,3 +213,75 @@ def test_a_layer_replaced_while_open_keeps_serving_what_was_opened(layer_file, t
     status, out, err, _rss = served(path, keys[:1], tmp_path / "root")
     assert status == 0 and '"found": [false]' in out and err.count("\n") == 1, err
     assert not list((tmp_path / "root").rglob("*.kce"))
+
+
+# -- a signed layer rewritten in place by someone without the secret -------------------------------
+
+_TWICE = """
+import os, sys
+from kcache import Store
+store, key = Store(sys.argv[1]), sys.argv[2]
+print(store.get(key).artifacts["cubin"][:1].decode(), flush=True)
+sys.stdin.buffer.read(1)  # the parent rewrites the layer, then closes the pipe
+again = store.get(key)
+print("miss" if again is None else again.artifacts["cubin"][:1].decode(), flush=True)
+"""
+
+
+def _same_size_entries(tmp_path):
+    """(key, its entry's bytes, a forged entry of that key of the same length: other cubin)."""
+    from kcache import Entry, make_key
+    key = make_key({"rewritten": 1})
+    meta = {"kernel": "m:k", "signature": "(float32,)", "arch": "sm_90"}
+    Store(tmp_path / "good").put(key, Entry({"cubin": b"A" * 3000}, meta))
+    Store(tmp_path / "forged").put(key, Entry({"cubin": b"B" * 3000}, meta))
+    good, forged = (Store(tmp_path / n).entry_bytes(key) for n in ("good", "forged"))
+    assert len(good) == len(forged) and good != forged
+    return key, good, forged
+
+
+def test_a_signed_layer_rewritten_in_place_with_its_times_restored_serves_no_forged_entry(tmp_path):
+    """Whoever can write the file but lacks the secret rewrites an entry's frame in place with
+    another entry of that key (same length) after the process checked it, and puts the file's
+    mtime back: the process never serves the forged entry (one warning, no traceback)."""
+    key, good, forged = _same_size_entries(tmp_path)
+    path = tmp_path / "signed.kcb"
+    write_bundle(path, [({"key": key}, good)], version=3, compress=False, secret=SECRET.encode())
+    path.chmod(0o644)
+    at = path.read_bytes().index(good)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KCACHE_")}
+    env.update(KCACHE_READONLY_DIRS=str(path), KCACHE_SECRET=SECRET)
+    proc = subprocess.Popen([sys.executable, "-c", _TWICE, str(tmp_path / "root"), key], env=env,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.readline() == b"A\n"
+    before = os.stat(path)
+    with open(path, "r+b") as f:
+        f.seek(at)
+        f.write(forged)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert os.stat(path).st_mtime_ns == before.st_mtime_ns
+    out, err = proc.communicate(b"", timeout=120)
+    assert proc.returncode == 0 and "Traceback" not in err.decode(), err
+    assert out == b"miss\n", (out, err)  # the forged one would say B
+    assert err.decode().count("\n") == 1 and str(path) in err.decode(), err
+
+
+def test_a_signed_layer_checks_every_serve_against_its_signed_index(tmp_path, monkeypatch):
+    """A rewrite that the fstat before a read cannot see (between it and the read, or within
+    the file system's timestamp granularity): the bytes of a signed layer are still compared
+    with the signed index's digest on every serve, not only the first."""
+    from kcache.warn import KcacheWarning
+    key, good, forged = _same_size_entries(tmp_path)
+    path = tmp_path / "signed.kcb"
+    write_bundle(path, [({"key": key}, good)], version=3, compress=False, secret=SECRET.encode())
+    path.chmod(0o644)
+    at = path.read_bytes().index(good)
+    monkeypatch.setenv("KCACHE_SECRET", SECRET)
+    store = Store(tmp_path / "root", readonly_dirs=[path])
+    assert store.get(key).artifacts["cubin"] == b"A" * 3000
+    with open(path, "r+b") as f:
+        f.seek(at)
+        f.write(forged)
+    store.layers[0]._st = os.stat(path)  # a change the fstat compared before each read misses
+    with pytest.warns(KcacheWarning, match="differs from the bundle's index"):
+        assert store.get(key) is None

@@ -10,7 +10,8 @@ the signature when ``KCACHE_SECRET`` is set (an unsigned bundle is then refused,
 import`` refuses it), the checksum otherwise. A version-3 bundle (kcache.tiers.bundle.v3) is
 then served by one ``os.pread`` per entry from that descriptor — never mmap: a file truncated
 under a mapping raises SIGBUS, which Python cannot turn into a miss — each entry checked
-against the index's digest the first time it is served; a miss is a dict lookup. A version 1
+against the index's digest the first time it is served (every time when signed: bytes that
+do not match the signature are never served); a miss is a dict lookup. A version 1
 or 2 bundle is decompressed into memory once (``memfd``, bounded by the file's size as import
 bounds it), never onto a disk, and served from there.
 
@@ -174,7 +175,12 @@ class BundleLayer:
         if not self._unchanged():
             return None
         limit = min(limit, self.max_entry_size)
-        check = fresh or key not in self._checked
+        # A signed layer's bytes are compared with its signed index on every serve: a rewrite
+        # with the mtime put back, or between the fstat above and the read, is not seen by the
+        # fstat (its ctime changes, but so does a rename over the path, which must go on
+        # serving), and bytes that do not match the signature are never served.
+        check = fresh or key not in self._checked or (self._index is not None
+                                                      and self._index.checked)
         try:
             data = (v3.read_entry(self._index, key, limit, check=check) if self._index is not None
                     else self._read_old(key, limit, check))
