@@ -285,3 +285,27 @@ def test_a_signed_layer_checks_every_serve_against_its_signed_index(tmp_path, mo
     store.layers[0]._st = os.stat(path)  # a change the fstat compared before each read misses
     with pytest.warns(KcacheWarning, match="differs from the bundle's index"):
         assert store.get(key) is None
+
+
+# -- a layer path that is no bundle file: refused with one warning, never waited on ---------------
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "other-owner"])
+def test_a_layer_that_is_no_regular_file_of_ours_is_refused_with_one_warning(tmp_path, kind, layer_file):
+    """A FIFO (its open must not block), a device, a bundle owned by another user: one
+    warning naming it and what is accepted, misses, the program runs on."""
+    path, keys = layer_file
+    if kind == "fifo":
+        bad, why = tmp_path / "fifo.kcb", "is not a regular file"
+        os.mkfifo(bad)
+    elif kind == "device":
+        bad, why = "/dev/null", "is not a regular file"
+    else:
+        if os.geteuid() != 0:
+            pytest.skip("chown to another user needs root")
+        bad, why = path, "is owned by another user"
+        os.chown(path, 54321, 54321)
+    status, out, err, _rss = served(bad, keys[:2], tmp_path / "root")
+    assert status == 0 and "Traceback" not in err, err
+    assert out.strip().endswith('{"found": [false, false], "misses": 2}'), out
+    assert err.count("\n") == 1 and f"read-only layer {bad} is not trusted" in err and why in err \
+        and "accepted: a bundle file written by 'kcache export'" in err, err
