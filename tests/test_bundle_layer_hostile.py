@@ -5,6 +5,7 @@ misses (or the layer refused) and one warning, never a traceback, never a crash 
 in memory bounded by the file's size (peak RSS measured with ``wait4``)."""
 import hashlib
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -88,17 +89,24 @@ V3_HOSTILE = {
     "v3-truncated-prefix": (lambda: v3_bytes([])[:12], "is truncated"),
     # a frame declaring 2^40 bytes, an index saying 100: refused before anything is allocated
     "v3-frame-declaring-2^40": (lambda: _frame_case(declared=1 << 40, size=100), "its frame declares"),
-    # a zstd bomb: 64 MiB of zeros in a frame the index says is 64 MiB (over the entry limit)
-    "v3-frame-bomb": (lambda: _frame_case(size=64 * MiB, bomb=True), "file too large"),
+    # a zstd bomb: 64 MiB of zeros in a frame the index says is 64 MiB: more than 32 x its
+    # frame + 16 MiB, refused with the index (never inflated)
+    "v3-frame-bomb": (lambda: _frame_case(size=64 * MiB, bomb=True), "more than its frame can hold"),
     "v3-frame-garbage": (lambda: _frame_case(garbage=True, size=1000), "cannot be read"),
+    # an index claiming 2^64-1 bytes of one small frame: refused with the index, so that `ls`
+    # and `stats` never add up sizes no frame can hold (they said 16 EiB, JSON bytes > 2^64)
+    "v3-size-2^64": (lambda: _frame_case(size=(1 << 64) - 1, plain=True), "more than its frame can hold"),
 }
 
 
-def _frame_case(*, size, declared=None, bomb=False, garbage=False):
-    if bomb:
+def _frame_case(*, size, declared=None, bomb=False, garbage=False, plain=False):
+    if plain:
+        frame = zstandard.ZstdCompressor().compress(bytes(100))
+    elif bomb:
         frame = zeros_zstd(size)
     elif garbage:
-        frame = b"\x28\xb5\x2f\xfd" + os.urandom(200)
+        # (not os.urandom: a random frame header often declares a size, another warning)
+        frame = b"\x28\xb5\x2f\xfd\x08" + random.Random(36).randbytes(199)  # a reserved bit set
     else:
         frame = zstandard.ZstdCompressor().compress(bytes(100))
         # rewrite the declared content size (1 byte field for 100) to an 8-byte one

@@ -272,6 +272,8 @@ def _record_problem(rec, frames_len: int) -> str | None:
         return "its SHA-256 digest is not 32 bytes"
     if type(rec.get("zstd")) is not bool or (not rec["zstd"] and length != size):
         return "its frame's length and size disagree"
+    if size > inflate_cap(length):  # as _inflate refuses it; listings never add it up
+        return f"its size ({size} bytes) is more than its frame can hold"
     return None
 
 
