@@ -224,3 +224,22 @@ def test_verify_fix_leaves_a_bad_bundle_layer_entry_and_says_so(src, tmp_path):
     done = _cli("verify", "--fix", env=env)
     assert done.returncode == 1 and "1 bad, 0 quarantined, 1 left in place" in done.stderr, done.stderr
     assert path.read_bytes() == bytes(raw)
+
+
+def test_an_entry_that_compresses_beyond_the_readers_bound_is_exported_stored(tmp_path):
+    """An entry of 17 MiB of zeros compresses to a frame far smaller than 1/32 of it: the
+    reader refuses such a frame (over 32 x its size + 16 MiB: a zstd bomb), so the writer
+    stores that entry as it is, and the bundle serves it (it was written unservable)."""
+    key = make_key({"zeros": 17})
+    Store(tmp_path / "src").put(key, Entry({"blob": bytes(17 << 20)}, {"kernel": "m:z"}))
+    path = tmp_path / "z.kcb"
+    write_bundle(path, items(tmp_path / "src", [key]), version=3, compress=True)
+    path.chmod(0o644)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        index = v3.open_index(path, fd, path.stat().st_size, None)
+    finally:
+        os.close(fd)
+    assert not index.refused and index.entries[key][4] is False  # stored, not zstd
+    store = Store(tmp_path / "dst", readonly_dirs=[path])
+    assert store.get(key).artifacts["blob"] == bytes(17 << 20)
