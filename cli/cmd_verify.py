@@ -40,12 +40,15 @@ def run(args) -> int:
     left = {str(p): why for p, why in report.not_quarantined}
     bad = []
     for path, problem in report.corrupt:
-        # Truth from the disk: quarantined means moved away by this run's --fix.
-        moved = bool(args.fix) and not os.path.lexists(path)
+        # Truth from the disk: quarantined means moved away by this run's --fix (a bundle
+        # layer's entry is no file of its own, never moved).
+        bundle, key = _bundle_entry(store, path)
+        moved = bool(args.fix) and bundle is None and not os.path.lexists(path)
         why = None
         if not moved and args.fix:
-            why = left.get(str(path)) or _why_not_moved(store, path)
-        bad.append({"key": path.name[:-4] if path.name.endswith(".kce") else path.name,
+            why = left.get(str(path)) or (f"in the read-only layer {bundle}" if bundle
+                                          else _why_not_moved(store, path))
+        bad.append({"key": key or (path.name[:-4] if path.name.endswith(".kce") else path.name),
                     "path": str(path), "problem": _wording(store, path, problem, moved),
                     "quarantined": moved,
                     "reason": why})
@@ -78,6 +81,15 @@ def run(args) -> int:
         message(f"kcache: {entries_text(len(newer))} written by a newer kcache format, left "
                 f"untouched (e.g. {newer[0]})")
     return 1 if remaining else 0
+
+
+def _bundle_entry(store, path) -> tuple[str | None, str | None]:
+    """(bundle file, key) when ``path`` names an entry of a bundle layer (``<file>#<key>``,
+    kcache.tiers.bundle.layer), else (None, None)."""
+    bundle, _hash, key = str(path).rpartition("#")
+    if any(hasattr(layer, "describe") and layer.name == bundle for layer in store.layers):
+        return bundle, key
+    return None, None
 
 
 def _why_not_moved(store, path) -> str:

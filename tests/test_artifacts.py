@@ -67,6 +67,21 @@ def test_a_string_table_full_of_the_name_is_searched_a_bounded_number_of_times()
     assert not artifacts.cubin_has_entry(cubin, "_Z1kPf")
 
 
+def test_a_symbol_table_is_searched_a_bounded_number_of_times(monkeypatch):
+    """A forger's string table ending 64 strings with the name (no NUL before it: each a
+    place the name may be), no kernel symbol at any: each place costs a search of the whole
+    symbol table, so only a few are looked at (64 made a 16 MiB cubin cost 1.4 s a read, a
+    256 MiB entry over 20 s), and the cubin is refused."""
+    searches = []
+    real = artifacts._entry_at
+    monkeypatch.setattr(artifacts, "_entry_at", lambda *a: searches.append(a) or real(*a))
+    cubin = kernel_elf("_Z1kPf", other=0, names=b"x_Z1kPf\0" * 64)
+    assert not artifacts.cubin_has_entry(cubin, "_Z1kPf")
+    assert 1 <= len(searches) <= artifacts._SYMBOL_SEARCHES
+    searches.clear()  # the kernel's own symbol is still found (the whole name comes first)
+    assert artifacts.cubin_has_entry(kernel_elf("_Z1kPf", names=b"x_Z1kPf\0" * 64), "_Z1kPf")
+
+
 def test_a_compiled_kernels_cubin_holds_its_entry_name(store):
     with fake_gpu((9, 0)):
         k = _kernels(store)

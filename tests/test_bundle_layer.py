@@ -200,3 +200,46 @@ def test_export_says_which_version_and_ls_stats_list_the_layer(src, tmp_path):
     assert f"layer\t{path} (bundle format 3: 12 entries, " in done.stdout, done.stdout
     # the writable root is untouched by all of it
     assert kce_files(tmp_path / "run") == []
+
+
+def test_verify_fix_leaves_a_bad_bundle_layer_entry_and_says_so(src, tmp_path):
+    """``kcache verify --fix`` cannot quarantine an entry of a bundle layer (nothing is written
+    into a layer): it says so, with the entry's key, and exits 1 while it remains."""
+    root, keys = src
+    path = tmp_path / "b.kcb"
+    write_bundle(path, items(root, keys), compress=False, version=3)
+    raw = bytearray(path.read_bytes())
+    raw[-100] ^= 1  # a bit of the last frame
+    path.write_bytes(bytes(raw))
+    path.chmod(0o644)
+    env = {"KCACHE_DIR": str(tmp_path / "run"), "KCACHE_READONLY_DIRS": str(path)}
+    for fix in ([], ["--fix"]):
+        done = _cli("--json", "verify", *fix, env=env)
+        assert done.returncode == 1, (fix, done.stdout, done.stderr)
+        doc = json.loads(done.stdout)
+        (bad,) = doc["bad"]
+        assert not doc["ok"] and bad["quarantined"] is False, doc
+        assert bad["key"] in keys and bad["path"] == f"{path}#{bad['key']}", bad
+        assert bad["reason"] == (f"in the read-only layer {path}" if fix else None), bad
+    done = _cli("verify", "--fix", env=env)
+    assert done.returncode == 1 and "1 bad, 0 quarantined, 1 left in place" in done.stderr, done.stderr
+    assert path.read_bytes() == bytes(raw)
+
+
+def test_an_entry_that_compresses_beyond_the_readers_bound_is_exported_stored(tmp_path):
+    """An entry of 17 MiB of zeros compresses to a frame far smaller than 1/32 of it: the
+    reader refuses such a frame (over 32 x its size + 16 MiB: a zstd bomb), so the writer
+    stores that entry as it is, and the bundle serves it (it was written unservable)."""
+    key = make_key({"zeros": 17})
+    Store(tmp_path / "src").put(key, Entry({"blob": bytes(17 << 20)}, {"kernel": "m:z"}))
+    path = tmp_path / "z.kcb"
+    write_bundle(path, items(tmp_path / "src", [key]), version=3, compress=True)
+    path.chmod(0o644)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        index = v3.open_index(path, fd, path.stat().st_size, None)
+    finally:
+        os.close(fd)
+    assert not index.refused and index.entries[key][4] is False  # stored, not zstd
+    store = Store(tmp_path / "dst", readonly_dirs=[path])
+    assert store.get(key).artifacts["blob"] == bytes(17 << 20)

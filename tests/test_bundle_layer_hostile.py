@@ -5,6 +5,7 @@ misses (or the layer refused) and one warning, never a traceback, never a crash 
 in memory bounded by the file's size (peak RSS measured with ``wait4``)."""
 import hashlib
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -88,17 +89,24 @@ V3_HOSTILE = {
     "v3-truncated-prefix": (lambda: v3_bytes([])[:12], "is truncated"),
     # a frame declaring 2^40 bytes, an index saying 100: refused before anything is allocated
     "v3-frame-declaring-2^40": (lambda: _frame_case(declared=1 << 40, size=100), "its frame declares"),
-    # a zstd bomb: 64 MiB of zeros in a frame the index says is 64 MiB (over the entry limit)
-    "v3-frame-bomb": (lambda: _frame_case(size=64 * MiB, bomb=True), "file too large"),
+    # a zstd bomb: 64 MiB of zeros in a frame the index says is 64 MiB: more than 32 x its
+    # frame + 16 MiB, refused with the index (never inflated)
+    "v3-frame-bomb": (lambda: _frame_case(size=64 * MiB, bomb=True), "more than its frame can hold"),
     "v3-frame-garbage": (lambda: _frame_case(garbage=True, size=1000), "cannot be read"),
+    # an index claiming 2^64-1 bytes of one small frame: refused with the index, so that `ls`
+    # and `stats` never add up sizes no frame can hold (they said 16 EiB, JSON bytes > 2^64)
+    "v3-size-2^64": (lambda: _frame_case(size=(1 << 64) - 1, plain=True), "more than its frame can hold"),
 }
 
 
-def _frame_case(*, size, declared=None, bomb=False, garbage=False):
-    if bomb:
+def _frame_case(*, size, declared=None, bomb=False, garbage=False, plain=False):
+    if plain:
+        frame = zstandard.ZstdCompressor().compress(bytes(100))
+    elif bomb:
         frame = zeros_zstd(size)
     elif garbage:
-        frame = b"\x28\xb5\x2f\xfd" + os.urandom(200)
+        # (not os.urandom: a random frame header often declares a size, another warning)
+        frame = b"\x28\xb5\x2f\xfd\x08" + random.Random(36).randbytes(199)  # a reserved bit set
     else:
         frame = zstandard.ZstdCompressor().compress(bytes(100))
         # rewrite the declared content size (1 byte field for 100) to an 8-byte one
@@ -213,3 +221,99 @@ def test_a_layer_replaced_while_open_keeps_serving_what_was_opened(layer_file, t
     status, out, err, _rss = served(path, keys[:1], tmp_path / "root")
     assert status == 0 and '"found": [false]' in out and err.count("\n") == 1, err
     assert not list((tmp_path / "root").rglob("*.kce"))
+
+
+# -- a signed layer rewritten in place by someone without the secret -------------------------------
+
+_TWICE = """
+import os, sys
+from kcache import Store
+store, key = Store(sys.argv[1]), sys.argv[2]
+print(store.get(key).artifacts["cubin"][:1].decode(), flush=True)
+sys.stdin.buffer.read(1)  # the parent rewrites the layer, then closes the pipe
+again = store.get(key)
+print("miss" if again is None else again.artifacts["cubin"][:1].decode(), flush=True)
+"""
+
+
+def _same_size_entries(tmp_path):
+    """(key, its entry's bytes, a forged entry of that key of the same length: other cubin)."""
+    from kcache import Entry, make_key
+    key = make_key({"rewritten": 1})
+    meta = {"kernel": "m:k", "signature": "(float32,)", "arch": "sm_90"}
+    Store(tmp_path / "good").put(key, Entry({"cubin": b"A" * 3000}, meta))
+    Store(tmp_path / "forged").put(key, Entry({"cubin": b"B" * 3000}, meta))
+    good, forged = (Store(tmp_path / n).entry_bytes(key) for n in ("good", "forged"))
+    assert len(good) == len(forged) and good != forged
+    return key, good, forged
+
+
+def test_a_signed_layer_rewritten_in_place_with_its_times_restored_serves_no_forged_entry(tmp_path):
+    """Whoever can write the file but lacks the secret rewrites an entry's frame in place with
+    another entry of that key (same length) after the process checked it, and puts the file's
+    mtime back: the process never serves the forged entry (one warning, no traceback)."""
+    key, good, forged = _same_size_entries(tmp_path)
+    path = tmp_path / "signed.kcb"
+    write_bundle(path, [({"key": key}, good)], version=3, compress=False, secret=SECRET.encode())
+    path.chmod(0o644)
+    at = path.read_bytes().index(good)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KCACHE_")}
+    env.update(KCACHE_READONLY_DIRS=str(path), KCACHE_SECRET=SECRET)
+    proc = subprocess.Popen([sys.executable, "-c", _TWICE, str(tmp_path / "root"), key], env=env,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.readline() == b"A\n"
+    before = os.stat(path)
+    with open(path, "r+b") as f:
+        f.seek(at)
+        f.write(forged)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert os.stat(path).st_mtime_ns == before.st_mtime_ns
+    out, err = proc.communicate(b"", timeout=120)
+    assert proc.returncode == 0 and "Traceback" not in err.decode(), err
+    assert out == b"miss\n", (out, err)  # the forged one would say B
+    assert err.decode().count("\n") == 1 and str(path) in err.decode(), err
+
+
+def test_a_signed_layer_checks_every_serve_against_its_signed_index(tmp_path, monkeypatch):
+    """A rewrite that the fstat before a read cannot see (between it and the read, or within
+    the file system's timestamp granularity): the bytes of a signed layer are still compared
+    with the signed index's digest on every serve, not only the first."""
+    from kcache.warn import KcacheWarning
+    key, good, forged = _same_size_entries(tmp_path)
+    path = tmp_path / "signed.kcb"
+    write_bundle(path, [({"key": key}, good)], version=3, compress=False, secret=SECRET.encode())
+    path.chmod(0o644)
+    at = path.read_bytes().index(good)
+    monkeypatch.setenv("KCACHE_SECRET", SECRET)
+    store = Store(tmp_path / "root", readonly_dirs=[path])
+    assert store.get(key).artifacts["cubin"] == b"A" * 3000
+    with open(path, "r+b") as f:
+        f.seek(at)
+        f.write(forged)
+    store.layers[0]._st = os.stat(path)  # a change the fstat compared before each read misses
+    with pytest.warns(KcacheWarning, match="differs from the bundle's index"):
+        assert store.get(key) is None
+
+
+# -- a layer path that is no bundle file: refused with one warning, never waited on ---------------
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "other-owner"])
+def test_a_layer_that_is_no_regular_file_of_ours_is_refused_with_one_warning(tmp_path, kind, layer_file):
+    """A FIFO (its open must not block), a device, a bundle owned by another user: one
+    warning naming it and what is accepted, misses, the program runs on."""
+    path, keys = layer_file
+    if kind == "fifo":
+        bad, why = tmp_path / "fifo.kcb", "is not a regular file"
+        os.mkfifo(bad)
+    elif kind == "device":
+        bad, why = "/dev/null", "is not a regular file"
+    else:
+        if os.geteuid() != 0:
+            pytest.skip("chown to another user needs root")
+        bad, why = path, "is owned by another user"
+        os.chown(path, 54321, 54321)
+    status, out, err, _rss = served(bad, keys[:2], tmp_path / "root")
+    assert status == 0 and "Traceback" not in err, err
+    assert out.strip().endswith('{"found": [false, false], "misses": 2}'), out
+    assert err.count("\n") == 1 and f"read-only layer {bad} is not trusted" in err and why in err \
+        and "accepted: a bundle file written by 'kcache export'" in err, err

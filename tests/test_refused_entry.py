@@ -60,11 +60,29 @@ def test_reject_leaves_an_entry_replaced_meanwhile(tmp_path):
     assert store.load(key).artifacts["blob"] == b"z" * 64
 
 
-def test_reject_remembers_a_layer_file_and_leaves_it(tmp_path):
-    layer = tmp_path / "layer"
+def _as_layer(folder: Path, kind: str) -> Path:
+    """The read-only layer holding ``folder``'s entries: the folder itself, or a bundle file
+    of them (format 3, served in place)."""
+    if kind == "folder":
+        return folder
+    from kcache.tiers.bundle.v2 import write_bundle
+    store, path = Store(folder), folder.parent / "layer.kcb"
+    write_bundle(path, [({"key": k}, store.entry_bytes(k)) for k in (e.key for e in store.entries())], version=3)
+    path.chmod(0o644)
+    return path
+
+
+def _layer_bytes(layer: Path) -> list:
+    return [layer.read_bytes()] if layer.is_file() else sorted(
+        p.read_bytes() for p in layer.rglob("*.kce"))
+
+
+@pytest.mark.parametrize("kind", ["folder", "bundle"])
+def test_reject_remembers_a_layer_file_and_leaves_it(tmp_path, kind):
     key = make_key({"refused": 3})
-    Store(layer).put(key, _entry())
-    before = sorted(p.read_bytes() for p in layer.rglob("*.kce"))
+    Store(tmp_path / "layer").put(key, _entry())
+    layer = _as_layer(tmp_path / "layer", kind)
+    before = _layer_bytes(layer)
     store = Store(tmp_path / "cache", readonly_dirs=[layer])
     served = store.get(key)
     with pytest.warns(KcacheWarning, match=r"\(refused\); treated as a miss, left in "
@@ -73,7 +91,7 @@ def test_reject_remembers_a_layer_file_and_leaves_it(tmp_path):
     assert store.get(key) is None  # remembered as bad for this process: not read again
     stats = store.stats()
     assert (stats.hits, stats.misses, stats.corrupt) == (0, 2, 1)
-    assert sorted(p.read_bytes() for p in layer.rglob("*.kce")) == before  # never moved
+    assert _layer_bytes(layer) == before  # never moved
     assert Store(tmp_path / "other", readonly_dirs=[layer]).get(key) == served
 
 
@@ -194,21 +212,24 @@ def test_a_refused_entry_is_quarantined_and_replaced(src, tmp_path, change):
     assert _counts(root) == (1, 1, 1, 1)
 
 
-def test_a_refused_entry_of_a_read_only_layer_stays_and_the_root_gets_a_good_one(src, tmp_path):
-    layer, root = tmp_path / "layer", tmp_path / "cache"
-    made = _child(src, {"KCACHE_DIR": str(layer)})
-    _forge(layer, made["key"], _relabel)
-    planted = sorted(p.read_bytes() for p in layer.rglob("*.kce"))
+@pytest.mark.parametrize("kind", ["folder", "bundle"])
+def test_a_refused_entry_of_a_read_only_layer_stays_and_the_root_gets_a_good_one(src, tmp_path, kind):
+    folder, root = tmp_path / "layer", tmp_path / "cache"
+    made = _child(src, {"KCACHE_DIR": str(folder)})
+    _forge(folder, made["key"], _relabel)
+    layer = _as_layer(folder, kind)
+    planted = _layer_bytes(layer)
     env = {"KCACHE_DIR": str(root), "KCACHE_READONLY_DIRS": str(layer)}
 
     second = _child(src, env)
     assert (second["hits"], second["misses"], second["compiles"]) == (0, 1, 1)
     assert _counts(root) == (0, 1, 1, 1)
-    assert sorted(p.read_bytes() for p in layer.rglob("*.kce")) == planted  # never moved
-    assert not (layer / "v1" / "quarantine").exists() or not any(
-        (layer / "v1" / "quarantine").iterdir())
+    assert _layer_bytes(layer) == planted  # never moved
+    assert not (folder / "v1" / "quarantine").exists() or not any(
+        (folder / "v1" / "quarantine").iterdir())
     assert Store(root, readonly_dirs=[]).entry_bytes(made["key"]) is not None
     assert any("left in place (read-only)" in w for w in second["warnings"])
+    assert not any("cache store failed" in w for w in second["warnings"]), second["warnings"]
 
     third = _child(src, env)  # the root's entry comes first
     assert (third["hits"], third["compiles"]) == (1, 0)

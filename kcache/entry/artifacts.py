@@ -196,7 +196,7 @@ def _symtab_has(data: bytes, shoff: int, shnum: int, header: int, target: bytes)
     if whole >= 0 and _entry_at(data, off, off + size, entsize, whole + 1 - str_off):
         return True
     at = data.find(target, str_off, str_off + str_size)
-    for _ in range(_NAME_CANDIDATES):
+    for _ in range(_SYMBOL_SEARCHES - (whole >= 0)):  # each a search of the symbol table
         if at < 0:
             return False
         if at != whole + 1 and _entry_at(data, off, off + size, entsize, at - str_off):
@@ -272,6 +272,9 @@ _U64, _U32, _U16X2 = struct.Struct("<Q"), struct.Struct("<I"), struct.Struct("<H
 _SYMTAB_TYPE = _U32.pack(2)  # sh_type SHT_SYMTAB
 _SYM = struct.Struct("<IBB")  # Elf64_Sym: st_name, st_info, st_other
 _NAME_CANDIDATES = 64  # places a kernel's name is looked for (real cubins: one)
+#: ... of which at most this many are looked up in the symbol table: each lookup searches
+#: the whole table (real cubins: the whole name, or one of a few section names ending in it)
+_SYMBOL_SEARCHES = 8
 # Elf64_Ehdr from e_machine (byte 18): e_machine, [e_version, e_entry], e_phoff, e_shoff,
 # [e_flags, e_ehsize], e_phentsize, e_phnum, e_shentsize, e_shnum
 _EHDR = struct.Struct("<H4x8xQQ4x2xHHHH")

@@ -12,10 +12,11 @@ from ..tiers.local import LocalTier
 
 
 def make_layer(path: Path, trust: fsio.Trust, max_entry_size: int):
-    """The layer of ``path``: a BundleLayer when it is a regular file (following a symlink,
-    which the layer then refuses: it is never opened through one), else a LocalTier (a
-    folder, existing or not). One ``stat``; the bundle is opened on its first read."""
-    if os.path.isfile(path):
+    """The layer of ``path``: a BundleLayer when it exists and is not a folder (following a
+    symlink, which the layer then refuses: it is never opened through one; a FIFO or device is
+    refused as no regular file, never opened), else a LocalTier (a folder, existing or not).
+    One ``stat``; the bundle is opened on its first read."""
+    if os.path.exists(path) and not os.path.isdir(path):
         from ..tiers.bundle.layer import BundleLayer
         return BundleLayer(path, trust=trust, max_entry_size=max_entry_size)
     return LocalTier(path, writable=False, trust=trust)

@@ -102,9 +102,10 @@ class Reader:
             st = tier.entry_stat(key)
             if st is None or not stat.S_ISREG(st.st_mode):
                 continue
-            try:  # the file as it is now: read again only when it is still what lstat saw
+            try:  # the file as it is now: the root's is quarantined by what lstat saw, so it
+                # must be what is read; a layer's is remembered by what is read (blob.ident)
                 blob = tier.read(key, self._max_entry_size)
-                if blob is None or blob.ident != _identity(st):
+                if blob is None or (tier.writable and blob.ident != _identity(st)):
                     continue
                 same = verify_bytes(key, blob.data, hit=True)[1] == entry
             except (CorruptEntry, NewerFormat, OSError):

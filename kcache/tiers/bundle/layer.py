@@ -10,7 +10,8 @@ the signature when ``KCACHE_SECRET`` is set (an unsigned bundle is then refused,
 import`` refuses it), the checksum otherwise. A version-3 bundle (kcache.tiers.bundle.v3) is
 then served by one ``os.pread`` per entry from that descriptor — never mmap: a file truncated
 under a mapping raises SIGBUS, which Python cannot turn into a miss — each entry checked
-against the index's digest the first time it is served; a miss is a dict lookup. A version 1
+against the index's digest the first time it is served (every time when signed: bytes that
+do not match the signature are never served); a miss is a dict lookup. A version 1
 or 2 bundle is decompressed into memory once (``memfd``, bounded by the file's size as import
 bounds it), never onto a disk, and served from there.
 
@@ -48,7 +49,8 @@ ACCEPTED = ("a bundle file written by 'kcache export' (format version 1, 2 or 3)
 class BundleLayer:
     """The bundle file ``path`` as a read-only layer: the parts of
     :class:`kcache.tiers.local.LocalTier` the store uses of a layer (``read``, ``mark_bad``,
-    ``trust_problem``, ``scan``, ``read_header``, ``newer_files``, ``entry_path``), read from
+    ``trust_problem``, ``scan``, ``read_header``, ``newer_files``, ``entry_path``,
+    ``entry_stat``), read from
     the file in place. ``trust``: :class:`kcache.disk.fsio.Trust`; ``max_entry_size``: the
     largest entry served (bytes). Thread-safe; raises nothing from its reads but what a
     LocalTier raises for a bad entry (CorruptEntry, KnownBad, OSError)."""
@@ -173,7 +175,12 @@ class BundleLayer:
         if not self._unchanged():
             return None
         limit = min(limit, self.max_entry_size)
-        check = fresh or key not in self._checked
+        # A signed layer's bytes are compared with its signed index on every serve: a rewrite
+        # with the mtime put back, or between the fstat above and the read, is not seen by the
+        # fstat (its ctime changes, but so does a rename over the path, which must go on
+        # serving), and bytes that do not match the signature are never served.
+        check = fresh or key not in self._checked or (self._index is not None
+                                                      and self._index.checked)
         try:
             data = (v3.read_entry(self._index, key, limit, check=check) if self._index is not None
                     else self._read_old(key, limit, check))
@@ -222,6 +229,14 @@ class BundleLayer:
         for key in sorted(self.keys()):
             if prefix is None or key.startswith(prefix):
                 yield key, self.entry_path(key), self._stat(key)
+
+    def entry_stat(self, key: str) -> os.stat_result | None:
+        """The stat :meth:`scan` gives ``key``'s entry, or None when this layer does not serve
+        it (as :meth:`LocalTier.entry_stat`: nothing raised)."""
+        if not self._open():
+            return None
+        index = self._index.entries if self._index is not None else self._old.index
+        return self._stat(key) if key in index else None
 
     def _stat(self, key: str) -> os.stat_result:
         st = self._st

@@ -72,7 +72,7 @@ def write_v3(out: Path, items: list[tuple[dict, bytes]], *, secret: bytes | None
     """Write the bundle ``out`` (format version 3) from ``items``: (record, verified entry
     bytes) pairs, as :func:`kcache.tiers.bundle.v2.write_bundle` takes them (same arguments,
     same errors). Each entry is a frame of its own: zstd-compressed when ``compress`` (and
-    smaller so), else stored. Written to a temp file beside ``out`` and renamed."""
+    smaller so, and within what a reader inflates: :func:`inflate_cap`), else stored. Written to a temp file beside ``out`` and renamed."""
     out = Path(out)
     check_target(out)
     compress = have_zstd() if compress is None else compress
@@ -120,7 +120,9 @@ def _frames(items, compress: bool, progress) -> tuple[list[bytes], list[dict]]:
     frames, records, offset = [], [], 0
     for i, (rec, data) in enumerate(items, 1):
         frame = cctx.compress(data) if cctx is not None else data
-        packed = cctx is not None and len(frame) < len(data)
+        # stored when compression gains nothing, or more than a reader accepts of a frame
+        # (inflate_cap: a frame inflating beyond it is refused as a zstd bomb)
+        packed = cctx is not None and len(frame) < len(data) <= inflate_cap(len(frame))
         frame = frame if packed else data
         records.append(dict({f: rec.get(f) for f in _FIELDS}, offset=offset, length=len(frame),
                             size=len(data), sha256=entry_digest(data), zstd=packed))
@@ -272,6 +274,8 @@ def _record_problem(rec, frames_len: int) -> str | None:
         return "its SHA-256 digest is not 32 bytes"
     if type(rec.get("zstd")) is not bool or (not rec["zstd"] and length != size):
         return "its frame's length and size disagree"
+    if size > inflate_cap(length):  # as _inflate refuses it; listings never add it up
+        return f"its size ({size} bytes) is more than its frame can hold"
     return None
 
 
