@@ -218,7 +218,10 @@ def before_after_table(figs: dict) -> list[str]:
     rows = [("first kernel call of the process", "first_call"),
             ("each further kernel's first call", "further_first_call"),
             ("overload lookup of the first call", "lookup_first"),
-            ("overload lookup of each further first call", "lookup_further")]
+            ("overload lookup of each further first call", "lookup_further"),
+            ("kcache's own part of the first kernel's hit", "own_first"),
+            ("kcache's own part of each further kernel's hit", "own_further")]
+    rows = [(label, fid) for label, fid in rows if f"before_after.{fid}.kcache" in figs]
     out = ["### Before and after", "",
            f"The same warm-cache processes for kcache at `{rev}` (installed by "
            "bench/baseline.py) and for this tree, alternating in one run. Median **bold**, "
