@@ -187,13 +187,18 @@ def test_what_is_no_code_is_not_in_the_key(options):
 
 def test_the_chip_numba_cuda_mlir_resolved_is_not_the_one_keyed():
     """``_resolve_target_options`` writes the device's chip into targetoptions at each
-    compile: the key takes the chip the user gave (none), so a compile for sm_80 does not
-    make the kernel's key for sm_90 that of sm_80."""
+    compile, and later compiles read it there (as without kcache, it stays): the key takes
+    the chip the user gave (none), so a compile for sm_80 does not make the kernel's key for
+    sm_90 that of sm_80."""
     kern = kcache.jit(_kernel().py_func, frontend="numba-cuda-mlir")
     before = key(kern)
     kern.targetoptions["chip"] = "sm_80"  # as numba-cuda-mlir leaves it after a compile
     kern._kcache_restore_chip()
-    assert kern.targetoptions["chip"] is None and key(kern) == before
+    assert kern.targetoptions["chip"] == "sm_80" and key(kern) == before
+    given = kcache.jit(_kernel().py_func, frontend="numba-cuda-mlir", chip="sm_90")
+    given.targetoptions["chip"] = "sm_80"
+    given._kcache_restore_chip()  # a chip the user gave is put back
+    assert given.targetoptions["chip"] == "sm_90"
 
 
 @pytest.mark.parametrize("field, value", [("numba-cuda-mlir", "0.6.1"), ("nvvm", "13.1"),

@@ -122,13 +122,18 @@ class KCacheMLIRDispatcher(MLIRDispatcher, StoreCalls):
 
     def __init__(self, py_func, targetoptions=None, *, kcache=None, frontend=None):
         frontend = frontend or getattr(_rebuilding, "frontend", None)
-        if frontend is None:  # unpickled (numba-cuda-mlir's _rebuild): the one front-end
-            from .bridge import FRONTEND as frontend
+        if frontend is None:
+            raise TypeError("KCacheMLIRDispatcher needs frontend= (the bridge's self._kcache_frontend, "
+                            "kcache.dispatcher.frontends.numba_cuda_mlir.bridge); kcache.jit "
+                            "and kcache.install make kernels with it")
         super().__init__(py_func, targetoptions)
         self._kcache_setup(kcache if kcache is not None else Options(), frontend)
 
-    # _reduce_states stays numba-cuda-mlir's own: its tests hand a dispatcher's states to
-    # MLIRDispatcher._rebuild; a rebuilt kcache dispatcher takes the bridge's FRONTEND.
+    def __reduce__(self):
+        # numba-cuda-mlir's reduction of its own _reduce_states (its tests hand them to
+        # MLIRDispatcher._rebuild), rebuilt with this dispatcher's front-end (a Frontend
+        # pickles by reference, as its bridge's FRONTEND).
+        return _rebuild_with, (self._kcache_frontend, super().__reduce__())
 
     @classmethod
     def _rebuild(cls, frontend=None, **states):
@@ -571,6 +576,16 @@ def adopt(frontend, dispatcher, options: Options):
     dispatcher.__class__ = KCacheMLIRDispatcher
     dispatcher._kcache_setup(options, frontend)
     return dispatcher
+
+
+def _rebuild_with(frontend, reduction):
+    """Unpickle a kcache dispatcher: numba-cuda-mlir's ``reduction`` (a callable and its
+    arguments) run with ``frontend`` for the dispatcher it rebuilds."""
+    _rebuilding.frontend = frontend
+    try:
+        return reduction[0](*reduction[1])
+    finally:
+        _rebuilding.frontend = None
 
 
 #: The front-end of the dispatcher being rebuilt by numba-cuda-mlir's unpickling, per thread
