@@ -310,3 +310,35 @@ def test_a_registered_planner_compiles_as_numba_cuda_mlir_does(kernels, tmp_path
     assert run(CALL, kernels, root)["compiles"] == 1  # an entry a lookup could serve
     planned = run(PLANNED, kernels, root)
     assert planned["launched"] and planned["counts"].get("hits", 0) == 0
+
+
+SERVED_METADATA = textwrap.dedent("""
+    import kcache
+    import kernels
+    cres = kernels.axpy.compile("{sig}")
+    md = cres.metadata
+    kept = dict.__contains__(md, "transformed_source")
+    source = md["transformed_source"]  # only a compile makes it
+    print(json.dumps({{
+        "kept": kept, "source": type(source).__name__,
+        "module_str": len(cres.mlir_module_str),
+        "annotation": type(cres.cres.type_annotation).__name__,
+        "counts": dict(kcache.dispatcher.process_counts())}}))
+""".format(sig=SIG))
+
+
+def test_what_only_a_compile_makes_is_compiled_once_for_a_served_kernel(kernels, tmp_path):
+    # numba-cuda-mlir's suite reads metadata["transformed_source"], cres.mlir_module_str,
+    # type_annotation of kernels kcache served (KeyError / AttributeError on the H200): a
+    # served result answers them from one uncached compile, as inspect_* does for numba-cuda.
+    root = tmp_path / "cache"
+    compiled = run(SERVED_METADATA, kernels, root)
+    assert compiled["kept"] and compiled["counts"].get("inspect_compiles", 0) == 0
+    served = run(SERVED_METADATA, kernels, root)
+    assert not served["kept"] and served["counts"]["hits"] == 2  # axpy, the eager kernel
+    assert served["counts"]["inspect_compiles"] == 1 and "compiles" not in served["counts"]
+    assert (served["source"], served["annotation"]) == (compiled["source"],
+                                                        compiled["annotation"])
+    assert served["module_str"] == compiled["module_str"]
+    listed = json.loads(_cli(root, "ls", "--json"))["entries"]
+    assert len(listed) == 1 + 1  # the eager kernel's and axpy's: the inspection stored none

@@ -3,6 +3,7 @@ kcache's) cannot keep."""
 from __future__ import annotations
 
 from .internals import MLIRDispatcher, make_signature, types
+from .patching import plain_dispatchers
 from .rebuild import compile_result
 
 
@@ -12,7 +13,8 @@ def compile_kernel(py_func, argtypes: tuple, targetoptions: dict):
     compile result. ``targetoptions``: the kernel dispatcher's (``cache`` dropped). Needs a
     device or :func:`~.offline.offline_target`."""
     options = {k: v for k, v in targetoptions.items() if k != "cache"}
-    disp = MLIRDispatcher(py_func, targetoptions=options)
+    with plain_dispatchers():  # not adopted under KCACHE_ENABLE=all
+        disp = MLIRDispatcher(py_func, targetoptions=options)
     return disp.compile(make_signature(types.none, *argtypes))
 
 

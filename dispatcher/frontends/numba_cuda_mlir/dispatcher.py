@@ -44,6 +44,7 @@ from ...store_calls import RefusedEntry, StoreCalls
 from ...process import explain_enabled, kernel_name, log_explanations
 from . import compiling as _compiling
 from . import internals as _internals
+from . import served as _served
 from . import signatures as _signatures
 from .internals import MLIRDispatcher, global_compiler_lock
 
@@ -523,6 +524,7 @@ class KCacheMLIRDispatcher(MLIRDispatcher, StoreCalls):
             raise RefusedEntry() from exc
         finally:
             _STATE.clock.rebuild += _now() - start
+        _served.answering(wrapped, self, argtypes)
         self._propagate_compile_callbacks(wrapped.cres.metadata)
         if self.targetoptions.get("shared_memory_carveout") is not None:
             self._apply_shared_memory_carveout(wrapped)

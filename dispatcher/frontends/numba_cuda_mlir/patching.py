@@ -2,9 +2,26 @@
 -> kcache)."""
 from __future__ import annotations
 
+import contextlib
+import threading
+
 from .internals import MLIRDispatcher
 
 _originals: dict[str, object] = {}
+_plain = threading.local()  # .on: dispatchers made now stay numba-cuda-mlir's own
+
+
+@contextlib.contextmanager
+def plain_dispatchers():
+    """Dispatchers made in the block (this thread) are not handed to ``on_init``: kcache's
+    own compiles (compile_for's, an inspection's) must not be served by the cache they
+    fill, under ``KCACHE_ENABLE=all`` too."""
+    before = getattr(_plain, "on", False)
+    _plain.on = True
+    try:
+        yield
+    finally:
+        _plain.on = before
 
 
 def patch_dispatcher(on_enable_caching, on_init) -> None:
@@ -23,7 +40,8 @@ def patch_dispatcher(on_enable_caching, on_init) -> None:
 
     def __init__(self, py_func, targetoptions=None, *args, **kwargs):
         original_init(self, py_func, targetoptions, *args, **kwargs)
-        on_init(self)
+        if not getattr(_plain, "on", False):
+            on_init(self)
 
     enable_caching.__doc__ = original_enable.__doc__
     __init__.__doc__ = original_init.__doc__
