@@ -794,7 +794,15 @@ def app_fill(b: Bench, mode: str, cache: Path, module: str, n: int) -> list[dict
     if parts == 1:
         return [app_child(b, mode, "fill", cache, module)]
     procs = [app_child(b, mode, "fill", cache, module, part=i, parts=parts) for i in range(parts)]
-    return [b.finish(p, mode) for p in procs]
+    done, errors = [], []
+    for proc in procs:  # every process waited for: none may outlive the section's folder
+        try:
+            done.append(b.finish(proc, mode))
+        except Exception as exc:
+            errors.append(exc)
+    if errors:
+        raise errors[0]
+    return done
 
 
 def write_cubins(cache: Path, module: str, n: int, path: Path) -> None:
