@@ -194,6 +194,20 @@ def check_target(out: Path) -> None:
                           "replace)")
 
 
+def check_export(out, count: int, compress: bool | None) -> bool:
+    """What every writer checks first: ``out`` (:func:`check_target`), ``count`` entries at
+    most :data:`MAX_ENTRIES`, zstd there when asked for. Returns whether to compress
+    (``None``: when zstd is installed). Raises BundleError."""
+    check_target(Path(out))
+    compress = have_zstd() if compress is None else compress
+    if compress and not have_zstd():
+        raise BundleError(f"zstd compression needs {_ZSTD_HINT}")
+    if count > MAX_ENTRIES:
+        raise BundleError(f"{count} entries are more than one bundle holds ({MAX_ENTRIES}): "
+                          "export them in parts (--kernel, --cc)")
+    return compress
+
+
 _KIND = {stat.S_IFDIR: "a folder", stat.S_IFCHR: "a character device",
          stat.S_IFBLK: "a block device", stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket"}
 UNPACK_ERRORS = (ValueError, TypeError, msgpack.UnpackException)

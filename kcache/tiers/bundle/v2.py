@@ -44,8 +44,8 @@ from .common import (_CHUNK, _KIND, _ZSTD_HINT,  # noqa: F401 (names of this mod
                      BUNDLE_FORMAT, BUNDLE_VERSION,  # noqa: F401
                      INFLATE_RATIO, INFLATE_SLACK, MAGIC, MAX_BUNDLE, MAX_ENTRIES, MAX_HEADER,
                      MSGPACK_TYPES as _MSGPACK_TYPES, SIGNED, TAG_SIZE, UNPACK_ERRORS as _UNPACK_ERRORS,
-                     ZSTD, BundleError, Contents, ExportReport, Region, Tee as _Tee, check_target,
-                     have_zstd, inflate, inflate_cap, open_bundle_file, pread_exact, scratch, tag_hash as _tag_hash,
+                     ZSTD, BundleError, Contents, ExportReport, Region, Tee as _Tee, check_export,
+                     check_target, have_zstd, inflate, inflate_cap, open_bundle_file, pread_exact, scratch, tag_hash as _tag_hash,
                      unpack_why as _unpack_why)
 from .v1 import open_v1
 from . import v3
@@ -83,13 +83,7 @@ def write_bundle(out: Path, items: list[tuple[dict, bytes]], *, secret: bytes | 
     if version != BUNDLE_VERSION:
         raise ValueError(f"bundle format version {version!r}: accepted 2 or {v3.VERSION}")
     out = Path(out)
-    check_target(out)
-    compress = have_zstd() if compress is None else compress
-    if compress and not have_zstd():
-        raise BundleError(f"zstd compression needs {_ZSTD_HINT}")
-    if len(items) > MAX_ENTRIES:
-        raise BundleError(f"{len(items)} entries are more than one bundle holds ({MAX_ENTRIES}): "
-                          "export them in parts (--kernel, --cc)")
+    compress = check_export(out, len(items), compress)
     heads = [msgpack.packb(_record(rec, data)) for rec, data in items]
     plain = sum(len(h) + len(d) for h, (_r, d) in zip(heads, items))
     header = msgpack.packb({"format": BUNDLE_FORMAT, "version": BUNDLE_VERSION,

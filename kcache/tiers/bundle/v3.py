@@ -44,8 +44,8 @@ from ...errors import CorruptEntry
 from ...keys import KEY_RE
 from .common import (_ZSTD_HINT, BUNDLE_FORMAT, MAGIC, MAX_ENTRIES, MAX_HEADER, MAX_WINDOW,
                      MSGPACK_TYPES, SIGNED, TAG_SIZE, UNPACK_ERRORS, ZSTD, BundleError,
-                     ExportReport, check_target, have_zstd, inflate_cap, pread_exact, tag_hash,
-                     unpack_why)
+                     ExportReport, check_export, check_target, inflate_cap, pread_exact,
+                     tag_hash, unpack_why)
 
 VERSION = 3
 PREFIX = struct.Struct(">8sHBIQ")  # magic, version, flags, header length, index length
@@ -72,15 +72,10 @@ def write_v3(out: Path, items: list[tuple[dict, bytes]], *, secret: bytes | None
     """Write the bundle ``out`` (format version 3) from ``items``: (record, verified entry
     bytes) pairs, as :func:`kcache.tiers.bundle.v2.write_bundle` takes them (same arguments,
     same errors). Each entry is a frame of its own: zstd-compressed when ``compress`` (and
-    smaller so, and within what a reader inflates: :func:`inflate_cap`), else stored. Written to a temp file beside ``out`` and renamed."""
+    smaller so, and within what a reader inflates: :func:`inflate_cap`), else stored.
+    Written to a temp file beside ``out`` and renamed."""
     out = Path(out)
-    check_target(out)
-    compress = have_zstd() if compress is None else compress
-    if compress and not have_zstd():
-        raise BundleError(f"zstd compression needs {_ZSTD_HINT}")
-    if len(items) > MAX_ENTRIES:
-        raise BundleError(f"{len(items)} entries are more than one bundle holds ({MAX_ENTRIES}): "
-                          "export them in parts (--kernel, --cc)")
+    compress = check_export(out, len(items), compress)
     frames, records = _frames(items, compress, progress)
     index = msgpack.packb(records)
     if len(index) > MAX_INDEX:
