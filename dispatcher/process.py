@@ -187,19 +187,24 @@ class ProcessState:
         return memo
 
 
-def _explain_from_env() -> bool:
-    """KCACHE_EXPLAIN as every boolean setting reads (1/0, true/false, yes/no, on/off); any
-    other value is said once and leaves explanations off."""
-    raw = os.environ.get("KCACHE_EXPLAIN", "")
+def _env_flag(name: str, otherwise: str) -> bool:
+    """Environment variable ``name`` as every boolean setting reads it (1/0, true/false,
+    yes/no, on/off); any other value is said once, with ``otherwise``, and reads False."""
+    raw = os.environ.get(name, "")
     if not raw:  # the usual case: kcache's settings (kcache.config) are not imported for it
         return False
     from kcache.config.values import parse_bool
     from kcache.errors import ConfigError
     try:
-        return parse_bool(raw, "KCACHE_EXPLAIN")
+        return parse_bool(raw, name)
     except ConfigError as exc:
-        warn_once("explain-setting", f"kcache: {exc}; miss explanations stay off")
+        warn_once(f"{name}-setting", f"kcache: {exc}; {otherwise}")
         return False
+
+
+def _explain_from_env() -> bool:
+    """KCACHE_EXPLAIN (:func:`_env_flag`)."""
+    return _env_flag("KCACHE_EXPLAIN", "miss explanations stay off")
 
 
 #: The one state of this process.
@@ -236,16 +241,7 @@ def recache_enabled() -> bool:
     compiled and its entry stored again, overwriting the one present (ccache's ``--recache``,
     ``SCCACHE_RECACHE``); counted as a miss and a compile, never a hit. Read at each lookup;
     any other value is said once and leaves it off."""
-    value = os.environ.get("KCACHE_RECACHE")
-    if not value:
-        return False
-    # as for KCACHE_EXPLAIN: the settings module is imported only when the variable is set
-    from kcache.config import ConfigError, parse_bool
-    try:
-        return parse_bool(value, "KCACHE_RECACHE")
-    except ConfigError as exc:
-        warn_once("recache-setting", f"kcache: {exc}; cached entries are used")
-        return False
+    return _env_flag("KCACHE_RECACHE", "cached entries are used")
 
 
 def set_explain(enabled: bool) -> None:
