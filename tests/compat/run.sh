@@ -8,8 +8,9 @@
 #   tests/compat/run.sh [LEG ...]      all legs, or those named (see `tests/compat/run.sh --list`)
 #
 # Environments live in .compat-venvs/ (git ignores it; KCACHE_COMPAT_DIR moves it) and are
-# reused by a later run (KCACHE_COMPAT_FRESH=1 makes them anew); each leg's log is in
-# .compat-venvs/logs/. Wheels are shared between legs through pip's cache (PIP_CACHE_DIR is
+# reused by a later run (KCACHE_COMPAT_FRESH=1 makes them anew; KCACHE_COMPAT_KEEP=0 removes
+# each when its leg ends, as CI does: seven environments of CUDA wheels are about 6 GB, more
+# than a CI machine's disk may have free); each leg's log is in .compat-venvs/logs/. Wheels are shared between legs through pip's cache (PIP_CACHE_DIR is
 # honoured). KCACHE_COMPAT_JOBS legs run at a time (default 2: installs overlap with tests).
 # Interpreters: $(pyenv root)/versions/3.X.*/bin/python (by full path: pyenv's shims refuse a
 # version that is not selected), else python3.X on PATH.
@@ -174,6 +175,7 @@ run_leg() {  # "name|python|extras|requirements|check" -> writes $root/results/N
     [[ $status == 0 ]] || verdict=FAIL
     printf '%s %s (Python %s; %s) in %d s\n' "$verdict" "$name" "$python" "$detail" \
         $(( SECONDS - started )) >"$root/results/$name"
+    [[ ${KCACHE_COMPAT_KEEP:-1} == 1 ]] || rm -rf "$dir"
 }
 
 selected=()
