@@ -5,6 +5,7 @@ numba-cuda-mlir kernels (issue 34; docs/compat.md). The counterpart of bench/num
     python bench/mlir_suite.py deps                  # what its conftest and tests import
     python bench/mlir_suite.py list                  # the modules a run takes, those left out
     python bench/mlir_suite.py run [--modules A,B] [--jobs N] [--out PART.json]   # GPU
+    python bench/mlir_suite.py run --standin-cc 9.0 --out /tmp/cpu.json   # a CPU pre-check
     python bench/mlir_suite.py merge PART.json... [--out bench/results/mlir-suite.json]
     python bench/mlir_suite.py render [RESULTS.json] # the section of docs/compat.md
 
@@ -18,6 +19,11 @@ folder, three times in a row: ``baseline`` without kcache, ``cold`` under
 ``KCACHE_ENABLE=all`` on an empty cache root of the module's own, ``warm`` again on that
 root. The results file has the fields of numba-suite.json; a failure, error or skip is
 recorded by test id.
+
+``--standin-cc`` runs it without a GPU (bench/mlir_standin.py tells numba-cuda-mlir that cc,
+as the device would): the tests that compile or inspect without launching run, the others
+fail or skip alike in every pass, so a test failing only under kcache still shows. A check
+before a device call, never the measure: its results go to ``--out``, not the results file.
 """
 from __future__ import annotations
 
@@ -80,10 +86,13 @@ def prepare(args) -> int:
     return 0
 
 
-def _env(kind: str, root: Path, own_cache: Path) -> dict:
+def _env(kind: str, root: Path, own_cache: Path, standin: str | None = None) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("KCACHE_")}
+    paths = [str(SUITE), str(HERE) if standin else None, env.get("PYTHONPATH")]
     env.update(NUMBA_CACHE_DIR=str(own_cache), PYTHONUNBUFFERED="1",
-               PYTHONPATH=os.pathsep.join(filter(None, [str(SUITE), env.get("PYTHONPATH")])))
+               PYTHONPATH=os.pathsep.join(filter(None, paths)))
+    if standin:
+        env["MLIR_SUITE_STANDIN_CC"] = standin
     if kind != "baseline":
         env.update(KCACHE_ENABLE="all", KCACHE_DIR=str(root))
     return env
@@ -107,7 +116,8 @@ def _read_junit(path: Path, module: str) -> dict:
     return record
 
 
-def run_module(module: str, timeout: float, deadline: float) -> dict | None:
+def run_module(module: str, timeout: float, deadline: float,
+               standin: str | None = None) -> dict | None:
     """The three passes of ``module``, or None when ``deadline`` (time.monotonic) has passed
     before it starts (``--budget``: a device call's limit; the module is listed as not run)."""
     if time.monotonic() > deadline:
@@ -121,10 +131,11 @@ def run_module(module: str, timeout: float, deadline: float) -> dict | None:
             xml = tmp / f"{kind}.xml"
             cmd = [sys.executable, "-m", "pytest", str(SUITE / module), "-q",
                    "-p", "no:cacheprovider", "-o", "addopts=", f"--rootdir={SUITE.parent}",
-                   f"--junitxml={xml}"]
+                   f"--junitxml={xml}"] + (["-p", "mlir_standin"] if standin else [])
             start = time.perf_counter()
             try:
-                proc = subprocess.run(cmd, cwd=work, env=_env(kind, root, tmp / f"own-{kind}"),
+                env = _env(kind, root, tmp / f"own-{kind}", standin)
+                proc = subprocess.run(cmd, cwd=work, env=env,
                                       capture_output=True, text=True, timeout=timeout)
                 tail = (proc.stdout + proc.stderr)[-3000:]
             except subprocess.TimeoutExpired:
@@ -188,7 +199,8 @@ def run(args) -> int:
     results, not_run = {}, []
     deadline = time.monotonic() + args.budget
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        futures = {pool.submit(run_module, m, args.timeout, deadline): m for m in wanted}
+        futures = {pool.submit(run_module, m, args.timeout, deadline, args.standin_cc): m
+                   for m in wanted}
         for future in concurrent.futures.as_completed(futures):
             m = futures[future]
             passes = future.result()
@@ -270,13 +282,14 @@ def main(argv=None) -> int:
     p.set_defaults(func=lambda a: print("\n".join(
         m if _left_out(m) is None else f"{m}  (left out: {_left_out(m)})"
         for m in modules())) or 0)
-    p = sub.add_parser("run", help="run modules three ways (needs a GPU)")
+    p = sub.add_parser("run", help="run modules three ways (a GPU, or --standin-cc)")
     p.add_argument("--modules", help="comma-separated module paths, as list prints them")
     p.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) - 2))
     p.add_argument("--timeout", type=float, default=420.0, help="seconds per pass of a module")
     p.add_argument("--budget", type=float, default=float("inf"),
                    help="seconds after which no further module is started (those are listed)")
     p.add_argument("--out", default=str(RESULTS))
+    p.add_argument("--standin-cc", help="no GPU: numba-cuda-mlir is told this cc (e.g. 9.0)")
     p.set_defaults(func=run)
     p = sub.add_parser("merge", help="merge the results of several runs")
     p.add_argument("parts", nargs="+")

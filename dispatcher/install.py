@@ -51,6 +51,7 @@ def _on_init(frontend):
         if switch.installed() == "all" and not dispatcher.targetoptions.get("device"):
             # adopt leaves a kcache dispatcher as it is
             frontend.adopt(dispatcher, _options(switch.installed_options()))
+            dispatcher._kcache_by_all = True  # cached without the program asking
     return on_init
 
 

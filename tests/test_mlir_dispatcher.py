@@ -200,6 +200,74 @@ def test_a_cache_true_link_kernel_is_refused_as_numba_cuda_mlir_refuses_it(tmp_p
     assert own == ours == "Cannot pickle CUDACodeLibrary with linking files"
 
 
+CLOSURE = textwrap.dedent("""
+    from numba_cuda_mlir import cuda
+
+
+    class DeviceArray:  # what numba-cuda-mlir's pickler looks for, without a device
+        __cuda_array_interface__ = {"shape": (3,), "typestr": "<f4", "data": (0, False),
+                                    "version": 3}
+
+
+    def make(cache):
+        held = [DeviceArray()]
+
+        def body(out):
+            out[0] = 1.0 if held else 0.0
+        return cuda.jit(cache=cache)(body) if cache else cuda.jit(body)
+""")
+
+
+def test_a_cache_true_kernel_closing_over_a_device_array_is_refused_as_numba_cuda_mlir_does(
+        tmp_path):
+    """numba-cuda-mlir's cache key pickles the closure, and its pickler refuses a device
+    array (PicklingError, before any compile; its own suite's test_caching): under
+    KCACHE_ENABLE so does kcache, with the same text; kcache.jit runs it uncached."""
+    directory = write(tmp_path / "src", {"closing": CLOSURE})
+    script = """
+        import pickle
+        import closing
+        kernel = closing.make(cache=os.environ["MODE"] == "cache")
+        try:
+            kernel.compile("void(float32[::1])")
+            print(json.dumps(["compiled", len(kernel.overloads)]))
+        except pickle.PicklingError as exc:
+            print(json.dumps([str(exc), len(kernel.overloads)]))
+        except Exception as exc:  # not a cache's refusal: the compile's own error
+            print(json.dumps([type(exc).__name__, len(kernel.overloads)]))
+    """
+    own = run(script, directory, tmp_path / "c1", env={"MODE": "cache"})
+    ours = run(script, directory, tmp_path / "c2", env={"MODE": "cache", "KCACHE_ENABLE": "1"})
+    assert own == ours == ["Cannot serialize kernels or device functions referencing global "
+                           "device arrays. Pass the array(s) as arguments to the kernel "
+                           "instead.", 0]
+    # asked for no cache: no refusal, under KCACHE_ENABLE=all too (compiled as without kcache)
+    plain = run(script, directory, tmp_path / "c3", env={"MODE": ""})
+    assert run(script, directory, tmp_path / "c4", env={"MODE": "", "KCACHE_ENABLE": "all"}) \
+        == plain != own
+
+
+def test_cache_path_is_none_until_asked_under_enable_all(kernels, tmp_path):
+    """numba-cuda-mlir's NullCache has no path for a kernel made without cache=True, and
+    enable_caching() gives it one (its suite's test_enable_caching_method): under
+    KCACHE_ENABLE=all the same, though the kernel is served either way."""
+    script = """
+        from numba_cuda_mlir import cuda
+
+        @cuda.jit
+        def kernel(a):
+            a[0] = 1.0
+
+        before = kernel._cache.cache_path
+        kernel.enable_caching()
+        print(json.dumps([type(kernel).__name__, before, kernel._cache.cache_path]))
+    """
+    root = tmp_path / "cache"
+    got = run(script, kernels, root, env={"KCACHE_ENABLE": "all"})
+    assert got[0] == "KCacheMLIRDispatcher" and got[1] is None
+    assert got[2] == str(root.resolve()) or got[2] == str(root)
+
+
 def test_kcache_warm_for_numba_cuda_mlir_kernels(kernels, tmp_path):
     """kcache warm --frontend numba-cuda-mlir: eager signatures and a signatures file, for
     explicit ccs, no GPU; warming again compiles nothing."""

@@ -2,6 +2,8 @@
 kcache's) cannot keep."""
 from __future__ import annotations
 
+import pickle
+
 from .internals import MLIRDispatcher, make_signature, types
 from .patching import plain_dispatchers
 from .rebuild import compile_result
@@ -39,7 +41,8 @@ def _callbacks(md) -> list:
 def uncacheable_reason(kernel) -> str | None:
     """Why a compile result cannot be rebuilt from its artifacts and plain data alone, or
     None: a captured device array (numba-cuda-mlir bakes its pointer into the code and keeps
-    it in ``library.referenced_objects``; its own cache stores such kernels anyway), or
+    it in ``library.referenced_objects``; its own cache refuses one in the closure, see
+    :func:`numba_cache_load_refusal`, and stores a module global's anyway), or
     setup/teardown callbacks of ``LinkableCode`` (Python callables; NRT's own set-up callback
     is given back by the rebuild)."""
     cres = compile_result(kernel)
@@ -50,6 +53,38 @@ def uncacheable_reason(kernel) -> str | None:
                     "argument to cache it")
     if _callbacks(cres.metadata):
         return "the kernel links LinkableCode with setup/teardown callbacks (Python callables)"
+    return None
+
+
+#: What numba-cuda-mlir's pickler says of a device array (``serialize.NumbaPickler``, 0.6).
+_DEVICE_ARRAY_REFUSAL = ("Cannot serialize kernels or device functions referencing global "
+                         "device arrays. Pass the array(s) as arguments to the kernel instead.")
+
+
+def _holds_device_array(value, depth: int = 0) -> bool:
+    """``value`` is, or a tuple/list/set/dict within 8 levels holds, an object with
+    ``__cuda_array_interface__``: what the pickler refuses, looked for without pickling."""
+    if getattr(value, "__cuda_array_interface__", None) is not None:
+        return True
+    if depth >= 8 or not isinstance(value, (tuple, list, set, frozenset, dict)):
+        return False
+    items = list(value.items()) if isinstance(value, dict) else value
+    return any(_holds_device_array(item, depth + 1) for item in items)
+
+
+def numba_cache_load_refusal(py_func):
+    """The exception numba-cuda-mlir's own cache raises when it looks for ``py_func``'s
+    overload (``cache=True``), before compiling, or None. Mirrors ``Cache._index_key`` of its
+    vendored ``core/caching.py`` (0.6): the closure's cell contents are pickled with
+    ``NumbaPickler``, which refuses a device array -> ``pickle.PicklingError`` (same text;
+    kcache pickles nothing, it looks)."""
+    for cell in py_func.__closure__ or ():
+        try:
+            contents = cell.cell_contents
+        except ValueError:  # an empty cell pickles
+            continue
+        if _holds_device_array(contents):
+            return pickle.PicklingError(_DEVICE_ARRAY_REFUSAL)
     return None
 
 

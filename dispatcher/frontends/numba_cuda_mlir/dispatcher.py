@@ -46,6 +46,7 @@ from . import compiling as _compiling
 from . import internals as _internals
 from . import served as _served
 from . import signatures as _signatures
+from .standin import KCacheCache
 from .internals import MLIRDispatcher, global_compiler_lock
 
 #: ``dispatcher.stats``: numba-cuda-mlir's ``_CompileStats`` fields + kcache's (as
@@ -61,40 +62,6 @@ _now = _process.now
 _DUMPS = ("dump", "dump_numba_ir", "dump_mlir", "dump_cubin", "dump_llvmir", "dump_ptx",
           "dump_ast", "dump_ast_after_all", "print_before_all", "print_after_all",
           "profile_jit")
-
-
-class KCacheCache:
-    """Stands in for numba-cuda-mlir's ``MLIRCache`` as ``MLIRDispatcher._cache``: its paths
-    never find anything here (kcache looked before them), and ``save_overload`` hands the
-    compile result to the kcache lookup that asked for the compile (:meth:`capture`)."""
-
-    def __init__(self, dispatcher):
-        self._dispatcher = dispatcher
-        self._captures: list = []  # one list per compile under way (a retry may nest one)
-
-    @property
-    def cache_path(self):
-        store = self._dispatcher._kcache.get_store() if self._dispatcher._kcache.cache else None
-        return str(store.root) if store is not None else None
-
-    def load_overload(self, sig, target_context):
-        return None
-
-    def save_overload(self, sig, cres):
-        if self._captures:
-            self._captures[-1].append(cres)
-
-    def flush(self):  # recompile(): keys are worked out again (globals may have changed)
-        self._dispatcher._kcache_keys.clear()
-
-    def capture(self) -> list:
-        """Keep what ``save_overload`` is given until :meth:`release`; returns the list it
-        goes into."""
-        self._captures.append([])
-        return self._captures[-1]
-
-    def release(self) -> None:
-        self._captures.pop()
 
 
 class Lookup:
@@ -301,10 +268,14 @@ class KCacheMLIRDispatcher(MLIRDispatcher, StoreCalls):
         store = self._kcache.get_store()
         if store is None:
             return self._kcache_as_is(original, argtypes, "caching is off for this kernel")
-        if self._kcache_numba_cache and self.targetoptions.get("link"):
-            return self._kcache_as_is(original, argtypes, "numba-cuda-mlir's cache "
-                                      "(cache=True) refuses kernels that link files; compiled "
-                                      "as it does")
+        if self._kcache_numba_cache:
+            refusal = _compiling.numba_cache_load_refusal(self.py_func)
+            if refusal is not None:  # numba-cuda-mlir's load_overload raises it
+                raise refusal
+            if self.targetoptions.get("link"):
+                return self._kcache_as_is(original, argtypes, "numba-cuda-mlir's cache "
+                                          "(cache=True) refuses kernels that link files; "
+                                          "compiled as it does")
         cc = _signatures.current_cc()
         start = _now()
         try:
