@@ -67,6 +67,7 @@ def test_a_miss_then_a_hit_in_a_fresh_process_without_the_contexts(kernels, tmp_
     second = run(CALL, kernels, root)
     assert second["compiles"] == 0 and second["hits"] == 1
     assert second["contexts"] is False  # served before numba-cuda-mlir's refresh
+    assert "inspect_compiles" not in second["counts"]  # a launch reads nothing compile-only
     assert second["cubin"] == first["cubin"] and second["launched"]
     assert second["func_name"] == first["func_name"] and second["keys"] == first["keys"]
     listed = json.loads(_cli(root, "ls", "--json"))["entries"]
@@ -386,9 +387,10 @@ SERVED_METADATA = textwrap.dedent("""
     cres = kernels.axpy.compile("{sig}")
     md = cres.metadata
     kept = dict.__contains__(md, "transformed_source")
+    got = md.get("transformed_source", "absent")  # as inspect_transformed_source reads it
     source = md["transformed_source"]  # only a compile makes it
     print(json.dumps({{
-        "kept": kept, "source": type(source).__name__,
+        "kept": kept, "source": type(source).__name__, "got": type(got).__name__,
         "module_str": len(cres.mlir_module_str),
         "annotation": type(cres.cres.type_annotation).__name__,
         "counts": dict(kcache.dispatcher.process_counts())}}))
@@ -405,8 +407,8 @@ def test_what_only_a_compile_makes_is_compiled_once_for_a_served_kernel(kernels,
     served = run(SERVED_METADATA, kernels, root)
     assert not served["kept"] and served["counts"]["hits"] == 2  # axpy, the eager kernel
     assert served["counts"]["inspect_compiles"] == 1 and "compiles" not in served["counts"]
-    assert (served["source"], served["annotation"]) == (compiled["source"],
-                                                        compiled["annotation"])
+    assert (served["source"], served["annotation"], served["got"]) == (
+        compiled["source"], compiled["annotation"], compiled["got"])
     assert served["module_str"] == compiled["module_str"]
     listed = json.loads(_cli(root, "ls", "--json"))["entries"]
     assert len(listed) == 1 + 1  # the eager kernel's and axpy's: the inspection stored none

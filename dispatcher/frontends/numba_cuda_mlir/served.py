@@ -15,6 +15,15 @@ from .compiling import compile_kernel
 from .internals import CachedCompileResult, global_compiler_lock
 
 
+#: What a compile leaves in ``metadata`` that an entry does not keep (numba-cuda-mlir 0.6):
+#: ``metadata.get`` of one of these compiles too (``inspect_transformed_source`` reads
+#: ``transformed_source`` so; ``get_lto_ptx`` ``linker`` and ``link_plan``). Only inspection
+#: and a caller's compile read them: never a launch of the served kernel.
+COMPILE_ONLY = frozenset({"transformed_source", "mlir_module", "mlir_module_str", "linker",
+                          "link_plan", "linked_external_link_items", "_mlir_has_debug_info",
+                          "pipeline_times"})
+
+
 class ServedMetadata(dict):
     """A served compile result's ``metadata``: a key it lacks is read from a compile made
     then (``compile``: returns a compile result), once."""
@@ -35,6 +44,11 @@ class ServedMetadata(dict):
     def __missing__(self, key):
         self.full()
         return dict.__getitem__(self, key)  # KeyError when no compile makes it either
+
+    def get(self, key, default=None):
+        if key in COMPILE_ONLY and not dict.__contains__(self, key):
+            self.full()
+        return dict.get(self, key, default)
 
     def __reduce__(self):  # copied or pickled as the plain dict it holds
         return dict, (dict(self),)
