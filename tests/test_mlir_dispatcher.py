@@ -392,6 +392,8 @@ SERVED_METADATA = textwrap.dedent("""
     print(json.dumps({{
         "kept": kept, "source": type(source).__name__, "got": type(got).__name__,
         "module_str": len(cres.mlir_module_str),
+        "chip": kernels.axpy.targetoptions.get("chip"),  # what inspect_llvm reads
+        "llvm": "define" in kernels.axpy.inspect_llvm(cres.signature.args),
         "annotation": type(cres.cres.type_annotation).__name__,
         "counts": dict(kcache.dispatcher.process_counts())}}))
 """.format(sig=SIG))
@@ -410,5 +412,7 @@ def test_what_only_a_compile_makes_is_compiled_once_for_a_served_kernel(kernels,
     assert (served["source"], served["annotation"], served["got"]) == (
         compiled["source"], compiled["annotation"], compiled["got"])
     assert served["module_str"] == compiled["module_str"]
+    # numba-cuda-mlir resolves the chip before its own cache's load: a served kernel has it
+    assert served["chip"] == compiled["chip"] == "sm_90" and served["llvm"] and compiled["llvm"]
     listed = json.loads(_cli(root, "ls", "--json"))["entries"]
     assert len(listed) == 1 + 1  # the eager kernel's and axpy's: the inspection stored none

@@ -487,6 +487,8 @@ class KCacheMLIRDispatcher(MLIRDispatcher, StoreCalls):
         cache hit publishes it (``overloads``), with NRT's set-up callback and the shared
         memory carveout a compile gets. Raises RefusedEntry when ``entry_to_kernel`` refuses
         the entry's content."""
+        if not self.targetoptions.get("chip"):  # as _resolve_target_options before its load
+            self.targetoptions["chip"] = _signatures.arch_name(cc)  # (inspect_llvm reads it)
         start = _now()
         try:
             wrapped = entry_to_kernel(self._kcache_frontend, entry, argtypes, full_cc(cc),
