@@ -33,6 +33,7 @@ CALL = """
         "type": type(kernels.axpy).__name__, "hits": sum(st.cache_hits.values()),
         "compiles": st.compiles, "keys": sorted(set(st.keys.values())),
         "uncached": st.uncached, "contexts": mlir_target._typingctx_initialized,
+        "fields": st._fields,
         "cubin": cres.metadata["cubin"].hex(), "launched": launched[0] == cres.metadata["cubin"],
         "func_name": launched[1], "explained": kcache.explain(kernels.axpy),
         "counts": dict(kcache.dispatcher.process_counts())}}))
@@ -67,6 +68,9 @@ def test_a_miss_then_a_hit_in_a_fresh_process_without_the_contexts(kernels, tmp_
     second = run(CALL, kernels, root)
     assert second["compiles"] == 0 and second["hits"] == 1
     assert second["contexts"] is False  # served before numba-cuda-mlir's refresh
+    # stats is numba-cuda-mlir's three-field tuple (its suite checks _fields), kcache's
+    # figures (compiles, keys, ...) attributes of it
+    assert first["fields"] == second["fields"] == ["cache_path", "cache_hits", "cache_misses"]
     assert "inspect_compiles" not in second["counts"]  # a launch reads nothing compile-only
     assert second["cubin"] == first["cubin"] and second["launched"]
     assert second["func_name"] == first["func_name"] and second["keys"] == first["keys"]

@@ -49,11 +49,24 @@ from . import signatures as _signatures
 from .standin import KCacheCache
 from .internals import MLIRDispatcher, global_compiler_lock
 
-#: ``dispatcher.stats``: numba-cuda-mlir's ``_CompileStats`` fields + kcache's (as
-#: ``kcache.dispatcher.KCacheStats`` for numba-cuda kernels).
-KCacheStats = collections.namedtuple("KCacheStats", (
-    "cache_path", "cache_hits", "cache_misses", "compiles", "compile_seconds", "uncached",
-    "store_errors", "fallbacks", "keys", "bypassed", "inspect_compiles"))
+
+class KCacheStats(collections.namedtuple("_CompileStats", (
+        "cache_path", "cache_hits", "cache_misses"))):
+    """``dispatcher.stats``: numba-cuda-mlir's ``_CompileStats``, a tuple of its three fields
+    (its suite checks ``_fields``; ``path, hits, misses = kernel.stats`` unpacks), with
+    kcache's figures as attributes, named as ``kcache.dispatcher.KCacheStats``'s fields for
+    numba-cuda kernels (:data:`KCACHE_FIELDS`)."""
+
+    KCACHE_FIELDS = ("compiles", "compile_seconds", "uncached", "store_errors", "fallbacks",
+                     "keys", "bypassed", "inspect_compiles")
+
+    def __new__(cls, cache_path, cache_hits, cache_misses, **kcache):
+        made = super().__new__(cls, cache_path, cache_hits, cache_misses)
+        if set(kcache) != set(cls.KCACHE_FIELDS):
+            raise TypeError(f"KCacheStats takes {', '.join(cls.KCACHE_FIELDS)}")
+        made.__dict__.update(kcache)
+        return made
+
 
 _now = _process.now
 
