@@ -257,3 +257,29 @@ def test_kcache_works_with_numba_cuda_mlir_as_the_only_front_end(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout.splitlines()[-1]) == [
         "KCacheMLIRDispatcher", 1, False, "numba-cuda-mlir"]
+
+
+class _DeviceArray:  # what numba-cuda-mlir's pickler refuses, without a device
+    __cuda_array_interface__ = {"shape": (1,), "typestr": "<f4", "data": (0, False),
+                                "version": 3}
+
+
+def _closing_over(value):
+    def body():
+        return value
+    return body
+
+
+def test_a_closure_holding_a_device_array_is_refused_where_numba_cuda_mlir_refuses_it():
+    # Its cache key pickles the closure: a device array in a container is refused too; the
+    # walk looks into each container once (a list holding itself 100 times is quick).
+    from kcache.dispatcher.frontends.numba_cuda_mlir.compiling import numba_cache_load_refusal
+    looped = []
+    looped.extend([looped] * 100)
+    for held in (_DeviceArray(), [1, {"a": (_DeviceArray(),)}], {_DeviceArray(): 1}):
+        refusal = numba_cache_load_refusal(_closing_over(held))
+        assert isinstance(refusal, pickle.PicklingError)
+        assert "global device arrays" in str(refusal)
+    for held in (looped, [1.0, "text", (2, 3)], None):
+        assert numba_cache_load_refusal(_closing_over(held)) is None
+    assert numba_cache_load_refusal(lambda: 1) is None  # no closure

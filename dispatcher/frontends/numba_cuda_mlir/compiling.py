@@ -61,15 +61,20 @@ _DEVICE_ARRAY_REFUSAL = ("Cannot serialize kernels or device functions referenci
                          "device arrays. Pass the array(s) as arguments to the kernel instead.")
 
 
-def _holds_device_array(value, depth: int = 0) -> bool:
+def _holds_device_array(value, depth: int = 0, seen: set | None = None) -> bool:
     """``value`` is, or a tuple/list/set/dict within 8 levels holds, an object with
-    ``__cuda_array_interface__``: what the pickler refuses, looked for without pickling."""
+    ``__cuda_array_interface__``: what the pickler refuses, looked for without pickling.
+    Each container is looked into once (a list holding itself is not walked again)."""
     if getattr(value, "__cuda_array_interface__", None) is not None:
         return True
     if depth >= 8 or not isinstance(value, (tuple, list, set, frozenset, dict)):
         return False
-    items = list(value.items()) if isinstance(value, dict) else value
-    return any(_holds_device_array(item, depth + 1) for item in items)
+    seen = set() if seen is None else seen
+    if id(value) in seen:
+        return False
+    seen.add(id(value))
+    items = [i for pair in value.items() for i in pair] if isinstance(value, dict) else value
+    return any(_holds_device_array(item, depth + 1, seen) for item in items)
 
 
 def numba_cache_load_refusal(py_func):
