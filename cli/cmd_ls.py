@@ -10,7 +10,7 @@ from kcache.cli.cache import open_store
 from kcache.cli.entries import entries_and_broken, entry_record, is_stale
 from kcache.cli.fmt import ago, entries_text, human_seconds, human_size, iso, plain_seconds
 from kcache.cli.output import Column, message, print_json, print_table
-from kcache.cli.problems import not_regular
+from kcache.cli.problems import LAYER_HINT, not_regular
 from kcache.cli.selection import Selection, add_selection
 from kcache.entry.format import KINDS
 
@@ -217,6 +217,13 @@ def _bytes(views) -> int:
 
 
 def _broken_note(broken: list) -> None:
+    in_layers = [b for b in broken if b.readonly]
+    if in_layers:
+        first = in_layers[0]
+        message(f"kcache: {entries_text(len(in_layers))} of read-only layers cannot be read "
+                f"(e.g. {first.short_key} in {first.info.root}: {first.problem}); "
+                f"{LAYER_HINT}")
+    broken = [b for b in broken if not b.readonly]
     if broken:
         first = broken[0]
         # rm never deletes an entry path that is not a regular file (e.g. a directory):

@@ -20,7 +20,7 @@ from kcache.cli.entries import EntryView, entry_record, resolve_prefix
 from kcache.cli.errors import Problem, UsageError
 from kcache.cli.fmt import ago, human_seconds, human_size, plain_seconds
 from kcache.cli.output import print_fields, print_json
-from kcache.cli.problems import not_regular, problem_text
+from kcache.cli.problems import LAYER_HINT, not_regular, problem_text
 from kcache.cli.text import escape
 from kcache.cli.values import flatten, number
 
@@ -85,6 +85,11 @@ def run(args) -> int:
         except CorruptEntry as exc:
             problem = _reason(exc, view.info.path)
     wants_payload = args.ptx or args.sass or extract_to is not None or args.artifact is not None
+    if problem is not None and view.readonly:
+        if not wants_payload:
+            _print(args, view, problem, {})
+        raise Problem(f"entry {view.short_key} of the read-only layer {view.info.root} is "
+                      f"corrupt ({problem}); {LAYER_HINT}")
     if problem is not None:
         if wants_payload:
             raise Problem(f"entry {view.short_key} is corrupt ({problem}); nothing "

@@ -8,7 +8,7 @@ from kcache.cli.args import want_json, want_wide
 from kcache.cli.cache import open_store, write_problem
 from kcache.cli.fmt import entries_text
 from kcache.cli.output import Column, is_terminal, message, print_json, print_table, progress_bar
-from kcache.cli.problems import SHORT_KEY, problem_text
+from kcache.cli.problems import LAYER_HINT, SHORT_KEY, problem_text
 
 #: Terminal columns: problem, outcome and path lose their middle when narrow, then the path
 #: goes (the key names the entry).
@@ -74,9 +74,11 @@ def run(args) -> int:
         summary += f", {len(bad) - len(remaining)} quarantined"
         if remaining:
             summary += f", {len(remaining)} left in place (see the reasons above)"
-    elif remaining:
+    elif any(not _in_layer(store, b["path"]) for b in remaining):
         summary += " (run 'kcache verify --fix' to quarantine them)"
     message(summary)
+    if any(_in_layer(store, b["path"]) for b in remaining):
+        message(f"kcache: bad entries of read-only layers stay: {LAYER_HINT}")
     if newer:
         message(f"kcache: {entries_text(len(newer))} written by a newer kcache format, left "
                 f"untouched (e.g. {newer[0]})")
@@ -90,6 +92,14 @@ def _bundle_entry(store, path) -> tuple[str | None, str | None]:
     if any(hasattr(layer, "describe") and layer.name == bundle for layer in store.layers):
         return bundle, key
     return None, None
+
+
+def _in_layer(store, path) -> bool:
+    """True when ``path`` names an entry of a read-only layer (a bundle's or a folder's)."""
+    if _bundle_entry(store, path)[0] is not None:
+        return True
+    parents = Path(path).parents
+    return len(parents) > 3 and parents[3] != Path(store.root)
 
 
 def _why_not_moved(store, path) -> str:

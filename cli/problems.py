@@ -15,6 +15,10 @@ SHORT_KEY = 12  # hex digits shown for a key; any unique prefix is accepted back
 #: The hint for an entry path that is not a regular file (rm does not delete directories).
 QUARANTINE_HINT = "run 'kcache verify --fix' to quarantine it"
 
+#: What to do about a bad entry of a read-only layer, which no command changes.
+LAYER_HINT = ("kcache never changes a read-only layer: its kernels compile into the writable "
+              "root; rebuild the layer (kcache export) to drop them")
+
 def problem_of(info) -> str | None:
     """What is wrong with an entry (``EntryInfo.problem``: its header cannot be read), or None
     for a readable one."""

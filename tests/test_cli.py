@@ -609,6 +609,27 @@ def test_readonly_layer_entries_are_listed_but_not_removed(cache, tmp_path):
     assert Store(root).header(K_SAXPY_80) is not None
 
 
+def test_a_bad_entry_of_a_layer_is_not_offered_to_verify_fix_or_rm(cache, tmp_path):
+    # No command changes a read-only layer: ls, show and verify say so, never "verify --fix"
+    # or "rm", which could not remove it.
+    root, paths = cache
+    path = paths[K_SAXPY_80]
+    path.write_bytes(path.read_bytes()[:60])  # truncated
+    writable = tmp_path / "mine"
+    env = {"KCACHE_READONLY_DIRS": str(root)}
+    listed = kc("ls", root=writable, env=env)
+    assert listed.returncode == 0
+    assert "never changes a read-only layer" in listed.stderr
+    assert "verify --fix" not in listed.stderr and "kcache rm" not in listed.stderr
+    shown = kc("show", K_SAXPY_80[:12], root=writable, env=env)
+    line = one_line_error(shown, 1)  # as for a bad entry of the root
+    assert "read-only layer" in line and "verify --fix" not in line
+    checked = kc("verify", root=writable, env=env)
+    assert checked.returncode == 1  # a bad entry remains
+    assert "never changes a read-only layer" in checked.stderr
+    assert "run 'kcache verify --fix'" not in checked.stderr
+
+
 def test_a_real_bug_keeps_its_traceback(cache, tmp_path):
     root, _ = cache
     shim = tmp_path / "bug"
