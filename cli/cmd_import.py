@@ -60,7 +60,7 @@ def run(args) -> int:
                     "signed": signed, "signature_checked": checked})
     else:
         message(f"kcache: imported {entries_text(len(report.copied))} into {store.root}"
-                f"{f', {len(report.present)} already there' if report.present else ''}"
+                f"{_present_text(store, report.present)}"
                 f"{', signature checked' if checked else ''}")
         for item in ignored[:5]:
             message(f"kcache: note: {item['member']}: {item['reason']}")
@@ -70,3 +70,16 @@ def run(args) -> int:
     if failed:
         raise Problem(failure_line(failed, f"of {path} refused"))
     return 0
+
+
+def _present_text(store, present: list) -> str:
+    """", N already there", saying how many of them a read-only layer serves (the root does
+    not get a copy of those: the bundle may be one of the layers)."""
+    if not present:
+        return ""
+    in_layers = 0
+    if store.layers:
+        in_layers = sum(1 for key in present
+                        if (info := store.header(key)) is not None and info.readonly)
+    return f", {len(present)} already there" + (
+        f" ({in_layers} served by read-only layers, not copied)" if in_layers else "")

@@ -223,7 +223,23 @@ def test_verify_fix_leaves_a_bad_bundle_layer_entry_and_says_so(src, tmp_path):
         assert bad["reason"] == (f"in the read-only layer {path}" if fix else None), bad
     done = _cli("verify", "--fix", env=env)
     assert done.returncode == 1 and "1 bad, 0 quarantined, 1 left in place" in done.stderr, done.stderr
+    assert "never changes a read-only layer" in done.stderr
+    done = _cli("verify", env=env)  # not offered --fix, which could not move it
+    assert "run 'kcache verify --fix'" not in done.stderr, done.stderr
     assert path.read_bytes() == bytes(raw)
+
+
+def test_importing_a_bundle_that_is_also_a_layer_says_the_layer_serves_it(src, tmp_path):
+    root, keys = src
+    path = tmp_path / "b.kcb"
+    assert _cli("--dir", root, "export", path).returncode == 0
+    env = {"KCACHE_READONLY_DIRS": str(path)}
+    done = _cli("--dir", tmp_path / "run", "import", path, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "imported 0 entries" in done.stderr and \
+        "12 already there (12 served by read-only layers, not copied)" in done.stderr, done.stderr
+    done = _cli("--dir", tmp_path / "other", "import", path)  # no layer: copied
+    assert "imported 12 entries" in done.stderr and "already there" not in done.stderr
 
 
 def test_an_entry_that_compresses_beyond_the_readers_bound_is_exported_stored(tmp_path):
