@@ -88,9 +88,14 @@ def _frontend(args):
             return frontends.by_name(args.frontend)
         return frontends.default()
     except ImportError as exc:
+        if args.frontend == "numba-cuda":
+            how = "install kcache-cuda[cu12] or kcache-cuda[cu13]"
+        elif args.frontend is not None:
+            how = "install kcache-cuda[mlir]"
+        else:
+            how = "install kcache-cuda[cu12], kcache-cuda[cu13] or kcache-cuda[mlir]"
         wanted = args.frontend or "numba-cuda or numba-cuda-mlir"
-        raise Problem(f"warm needs {wanted} ({exc}); install kcache-cuda[cu12], "
-                      "kcache-cuda[cu13] or kcache-cuda[mlir]") from None
+        raise Problem(f"warm needs {wanted} ({exc}); {how}") from None
 
 
 def _jobs_arg(text: str) -> int:

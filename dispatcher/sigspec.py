@@ -150,8 +150,10 @@ def parse_signature(frontend, text) -> tuple:
     try:
         return frontend.normalize_signature(text.strip())
     except Exception as exc:  # numba raises TypeError/ValueError/KeyError from the types it builds
-        raise ValueError(f"not a kernel signature: {type(exc).__name__}: "
-                         f"{' '.join(str(exc).split())[:200]}") from None
+        said = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc  # no repr quotes
+        raise ValueError(f"not a kernel signature: {' '.join(str(said).split())[:200]} "
+                         "(e.g. void(float32[::1], int32); arrays: float32[:], "
+                         "float32[::1], float32[:, ::1])") from None
 
 
 _OPENERS, _CLOSERS = frozenset("([{"), frozenset(")]}")

@@ -373,7 +373,14 @@ class _Runner:
     def check(self, task: Task) -> dict | None:
         """The outcome of ``task`` short of compiling: failed/skipped (kernel or signature
         not found, uncacheable, replay's kernel changed), cached (an existence check: no hit
-        counted), would_compile (dry run); None when it needs a compile."""
+        counted), would_compile (dry run); None when it needs a compile. Its ``arch`` is the
+        front-end's for the cc (numba-cuda-mlir compiles 9.0 as sm_90), or the entry's."""
+        outcome = self._check(task)
+        if outcome is not None:
+            outcome.setdefault("arch", self.frontend.arch_name(task.cc))
+        return outcome
+
+    def _check(self, task: Task) -> dict | None:
         try:
             kernel = self._kernel(task)
             argtypes = self._argtypes(task, kernel)
@@ -390,14 +397,15 @@ class _Runner:
             return {"status": "failed", "reason": f"cannot be cached: {exc}"}
         except Exception as exc:
             return {"status": "failed", "reason": failure_text(exc)}
-        arch = components["target"]["cc"]
+        arch = self.frontend.arch_name(task.cc)  # the key's target.cc is the full cc
         if task.replay:
             changed = _changed(task.expect, components)
             if changed:
                 return {"status": "skipped", "arch": arch,
                         "reason": f"changed since the entry was made: {changed}"}
-        if not self.recache and self.store.header(key) is not None:
-            return {"status": "cached", "key": key, "arch": arch}
+        info = None if self.recache else self.store.header(key)
+        if info is not None:
+            return {"status": "cached", "key": key, "arch": info.arch or arch}
         if self.dry_run:
             return {"status": "would_compile", "key": key, "arch": arch}
         self.resolved[task.id] = (kernel, argtypes, cache_key, arch)

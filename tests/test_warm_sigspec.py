@@ -176,6 +176,9 @@ def test_file_format_comments_blank_lines_and_duplicates(tmp_path):
     ("pkg.mod:kern void(__import__('os'))", "not allowed"),
     ("pkg.mod:kern float32(float32)", "must return void"),
     ("pkg.mod:kern # only a comment", "no signature"),
+    ("pkg.mod:kern void(float32[:1])",  # numba's complaint, then the forms accepted
+     "with no start or stop, got slice(None, 1, None). (e.g. void(float32[::1], int32); "
+     "arrays: float32[:]"),
 ])
 def test_bad_line_is_one_error_naming_file_and_line(tmp_path, line, complaint):
     path = write(tmp_path, f"# header\npkg.mod:ok void()\n{line}\n")

@@ -9,13 +9,22 @@ from pathlib import Path
 
 from ..disk import fsio
 from ..tiers.local import LocalTier
+from ..warn import warn_once
+
+#: What a layer whose path does not exist is told apart by (``describe``'s ``problem``).
+MISSING = "does not exist: it serves nothing"
 
 
 def make_layer(path: Path, trust: fsio.Trust, max_entry_size: int):
     """The layer of ``path``: a BundleLayer when it exists and is not a folder (following a
     symlink, which the layer then refuses: it is never opened through one; a FIFO or device is
     refused as no regular file, never opened), else a LocalTier (a folder, existing or not).
-    One ``stat``; the bundle is opened on its first read."""
+    One ``stat``; the bundle is opened on its first read. A path that does not exist is warned
+    about once (a mistyped ``KCACHE_READONLY_DIRS`` would serve nothing silently) and kept: a
+    folder made there later serves."""
+    if not os.path.lexists(path):
+        warn_once(f"missing-layer:{path}", f"kcache: the read-only layer {path} {MISSING} "
+                  "(KCACHE_READONLY_DIRS / readonly_dirs)")
     if os.path.exists(path) and not os.path.isdir(path):
         from ..tiers.bundle.layer import BundleLayer
         return BundleLayer(path, trust=trust, max_entry_size=max_entry_size)
@@ -28,6 +37,8 @@ def describe(layer, untrusted: dict, *, count: bool = False) -> dict:
     only with ``count``, a scan: else null), "signed", "problem" (why it is not used, or
     null)}``. ``untrusted``: the store's {name: why} of layers it does not use."""
     problem = untrusted.get(layer.name)
+    if problem is None and not os.path.lexists(layer.name):
+        problem = MISSING
     if hasattr(layer, "describe"):
         if problem is not None:
             return {"path": layer.name, "kind": "bundle", "format_version": None, "entries": 0,

@@ -54,7 +54,7 @@ def open_v1(path: Path, fd: int, size: int, head: bytes, secret: bytes | None,
     zstd = head.startswith(ZSTD_MAGIC)
     if not zstd and pread_exact(fd, 5, 257) != b"ustar":
         raise BundleError(f"{path} is not a kcache bundle (neither a version-{VERSION} tar nor "
-                          "a version-2 bundle)")
+                          "a version-2 or version-3 bundle)")
     if secret is not None:
         raise BundleError(f"{path} is a version-1 bundle, whose signature can only be checked "
                           "after its tar is parsed; a secret is set: refused (export it again "
