@@ -78,8 +78,7 @@ def _present_text(store, present: list) -> str:
     if not present:
         return ""
     in_layers = 0
-    if store.layers:
-        in_layers = sum(1 for key in present
-                        if (info := store.header(key)) is not None and info.readonly)
+    if store.layers:  # one stat each: not in the root, so a layer has it
+        in_layers = sum(1 for key in present if store.local.entry_stat(key) is None)
     return f", {len(present)} already there" + (
         f" ({in_layers} served by read-only layers, not copied)" if in_layers else "")

@@ -283,3 +283,19 @@ def test_a_closure_holding_a_device_array_is_refused_where_numba_cuda_mlir_refus
     for held in (looped, [1.0, "text", (2, 3)], None):
         assert numba_cache_load_refusal(_closing_over(held)) is None
     assert numba_cache_load_refusal(lambda: 1) is None  # no closure
+
+
+def test_stats_is_numba_cuda_mlirs_tuple_and_keeps_kcaches_figures():
+    # its suite checks _fields; kcache's figures survive copies, pickles and _replace
+    import copy
+
+    from kcache.dispatcher.frontends.numba_cuda_mlir.stats import KCacheStats
+    stats = KCacheStats("/root", {"a": 1}, {}, compiles=2, keys={"sig": "k"})
+    assert stats._fields == ("cache_path", "cache_hits", "cache_misses")
+    path, hits, misses = stats
+    assert (path, hits, misses) == ("/root", {"a": 1}, {})
+    for made in (copy.copy(stats), copy.deepcopy(stats), pickle.loads(pickle.dumps(stats)),
+                 stats._replace(cache_path="/other")):
+        assert (made.compiles, made.keys, made.uncached) == (2, {"sig": "k"}, None)
+    with pytest.raises(TypeError, match="no field 'bogus'"):
+        KCacheStats("/root", {}, {}, bogus=1)

@@ -295,7 +295,11 @@ def test_kcache_warm_for_numba_cuda_mlir_kernels(kernels, tmp_path):
     first = warm()
     assert first["frontend"] == "numba-cuda-mlir"
     assert first["summary"]["compiled"] == 2 and first["summary"]["failed"] == 0
-    assert warm()["summary"]["compiled"] == 0
+    again = warm()
+    assert again["summary"]["compiled"] == 0
+    # the arch the rows name is the entry's: numba-cuda-mlir compiles 9.0 as sm_90
+    assert {r["arch"] for r in first["results"]} == {r["arch"] for r in again["results"]} \
+        == {"sm_90"}, again["results"]
     hit = run(CALL, kernels, root)
     assert hit["compiles"] == 0 and hit["hits"] == 1
 
@@ -346,6 +350,41 @@ def test_a_kcache_dispatchers_states_are_numba_cuda_mlirs_own(tmp_path):
     again = pickle.loads(pickle.dumps(kernel))
     assert type(again) is type(kernel) and again._kcache_frontend is FRONTEND
 
+
+
+PICKLED = textwrap.dedent("""
+    import pickle
+    import kcache
+    import kernels
+    path = os.environ["PICKLE_FILE"]
+    if not os.path.exists(path):  # the first process: compiled (or served), then pickled
+        kernels.axpy.compile("{sig}")
+        with open(path, "wb") as f:
+            f.write(pickle.dumps(kernels.axpy))
+        kernel = kernels.axpy
+    else:  # a fresh process: the dispatcher unpickled, before its module is imported
+        with open(path, "rb") as f:
+            kernel = pickle.loads(f.read())
+        kernel.compile("{sig}")
+    st = kernel.stats
+    print(json.dumps({{"type": type(kernel).__name__, "keys": sorted(set(st.keys.values())),
+                      "chip": kernel._kcache_chip[1],
+                      "counts": dict(kcache.dispatcher.process_counts())}}))
+""".format(sig=SIG))
+
+
+def test_a_pickled_kernel_is_served_in_a_fresh_process(kernels, tmp_path):
+    # numba-cuda-mlir's unpickling called _rebuild with its states alone, which dropped the
+    # front-end _rebuild_with had set (TypeError: needs frontend=); and the chip a compile or
+    # a serve resolved travelled as a chip given, another key (a helper's review).
+    root = tmp_path / "cache"
+    env = {"PICKLE_FILE": str(tmp_path / "k.pickle")}
+    first = run(PICKLED, kernels, root, env=env)
+    assert first["counts"]["compiles"] == 2  # axpy, and the eager kernel at import
+    again = run(PICKLED, kernels, root, env=env)
+    assert again["type"] == "KCacheMLIRDispatcher" and again["chip"] is None
+    assert again["keys"] == first["keys"] and again["counts"].get("compiles", 0) == 0
+    assert again["counts"]["hits"] >= 1
 
 
 PLANNED = textwrap.dedent("""

@@ -47,25 +47,8 @@ from . import internals as _internals
 from . import served as _served
 from . import signatures as _signatures
 from .standin import KCacheCache
+from .stats import KCacheStats
 from .internals import MLIRDispatcher, global_compiler_lock
-
-
-class KCacheStats(collections.namedtuple("_CompileStats", (
-        "cache_path", "cache_hits", "cache_misses"))):
-    """``dispatcher.stats``: numba-cuda-mlir's ``_CompileStats``, a tuple of its three fields
-    (its suite checks ``_fields``; ``path, hits, misses = kernel.stats`` unpacks), with
-    kcache's figures as attributes, named as ``kcache.dispatcher.KCacheStats``'s fields for
-    numba-cuda kernels (:data:`KCACHE_FIELDS`)."""
-
-    KCACHE_FIELDS = ("compiles", "compile_seconds", "uncached", "store_errors", "fallbacks",
-                     "keys", "bypassed", "inspect_compiles")
-
-    def __new__(cls, cache_path, cache_hits, cache_misses, **kcache):
-        made = super().__new__(cls, cache_path, cache_hits, cache_misses)
-        if set(kcache) != set(cls.KCACHE_FIELDS):
-            raise TypeError(f"KCacheStats takes {', '.join(cls.KCACHE_FIELDS)}")
-        made.__dict__.update(kcache)
-        return made
 
 
 _now = _process.now
@@ -118,11 +101,30 @@ class KCacheMLIRDispatcher(MLIRDispatcher, StoreCalls):
 
     @classmethod
     def _rebuild(cls, frontend=None, **states):
-        _rebuilding.frontend = frontend
+        # numba-cuda-mlir's unpickling passes its states alone: _rebuild_with's front-end stays
+        before = getattr(_rebuilding, "frontend", None)
+        _rebuilding.frontend = frontend or before
         try:
             return super()._rebuild(**states)
         finally:
-            _rebuilding.frontend = None
+            _rebuilding.frontend = before
+
+    def _reduce_states(self):
+        # The chip as given, not the one a compile or a serve resolved: a rebuilt dispatcher
+        # takes its targetoptions as given, and its keys with them.
+        states = super()._reduce_states()
+        states["targetoptions"] = self._kcache_given_options()
+        return states
+
+    def _kcache_given_options(self) -> dict:
+        """``targetoptions`` with ``chip`` as the program gave it (``_kcache_chip``)."""
+        options = dict(self.targetoptions)
+        had, chip = self._kcache_chip
+        if had:
+            options["chip"] = chip
+        else:
+            options.pop("chip", None)
+        return options
 
     def _kcache_setup(self, options: Options, frontend) -> None:
         self._kcache = options
@@ -169,8 +171,8 @@ class KCacheMLIRDispatcher(MLIRDispatcher, StoreCalls):
         made = self.specializations.get((cc, argtypes))
         if made:
             return made
-        made = KCacheMLIRDispatcher(self.py_func, self.targetoptions, kcache=self._kcache,
-                                    frontend=self._kcache_frontend)
+        made = KCacheMLIRDispatcher(self.py_func, self._kcache_given_options(),
+                                    kcache=self._kcache, frontend=self._kcache_frontend)
         made._kcache_numba_cache = self._kcache_numba_cache
         made.compile_for(*argtypes)
         made.disable_compile()
