@@ -274,9 +274,21 @@ def test_a_closure_holding_a_device_array_is_refused_where_numba_cuda_mlir_refus
     # Its cache key pickles the closure: a device array in a container is refused too; the
     # walk looks into each container once (a list holding itself 100 times is quick).
     from kcache.dispatcher.frontends.numba_cuda_mlir.compiling import numba_cache_load_refusal
+    import types
+
+    import numpy as np
     looped = []
     looped.extend([looped] * 100)
-    for held in (_DeviceArray(), [1, {"a": (_DeviceArray(),)}], {_DeviceArray(): 1}):
+    shared = [_DeviceArray()]
+    for _ in range(7):
+        shared = [shared]
+    holder = types.SimpleNamespace(array=_DeviceArray())
+    objects = np.empty(1, dtype=object)
+    objects[0] = _DeviceArray()
+    device_function = _closing_over(_DeviceArray())  # a callee closing over one
+    for held in (_DeviceArray(), [1, {"a": (_DeviceArray(),)}], {_DeviceArray(): 1},
+                 ((((((shared,),),),),), shared),  # met deep first, then shallow
+                 [[[[[[[[[[_DeviceArray()]]]]]]]]]], holder, objects, device_function):
         refusal = numba_cache_load_refusal(_closing_over(held))
         assert isinstance(refusal, pickle.PicklingError)
         assert "global device arrays" in str(refusal)

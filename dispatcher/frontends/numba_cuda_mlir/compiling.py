@@ -3,6 +3,7 @@ kcache's) cannot keep."""
 from __future__ import annotations
 
 import pickle
+import types as types_
 
 from .internals import MLIRDispatcher, make_signature, types
 from .patching import plain_dispatchers
@@ -61,20 +62,51 @@ _DEVICE_ARRAY_REFUSAL = ("Cannot serialize kernels or device functions referenci
                          "device arrays. Pass the array(s) as arguments to the kernel instead.")
 
 
-def _holds_device_array(value, depth: int = 0, seen: set | None = None) -> bool:
-    """``value`` is, or a tuple/list/set/dict within 8 levels holds, an object with
-    ``__cuda_array_interface__``: what the pickler refuses, looked for without pickling.
-    Each container is looked into once (a list holding itself is not walked again)."""
-    if getattr(value, "__cuda_array_interface__", None) is not None:
-        return True
-    if depth >= 8 or not isinstance(value, (tuple, list, set, frozenset, dict)):
+_LEAVES = frozenset({int, float, complex, bool, str, bytes, type(None)})  # hold nothing
+
+
+def _holds_device_array(value) -> bool:
+    """``value`` is, or holds, an object with ``__cuda_array_interface__``: what the pickler
+    refuses anywhere in what it pickles, looked for without pickling, through containers
+    (tuple, list, set, dict, an object array), functions' closures (a device function's too)
+    and objects' ``__dict__``. Each object is looked into once (cycles end)."""
+    stack, seen = [value], set()
+    while stack:
+        item = stack.pop()
+        if type(item) in _LEAVES or id(item) in seen:
+            continue
+        seen.add(id(item))
+        if getattr(item, "__cuda_array_interface__", None) is not None:
+            return True  # (what raises there raises in numba-cuda-mlir's pickler too)
+        try:
+            stack.extend(_held_by(item))
+        except Exception:  # an object's own attribute lookups: what it holds is not seen
+            continue
+    return False
+
+
+def _held_by(item) -> list:
+    """What the pickler would pickle with ``item``, for :func:`_holds_device_array`."""
+    if isinstance(item, dict):
+        return [i for pair in item.items() for i in pair]
+    if isinstance(item, (tuple, list, set, frozenset)):
+        return list(item)
+    if getattr(getattr(item, "dtype", None), "kind", None) == "O" and hasattr(item, "ravel"):
+        return list(item.ravel())  # a numpy object array
+    func = getattr(item, "py_func", item)  # a dispatcher: its Python function
+    if isinstance(func, types_.FunctionType):
+        return [c.cell_contents for c in func.__closure__ or () if _filled(c)]
+    held = getattr(item, "__dict__", None)
+    return list(held.values()) if isinstance(held, dict) and not isinstance(
+        item, (type, types_.ModuleType)) else []
+
+
+def _filled(cell) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:  # an empty cell
         return False
-    seen = set() if seen is None else seen
-    if id(value) in seen:
-        return False
-    seen.add(id(value))
-    items = [i for pair in value.items() for i in pair] if isinstance(value, dict) else value
-    return any(_holds_device_array(item, depth + 1, seen) for item in items)
+    return True
 
 
 def numba_cache_load_refusal(py_func):
@@ -83,13 +115,8 @@ def numba_cache_load_refusal(py_func):
     vendored ``core/caching.py`` (0.6): the closure's cell contents are pickled with
     ``NumbaPickler``, which refuses a device array -> ``pickle.PicklingError`` (same text;
     kcache pickles nothing, it looks)."""
-    for cell in py_func.__closure__ or ():
-        try:
-            contents = cell.cell_contents
-        except ValueError:  # an empty cell pickles
-            continue
-        if _holds_device_array(contents):
-            return pickle.PicklingError(_DEVICE_ARRAY_REFUSAL)
+    if _holds_device_array([c.cell_contents for c in py_func.__closure__ or () if _filled(c)]):
+        return pickle.PicklingError(_DEVICE_ARRAY_REFUSAL)
     return None
 
 
