@@ -175,7 +175,7 @@ run_leg() {  # "name|python|extras|requirements|check" -> writes $root/results/N
     [[ $status == 0 ]] || verdict=FAIL
     printf '%s %s (Python %s; %s) in %d s\n' "$verdict" "$name" "$python" "$detail" \
         $(( SECONDS - started )) >"$root/results/$name"
-    [[ ${KCACHE_COMPAT_KEEP:-1} == 1 ]] || rm -rf "$dir"
+    [[ ${KCACHE_COMPAT_KEEP:-1} != 0 ]] || rm -rf "$dir"
 }
 
 selected=()
