@@ -79,7 +79,8 @@ def run(args) -> int:
     artifacts = None
     if problem is None:
         try:
-            artifacts = store.load(view.key).artifacts  # full check of lengths and checksum
+            # full check of lengths and checksum, of the copy shown (not another root's)
+            artifacts = store.load(view.key, view.info.root).artifacts
         except KeyError:
             raise Problem(f"entry {view.short_key} was removed meanwhile") from None
         except CorruptEntry as exc:

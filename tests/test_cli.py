@@ -630,6 +630,24 @@ def test_a_bad_entry_of_a_layer_is_not_offered_to_verify_fix_or_rm(cache, tmp_pa
     assert "run 'kcache verify --fix'" not in checked.stderr
 
 
+def test_show_checks_the_copy_it_shows_not_a_layers(cache, tmp_path):
+    # The root's copy is corrupt, a layer's is sound: show named the root's file and said
+    # nothing was wrong (its check read the layer's copy).
+    import shutil
+    root, paths = cache
+    layer = tmp_path / "layer"
+    shutil.copytree(root, layer)
+    path = paths[K_SAXPY_80]
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 0xFF  # in the payload: the header still reads, the checksum fails
+    path.write_bytes(bytes(data))
+    env = {"KCACHE_READONLY_DIRS": str(layer)}
+    shown = kc("show", K_SAXPY_80[:12], root=root, env=env)
+    assert shown.returncode == 1 and "corrupt" in shown.stderr, (shown.stdout, shown.stderr)
+    assert "read-only layer" not in shown.stderr  # the root's entry: verify --fix offered
+    assert kc("show", K_SAXPY_80[:12], root=root).returncode == 1  # no layer: the same
+
+
 def test_a_real_bug_keeps_its_traceback(cache, tmp_path):
     root, _ = cache
     shim = tmp_path / "bug"

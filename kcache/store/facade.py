@@ -190,10 +190,10 @@ class Store:
         CorruptEntry (with ``code``) or NewerFormat."""
         return verify_bytes(key, data, hit=hit)
 
-    def load(self, key: str) -> Entry:
-        """Full read and check of ``key`` (no counters, no touch, no quarantine); raises
-        KeyError if no root has it, CorruptEntry or NewerFormat for a bad file."""
-        return self._reader.load(key)
+    def load(self, key: str, root=None) -> Entry:
+        """Full read and check of ``key`` (``root``: only that root's or layer's copy; no
+        counters, touch or quarantine); raises KeyError, CorruptEntry or NewerFormat."""
+        return self._reader.load(key, root)
 
     def entry_bytes(self, key: str) -> bytes | None:
         """The verified bytes of ``key``'s entry from the first local tier holding a valid

@@ -165,14 +165,17 @@ class Reader:
                 self._count(key, now=True, corrupt=1, entries=-1 if regular else 0, bytes=-size)
         return why
 
-    def load(self, key: str) -> Entry:
+    def load(self, key: str, root: str | None = None) -> Entry:
         """Full read and check of ``key`` (no counters, no touch, no quarantine), through
-        the same verification path as :meth:`get`.
+        the same verification path as :meth:`get`; ``root``: that root's or layer's copy only
+        (its name, ``EntryInfo.root``).
 
         Raises KeyError if no root has it, CorruptEntry or NewerFormat for a bad file."""
         check_key(key)
         error: Exception | None = None
         for tier in self._tiers():
+            if root is not None and tier.name != str(root):
+                continue
             try:
                 blob = tier.read(key, self._max_entry_size)
                 if blob is None:
