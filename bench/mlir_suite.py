@@ -6,6 +6,7 @@ numba-cuda-mlir kernels (issue 34; docs/compat.md). The counterpart of bench/num
     python bench/mlir_suite.py list                  # the modules a run takes, those left out
     python bench/mlir_suite.py run [--modules A,B] [--jobs N] [--out PART.json]   # GPU
     python bench/mlir_suite.py run --standin-cc 9.0 --out /tmp/cpu.json   # a CPU pre-check
+    python bench/mlir_suite.py brief /tmp/cpu.json --out bench/results/mlir-suite-cpu.json
     python bench/mlir_suite.py merge PART.json... [--out bench/results/mlir-suite.json]
     python bench/mlir_suite.py render [RESULTS.json] # the section of docs/compat.md
 
@@ -23,7 +24,9 @@ recorded by test id.
 ``--standin-cc`` runs it without a GPU (bench/mlir_standin.py tells numba-cuda-mlir that cc,
 as the device would): the tests that compile or inspect without launching run, the others
 fail or skip alike in every pass, so a test failing only under kcache still shows. A check
-before a device call, never the measure: its results go to ``--out``, not the results file.
+before a device call, never the measure: its results go to ``--out``, not the results file;
+``brief`` keeps of them the counts and what differs under kcache (the thousands of tests that
+fail for want of a device, with their texts, would be megabytes).
 """
 from __future__ import annotations
 
@@ -240,6 +243,24 @@ def merge(args) -> int:
     return 0
 
 
+def brief(args) -> int:
+    """The counts of a run and the test ids that differ under kcache, without the rest."""
+    results = json.loads(Path(args.results).read_text())
+    base = results["baseline"]
+    out = {k: results.get(k) for k in ("commit", "numba_cuda_mlir", "gpu", "modules", "tests")}
+    out["counts"] = {kind: {"ran": results[kind]["ran"],
+                            **{f: len(results[kind][f]) for f in ("failed", "errors", "skipped")}}
+                     for kind in PASSES}
+    out["only_under_kcache"] = {kind: only_under_kcache(results, kind) for kind in PASSES[1:]}
+    out["passing_only_under_kcache"] = {
+        kind: sorted(set(base["failed"] + base["errors"]) -
+                     set(results[kind]["failed"] + results[kind]["errors"]))
+        for kind in PASSES[1:]}
+    _write(args.out, out)
+    print(json.dumps(out["counts"]))
+    return 0
+
+
 def render(args) -> int:
     results = json.loads(Path(args.results).read_text())
     lines = [_START, "", f"numba-cuda-mlir {results.get('numba_cuda_mlir')}, "
@@ -291,6 +312,10 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=str(RESULTS))
     p.add_argument("--standin-cc", help="no GPU: numba-cuda-mlir is told this cc (e.g. 9.0)")
     p.set_defaults(func=run)
+    p = sub.add_parser("brief", help="a run's counts and what differs under kcache only")
+    p.add_argument("results")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=brief)
     p = sub.add_parser("merge", help="merge the results of several runs")
     p.add_argument("parts", nargs="+")
     p.add_argument("--out", default=str(RESULTS))
