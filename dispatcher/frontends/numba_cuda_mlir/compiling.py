@@ -2,10 +2,9 @@
 kcache's) cannot keep."""
 from __future__ import annotations
 
-import pickle
 import types as types_
 
-from .internals import MLIRDispatcher, make_signature, types
+from .internals import MLIRDispatcher, PicklingError, make_signature, types
 from .patching import plain_dispatchers
 from .rebuild import compile_result
 
@@ -113,10 +112,12 @@ def numba_cache_load_refusal(py_func):
     """The exception numba-cuda-mlir's own cache raises when it looks for ``py_func``'s
     overload (``cache=True``), before compiling, or None. Mirrors ``Cache._index_key`` of its
     vendored ``core/caching.py`` (0.6): the closure's cell contents are pickled with
-    ``NumbaPickler``, which refuses a device array -> ``pickle.PicklingError`` (same text;
+    ``NumbaPickler``, which refuses a device array -> ``PicklingError`` (its class, same text;
     kcache pickles nothing, it looks)."""
-    if _holds_device_array([c.cell_contents for c in py_func.__closure__ or () if _filled(c)]):
-        return pickle.PicklingError(_DEVICE_ARRAY_REFUSAL)
+    if py_func.__closure__ is None:  # most kernels: nothing to look into on a lookup
+        return None
+    if _holds_device_array([c.cell_contents for c in py_func.__closure__ if _filled(c)]):
+        return PicklingError(_DEVICE_ARRAY_REFUSAL)
     return None
 
 

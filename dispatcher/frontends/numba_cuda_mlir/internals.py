@@ -19,6 +19,7 @@ from numba_cuda_mlir.numba_cuda import types  # noqa: F401
 from numba_cuda_mlir.numba_cuda import typing as _typing
 from numba_cuda_mlir.numba_cuda.core import config  # noqa: F401
 from numba_cuda_mlir.numba_cuda.core import sigutils  # noqa: F401
+from numba_cuda_mlir.numba_cuda import serialize as _serialize
 from numba_cuda_mlir.numba_cuda.core.compiler_lock import global_compiler_lock  # noqa: F401
 
 MLIRDispatcher = _descriptor.MLIRDispatcher
@@ -37,6 +38,9 @@ MISSING = _descriptor._MISSING
 extensions_use_launch_config = _descriptor._extensions_use_launch_config
 typeof = _descriptor.typeof
 VERSION = numba_cuda_mlir.__version__
+#: The error numba-cuda-mlir's pickler (``serialize.NumbaPickler``) raises for what it refuses
+#: (kcache imports no pickle module of its own: it raises this class, pickling nothing).
+PicklingError = _serialize.pickle.PicklingError
 
 #: What kcache calls or reads on numba-cuda-mlir beyond the imports above, tested by
 #: :func:`missing_internals`: methods of ``MLIRDispatcher`` (the kcache dispatcher overrides
