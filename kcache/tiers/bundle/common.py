@@ -4,6 +4,7 @@ kcache.tiers.bundle.v2; version 1, kcache.tiers.bundle.v1): the index of what a 
 magic, flags and tag, msgpack's limits in words, and what a writer reports."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import hmac
@@ -192,6 +193,24 @@ def check_target(out: Path) -> None:
         raise BundleError(f"{out} is {_KIND.get(stat.S_IFMT(mode), 'not a regular file')}: left as "
                           "it is, nothing written (accepted: a new file, or a regular file to "
                           "replace)")
+
+
+@contextlib.contextmanager
+def written_beside(out: Path):
+    """Yield a binary file open on a temp file beside ``out``; when the block ends, fsync it
+    and rename it onto ``out`` (checked again first: the rename follows the writing). On any
+    error the temp file is removed and ``out`` is untouched."""
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as raw:
+            yield raw
+            raw.flush()
+            os.fsync(raw.fileno())
+        check_target(out)
+        os.replace(tmp, out)
+    except BaseException:
+        fsio.unlink_quietly(tmp)
+        raise
 
 
 def check_export(out, count: int, compress: bool | None) -> bool:

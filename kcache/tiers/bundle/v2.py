@@ -28,14 +28,12 @@ import hashlib
 import hmac
 import os
 import struct
-import tempfile
 import time
 from pathlib import Path
 from typing import Callable, Iterator
 
 import msgpack
 
-from ...disk import fsio
 from ...entry.format import FORMAT_VERSION
 from ...errors import CorruptEntry
 from ...keys import KEY_RE
@@ -46,7 +44,7 @@ from .common import (_CHUNK, _KIND, _ZSTD_HINT,  # noqa: F401 (names of this mod
                      MSGPACK_TYPES as _MSGPACK_TYPES, SIGNED, TAG_SIZE, UNPACK_ERRORS as _UNPACK_ERRORS,
                      ZSTD, BundleError, Contents, ExportReport, Region, Tee as _Tee, check_export,
                      check_target, have_zstd, inflate, inflate_cap, open_bundle_file, pread_exact, scratch, tag_hash as _tag_hash,
-                     unpack_why as _unpack_why)
+                     unpack_why as _unpack_why, written_beside)
 from .v1 import open_v1
 from . import v3
 
@@ -90,20 +88,11 @@ def write_bundle(out: Path, items: list[tuple[dict, bytes]], *, secret: bytes | 
                             "created": time.time(), "entry_format": FORMAT_VERSION,
                             "entries": len(items), "plain_bytes": plain})
     flags = (SIGNED if secret is not None else 0) | (ZSTD if compress else 0)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as raw:
-            tee = _Tee(raw, _tag_hash(secret))
-            tee.write(PREFIX.pack(MAGIC, BUNDLE_VERSION, flags, len(header)) + header)
-            _write_records(tee, heads, items, compress, plain, progress)
-            raw.write(tee.mac.digest())
-            raw.flush()
-            os.fsync(raw.fileno())
-        check_target(out)  # again: the rename follows minutes of writing
-        os.replace(tmp, out)
-    except BaseException:
-        fsio.unlink_quietly(tmp)
-        raise
+    with written_beside(out) as raw:
+        tee = _Tee(raw, _tag_hash(secret))
+        tee.write(PREFIX.pack(MAGIC, BUNDLE_VERSION, flags, len(header)) + header)
+        _write_records(tee, heads, items, compress, plain, progress)
+        raw.write(tee.mac.digest())
     return ExportReport(out, len(items), sum(len(d) for _r, d in items), out.stat().st_size,
                         compress, secret is not None)
 

@@ -30,7 +30,6 @@ import hashlib
 import hmac
 import os
 import struct
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -38,14 +37,13 @@ from typing import Callable
 
 import msgpack
 
-from ...disk import fsio
 from ...entry.format import FORMAT_VERSION
 from ...errors import CorruptEntry
 from ...keys import KEY_RE
 from .common import (_ZSTD_HINT, BUNDLE_FORMAT, MAGIC, MAX_ENTRIES, MAX_HEADER, MAX_WINDOW,
                      MSGPACK_TYPES, SIGNED, TAG_SIZE, UNPACK_ERRORS, ZSTD, BundleError,
-                     ExportReport, check_export, check_target, inflate_cap, pread_exact,
-                     tag_hash, unpack_why)
+                     ExportReport, check_export, inflate_cap, pread_exact,
+                     tag_hash, unpack_why, written_beside)
 
 VERSION = 3
 PREFIX = struct.Struct(">8sHBIQ")  # magic, version, flags, header length, index length
@@ -89,19 +87,10 @@ def write_v3(out: Path, items: list[tuple[dict, bytes]], *, secret: bytes | None
     head = PREFIX.pack(MAGIC, VERSION, flags, len(header), len(index)) + header + index
     mac = tag_hash(secret)
     mac.update(head)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as raw:
-            raw.write(head + mac.digest())
-            for frame in frames:
-                raw.write(frame)
-            raw.flush()
-            os.fsync(raw.fileno())
-        check_target(out)  # again: the rename follows minutes of work
-        os.replace(tmp, out)
-    except BaseException:
-        fsio.unlink_quietly(tmp)
-        raise
+    with written_beside(out) as raw:
+        raw.write(head + mac.digest())
+        for frame in frames:
+            raw.write(frame)
     return ExportReport(out, len(items), sum(len(d) for _r, d in items), out.stat().st_size,
                         compress, secret is not None, VERSION)
 
