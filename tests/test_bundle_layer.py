@@ -103,6 +103,32 @@ def test_a_miss_in_a_bundle_layer_reads_nothing(src, tmp_path, monkeypatch):
     assert store.get(keys[1]) is not None and len(reads) == 1  # a hit: one positioned read
 
 
+def test_a_first_serve_hashes_each_byte_of_an_entry_once(src, tmp_path, monkeypatch):
+    # The index's SHA-256, compared on the first serve, establishes the bytes are undamaged:
+    # the entry's own checksums (BLAKE2b-256, the artifacts' SHA-256) are not computed again
+    # (schema and artifacts are checked as ever). A later serve, unchecked against the index
+    # (unsigned), is checked by those sums.
+    import hashlib
+    from kcache.store.verified import VERIFIED
+    root, keys = src
+    path = tmp_path / "b.kcb"
+    write_bundle(path, items(root, keys), version=3)
+    store = Store(tmp_path / "dst", readonly_dirs=[path])
+    hashed: list = []
+    for name in ("sha256", "blake2b"):
+        real = getattr(hashlib, name)
+        monkeypatch.setattr(hashlib, name, lambda data=b"", *a, _real=real, **k:
+                            hashed.append(len(data)) or _real(data, *a, **k))
+    size, want = len(Store(root).entry_bytes(keys[0])), Store(root).get(keys[0]).artifacts
+    VERIFIED.clear()  # this process verified these bytes above: their verdict is remembered
+    hashed.clear()
+    assert store.get(keys[0]).artifacts == want
+    assert sum(n for n in hashed if n > 1000) == size  # once: the index's digest
+    hashed.clear()
+    assert store.get(keys[0]) is not None
+    assert 3000 <= sum(n for n in hashed if n > 1000) < size  # the cubin's own sum
+
+
 def test_signed_bundle_layer_and_the_secret(src, tmp_path, monkeypatch):
     root, keys = src
     signed, unsigned = tmp_path / "s.kcb", tmp_path / "u.kcb"

@@ -344,6 +344,21 @@ def test_prune_sweeps_old_lock_files_of_absent_entries(store):
     assert store.put(key(2), entry(2)) and store.get(key(2)) == entry(2)
 
 
+def test_a_first_read_that_misses_walks_the_folders_again_only_under_the_lock(store, monkeypatch):
+    # get_or_create reads again under the key's lock; only that read checks the folders'
+    # descriptors (a stat of each), which would cost a layer's hit behind an empty root more
+    # than the miss itself.
+    from kcache.disk.paths import RootDirs
+    checks = []
+    real = RootDirs.check
+    monkeypatch.setattr(RootDirs, "check", lambda self, rel=None: checks.append(rel or "") or real(self, rel))
+    assert store.get_or_create(key(1), lambda: entry(1)) == (entry(1), False)
+    # the read under the lock and the publish; not the first read
+    assert [rel for rel in checks if rel.startswith("v1/entries/")] == ["v1/entries/c9"] * 2
+    checks.clear()
+    assert store.get(key(2)) is None and checks == [f"v1/entries/{key(2)[:2]}"]  # as before
+
+
 def test_root_deleted_while_running_is_recreated(store):
     import shutil
 

@@ -79,7 +79,8 @@ class RootDirs:
                 fd = self._open_root(create)
         except OSError as exc:
             if exc.filename is None or not os.path.isabs(os.fsdecode(exc.filename)):
-                exc.filename = str(self.root / rel) if rel else str(self.root)  # for messages
+                # for messages (os.path: a miss of the cache's read path passes here)
+                exc.filename = os.path.join(self.root, rel) if rel else str(self.root)
             raise
         kept = self._fds.setdefault(rel, fd)  # another thread may have opened it meanwhile
         if kept != fd:

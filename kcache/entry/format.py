@@ -377,15 +377,18 @@ def decode_header(data, key: str, file_size: int) -> dict:
     return _header(hbytes, key)
 
 
-def decode(data: bytes, key: str, *, whole: bool = True) -> tuple[dict, Entry]:
+def decode(data: bytes, key: str, *, whole: bool = True,
+           intact: bool = False) -> tuple[dict, Entry]:
     """Fully check an entry file's bytes; return (header, Entry). Peak memory: the artifacts
     (at most ``len(data)``) plus a constant; nothing is sliced off ``data`` by copy.
     ``whole=False`` (a cache hit): an entry with per-artifact sums is checked by them instead
     of the trailing checksum (module docstring); the verdict on anything else is the whole
-    check's.
+    check's. ``intact``: the caller compared every byte with a digest it trusts
+    (kcache.tiers.Blob.intact): no checksum of the entry's own is computed; format, bounds and
+    schema are checked as ever.
 
     Raises NewerFormat or CorruptEntry (with the reason and its ``code``)."""
-    if not whole:
+    if not whole and not intact:
         try:
             found = _decode_by_sums(data, key)
         except Exception:  # judged, and worded, by the whole check below
@@ -403,14 +406,15 @@ def decode(data: bytes, key: str, *, whole: bool = True) -> tuple[dict, Entry]:
     # The envelope (magic, version, ..., trailing BLAKE2b-256 of all before it) is the same in
     # every format version, so the checksum is checked before the version: a flipped bit in
     # the version field is corruption, not a "newer format".
-    if hashlib.blake2b(view[:-SUM_SIZE], digest_size=SUM_SIZE).digest() != view[-SUM_SIZE:]:
+    if not intact and hashlib.blake2b(view[:-SUM_SIZE],
+                                      digest_size=SUM_SIZE).digest() != view[-SUM_SIZE:]:
         check_head(head, size)  # a short file is "truncated", whatever its checksum says
         raise CorruptEntry("checksum mismatch", "checksum")
     hlen, blen, hsum = parse_prefix(head, size)
     hbytes = view[PREFIX_SIZE:PREFIX_SIZE + hlen]
     # The header's own sum must agree too (a listing trusts it alone): a file whose parts
     # disagree is corrupt, whatever its trailing checksum says.
-    if hashlib.blake2b(hbytes, digest_size=16).digest() != hsum:
+    if not intact and hashlib.blake2b(hbytes, digest_size=16).digest() != hsum:
         raise CorruptEntry("header checksum mismatch", "header_checksum")
     h = _header(hbytes, key)
     try:

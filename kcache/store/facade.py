@@ -401,7 +401,7 @@ class Store:
         check_key(key)
         if self.disabled:
             return create(), False
-        found = None if recache else self._reader.read(key, touch=count)
+        found = None if recache else self._reader.read(key, touch=count, recheck=False)  # again below
         if found is not None:
             return (self._hit(key, found) if count else found[1]), True
         with self._compile_lock(key, while_waiting):

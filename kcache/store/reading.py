@@ -21,7 +21,8 @@ from .verified import VERIFIED
 from ..warn import warn_once
 
 
-def verify_bytes(key: str, data: bytes, *, hit: bool = False) -> tuple[dict, Entry]:
+def verify_bytes(key: str, data: bytes, *, hit: bool = False,
+                 intact: bool = False) -> tuple[dict, Entry]:
     """The one check every value from any tier crosses before it is used: the entry
     format (kcache.entry.format.decode: bounds, checksum, header schema, decoding limits).
     A kernel or program entry's artifacts must also pass kcache.entry.artifacts (never handed to
@@ -29,14 +30,17 @@ def verify_bytes(key: str, data: bytes, *, hit: bool = False) -> tuple[dict, Ent
     NewerFormat. Bytes equal, byte for byte, to bytes of ``key`` that passed here before in
     this process have that verdict without its cost (kcache.store.verified). ``hit``: a file of
     this machine's cache read for a hit, whose artifacts may be checked by their own sums
-    instead of the whole file's checksum (kcache.entry, "A cache hit")."""
+    instead of the whole file's checksum (kcache.entry, "A cache hit"). ``intact``: the tier
+    compared every byte with a digest of a checked index just now (Blob.intact): the entry's
+    own checksums are not computed again, everything else is checked."""
     if VERIFIED.known(key, data, whole=not hit):
         return fmt.decode_verified(data, key)
-    header, ent = fmt.decode(data, key, whole=not hit)
+    header, ent = fmt.decode(data, key, whole=not hit, intact=intact)
     why = artifacts.problem(ent.artifacts, ent.meta)
     if why is not None:
         raise CorruptEntry(why, "artifacts")
-    VERIFIED.remember(key, data, whole=not hit)
+    # Bytes judged without their own checksums are not what a whole check accepted.
+    VERIFIED.remember(key, data, whole=not hit and not intact)
     return header, ent
 
 
@@ -55,22 +59,24 @@ class Reader:
         self._max_entry_size = max_entry_size
         self._corrupt_seen: set[tuple] = set()  # identities of defective files counted once
 
-    def read(self, key: str, touch: bool, remote: bool = True):
+    def read(self, key: str, touch: bool, remote: bool = True, recheck: bool = True):
         """(header, Entry, tier) of the first tier holding a valid entry for ``key``, or None.
         Defects on the way are counted, quarantined (writable root) or remembered (layers),
         and warned once; unusable tiers are a miss. ``touch`` records the use of what is read
         in the writable root (the LRU clock; a corrupt file touched so is quarantined next)
         and counts a remote hit or miss: without it the read is an existence check, which
-        counts none (a remote error or refused value is still counted)."""
+        counts none (a remote error or refused value is still counted). ``recheck=False``:
+        a read whose miss is followed by one with it (LocalTier.read)."""
         limit = self._max_entry_size
         for tier in self._tiers():
             blob = None
             try:  # a local tier (the root or a read-only layer; kcache.tiers.tier says why)
-                blob = tier.read(key, limit, touch=touch and tier.writable and self._root.writable)
+                blob = tier.read(key, limit, touch=touch and tier.writable and self._root.writable,
+                                 recheck=recheck)
                 if blob is None:
                     continue
                 # a file of this machine's cache: a hit's check (verify_bytes)
-                header, ent = verify_bytes(key, blob.data, hit=True)
+                header, ent = verify_bytes(key, blob.data, hit=True, intact=blob.intact)
             except KnownBad:
                 continue
             except NewerFormat as exc:

@@ -104,15 +104,19 @@ class LocalTier:
         return None
 
     # -- the tier protocol ---------------------------------------------------------------------
-    def read(self, key: str, limit: int, *, touch: bool = False, fresh: bool = False) -> Blob | None:
+    def read(self, key: str, limit: int, *, touch: bool = False, fresh: bool = False,
+             recheck: bool = True) -> Blob | None:
         """The entry file of ``key`` (None when absent). ``touch``: record the use (the LRU
         clock: the file's mtime is set to the time of the read by :meth:`flush_touches`, which
         the store runs with its counters, at most a second later, and before any eviction or
-        prune; a failure is warned once and stops touching). Raises CorruptEntry (``.stat`` set) for a file that must not be
-        used, KnownBad for one already found bad (unless ``fresh``: verify reads every file
-        again to say what is wrong with it), OSError when unreadable."""
+        prune; a failure is warned once and stops touching). ``recheck=False``: a miss is not
+        looked for again through the folders walked afresh (:meth:`_open_entry`), for a read
+        that is followed, on a miss, by one that does. Raises CorruptEntry (``.stat`` set) for
+        a file that must not be used, KnownBad for one already found bad (unless ``fresh``:
+        verify reads every file again to say what is wrong with it), OSError when
+        unreadable."""
         try:
-            fd, st = self._open_entry(key, limit, None if fresh else self._check_known)
+            fd, st = self._open_entry(key, limit, None if fresh else self._check_known, recheck)
         except (FileNotFoundError, NotADirectoryError):
             return None
         try:
@@ -124,17 +128,21 @@ class LocalTier:
                 self._touched[key] = time.time()
         return Blob(data, identity(st), st.st_mtime)
 
-    def _open_entry(self, key: str, limit: int, check_stat=None) -> tuple[int, os.stat_result]:
+    def _open_entry(self, key: str, limit: int, check_stat=None,
+                    recheck: bool = True) -> tuple[int, os.stat_result]:
         """:func:`kcache.fsio.open_regular` of ``key``'s entry file through its shard
         folder's descriptor. A miss (FileNotFoundError) checks the folders' descriptors
         (:meth:`RootDirs.check`: another process may have deleted and recreated them) and
-        tries once more; a symlinked folder on the way is a miss (warned once)."""
+        tries once more, unless not ``recheck``; a symlinked folder on the way is a miss
+        (warned once)."""
         rel = f"{ENTRIES}/{key[:2]}"
         try:
             return fsio.open_regular(f"{key}.kce", limit, dir_fd=self.dirs.folder(rel),
                                      trust=self.trust, check_stat=check_stat)
         except (FileNotFoundError, NotADirectoryError):
-            if not self.dirs.check(rel):
+            # The check costs a stat of each folder on the way: more than the miss itself,
+            # and paid by every hit from a read-only layer behind an empty root.
+            if not recheck or not self.dirs.check(rel):
                 raise
         except OSError as exc:
             self._symlinked_shard(key, exc)

@@ -49,18 +49,22 @@ class Blob:
     ``data``: the stored value; ``ident``: for a local file ``(st_dev, st_ino, st_size,
     st_mtime_ns)``, the identity of what was read (so a bad file is quarantined only if it
     is still that file, and a bad file of a read-only layer is not re-read); None elsewhere;
-    ``mtime``: the file's last use (unix seconds) for local tiers, else None.
+    ``mtime``: the file's last use (unix seconds) for local tiers, else None; ``intact``:
+    True when the tier has just compared every byte with a digest of a checked index (a
+    version-3 bundle's SHA-256): the verification path then skips the entry's own checksums,
+    which would only say again that the bytes are undamaged, and checks all the rest.
 
     A hot-path record (one per read): a plain class with ``__slots__``, compared and hashed
     by its fields (docs/design.md, "Rules")."""
 
-    __slots__ = ("data", "ident", "mtime")
+    __slots__ = ("data", "ident", "mtime", "intact")
 
-    def __init__(self, data: bytes, ident: tuple | None = None, mtime: float | None = None):
-        self.data, self.ident, self.mtime = data, ident, mtime
+    def __init__(self, data: bytes, ident: tuple | None = None, mtime: float | None = None,
+                 intact: bool = False):
+        self.data, self.ident, self.mtime, self.intact = data, ident, mtime, intact
 
     def _fields(self) -> tuple:
-        return (self.data, self.ident, self.mtime)
+        return (self.data, self.ident, self.mtime, self.intact)
 
     def __eq__(self, other):
         return self._fields() == other._fields() if other.__class__ is self.__class__ else NotImplemented
@@ -69,7 +73,8 @@ class Blob:
         return hash(self._fields())
 
     def __repr__(self) -> str:
-        return f"Blob(data={self.data!r}, ident={self.ident!r}, mtime={self.mtime!r})"
+        return (f"Blob(data={self.data!r}, ident={self.ident!r}, mtime={self.mtime!r}, "
+                f"intact={self.intact!r})")
 
 
 @runtime_checkable

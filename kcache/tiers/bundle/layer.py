@@ -160,9 +160,11 @@ class BundleLayer:
         return False
 
     # -- reading -------------------------------------------------------------------------------
-    def read(self, key: str, limit: int, *, touch: bool = False, fresh: bool = False) -> Blob | None:
-        """The entry file of ``key`` (None when absent or the layer is not used). ``touch`` is
-        ignored (nothing is written to a layer); ``fresh``: read and check it again even if
+    def read(self, key: str, limit: int, *, touch: bool = False, fresh: bool = False,
+             recheck: bool = True) -> Blob | None:
+        """The entry file of ``key`` (None when absent or the layer is not used). ``touch`` and
+        ``recheck`` are ignored (nothing is written to a layer, a miss is a lookup in its
+        index); ``fresh``: read and check it again even if
         found bad or checked before. Raises KnownBad (found bad before), CorruptEntry (too
         large for ``limit`` bytes, not what the index says), OSError."""
         if self.problem is not None or not self._open():
@@ -192,7 +194,9 @@ class BundleLayer:
             raise
         if check:
             self._checked.add(key)
-        return Blob(data, (self.name, key))
+        # Compared just now with the index's digest (a version-3 bundle; an older one's
+        # BLAKE2b is its tar member's, not a checked index's): the bytes are undamaged.
+        return Blob(data, (self.name, key), intact=check and self._index is not None)
 
     def _read_old(self, key: str, limit: int, check: bool) -> bytes:
         """An entry of a version 1 or 2 bundle (kcache.tiers.bundle.v2.BundleTier.read)."""
