@@ -60,6 +60,7 @@ def kernel_components(
     cache_key: str | None = None,
     toolchain: dict | None = None,
     config: dict | None = None,
+    code_memo=None,
 ) -> dict:
     """The components dict of one kernel overload (layout in docs/design.md).
 
@@ -74,7 +75,7 @@ def kernel_components(
     ``(grid, block, sharedmem)`` for launch-config-sensitive kernels; ``cache_key``: the user's
     string; ``toolchain``: defaults to :func:`toolchain_components`; ``config``: defaults to
     ``numba_config.config_component()`` (the code-changing numba-cuda settings of this process,
-    NRT among them).
+    NRT among them); ``code_memo``: as ``fingerprint``'s.
 
     Raises :class:`Uncacheable` (captured device array, unreadable ``link=`` file,
     ``LinkableCode`` with setup/teardown callbacks), ``ValueError`` for a bad ``cc`` or
@@ -86,7 +87,7 @@ def kernel_components(
         raise TypeError(f"cache_key must be a string or None, not {type(cache_key).__name__}")
     fn = getattr(py_func, "py_func", py_func)
     registries = frontend.registries()
-    fp = fingerprint(fn, registries)
+    fp = fingerprint(fn, registries, code_memo=code_memo)
     options = targetoptions or {}
     source = dict(fp.parts)
     if options.get("debug") or options.get("lineinfo"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from kcache.keys import canonical_bytes, key_of_bytes
 
 from . import components as _components
+from .fingerprint.remembered import memo_of
 from .options import toolchain_memo
 
 
@@ -32,7 +33,7 @@ def kernel_key_encoded(frontend, dispatcher, argtypes, cc, launch_config, cache_
     components = _components.kernel_components(
         dispatcher.py_func, frontend=frontend, signature=frontend.signature_string(argtypes),
         cc=cc, output="cubin", targetoptions=frontend.key_targetoptions(dispatcher),
-        launch_config=lc, cache_key=cache_key, toolchain=toolchain)
+        launch_config=lc, cache_key=cache_key, toolchain=toolchain, code_memo=memo_of(store))
     encoded = canonical_bytes(components)
     return key_of_bytes(encoded), components, encoded
 

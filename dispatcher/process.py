@@ -46,9 +46,11 @@ class KeyMemo:
     ``CanonicalMap``; ``by_input``, ``(kind, inputs)`` -> the same; ``last_config``, the
     configuration module, its values and their component as last read; ``toolchain``, this
     process's toolchain versions (None: not known yet) and ``toolchain_map``, (those versions,
-    their ``CanonicalMap``); ``bypass``, (the bypass settings' values, the reason they give)."""
+    their ``CanonicalMap``); ``bypass``, (the bypass settings' values, the reason they give);
+    ``code_memo_tag``, the tag of remembered code analyses (fingerprint.remembered)."""
 
-    __slots__ = ("shared", "by_input", "last_config", "toolchain", "toolchain_map", "bypass")
+    __slots__ = ("shared", "by_input", "last_config", "toolchain", "toolchain_map", "bypass",
+                 "code_memo_tag")
 
     def __init__(self):
         self.shared: dict = {}
@@ -57,6 +59,7 @@ class KeyMemo:
         self.toolchain: dict | None = None
         self.toolchain_map: tuple = (None, None)
         self.bypass: list = [None, None]
+        self.code_memo_tag: str | None = None
 
 
 class FingerprintMemo:
@@ -139,7 +142,9 @@ class ProcessState:
     Memos, each checked or keyed so that a change is seen: ``keys`` (:class:`KeyMemo`);
     ``fingerprints``, a front-end's registries -> its :class:`FingerprintMemo`;
     ``code_info``, code object -> its analysis (``fingerprint.code``: the same for every
-    front-end); ``extensions`` (:class:`ExtensionMemo`); ``guard`` (:class:`GuardTables`).
+    front-end); ``code_memos``, a store -> its code analyses remembered across processes
+    (``fingerprint.remembered``); ``extensions`` (:class:`ExtensionMemo`); ``guard``
+    (:class:`GuardTables`).
 
     ``warm_runner``: in a ``kcache warm`` worker process, its task runner (``warm``)."""
 
@@ -147,7 +152,8 @@ class ProcessState:
                  "store_lock", "default_store", "opened_early", "prepared",
                  "mode", "options", "requested", "adopting", "require_hit",
                  "record_lock", "record_path", "recorded", "record_skipped",
-                 "keys", "fingerprints", "code_info", "extensions", "guard", "warm_runner")
+                 "keys", "fingerprints", "code_info", "code_memos", "extensions", "guard",
+                 "warm_runner")
 
     def __init__(self, explain: bool = False):
         self.counts = collections.Counter()
@@ -168,6 +174,7 @@ class ProcessState:
         self.keys = KeyMemo()
         self.fingerprints: dict = {}
         self.code_info = weakref.WeakKeyDictionary()
+        self.code_memos = weakref.WeakKeyDictionary()
         self.extensions = ExtensionMemo()
         self.guard = GuardTables()
         self.warm_runner = None

@@ -52,13 +52,14 @@ __all__ = ["Fingerprint", "Uncacheable", "fingerprint", "dependencies", "digest_
            "is_library_class", "named_by_its_library"]
 
 
-def fingerprint(py_func, registries) -> Fingerprint:
+def fingerprint(py_func, registries, *, code_memo=None) -> Fingerprint:
     """Fingerprint a Python function (a kernel's or device function's ``py_func``).
 
     ``py_func``: a plain Python function; a dispatcher (anything with ``py_func``) is
     accepted and its ``py_func`` used. ``registries``: the front-end's extension registries
     (``Frontend.registries()``: fixed signatures of dispatchers, ``@overload``
-    implementations). Does not compile or touch a GPU.
+    implementations); ``code_memo``: where a kernel's code analysis is remembered across
+    processes (``remembered.memo_of(store)``; None: nowhere). Does not compile or touch a GPU.
     Raises :class:`Uncacheable` when the function captures a device array, ``TypeError``
     when ``py_func`` is not a Python function.
     """
@@ -74,7 +75,7 @@ def fingerprint(py_func, registries) -> Fingerprint:
         # process), so what would make it reusable (the checks) is not recorded; the next
         # one records them. Dependencies reached are remembered in any case.
         results[fn] = _SEEN
-        return _Walk(registries).function(fn, record=False)[0]
+        return _Walk(registries, code_memo=code_memo).function(fn, record=False)[0]
     cached = _validated_cache_get(entry)
     if cached is not None:
         return cached

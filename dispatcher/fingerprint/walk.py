@@ -56,9 +56,11 @@ def _with_line_info(options) -> bool:
 class _Walk:
     """One fingerprint computation: cycle protection, opaque notes, cache checks."""
 
-    def __init__(self, registries, reached: dict | None = None):
+    def __init__(self, registries, reached: dict | None = None, code_memo=None):
         # Frontend.registries(): a dispatcher's fixed signatures, a function's @overloads
         self.registries = registries
+        # a kernel's code analysis remembered across processes (remembered.CodeMemo), or None
+        self.code_memo = code_memo
         # what is remembered of walks with these registries (process.FingerprintMemo)
         self.memo = STATE.fingerprint_memo(registries)
         self.in_progress: set[int] = set()  # id(fn) of the functions being walked
@@ -97,7 +99,11 @@ class _Walk:
         # A function's first fingerprint (acc.checks is None): most are the only one, so its
         # code's analysis is not kept either (a kernel's; a device function's is kept by the
         # dependency walk, which records): objects every full collection would go through.
-        info = _code_info_of(code) if acc.checks is not None else _code_info_once(code)
+        if acc.checks is not None:
+            info = _code_info_of(code)
+        else:
+            info = self.code_memo.info(code) if self.code_memo is not None else \
+                _code_info_once(code)
         parts = {"code": info.digest}
         own = weakref.ref(fn) if acc.checks is not None else None
         acc.check(_weak_attr, (own, "__code__"), code)

@@ -10,12 +10,14 @@
     <root>/v1/stats/<0-f>.msgpack       counter shards (+ .hits.msgpack, .lock)
     <root>/v1/quarantine/<key>.<ns>.<pid>.<random>.kce   entries that failed a check
     <root>/v1/toolchain.msgpack         toolchain versions per environment (kcache.toolchain.memoized)
+    <root>/v1/code/<32 hex>.msgpack     code analyses of one source file (fingerprint.remembered)
 
 Scans never follow a symlink: shard folders are opened ``O_DIRECTORY | O_NOFOLLOW`` and listed
 through their descriptor, so a symlinked shard is skipped (warned once), never listed.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import secrets
@@ -35,6 +37,7 @@ ENTRIES = f"{BUCKET}/entries"
 LOCKS = f"{BUCKET}/locks"
 STATS = f"{BUCKET}/stats"
 QUARANTINE = f"{BUCKET}/quarantine"
+CODE = f"{BUCKET}/code"
 SUFFIX = ".kce"
 LOCK_SUFFIX = ".lock"
 _SHARD_RE = re.compile(r"[0-9a-f]{2}")
@@ -62,6 +65,7 @@ class Layout:
         self.tag = self.root / "CACHEDIR.TAG"
         self.config = self.root / "config.json"
         self.toolchain_memo = self.bucket / "toolchain.msgpack"
+        self.code = self.bucket / "code"
         self.evict_lock = self.locks / "evict.lock"
 
     def entry(self, key: str) -> Path:
@@ -91,6 +95,13 @@ class Layout:
 
 def entry_name(key: str) -> str:
     return f"{key}{SUFFIX}"
+
+
+def code_memo_name(source_file: str) -> str:
+    """The file in :data:`CODE` of the code analyses of ``source_file`` (a code object's
+    ``co_filename``): a digest of the name, so no name a program gives reaches the disk."""
+    data = source_file.encode("utf-8", "surrogatepass")
+    return hashlib.blake2b(data, digest_size=16).hexdigest() + ".msgpack"
 
 
 def quarantine_name(key: str) -> str:

@@ -1,0 +1,242 @@
+"""Code analyses remembered across processes in the writable root (issue 36, "the key on a hit
+costs less": dispatcher/fingerprint/remembered.py). Real processes and files: the first
+process analyses and writes the memo at exit, the next reads it instead; keys are the same
+either way; an edited kernel, another tag, a hostile or damaged memo file and a memo in a
+read-only layer are never used; a read-only root writes nothing and fails nothing."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import msgpack
+import pytest
+
+from kcache import Store
+from kcache.disk.layout import code_memo_name
+
+pytest.importorskip("numba.cuda")
+
+N = 8  # kernels of the module: more than remembered.READ_FROM
+
+CHILD = textwrap.dedent('''
+    import json, sys
+    root, layer, path = sys.argv[1], sys.argv[2], sys.argv[3]
+    sys.path.insert(0, path)
+    from numba import types
+    from kcache import Store
+    from kcache.dispatcher.fingerprint import code as _code
+    from kcache.dispatcher.keying import kernel_key
+    from kcache.dispatcher.frontends.numba_cuda.bridge import FRONTEND
+    import kernels
+    import os
+    if os.environ.get("DENY_WRITES"):  # as a read-only mount would (EROFS)
+        real_open = os.open
+        def deny_open(path, flags, *a, **kw):
+            if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
+                raise OSError(30, "Read-only file system", str(path))
+            return real_open(path, flags, *a, **kw)
+        def deny(*a, **kw):
+            raise OSError(30, "Read-only file system")
+        os.open = deny_open
+        for name in ("replace", "rename", "mkdir", "unlink", "utime"):
+            setattr(os, name, deny)
+    analysed = []
+    real = _code._code_info_once
+    def counted(code):
+        if code.co_filename == kernels.__file__:
+            analysed.append(code.co_name)
+        return real(code)
+    _code._code_info_once = counted
+    store = Store(root, readonly_dirs=[layer] if layer else [])
+    arr = types.Array(types.float32, 1, "C")
+    keys = [kernel_key(FRONTEND, k, (arr, arr), (9, 0), store=store)[0]
+            for k in kernels.KERNELS[:int(sys.argv[4])]]
+    print(json.dumps({"keys": keys, "analysed": analysed}))
+''')
+
+KERNEL = '''
+@cuda.jit
+def k{i}(x, out):
+    j = cuda.grid(1)
+    if j < out.size:
+        out[j] = helpers.blend(x[j], {i}.5) + math.sqrt(x[j]) * SCALE
+'''
+
+
+def write_project(directory, body="", scale="2.0"):
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "helpers.py").write_text(
+        "from numba import cuda\n\n@cuda.jit(device=True)\ndef blend(a, b):\n"
+        "    return a * 0.5 + b * 0.5\n")
+    kernels = "import math\nfrom numba import cuda\nimport helpers\n\nSCALE = " + scale + "\n"
+    kernels += "".join(KERNEL.format(i=i) for i in range(N)) + body
+    kernels += f"\nKERNELS = [{', '.join(f'k{i}' for i in range(N))}]\n"
+    (directory / "kernels.py").write_text(kernels)
+    return directory
+
+
+def keys_in_process(root, project, n=N, layer=None, env=None):
+    proc = subprocess.run([sys.executable, "-c", CHILD, str(root), str(layer or ""),
+                           str(project), str(n)], capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1", **(env or {})))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def memo_file(root, project):
+    return root / "v1" / "code" / code_memo_name(str(project / "kernels.py"))
+
+
+@pytest.fixture
+def used_root(tmp_path):
+    root = tmp_path / "root"
+    Store(root).recount()  # a root in use (the memo never creates one)
+    assert (root / "v1").is_dir()
+    return root
+
+
+@pytest.fixture
+def remembered(used_root, tmp_path):
+    """A project, and its keys from a first process, which wrote the memo."""
+    project = write_project(tmp_path / "proj")
+    first = keys_in_process(used_root, project)
+    assert sorted(first["analysed"]) == sorted(f"k{i}" for i in range(N))
+    assert memo_file(used_root, project).is_file()
+    return used_root, project, first["keys"]
+
+
+def test_the_next_process_reads_the_analyses_and_gets_the_same_keys(remembered):
+    root, project, keys = remembered
+    again = keys_in_process(root, project)
+    assert again["keys"] == keys
+    # from the READ_FROM-th kernel of the file on, nothing is analysed again
+    assert again["analysed"] == ["k0", "k1", "k2"]
+    before = memo_file(root, project).stat().st_mtime_ns
+    keys_in_process(root, project)
+    assert memo_file(root, project).stat().st_mtime_ns == before  # a warm process writes none
+
+
+def test_a_process_of_few_kernels_reads_no_memo(remembered):
+    root, project, keys = remembered
+    memo_file(root, project).write_bytes(b"\xc1" * 10)  # would be ignored if read: it is not
+    few = keys_in_process(root, project, n=3)
+    assert few["keys"] == keys[:3] and few["analysed"] == ["k0", "k1", "k2"]
+
+
+def test_an_edited_kernel_is_analysed_again_and_keyed_by_its_new_code(remembered, tmp_path):
+    root, project, keys = remembered
+    edited = (project / "kernels.py").read_text().replace("{}.5) + math".format(5), "5.75) + math")
+    assert edited != (project / "kernels.py").read_text()
+    (project / "kernels.py").write_text(edited)
+    again = keys_in_process(root, project)
+    assert again["keys"][5] != keys[5] and again["keys"][:5] == keys[:5]
+    assert "k5" in again["analysed"]
+    fresh = keys_in_process(tmp_path / "none", project)  # no memo anywhere
+    assert fresh["keys"] == again["keys"]
+
+
+def test_a_global_changed_elsewhere_still_changes_every_key(remembered):
+    # the memo holds what the code reads, never the values read: SCALE's is read afresh
+    root, project, keys = remembered
+    text = (project / "kernels.py").read_text().replace("SCALE = 2.0", "SCALE = 3.0")
+    (project / "kernels.py").write_text(text)
+    again = keys_in_process(root, project)
+    assert all(a != b for a, b in zip(again["keys"], keys))
+
+
+def _records(root, project):
+    return msgpack.unpackb(memo_file(root, project).read_bytes(), raw=False)
+
+
+def _damage(root, project, how):
+    path = memo_file(root, project)
+    data = _records(root, project)
+    first = next(iter(data["records"]))
+    if how == "tag":
+        data["tag"] = "0" * 32
+    elif how == "drop-callee":  # what a planted record would do: forget helpers.blend
+        chains = msgpack.unpackb(data["records"][first][1], raw=False)
+        data["records"] = {d: [r[0], msgpack.packb([c for c in msgpack.unpackb(r[1], raw=False)
+                                                    if c[1] != "helpers"])]
+                           for d, r in data["records"].items()}
+        assert any(c[1] == "helpers" for c in chains)
+    elif how == "shapes":
+        bad = [[1, [], []], ["x" * 5000, []], ["g", "n", [1]], "text"]
+        data["records"] = {d: ([r[0][:31], r[1]] if i % 3 == 0 else
+                               [r[0], msgpack.packb(bad)] if i % 3 == 1 else [r[0]])
+                           for i, (d, r) in enumerate(data["records"].items())}
+    path.write_bytes(msgpack.packb(data, use_bin_type=True))
+
+
+@pytest.mark.parametrize("how", ["tag", "shapes"])
+def test_a_damaged_memo_is_analysed_around(remembered, how):
+    root, project, keys = remembered
+    _damage(root, project, how)
+    again = keys_in_process(root, project)
+    assert again["keys"] == keys
+    assert len(again["analysed"]) == N  # nothing of it used
+
+
+@pytest.mark.parametrize("what", ["fifo", "symlink", "garbage", "sparse", "group-writable"])
+def test_a_hostile_memo_file_is_never_read(remembered, tmp_path, what):
+    root, project, keys = remembered
+    path = memo_file(root, project)
+    path.unlink()
+    if what == "fifo":
+        os.mkfifo(path, 0o600)
+    elif what == "symlink":
+        outside = tmp_path / "outside.msgpack"
+        outside.write_bytes(b"\xc1")
+        os.symlink(outside, path)
+    elif what == "garbage":
+        path.write_bytes(b"\x91" * 100_000 + b"\xc0")
+    elif what == "sparse":
+        with open(path, "wb") as f:
+            f.truncate(4 << 30)
+    else:
+        path.write_bytes(b"\x80")
+        os.chmod(path, 0o666)
+    again = keys_in_process(root, project)
+    assert again["keys"] == keys and len(again["analysed"]) == N
+
+
+def test_a_memo_in_a_read_only_layer_is_never_read(remembered, tmp_path):
+    # a planted record could drop a callee from a key: only the writable root's are read
+    root, project, keys = remembered
+    _damage(root, project, "drop-callee")
+    layer = tmp_path / "layer"
+    os.rename(root, layer)
+    fresh_root = tmp_path / "fresh"
+    Store(fresh_root).recount()
+    again = keys_in_process(fresh_root, project, layer=layer)
+    assert again["keys"] == keys and len(again["analysed"]) == N
+
+
+def test_a_planted_record_in_the_writable_root_is_the_roots_trust(remembered):
+    # The writable root is trusted as its entries are (whoever can write it can plant an
+    # entry under any key): a record read from it is used. This pins where the line is.
+    root, project, keys = remembered
+    _damage(root, project, "drop-callee")
+    again = keys_in_process(root, project)
+    assert again["keys"][5] != keys[5]
+
+
+def test_a_read_only_root_writes_no_memo_and_fails_nothing(used_root, tmp_path):
+    project = write_project(tmp_path / "proj")
+    result = keys_in_process(used_root, project, env={"DENY_WRITES": "1"})
+    assert len(result["keys"]) == N and not (used_root / "v1" / "code").exists()
+    assert result["keys"] == keys_in_process(used_root, project)["keys"]
+
+
+def test_processes_writing_at_once_leave_a_whole_memo(used_root, tmp_path):
+    project = write_project(tmp_path / "proj")
+    procs = [subprocess.Popen([sys.executable, "-c", CHILD, str(used_root), "", str(project),
+                               str(N)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(4)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
+    data = _records(used_root, project)
+    assert len(data["records"]) == N
+    assert keys_in_process(used_root, project)["analysed"] == ["k0", "k1", "k2"]
