@@ -322,9 +322,11 @@ def gpu_section(doc: dict | None, plots: bool, earlier: dict | None = None) -> l
             "timed runs (kcache's by `kcache.compile_for` for the device's cc, numba-cuda's by "
             "a launch of each kernel). kcache from a bundle layer is the same process with every "
             "kernel served from one file: the warm directory root written by `kcache export`, "
-            "named in `KCACHE_READONLY_DIRS`, with a new, empty `KCACHE_DIR` each run (each "
-            "run's counters, `kcache stats` and the empty root are checked: every kernel a hit, "
-            "nothing compiled). Median **bold**, (min - max).", ""]
+            "named in `KCACHE_READONLY_DIRS`, with a new `KCACHE_DIR` without entries each run, "
+            "holding the code analyses an untimed first process left (docs/keys.md; the "
+            "directory root's were left by its fill) (each run's counters, `kcache stats` and "
+            "the root are checked: every kernel a hit, nothing compiled, no entry written). "
+            "Median **bold**, (min - max).", ""]
     if sizes:
         if not any(f"app_ready.layer.{n}" in figs for n in sizes):
             out += ["kcache from a bundle layer: pending (GPU run); this run measured the other "
@@ -631,7 +633,7 @@ def render_markdown(gpu: dict | None, cpu: dict | None, plots: bool = True,
         "- **no cache**: `@cuda.jit`, every process compiles;",
         "- **kcache from a bundle layer** (the application section): kcache with every kernel "
         "served from one bundle file named in `KCACHE_READONLY_DIRS` (`kcache export` of the "
-        "warm cache), the writable root empty;",
+        "warm cache), the writable root without entries;",
         "- **floor** (the application section): the same process with every overload rebuilt "
         "from a cubin read from one file, no key and no store: what a cache that cost nothing "
         "would leave.",

@@ -72,10 +72,10 @@ def register(sub):
                    help="also walk tests (tests/ and test/ folders, test_*.py, *_test.py)")
     p.add_argument("--strict", action="store_true",
                    help="also fail (exit status 1) when a kernel found has no known signature")
-    p.add_argument("--frontend", choices=FRONTENDS, metavar="NAME",
+    p.add_argument("--frontend", type=_frontend_name, metavar="NAME",
                    help="the compiler front-end whose kernels are warmed: numba-cuda or "
-                        "numba-cuda-mlir (default: numba-cuda when installed, else "
-                        "numba-cuda-mlir)")
+                        "numba-cuda-mlir (or mlir, as ls shows it; default: numba-cuda when "
+                        "installed, else numba-cuda-mlir)")
     return p
 
 
@@ -96,6 +96,16 @@ def _frontend(args):
             how = "install kcache-cuda[cu12], kcache-cuda[cu13] or kcache-cuda[mlir]"
         wanted = args.frontend or "numba-cuda or numba-cuda-mlir"
         raise Problem(f"warm needs {wanted} ({exc}); {how}") from None
+
+
+def _frontend_name(text: str) -> str:
+    """``--frontend``'s value: a front-end's name, or its short name (``mlir``, as ``ls``
+    shows it)."""
+    name = {"mlir": "numba-cuda-mlir"}.get(text, text)
+    if name not in FRONTENDS:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a front-end kcache knows; "
+                                         f"accepted: {', '.join(FRONTENDS)} (or mlir)")
+    return name
 
 
 def _jobs_arg(text: str) -> int:

@@ -24,6 +24,7 @@ import os
 import queue
 import re
 import sys
+import traceback
 import warnings
 
 from kcache import Store
@@ -200,7 +201,8 @@ def plan_targets(plan: Plan, targets, sig_lines, ccs, include_tests=False) -> Pl
             module = discover.import_module(plan.frontend, ref, ccs[0])
         except (Exception, SystemExit) as exc:  # whatever the module raises at import
             plan.rows.append(Row(kernel=ref.name, status="failed", origin="import",
-                                 reason=f"cannot import {ref.name}: {failure_text(exc)}"))
+                                 reason=f"cannot import {ref.name}{_raised_at(exc, ref)}: "
+                                        f"{failure_text(exc)}"))
             continue
         for found in discover.kernels_of(plan.frontend, module):
             eager = plan.frontend.eager_signatures(found.dispatcher)
@@ -480,6 +482,20 @@ def _changed(expect: dict, now: dict) -> str | None:
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _PIPELINE = re.compile(r"^Failed in \S+ mode pipeline \(step: [^)]*\)\s*")
+
+
+def _raised_at(exc: BaseException, ref) -> str:
+    """`` (file.py:LINE)``: the last line of the target's own files the import went through
+    (a typo in a kernel's signature string raises in numba's parser, far from the user's
+    line), or "" when none is (relative to the target's folder)."""
+    if not ref.path_entry:
+        return ""
+    folder = os.path.abspath(ref.path_entry) + os.sep
+    ours = [f for f in traceback.extract_tb(exc.__traceback__)  # "<string>": an eval's
+            if os.path.abspath(f.filename).startswith(folder) and os.path.isfile(f.filename)]
+    if not ours:
+        return ""
+    return f" ({os.path.relpath(ours[-1].filename, folder)}:{ours[-1].lineno})"
 
 
 def failure_text(exc: BaseException, limit: int = 400) -> str:

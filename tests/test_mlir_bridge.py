@@ -54,6 +54,7 @@ def test_selectors_tell_the_front_ends_apart():
 
     from kcache.dispatcher import frontends
     assert frontends.by_name("numba-cuda-mlir") is FRONTEND
+    assert frontends.by_name("mlir") is FRONTEND  # what kcache ls shows
     assert frontends.of_dispatcher(cuda.jit(lambda a: None)) is FRONTEND
     assert frontends.of_dispatcher(len) is None
     with pytest.raises(ValueError, match="unknown front-end 'numba'"):

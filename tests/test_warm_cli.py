@@ -437,6 +437,28 @@ def test_bad_signatures_line_names_file_and_line(tmp_path):
                                                    "type name"), proc.stderr
 
 
+def test_a_module_that_fails_to_import_is_a_row_naming_its_line(tmp_path):
+    # a typo in an eager signature raises in numba's parser: the row says the user's line
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "typo.py").write_text('from numba import cuda\n\n\n@cuda.jit("void(flaot32[::1])")\n'
+                                     "def k(a):\n    a[0] = 1\n")
+    doc = warm_json("--cc", "9.0", project / "typo.py", root=tmp_path / "cache",
+                    home=tmp_path / "home", expect_rc=1)
+    [row] = doc["results"]
+    assert row["status"] == "failed"
+    assert row["reason"].startswith("cannot import typo (typo.py:4): NameError: name 'flaot32'")
+
+
+def test_an_unknown_frontend_is_one_line_naming_what_is_accepted(tmp_path):
+    proc = kcache("warm", "--frontend", "mlr", "--cc", "9.0", root=tmp_path / "cache",
+                  home=tmp_path / "home")
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "'mlr' is not a front-end" in lines[0] and \
+        "numba-cuda, numba-cuda-mlir (or mlir)" in lines[0], proc.stderr
+
+
 def test_unwritable_root_is_one_line_and_compiles_nothing(tmp_path):
     # A root in /proc cannot be created, whoever runs the tests (root included).
     root = Path("/proc") / f"kcache-warm-test-{os.getpid()}"

@@ -20,20 +20,24 @@ _KNOWN = {
 }
 #: The front-ends kcache knows, numba-cuda first (the default where it is installed).
 NAMES = tuple(_KNOWN)
+#: Short names accepted for a front-end: what ``kcache ls`` shows in its Front-end column.
+ALIASES = {"mlir": "numba-cuda-mlir"}
 
 
 def by_name(name: str):
     """The front-end named ``name`` (its ``Frontend.name``): the object its bridge module
     defines (``FRONTEND``), imported now (and with it the front-end's package: ImportError
     when it is not installed): ``kcache.jit(frontend=...)``, ``kcache warm --frontend``.
-    Raises ValueError for an unknown name."""
+    A short name of :data:`ALIASES` is accepted. Raises ValueError for an unknown name."""
+    name = ALIASES.get(name, name)
     if name == "numba-cuda":
         from .numba_cuda.bridge import FRONTEND
         return FRONTEND
     if name == "numba-cuda-mlir":
         from .numba_cuda_mlir.bridge import FRONTEND
         return FRONTEND
-    raise ValueError(f"unknown front-end {name!r} (known: {', '.join(NAMES)})")
+    raise ValueError(f"unknown front-end {name!r} (known: {', '.join(NAMES)}; "
+                     f"{', '.join(f'{a} for {n}' for a, n in ALIASES.items())})")
 
 
 def package(name: str) -> str:
