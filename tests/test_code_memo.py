@@ -12,7 +12,6 @@ import textwrap
 import msgpack
 import pytest
 
-from kcache import Store
 from kcache.disk.layout import code_memo_name
 
 pytest.importorskip("numba.cuda")
@@ -92,9 +91,14 @@ def memo_file(root, project):
 @pytest.fixture
 def used_root(tmp_path):
     root = tmp_path / "root"
-    Store(root).recount()  # a root in use (the memo never creates one)
-    assert (root / "v1").is_dir()
+    root.mkdir()  # a root that exists (the memo never creates one), with nothing in it yet
     return root
+
+
+def test_no_memo_makes_a_root(tmp_path):
+    project = write_project(tmp_path / "proj")
+    keys_in_process(tmp_path / "absent", project)
+    assert not (tmp_path / "absent").exists()
 
 
 @pytest.fixture
@@ -209,7 +213,7 @@ def test_a_memo_in_a_read_only_layer_is_never_read(remembered, tmp_path):
     layer = tmp_path / "layer"
     os.rename(root, layer)
     fresh_root = tmp_path / "fresh"
-    Store(fresh_root).recount()
+    fresh_root.mkdir()
     again = keys_in_process(fresh_root, project, layer=layer)
     assert again["keys"] == keys and len(again["analysed"]) == N
 

@@ -35,7 +35,7 @@ import msgpack
 
 from kcache import __version__
 from kcache.disk import fsio
-from kcache.disk.layout import BUCKET, CODE, code_memo_name
+from kcache.disk.layout import CODE, code_memo_name
 from kcache.entry.format import _unpack
 
 from .. import bytecode
@@ -154,7 +154,9 @@ class CodeMemo:
         if store is None or not pending or not store.writable or store.disabled:
             return
         try:
-            store.local.dirs.folder(BUCKET)  # a root in use: the memo never creates one
+            # A root that exists (the memo never creates one); its bucket may come later in
+            # this exit (the counters' flush, another exit handler) or now.
+            store.local.dirs.folder("")
             folder = store.local.dirs.folder(CODE, create=True)
         except OSError:
             return
