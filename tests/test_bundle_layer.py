@@ -124,6 +124,8 @@ def test_a_first_serve_hashes_each_byte_of_an_entry_once(src, tmp_path, monkeypa
     hashed.clear()
     assert store.get(keys[0]).artifacts == want
     assert sum(n for n in hashed if n > 1000) == size  # once: the index's digest
+    # a verdict without the entry's own sums is not remembered for other reads of the key
+    assert keys[0] not in VERIFIED._noted and keys[0] not in VERIFIED._kept
     hashed.clear()
     assert store.get(keys[0]) is not None
     assert 3000 <= sum(n for n in hashed if n > 1000) < size  # the cubin's own sum

@@ -12,7 +12,6 @@ import textwrap
 import msgpack
 import pytest
 
-from kcache.disk.layout import code_memo_name
 
 pytest.importorskip("numba.cuda")
 
@@ -29,6 +28,9 @@ CHILD = textwrap.dedent('''
     from kcache.dispatcher.frontends.numba_cuda.bridge import FRONTEND
     import kernels
     import os
+    from kcache.dispatcher.process import STATE
+    if os.environ.get("MEMO_TAG"):  # a process of another kcache or Python
+        STATE.keys.code_memo_tag = os.environ["MEMO_TAG"]
     if os.environ.get("DENY_WRITES"):  # as a read-only mount would (EROFS)
         real_open = os.open
         def deny_open(path, flags, *a, **kw):
@@ -51,6 +53,9 @@ CHILD = textwrap.dedent('''
     arr = types.Array(types.float32, 1, "C")
     keys = [kernel_key(FRONTEND, k, (arr, arr), (9, 0), store=store)[0]
             for k in kernels.KERNELS[:int(sys.argv[4])]]
+    if os.environ.get("SWAP_TO"):  # a group member swaps v1 for a symlink before the exit
+        os.rename(os.path.join(root, "v1"), os.path.join(os.environ["SWAP_TO"], "v1"))
+        os.symlink(os.path.join(os.environ["SWAP_TO"], "v1"), os.path.join(root, "v1"))
     print(json.dumps({"keys": keys, "analysed": analysed}))
 ''')
 
@@ -85,7 +90,9 @@ def keys_in_process(root, project, n=N, layer=None, env=None):
 
 
 def memo_file(root, project):
-    return root / "v1" / "code" / code_memo_name(str(project / "kernels.py"))
+    """The one memo file of the project's kernels.py (its name holds the tag too)."""
+    [path] = (root / "v1" / "code").glob("*.msgpack")
+    return path
 
 
 @pytest.fixture
@@ -244,3 +251,72 @@ def test_processes_writing_at_once_leave_a_whole_memo(used_root, tmp_path):
     data = _records(used_root, project)
     assert len(data["records"]) == N
     assert keys_in_process(used_root, project)["analysed"] == ["k0", "k1", "k2"]
+
+
+def test_a_folder_swapped_for_a_symlink_before_the_exit_gets_no_memo(used_root, tmp_path):
+    # the write at exit checks the folders it walks: never through the symlink, out of the root
+    project = write_project(tmp_path / "proj")
+    keys_in_process(used_root, project)  # v1/code made
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    # another tag: the process opens v1/code to read, finds nothing of its own, analyses,
+    # and has a file to write when it exits, after the swap
+    keys_in_process(used_root, project, env={"SWAP_TO": str(outside), "MEMO_TAG": "c" * 32})
+    assert len(list((outside / "v1" / "code").iterdir())) == 1  # the first process's only
+
+
+def test_processes_of_two_tags_keep_a_file_each(used_root, tmp_path):
+    project = write_project(tmp_path / "proj")
+    for tag in ("a" * 32, "b" * 32, "a" * 32):
+        run = keys_in_process(used_root, project, env={"MEMO_TAG": tag})
+    assert run["analysed"] == ["k0", "k1", "k2"]  # a's file was left to it by b
+    assert len(list((used_root / "v1" / "code").glob("*.msgpack"))) == 2
+
+
+def test_the_tag_is_the_analysing_source(tmp_path, monkeypatch):
+    # a change anywhere in the analysing modules (a module-level constant too) is another tag
+    from kcache.dispatcher.fingerprint import remembered
+    from kcache.dispatcher.process import STATE
+    probe = tmp_path / "memo_probe.py"
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(remembered, "_ANALYSERS", remembered._ANALYSERS + ("memo_probe",))
+    tags = []
+    for text in ("_SHIFT = 1\n", "_SHIFT = 0\n"):
+        probe.write_text(text)
+        monkeypatch.setattr(STATE.keys, "code_memo_tag", None)
+        tags.append(remembered._tag())
+    assert tags[0] and tags[1] and tags[0] != tags[1]
+    monkeypatch.setattr(remembered, "_ANALYSERS", ("no_such_module_here",))
+    monkeypatch.setattr(STATE.keys, "code_memo_tag", None)
+    assert remembered._tag() is None  # no source: no memo at all
+
+
+def test_few_kernels_or_code_without_a_file_write_nothing(used_root, tmp_path):
+    project = write_project(tmp_path / "proj")
+    keys_in_process(used_root, project, n=3)
+    assert not (used_root / "v1" / "code").exists()
+    # kernels exec'd from a string: no file of their own, nothing remembered
+    text = (project / "kernels.py").read_text()
+    (project / "kernels.py").write_text("exec(compile(" + repr(text) + ", '<string>', 'exec'))\n")
+    run = keys_in_process(used_root, project)
+    assert len(run["keys"]) == N and not (used_root / "v1" / "code").exists()
+
+
+def test_clear_removes_the_memo(remembered):
+    root, project, _keys = remembered
+    proc = subprocess.run([sys.executable, "-m", "kcache", "clear", "--yes", "--dir", str(root)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert list((root / "v1" / "code").iterdir()) == []
+
+
+def test_a_file_keeps_what_its_writer_used_and_made_and_the_newest_rest():
+    from kcache.dispatcher.fingerprint import remembered as R
+    used = {b"u%d" % i for i in range(300)}
+    new = {b"n0": R._code._CodeInfo("0" * 32, ())}
+    old = {b"r%d" % i: ["1" * 32, b"\x90"] for i in range(2000)}
+    old.update({b"u%d" % i: ["2" * 32, b"\x90"] for i in range(300)})
+    kept = R._records(old, 300, used, new)  # 300 kernels keyed: room for 1,200
+    assert len(kept) == 1200
+    assert all(b"u%d" % i in kept for i in range(300)) and b"n0" in kept
+    assert b"r1999" in kept and b"r0" not in kept  # the newest of the rest

@@ -3,28 +3,33 @@ costs less).
 
 A kernel's first fingerprint in a process analyses its code object: the digest of its content
 and the global and closure chains its bytecode reads (:mod:`.code`), a pure function of the
-code object and a fifth of the key (docs/keys.md, "Code analyses remembered"). Each analysis
-made is kept in ``<root>/v1/code/<digest of the source file's name>.msgpack``, a map from the
-BLAKE2b-128 of ``marshal.dumps(code, 2)`` (every byte of the code object: bytecode, constants
-and nested code, names, file name, line table) to the analysis, under a tag of kcache's
-version, Python's and the analysing code's own content; a later process reads it instead of
-analysing again. Exact: equal marshal bytes are an equal code object, and a file of another
-tag is not read.
+code object and a fifth of the key (docs/keys.md, "Code analyses remembered"). The analyses
+of a source file's kernels are kept in ``<root>/v1/code/<digest of the tag and the file's
+name>.msgpack``, a map from the BLAKE2b-128 of ``marshal.dumps(code, 2)`` (every byte of the
+code object: bytecode, constants and nested code, names, file name, line table) to the
+analysis. The tag is kcache's version, Python's, msgpack's and the source of the modules that
+analyse (code, bytecode, model): a change to any of them is another tag, so another file.
+Exact: equal marshal bytes are an equal code object.
 
 Trust: kept in and read from the writable root of the store the key is made for, never from a
 read-only layer, a bundle or a remote, where a planted analysis could drop a callee from a key.
-Read as every file of a root (a regular file passing the root's trust check, through the
-folder's descriptor, never a symlink, at most :data:`MAX_BYTES`, decoding bounded); a record is
-checked for shape when it is used; anything wrong is a miss of the memo (the code is analysed),
-never an error. Read once it pays: from the :data:`READ_FROM`-th kernel of a source file a
-process fingerprints (one that uses a kernel or two of a large module reads nothing). Written
-at exit, atomically, when the process made analyses the file lacks; a warm process writes
-nothing.
+Read as every file of a root (a regular file passing the root's trust check, through its
+folder's descriptor, checked against the folder's path first, never a symlink, at most
+:data:`MAX_BYTES`, decoding bounded); a record is checked for shape when it is used; anything
+wrong is a miss of the memo (the code is analysed), never an error.
+
+Bounded: a file is read, and written, only for a source file of which the process keyed
+:data:`READ_FROM` kernels or more (one that uses a kernel or two of a module reads and writes
+nothing), never for code without a file (``<string>``, ``<stdin>``); it is written at exit,
+atomically, when the process made analyses it lacks (a warm process writes nothing), keeping
+the records the process used and made and, of the others, the newest, up to
+:func:`_kept` records; ``kcache clear`` removes the files.
 """
 from __future__ import annotations
 
 import atexit
 import hashlib
+import importlib.util
 import marshal
 import os
 import sys
@@ -38,15 +43,16 @@ from kcache.disk import fsio
 from kcache.disk.layout import CODE, code_memo_name
 from kcache.entry.format import _unpack
 
-from .. import bytecode
 from ..process import STATE
 from . import code as _code
 
-MAX_BYTES = 8 << 20  # a memo file read: 1,000 kernels' analyses take about 150 KB
-MAX_RECORDS = 20_000  # analyses kept per source file (the newest)
-READ_FROM = 4  # the kernel of a source file, in a process, from which its memo is read
+MAX_BYTES = 8 << 20  # a memo file read: 1,000 kernels' analyses take about 100 KB
+READ_FROM = 4  # kernels of a source file a process keys before its memo is read or written
 _MAX_CHAINS = 4096  # references of one code object
 _MAX_TEXT = 1024  # characters of a name
+#: The modules whose code makes an analysis: their source is in the tag.
+_ANALYSERS = ("kcache.dispatcher.fingerprint.code", "kcache.dispatcher.bytecode",
+              "kcache.dispatcher.fingerprint.model")
 
 
 def memo_of(store) -> "CodeMemo | None":
@@ -67,13 +73,14 @@ def memo_of(store) -> "CodeMemo | None":
 
 
 class _File:
-    """The memo of one source file: ``seen`` kernels so far, ``table`` (digest -> raw record)
-    once read, ``new`` analyses made here that it lacks (digest -> ``_CodeInfo``)."""
+    """The memo of one source file: ``seen`` kernels keyed so far, ``table`` (digest -> raw
+    record) once read, ``used`` digests of its records used here, ``new`` analyses made here
+    that it lacks (digest -> ``_CodeInfo``)."""
 
-    __slots__ = ("seen", "table", "new")
+    __slots__ = ("seen", "table", "used", "new")
 
     def __init__(self):
-        self.seen, self.table, self.new = 0, None, {}
+        self.seen, self.table, self.used, self.new = 0, None, set(), {}
 
 
 class CodeMemo:
@@ -90,20 +97,22 @@ class CodeMemo:
     def info(self, code) -> "_code._CodeInfo":
         """The analysis of ``code`` (a kernel's code object): remembered, or made (and kept
         for the file written at exit)."""
-        digest = _digest(code)
+        source = code.co_filename
+        digest = None if source.startswith("<") else _digest(code)
         if digest is None:
             return _code._code_info_once(code)
         with self._lock:
-            found = self._files.get(code.co_filename)
+            found = self._files.get(source)
             if found is None:
-                found = self._files[code.co_filename] = _File()
+                found = self._files[source] = _File()
             found.seen += 1
             if found.table is None and found.seen >= READ_FROM:
-                found.table = self._read(code.co_filename)
-                found.new = {d: r for d, r in found.new.items() if d not in found.table}
+                found.table = self._read(source)
+                found.new = {d: i for d, i in found.new.items() if d not in found.table}
             record = found.table.get(digest) if found.table else None
         info = self._usable(record) if record is not None else None
         if info is not None:
+            found.used.add(digest)
             return info
         info = _code._code_info_once(code)
         found.new[digest] = info  # packed when written: one dict store here
@@ -126,57 +135,77 @@ class CodeMemo:
                 self._chains[packed] = chains
         return _code._CodeInfo(digest, chains)
 
+    def _folder(self, store, create: bool = False) -> int:
+        """The descriptor of the root's ``v1/code``, checked against its path first (a folder
+        swapped for a symlink since it was opened is walked again: never followed). OSError."""
+        dirs = store.local.dirs
+        dirs.check(CODE)
+        return dirs.folder(CODE, create=create)
+
     def _read(self, source_file: str) -> dict:
         """The records of ``source_file``'s memo in this root ({} when there is none or it
         cannot be used)."""
-        store = self._store()
-        if store is None:
+        store, tag = self._store(), _tag()
+        if store is None or tag is None:
             return {}
         try:
-            folder = store.local.dirs.folder(CODE)
-            raw, _st = fsio.read_regular(code_memo_name(source_file), MAX_BYTES, dir_fd=folder,
-                                         trust=store.local.trust)
+            raw, _st = fsio.read_regular(code_memo_name(source_file, tag), MAX_BYTES,
+                                         dir_fd=self._folder(store), trust=store.local.trust)
             data = _unpack(raw)
         except Exception:  # absent, refused, unreadable or not msgpack: analysed instead
             return {}
-        if type(data) is not dict or data.get("tag") != _tag() or type(data.get("records")) \
+        if type(data) is not dict or data.get("tag") != tag or type(data.get("records")) \
                 is not dict:
             return {}
         return data["records"]
 
     def flush(self) -> None:
         """Write the analyses made here that the root's files lack (at exit). Never raises."""
-        store = self._store()
+        store, tag = self._store(), _tag()
         with self._lock:
-            pending = {name: f.new for name, f in self._files.items() if f.new}
+            pending = {name: (f.seen, f.used, f.new) for name, f in self._files.items()
+                       if f.new and f.seen >= READ_FROM}
             for f in self._files.values():
                 f.new = {}
-        if store is None or not pending or not store.writable or store.disabled:
+        if store is None or tag is None or not pending or not store.writable or store.disabled:
             return
         try:
-            # A root that exists (the memo never creates one); its bucket may come later in
-            # this exit (the counters' flush, another exit handler) or now.
-            store.local.dirs.folder("")
-            folder = store.local.dirs.folder(CODE, create=True)
+            store.local.dirs.folder("")  # a root that exists: the memo never creates one
+            folder = self._folder(store, create=True)
         except OSError:
             return
-        for source_file, new in pending.items():
+        for source_file, (seen, used, new) in pending.items():
             old = self._read(source_file)
             if all(d in old for d in new):
                 continue  # another process wrote them meanwhile
-            records = {**old, **{d: [i.digest, _pack_chains(i.chains)] for d, i in new.items()}}
-            if len(records) > MAX_RECORDS:  # the newest kept
-                records = dict(list(records.items())[-MAX_RECORDS:])
-            data = msgpack.packb({"tag": _tag(), "records": records}, use_bin_type=True)
+            data = msgpack.packb({"tag": tag, "records": _records(old, seen, used, new)},
+                                 use_bin_type=True)
             try:
-                fsio.publish(folder, code_memo_name(source_file), data,
+                fsio.publish(folder, code_memo_name(source_file, tag), data,
                              store.local.file_mode, fsync=False)
             except OSError:
                 return  # a full or read-only root: the memo is only a speed-up
 
 
+def _kept(seen: int) -> int:
+    """Records a file keeps, written by a process that keyed ``seen`` kernels of it: room for
+    edits and for other programs' kernels of the module, without growing for good."""
+    return max(4 * seen, 1024)
+
+
+def _records(old: dict, seen: int, used: set, new: dict) -> dict:
+    """What a file holds next, written by a process that keyed ``seen`` kernels of it, used
+    the records ``used`` and made ``new``: the records it neither used nor made, newest
+    last, then those it used, then those it made, the oldest dropped beyond :func:`_kept`."""
+    made = {d: [i.digest, _pack_chains(i.chains)] for d, i in new.items()}
+    used = {d: r for d, r in old.items() if d in used and d not in made}
+    rest = [(d, r) for d, r in old.items() if d not in used and d not in made]
+    room = max(_kept(seen) - len(used) - len(made), 0)
+    return {**dict(rest[max(len(rest) - room, 0):] if room else []), **used, **made}
+
+
 def _digest(code) -> bytes | None:
-    try:  # version 2: no back-references, so equal code objects give equal bytes
+    try:  # version 2: no back-references, so the bytes do not depend on reference counts
         return hashlib.blake2b(marshal.dumps(code, 2), digest_size=16).digest()
     except ValueError:  # a constant marshal cannot write (code made at run time)
         return None
@@ -209,21 +238,24 @@ def _pack_chains(chains) -> bytes:
     return msgpack.packb([[k, n, list(a)] for k, n, a in chains], use_bin_type=True)
 
 
-def _tag() -> str:
-    """What the records of a file are valid for: kcache's version, Python's, and the content
-    of the code that analyses (a change to it without a new version is another tag)."""
+def _tag() -> str | None:
+    """What the records of a file are valid for (read once per process): kcache's version,
+    Python's, msgpack's, and the source of the modules that analyse; None (no memo) when a
+    source cannot be read (an install without ``.py`` files)."""
     tag = STATE.keys.code_memo_tag
     if tag is None:
-        parts = [__version__, sys.version, marshal.version]
-        for module in (_code, bytecode):
-            for name in sorted(vars(module)):
-                value = vars(module)[name]
-                if getattr(value, "__module__", None) == module.__name__ and \
-                        hasattr(value, "__code__"):
-                    parts.append(_code._code_info_once(value.__code__).digest)
-        tag = STATE.keys.code_memo_tag = hashlib.blake2b(
-            repr(parts).encode(), digest_size=16).hexdigest()
-    return tag
+        parts = [__version__.encode(), sys.version.encode(), repr(msgpack.version).encode(),
+                 str(marshal.version).encode()]
+        try:
+            for name in _ANALYSERS:
+                with open(importlib.util.find_spec(name).origin, "rb") as f:
+                    parts.append(f.read())
+        except (OSError, AttributeError, TypeError, ImportError):
+            tag = ""
+        else:
+            tag = hashlib.blake2b(b"\0".join(parts), digest_size=16).hexdigest()
+        STATE.keys.code_memo_tag = tag
+    return tag or None
 
 
 def _flush_all() -> None:

@@ -97,11 +97,16 @@ def entry_name(key: str) -> str:
     return f"{key}{SUFFIX}"
 
 
-def code_memo_name(source_file: str) -> str:
+def code_memo_name(source_file: str, tag: str) -> str:
     """The file in :data:`CODE` of the code analyses of ``source_file`` (a code object's
-    ``co_filename``): a digest of the name, so no name a program gives reaches the disk."""
-    data = source_file.encode("utf-8", "surrogatepass")
+    ``co_filename``) valid for ``tag``: a digest of both, so no name a program gives reaches
+    the disk, and processes of two tags (two Pythons sharing a root) keep a file each."""
+    data = f"{tag}\0{source_file}".encode("utf-8", "surrogatepass")
     return hashlib.blake2b(data, digest_size=16).hexdigest() + ".msgpack"
+
+
+#: A file of :data:`CODE` (what ``kcache clear`` removes there).
+CODE_MEMO_RE = re.compile(r"[0-9a-f]{32}\.msgpack")
 
 
 def quarantine_name(key: str) -> str:

@@ -488,7 +488,7 @@ class Store:
         ``failed`` (a NotRemoved per entry left in place: busy lock, not a regular file,
         newer format, OS error such as EROFS). Goes on past failing entries; totals are
         updated for exactly the files removed. Files whose names are not entry names are
-        never touched. kcache's own old temp files are swept."""
+        never touched. kcache's own old temp files and remembered code analyses go too."""
         return _maintenance().clear(self._housekeeping())
 
     # -- eviction / maintenance ---------------------------------------------------------------------

@@ -151,6 +151,7 @@ def clear(house: Housekeeping) -> RemoveReport:
     finally:
         batch.write()
     sweep_temp(house)  # only old ones: a fresh temp file belongs to a running put
+    house.local.remove_code_memos()  # what keys remembered (kcache.dispatcher): a clean slate
     return RemoveReport(removed, freed, failed)
 
 

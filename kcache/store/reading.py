@@ -39,8 +39,8 @@ def verify_bytes(key: str, data: bytes, *, hit: bool = False,
     why = artifacts.problem(ent.artifacts, ent.meta)
     if why is not None:
         raise CorruptEntry(why, "artifacts")
-    # Bytes judged without their own checksums are not what a whole check accepted.
-    VERIFIED.remember(key, data, whole=not hit and not intact)
+    if not intact:  # a verdict without the entry's own checksums is not for other reads
+        VERIFIED.remember(key, data, whole=not hit)
     return header, ent
 
 

@@ -26,9 +26,9 @@ from ..disk import fsio
 from ..entry.format import (FORMAT_VERSION, MAGIC, MAX_FILE, PREFIX_SIZE, check_head, decode_header,
                             envelope_sum_holds, parse_prefix)
 from ..errors import CorruptEntry
-from ..disk.layout import (BUCKET, CACHEDIR_TAG, ENTRIES, LOCKS, QUARANTINE, STATS, Layout, entry_key,
-                     entry_name, folder_listing, quarantine_name, QUARANTINE_RE, scan,
-                     warn_symlink)
+from ..disk.layout import (BUCKET, CACHEDIR_TAG, CODE, CODE_MEMO_RE, ENTRIES, LOCKS, QUARANTINE,
+                           STATS, Layout, entry_key, entry_name, folder_listing, quarantine_name,
+                           QUARANTINE_RE, scan, warn_symlink)
 from ..disk.paths import RootDirs
 from .tier import Blob
 from ..warn import warn_once
@@ -424,6 +424,19 @@ class LocalTier:
         for name, st in folder_listing(self.dirs, QUARANTINE):
             if QUARANTINE_RE.fullmatch(name) and (st.st_uid == self.trust.uid or self.trust.file_ok(st)):
                 yield self.layout.quarantine, name, st
+
+    def code_memos(self) -> Iterator[tuple[Path, str, os.stat_result]]:
+        """Files in ``v1/code/`` (the code analyses kcache.dispatcher remembers for keys)
+        named as kcache names them, owned by this user (or its group in shared mode): (folder,
+        name, lstat)."""
+        for name, st in folder_listing(self.dirs, CODE):
+            if CODE_MEMO_RE.fullmatch(name) and stat.S_ISREG(st.st_mode) and \
+                    (st.st_uid == self.trust.uid or self.trust.file_ok(st)):
+                yield self.layout.code, name, st
+
+    def remove_code_memos(self) -> tuple[int, int]:
+        """Remove every file of :meth:`code_memos`; (files, bytes)."""
+        return self._sweep(self.code_memos(), -1.0, False)
 
     def sweep_quarantine(self, max_age: float, *, dry_run: bool = False) -> tuple[int, int]:
         """Remove quarantined files older than ``max_age`` seconds; (files, bytes)."""
