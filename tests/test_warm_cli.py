@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -447,7 +448,9 @@ def test_a_module_that_fails_to_import_is_a_row_naming_its_line(tmp_path):
                     home=tmp_path / "home", expect_rc=1)
     [row] = doc["results"]
     assert row["status"] == "failed"
-    assert row["reason"].startswith("cannot import typo (typo.py:4): NameError: name 'flaot32'")
+    # the decorator's line (Python 3.11+) or the def's (3.10 reports a decorator call there)
+    assert re.match(r"cannot import typo \(typo\.py:[45]\): NameError: name 'flaot32'",
+                    row["reason"]), row["reason"]
 
 
 def test_an_unknown_frontend_is_one_line_naming_what_is_accepted(tmp_path):
