@@ -25,9 +25,14 @@ def untrusted(root, dirs, shared: bool) -> dict[str, str]:
 
     from kcache.disk.fsio import Trust
     from kcache.store.layers import make_layer
+    from kcache.tiers.local import LocalTier
     trust = Trust(bool(shared))
+    # the root is a folder (made on first write: its absence is no problem), never a layer
     out = {}
-    for path in (str(root), *dirs):  # a layer may be a bundle file (1: its size is not read)
+    problem = LocalTier(Path(root), writable=True, trust=trust).trust_problem()
+    if problem is not None:
+        out[str(root)] = problem
+    for path in dirs:  # a layer may be a bundle file (1: its size is not read)
         problem = make_layer(Path(path), trust, 1).trust_problem()
         if problem is not None:
             out.setdefault(path, problem)

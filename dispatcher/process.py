@@ -142,8 +142,8 @@ class ProcessState:
     Memos, each checked or keyed so that a change is seen: ``keys`` (:class:`KeyMemo`);
     ``fingerprints``, a front-end's registries -> its :class:`FingerprintMemo`;
     ``code_info``, code object -> its analysis (``fingerprint.code``: the same for every
-    front-end); ``code_memos``, a store -> its code analyses remembered across processes
-    (``fingerprint.remembered``); ``extensions`` (:class:`ExtensionMemo`); ``guard``
+    front-end); ``code_memos``, a writable root's path -> its code analyses remembered
+    across processes (``fingerprint.remembered``); ``extensions`` (:class:`ExtensionMemo`); ``guard``
     (:class:`GuardTables`).
 
     ``warm_runner``: in a ``kcache warm`` worker process, its task runner (``warm``)."""
@@ -174,7 +174,7 @@ class ProcessState:
         self.keys = KeyMemo()
         self.fingerprints: dict = {}
         self.code_info = weakref.WeakKeyDictionary()
-        self.code_memos = weakref.WeakKeyDictionary()
+        self.code_memos: dict = {}
         self.extensions = ExtensionMemo()
         self.guard = GuardTables()
         self.warm_runner = None

@@ -245,7 +245,7 @@ HOSTILE = {
     "zstd-bomb-v2": (lambda: v2(zeros_zstd(64 * MiB), plain=4096, flags=bundle.ZSTD), "decompresses to more than 4096"),
     "zstd-bomb-v2-declared": (lambda: v2(zeros_zstd(64 * MiB), plain=64 * MiB, flags=bundle.ZSTD),
                               "says it decompresses to 67108864 bytes"),
-    "header-60MiB-of-{}": (lambda: v2(b"", head=b"\xdd\x03\xc0\x00\x00" + b"\x80" * (60 * MiB)), "header in a"),
+    "header-60MiB-of-{}": (lambda: v2(b"", head=b"\xdd\x03\xc0\x00\x00" + b"\x80" * (60 * MiB)), "does not fit its"),
     "header-not-msgpack": (lambda: v2(b"", head=b"\xc1"),
                            "its header is not a msgpack map (bytes that are not msgpack): refused"),
     "header-an-integer": (lambda: v2(b"", head=b"\x01"), "its header is not a msgpack map (it is an integer)"),

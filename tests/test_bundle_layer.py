@@ -131,6 +131,19 @@ def test_a_first_serve_hashes_each_byte_of_an_entry_once(src, tmp_path, monkeypa
     assert 3000 <= sum(n for n in hashed if n > 1000) < size  # the cubin's own sum
 
 
+def test_a_refused_layer_says_what_is_accepted_once(src, tmp_path):
+    root, keys = src
+    path = tmp_path / "b.kcb"
+    write_bundle(path, items(root, keys), version=3)
+    with open(path, "r+b") as f:  # its index no longer fits: refused when opened
+        f.truncate(200)
+    warn.reset()
+    with pytest.warns(KcacheWarning) as caught:
+        assert Store(tmp_path / "dst", readonly_dirs=[path]).get(keys[0]) is None
+    [line] = [str(w.message) for w in caught if "is not used" in str(w.message)]
+    assert "truncated or damaged" in line and line.count("accepted:") == 1, line
+
+
 def test_signed_bundle_layer_and_the_secret(src, tmp_path, monkeypatch):
     root, keys = src
     signed, unsigned = tmp_path / "s.kcb", tmp_path / "u.kcb"

@@ -221,6 +221,14 @@ def test_dir_json_and_plain(cache, tmp_path):
     assert kc_json_env("dir", env={"KCACHE_DIR": str(root)})["root"] == str(root)
 
 
+def test_dir_of_a_root_not_made_yet_warns_of_no_layer(tmp_path):
+    # the writable root is made on first write: its absence is no missing read-only layer
+    root = tmp_path / "not-yet"
+    done = kc("dir", root=root, process=True)
+    assert done.returncode == 0 and done.stdout.splitlines()[0] == str(root)
+    assert "read-only layer" not in done.stderr, done.stderr
+
+
 def kc_json_env(*args, env):
     done = kc(*args, "--json", env=env)
     assert done.returncode == 0, done.stderr

@@ -51,7 +51,9 @@ CHILD = textwrap.dedent('''
     _code._code_info_once = counted
     store = Store(root, readonly_dirs=[layer] if layer else [])
     arr = types.Array(types.float32, 1, "C")
-    keys = [kernel_key(FRONTEND, k, (arr, arr), (9, 0), store=store)[0]
+    per_key = os.environ.get("STORE_PER_KEY")  # as compile_for makes a store per call
+    keys = [kernel_key(FRONTEND, k, (arr, arr), (9, 0),
+                       store=Store(root) if per_key else store)[0]
             for k in kernels.KERNELS[:int(sys.argv[4])]]
     if os.environ.get("SWAP_TO"):  # a group member swaps v1 for a symlink before the exit
         os.rename(os.path.join(root, "v1"), os.path.join(os.environ["SWAP_TO"], "v1"))
@@ -320,3 +322,11 @@ def test_a_file_keeps_what_its_writer_used_and_made_and_the_newest_rest():
     assert len(kept) == 1200
     assert all(b"u%d" % i in kept for i in range(300)) and b"n0" in kept
     assert b"r1999" in kept and b"r0" not in kept  # the newest of the rest
+
+
+def test_a_store_per_key_shares_the_roots_memo(used_root, tmp_path):
+    # kcache.compile_for without store= makes a Store per call: the memo is the root's
+    project = write_project(tmp_path / "proj")
+    first = keys_in_process(used_root, project, env={"STORE_PER_KEY": "1"})
+    again = keys_in_process(used_root, project, env={"STORE_PER_KEY": "1"})
+    assert again["keys"] == first["keys"] and again["analysed"] == ["k0", "k1", "k2"]

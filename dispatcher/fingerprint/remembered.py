@@ -13,8 +13,8 @@ Exact: equal marshal bytes are an equal code object.
 
 Trust: kept in and read from the writable root of the store the key is made for, never from a
 read-only layer, a bundle or a remote, where a planted analysis could drop a callee from a key.
-Read as every file of a root (a regular file passing the root's trust check, through its
-folder's descriptor, checked against the folder's path first, never a symlink, at most
+Read as every file of a root (a regular file passing the root's trust check, through the
+folders walked afresh from the root, never through a symlink below it, at most
 :data:`MAX_BYTES`, decoding bounded); a record is checked for shape when it is used; anything
 wrong is a miss of the memo (the code is analysed), never an error.
 
@@ -34,13 +34,13 @@ import marshal
 import os
 import sys
 import threading
-import weakref
 
 import msgpack
 
 from kcache import __version__
 from kcache.disk import fsio
 from kcache.disk.layout import CODE, code_memo_name
+from kcache.disk.paths import RootDirs
 from kcache.entry.format import _unpack
 
 from ..process import STATE
@@ -56,19 +56,18 @@ _ANALYSERS = ("kcache.dispatcher.fingerprint.code", "kcache.dispatcher.bytecode"
 
 
 def memo_of(store) -> "CodeMemo | None":
-    """The :class:`CodeMemo` of ``store``'s writable root in this process, or None when the
-    store has no trusted root (or is disabled)."""
+    """The :class:`CodeMemo` of ``store``'s writable root in this process (one per root, so
+    the stores ``compile_for`` makes call by call share it), or None when the store has no
+    trusted root (or is disabled)."""
     if store is None or not getattr(store, "trusted", False) or getattr(store, "disabled", False):
         return None
     local = getattr(store, "local", None)
     if getattr(local, "dirs", None) is None:
         return None
-    try:
-        memo = STATE.code_memos.get(store)
-        if memo is None:
-            memo = STATE.code_memos.setdefault(store, CodeMemo(store))
-    except TypeError:  # a store that is not weak-referenceable: no memo
-        return None
+    root = str(local.root)
+    memo = STATE.code_memos.get(root)
+    if memo is None:
+        memo = STATE.code_memos.setdefault(root, CodeMemo(local))
     return memo
 
 
@@ -84,10 +83,13 @@ class _File:
 
 
 class CodeMemo:
-    """The remembered code analyses of one store's writable root, for this process."""
+    """The remembered code analyses of one writable root, for this process. ``local``: the
+    root's LocalTier, of which its path, trust check and modes are kept (not the tier: its
+    folders are walked afresh at each read and write, so none is held open)."""
 
-    def __init__(self, store):
-        self._store = weakref.ref(store)
+    def __init__(self, local):
+        self._root, self._trust = local.root, local.trust
+        self._dir_mode, self._file_mode = local.dir_mode, local.file_mode
         self._files: dict[str, _File] = {}
         self._lock = threading.Lock()
         # packed chains -> their tuple, checked: the kernels of a module mostly read the same
@@ -135,22 +137,21 @@ class CodeMemo:
                 self._chains[packed] = chains
         return _code._CodeInfo(digest, chains)
 
-    def _folder(self, store, create: bool = False) -> int:
-        """The descriptor of the root's ``v1/code``, checked against its path first (a folder
-        swapped for a symlink since it was opened is walked again: never followed). OSError."""
-        dirs = store.local.dirs
-        dirs.check(CODE)
-        return dirs.folder(CODE, create=create)
+    def _dirs(self) -> RootDirs:
+        """The root's folders, walked afresh (kcache.disk.paths: never through a symlink below
+        the root, so a folder swapped for one since is not followed); closed when dropped."""
+        return RootDirs(self._root, self._dir_mode)
 
-    def _read(self, source_file: str) -> dict:
+    def _read(self, source_file: str, dirs: RootDirs | None = None) -> dict:
         """The records of ``source_file``'s memo in this root ({} when there is none or it
         cannot be used)."""
-        store, tag = self._store(), _tag()
-        if store is None or tag is None:
+        tag = _tag()
+        if tag is None:
             return {}
+        dirs = dirs or self._dirs()
         try:
             raw, _st = fsio.read_regular(code_memo_name(source_file, tag), MAX_BYTES,
-                                         dir_fd=self._folder(store), trust=store.local.trust)
+                                         dir_fd=dirs.folder(CODE), trust=self._trust)
             data = _unpack(raw)
         except Exception:  # absent, refused, unreadable or not msgpack: analysed instead
             return {}
@@ -160,29 +161,31 @@ class CodeMemo:
         return data["records"]
 
     def flush(self) -> None:
-        """Write the analyses made here that the root's files lack (at exit). Never raises."""
-        store, tag = self._store(), _tag()
+        """Write the analyses made here that the root's files lack (at exit; a root that
+        cannot be written is left as it is). Never raises."""
+        tag = _tag()
         with self._lock:
             pending = {name: (f.seen, f.used, f.new) for name, f in self._files.items()
                        if f.new and f.seen >= READ_FROM}
             for f in self._files.values():
                 f.new = {}
-        if store is None or tag is None or not pending or not store.writable or store.disabled:
+        if tag is None or not pending:
             return
+        dirs = self._dirs()
         try:
-            store.local.dirs.folder("")  # a root that exists: the memo never creates one
-            folder = self._folder(store, create=True)
+            dirs.folder("")  # a root that exists: the memo never creates one
+            folder = dirs.folder(CODE, create=True)
         except OSError:
             return
         for source_file, (seen, used, new) in pending.items():
-            old = self._read(source_file)
+            old = self._read(source_file, dirs)
             if all(d in old for d in new):
                 continue  # another process wrote them meanwhile
             data = msgpack.packb({"tag": tag, "records": _records(old, seen, used, new)},
                                  use_bin_type=True)
             try:
-                fsio.publish(folder, code_memo_name(source_file, tag), data,
-                             store.local.file_mode, fsync=False)
+                fsio.publish(folder, code_memo_name(source_file, tag), data, self._file_mode,
+                             fsync=False)
             except OSError:
                 return  # a full or read-only root: the memo is only a speed-up
 

@@ -136,8 +136,9 @@ class BundleLayer:
 
     def _refuse(self, why: str) -> None:
         self.problem = why
+        tail = "" if "accepted:" in why else f" (accepted: {ACCEPTED})"  # said once only
         warn_once(f"layer:{self.name}", f"kcache: the read-only layer {self.name} is not used: "
-                  f"{why} (accepted: {ACCEPTED})")
+                  f"{why}{tail}")
 
     def _unchanged(self) -> bool:
         """True while the open file is as it was opened (size, mtime, identity); else warned

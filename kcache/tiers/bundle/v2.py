@@ -181,8 +181,9 @@ def _open_v2(path: Path, fd: int, size: int, head: bytes, secret: bytes | None,
                           "with the same KCACHE_SECRET or --secret-file)")
     body = size - TAG_SIZE  # bytes the trailer covers
     if header_len > MAX_HEADER or body < PREFIX.size + header_len:
-        raise BundleError(f"{path} is truncated or damaged: a {header_len}-byte header in a "
-                          f"{size}-byte file (accepted: at most {MAX_HEADER} bytes)")
+        raise BundleError(f"{path} is truncated or damaged: its header ({header_len} bytes) "
+                          f"does not fit its {size} bytes (accepted: at most {MAX_HEADER} "
+                          "bytes)")
     if secret is not None:
         found.fd = _verified_copy(path, fd, body, secret, memory)
         found.owned.append(found.fd)

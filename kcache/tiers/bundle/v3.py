@@ -164,9 +164,9 @@ def open_index(path: Path, fd: int, size: int, secret: bytes | None) -> Index:
         raise BundleError(f"{path} is not signed, and a secret is set: refused (export it "
                           "with the same KCACHE_SECRET or --secret-file)")
     if hlen > MAX_HEADER or ilen > MAX_INDEX or PREFIX.size + hlen + ilen + TAG_SIZE > size:
-        raise BundleError(f"{path} is truncated or damaged: a {hlen}-byte header and a "
-                          f"{ilen}-byte index in a {size}-byte file (accepted: at most "
-                          f"{MAX_HEADER} and {MAX_INDEX} bytes, inside the file)")
+        raise BundleError(f"{path} is truncated or damaged: its header ({hlen} bytes) and "
+                          f"index ({ilen} bytes) do not fit its {size} bytes (accepted: at "
+                          f"most {MAX_HEADER} and {MAX_INDEX} bytes, inside the file)")
     body = pread_exact(fd, hlen + ilen + TAG_SIZE, PREFIX.size)
     if len(body) != hlen + ilen + TAG_SIZE:
         raise BundleError(f"{path} shrank while it was read: refused")
