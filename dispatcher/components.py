@@ -26,7 +26,8 @@ from kcache.keys import CanonicalMap, canonical_map, packed_map
 from kcache.text import cut
 
 from .extensions import extensions_component
-from .fingerprint import Uncacheable, digest_of, fingerprint, line_digest, value_digest
+from .fingerprint import (Uncacheable, describe, digest_of, fingerprint, line_digest,
+                          named_by_library, value_digest)
 from .numba_config import (IN_KEY, IN_KEY_WHEN_CHANGED, WARNINGS_IN_KEY, bypass_reason,
                            config_component, settings_values)
 from .process import STATE
@@ -186,13 +187,23 @@ def _config(config):
 
 def _options(targetoptions: dict, registries):
     # msgpack bytes tell True from 1 and a str from bytes, as the encoding does; options
-    # msgpack cannot pack (extensions, an inline cost model, sets) go the long way.
+    # msgpack cannot pack (extensions, a user's inline cost model, sets) go the long way.
     make = lambda: _shared("options", encode_options(dict(targetoptions), registries))  # noqa: E731
     try:
-        raw = msgpack.packb(targetoptions, use_bin_type=True)
+        raw = msgpack.packb(targetoptions, use_bin_type=True, default=_by_library_name)
     except (TypeError, ValueError, OverflowError):
         return make()
     return _remembered(("options", raw), make)
+
+
+def _by_library_name(value):
+    """msgpack's ``default`` for :func:`_options`' memo: a library's object that the key
+    names by module and qualname alone (numba-cuda-mlir's default ``inline`` cost model, in
+    every kernel's options: docs/keys.md) as that name, in an ext type no plain value packs
+    to; TypeError for anything else (its encoding reads its content)."""
+    if named_by_library(value):
+        return msgpack.ExtType(1, describe(value).encode("utf-8", "surrogatepass"))
+    raise TypeError(f"{type(value).__name__} is encoded by its content")
 
 
 def prepare_shared(frontend, targetoptions: dict | None = None) -> None:

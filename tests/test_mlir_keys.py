@@ -185,6 +185,26 @@ def test_what_is_no_code_is_not_in_the_key(options):
     assert key(_kernel()) == key(_kernel(**options))
 
 
+def test_a_user_inline_cost_model_counts_by_content_the_default_by_name(monkeypatch):
+    # The default cost model (a library function) is remembered by its name with the other
+    # options (encoded once, not at each key); a user's is encoded by its content, every
+    # time, so an edit of its body is seen.
+    from kcache.dispatcher import components
+    registries = FRONTEND.registries()
+    plain = FRONTEND.key_targetoptions(_kernel())
+    first = components._options(plain, registries)
+    encoded = []
+    real = components.encode_options
+    monkeypatch.setattr(components, "encode_options",
+                        lambda *a: encoded.append(1) or real(*a))
+    assert components._options(plain, registries) is first and encoded == []
+    ns: dict = {}
+    exec("def cost(expr, caller, callee):\n    return True\n", ns)
+    first = key(_kernel(inline=ns["cost"]))
+    exec("def cost(expr, caller, callee):\n    return False\n", ns)
+    assert key(_kernel(inline=ns["cost"])) != first != key(_kernel())
+
+
 def test_the_chip_numba_cuda_mlir_resolved_is_not_the_one_keyed():
     """``_resolve_target_options`` writes the device's chip into targetoptions at each
     compile, and later compiles read it there (as without kcache, it stays): the key takes
