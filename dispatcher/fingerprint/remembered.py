@@ -2,14 +2,16 @@
 costs less).
 
 A kernel's first fingerprint in a process analyses its code object: the digest of its content
-and the global and closure chains its bytecode reads (:mod:`.code`), a pure function of the
-code object and a fifth of the key (docs/keys.md, "Code analyses remembered"). The analyses
-of a source file's kernels are kept in ``<root>/v1/code/<digest of the tag and the file's
-name>.msgpack``, a map from the BLAKE2b-128 of ``marshal.dumps(code, 2)`` (every byte of the
-code object: bytecode, constants and nested code, names, file name, line table) to the
-analysis. The tag is kcache's version, Python's, msgpack's and the source of the modules that
-analyse (code, bytecode, model): a change to any of them is another tag, so another file.
-Exact: equal marshal bytes are an equal code object.
+(bytecode, constants and nested code, names, counts and flags: ``code._code_payload``) and the
+global and closure chains its bytecode reads (:mod:`.code`), about a fifth of the key
+(docs/keys.md, "Code analyses remembered"). The chains, half of that work, are a pure
+function of that content, so they are kept under its digest: the chains of a source file's
+kernels in ``<root>/v1/code/<digest of the tag and the file's name>.msgpack``, a map from a
+code object's content digest to its chains, read by a later process instead of scanning the
+bytecode again. The tag is kcache's version, Python's, msgpack's, and the source of the
+modules that analyse (code, bytecode, model) and of this one: a change to any of them is
+another tag, so another file. Exact: the digest is made afresh from the code object each time,
+and the chains are what the scan gives for that content.
 
 Trust: kept in and read from the writable root of the store the key is made for, never from a
 read-only layer, a bundle or a remote, where a planted analysis could drop a callee from a key.
@@ -30,7 +32,6 @@ from __future__ import annotations
 import atexit
 import hashlib
 import importlib.util
-import marshal
 import os
 import sys
 import threading
@@ -50,9 +51,9 @@ MAX_BYTES = 8 << 20  # a memo file read: 1,000 kernels' analyses take about 100 
 READ_FROM = 4  # kernels of a source file a process keys before its memo is read or written
 _MAX_CHAINS = 4096  # references of one code object
 _MAX_TEXT = 1024  # characters of a name
-#: The modules whose code makes an analysis: their source is in the tag.
+#: The modules whose code makes an analysis or its records: their source is in the tag.
 _ANALYSERS = ("kcache.dispatcher.fingerprint.code", "kcache.dispatcher.bytecode",
-              "kcache.dispatcher.fingerprint.model")
+              "kcache.dispatcher.fingerprint.model", __name__)
 
 
 def memo_of(store) -> "CodeMemo | None":
@@ -97,12 +98,12 @@ class CodeMemo:
         self._chains: dict[bytes, tuple] = {}
 
     def info(self, code) -> "_code._CodeInfo":
-        """The analysis of ``code`` (a kernel's code object): remembered, or made (and kept
-        for the file written at exit)."""
+        """The analysis of ``code`` (a kernel's code object): its content digest, made now,
+        and its chains, remembered or made (and kept for the file written at exit)."""
         source = code.co_filename
-        digest = None if source.startswith("<") else _digest(code)
-        if digest is None:
+        if source.startswith("<"):  # no file of its own: nothing is remembered
             return _code._code_info_once(code)
+        digest = _code.digest_of(_code._code_payload(code))
         with self._lock:
             found = self._files.get(source)
             if found is None:
@@ -110,32 +111,27 @@ class CodeMemo:
             found.seen += 1
             if found.table is None and found.seen >= READ_FROM:
                 found.table = self._read(source)
-                found.new = {d: i for d, i in found.new.items() if d not in found.table}
+                found.new = {d: c for d, c in found.new.items() if d not in found.table}
             record = found.table.get(digest) if found.table else None
-        info = self._usable(record) if record is not None else None
-        if info is not None:
+        chains = self._usable(record) if record is not None else None
+        if chains is not None:
             found.used.add(digest)
-            return info
-        info = _code._code_info_once(code)
-        found.new[digest] = info  # packed when written: one dict store here
-        return info
-
-    def _usable(self, record) -> "_code._CodeInfo | None":
-        """A record of a memo file as an analysis, or None when it is not what :meth:`info`
-        writes (a damaged or hand-made file)."""
-        if type(record) is not list or len(record) != 2:
-            return None
-        digest, packed = record
-        if type(digest) is not str or len(digest) != 32 or type(packed) is not bytes:
-            return None
-        chains = self._chains.get(packed)
-        if chains is None:
-            chains = _chains_of(packed)
-            if chains is None:
-                return None
-            if len(self._chains) < 4096:
-                self._chains[packed] = chains
+        else:
+            chains = tuple(_code._chains(code))
+            found.new[digest] = chains  # packed when written: one dict store here
         return _code._CodeInfo(digest, chains)
+
+    def _usable(self, record) -> tuple | None:
+        """A record of a memo file (packed chains) as chains, or None when it is not what
+        :meth:`info` writes (a damaged or hand-made file)."""
+        if type(record) is not bytes:
+            return None
+        chains = self._chains.get(record)
+        if chains is None:
+            chains = _chains_of(record)
+            if chains is not None and len(self._chains) < 4096:
+                self._chains[record] = chains
+        return chains
 
     def _dirs(self) -> RootDirs:
         """The root's folders, walked afresh (kcache.disk.paths: never through a symlink below
@@ -200,18 +196,11 @@ def _records(old: dict, seen: int, used: set, new: dict) -> dict:
     """What a file holds next, written by a process that keyed ``seen`` kernels of it, used
     the records ``used`` and made ``new``: the records it neither used nor made, newest
     last, then those it used, then those it made, the oldest dropped beyond :func:`_kept`."""
-    made = {d: [i.digest, _pack_chains(i.chains)] for d, i in new.items()}
+    made = {d: _pack_chains(c) for d, c in new.items()}
     used = {d: r for d, r in old.items() if d in used and d not in made}
     rest = [(d, r) for d, r in old.items() if d not in used and d not in made]
     room = max(_kept(seen) - len(used) - len(made), 0)
     return {**dict(rest[max(len(rest) - room, 0):] if room else []), **used, **made}
-
-
-def _digest(code) -> bytes | None:
-    try:  # version 2: no back-references, so the bytes do not depend on reference counts
-        return hashlib.blake2b(marshal.dumps(code, 2), digest_size=16).digest()
-    except ValueError:  # a constant marshal cannot write (code made at run time)
-        return None
 
 
 def _chains_of(packed: bytes) -> tuple | None:
@@ -247,8 +236,7 @@ def _tag() -> str | None:
     source cannot be read (an install without ``.py`` files)."""
     tag = STATE.keys.code_memo_tag
     if tag is None:
-        parts = [__version__.encode(), sys.version.encode(), repr(msgpack.version).encode(),
-                 str(marshal.version).encode()]
+        parts = [__version__.encode(), sys.version.encode(), repr(msgpack.version).encode()]
         try:
             for name in _ANALYSERS:
                 with open(importlib.util.find_spec(name).origin, "rb") as f:
