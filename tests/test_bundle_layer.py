@@ -171,8 +171,8 @@ def test_a_bundle_layer_passes_a_layers_trust_checks(src, tmp_path):
     link.symlink_to(path)
     path.chmod(0o644)
     for bad, mode, why in [(link, None, "is a symlink"),
-                           (path, 0o666, "writable by other users \\(mode 666\\)"),
-                           (path, 0o646, "writable by other users \\(mode 646\\)")]:
+                           (path, 0o666, "writable by every user \\(mode 666\\)"),
+                           (path, 0o646, "writable by every user \\(mode 646\\)")]:
         if mode is not None:
             path.chmod(mode)
         warn.reset()  # each case warns once in its own process

@@ -411,7 +411,7 @@ def test_entry_file_writable_by_others_is_not_served(tmp_path, mode):
         warnings.simplefilter("always")
         s = Store(tmp_path / "root", readonly_roots=[layer])
         assert s.get(key(7)) is None
-    assert any("writable by other users" in str(w.message) for w in rec)
+    assert any("writable by every user" in str(w.message) for w in rec)
 
 
 def test_verify_names_the_real_problem_of_a_file_already_found_bad(tmp_path):
@@ -424,3 +424,23 @@ def test_verify_names_the_real_problem_of_a_file_already_found_bad(tmp_path):
         assert s2.get(key(2)) is None  # found bad (and remembered) in this process
         report = s2.verify()
     assert [reason for _p, reason in report.corrupt] == ["bad magic"]
+
+
+def test_a_refused_files_reason_says_who_may_write_it():
+    """Every user (o+w), its group (g+w outside shared mode, a group not the user's own) or
+    another owner: the reason names the one that applies, and a fix for the group case."""
+    from kcache.disk.fsio import Trust
+    uid = os.geteuid()
+    others = [g.gr_gid for g in grp.getgrall() if g.gr_name != pwd.getpwuid(uid).pw_name]
+    if not others:
+        pytest.skip("no group other than the user's own")
+
+    def st(mode, owner=uid, gid=others[0]):
+        return os.stat_result((stat.S_IFREG | mode, 0, 0, 1, owner, gid, 0, 0, 0, 0))
+
+    trust = Trust()
+    assert trust.file_problem(st(0o646)) == "writable by every user (mode 646)"
+    why = trust.file_problem(st(0o664))
+    assert why.startswith("writable by its group ") and "(mode 664; set KCACHE_SHARED=1" in why
+    assert not trust.file_ok(st(0o664))
+    assert trust.file_problem(st(0o644, owner=uid + 12345)).startswith("owned by another user")

@@ -314,8 +314,12 @@ class Trust:
     def file_problem(self, st: os.stat_result) -> str:
         """Why :meth:`file_ok` refuses a file (for messages)."""
         mode = stat.S_IMODE(st.st_mode)
-        if st.st_mode & (stat.S_IWOTH | stat.S_IWGRP):
-            return f"writable by other users (mode {mode:o})"
+        if st.st_mode & stat.S_IWOTH:
+            return f"writable by every user (mode {mode:o})"
+        if (st.st_mode & stat.S_IWGRP and not self.shared
+                and not _private_group(st.st_gid, self.uid)):
+            return (f"writable by its group {_group_name(st.st_gid)} (mode {mode:o}; set "
+                    "KCACHE_SHARED=1 to share a cache with that group, or chmod g-w)")
         return f"owned by another user ({_user_name(st.st_uid)})"
 
 
