@@ -200,9 +200,18 @@ def _by_library_name(value):
     """msgpack's ``default`` for :func:`_options`' memo: a library's object that the key
     names by module and qualname alone (numba-cuda-mlir's default ``inline`` cost model, in
     every kernel's options: docs/keys.md) as that name, in an ext type no plain value packs
-    to; TypeError for anything else (its encoding reads its content)."""
+    to; TypeError for anything else (its encoding reads its content). Remembered per
+    object (held, so its id is not reused), as the fingerprint's ``named`` memo is: every
+    key packs the same cost model."""
+    known = STATE.keys.library_names
+    found = known.get(id(value))
+    if found is not None and found[0] is value:
+        return found[1]
     if named_by_library(value):
-        return msgpack.ExtType(1, describe(value).encode("utf-8", "surrogatepass"))
+        name = msgpack.ExtType(1, describe(value).encode("utf-8", "surrogatepass"))
+        if len(known) < 256:
+            known[id(value)] = (value, name)
+        return name
     raise TypeError(f"{type(value).__name__} is encoded by its content")
 
 

@@ -47,10 +47,12 @@ class KeyMemo:
     configuration module, its values and their component as last read; ``toolchain``, this
     process's toolchain versions (None: not known yet) and ``toolchain_map``, (those versions,
     their ``CanonicalMap``); ``bypass``, (the bypass settings' values, the reason they give);
-    ``code_memo_tag``, the tag of remembered code analyses (fingerprint.remembered)."""
+    ``code_memo_tag``, the tag of remembered code analyses (fingerprint.remembered);
+    ``library_names``, id of a library's object in target options -> (it, its name as the
+    options memo packs it: components._by_library_name)."""
 
     __slots__ = ("shared", "by_input", "last_config", "toolchain", "toolchain_map", "bypass",
-                 "code_memo_tag")
+                 "code_memo_tag", "library_names")
 
     def __init__(self):
         self.shared: dict = {}
@@ -60,6 +62,7 @@ class KeyMemo:
         self.toolchain_map: tuple = (None, None)
         self.bypass: list = [None, None]
         self.code_memo_tag: str | None = None
+        self.library_names: dict = {}
 
 
 class FingerprintMemo:
