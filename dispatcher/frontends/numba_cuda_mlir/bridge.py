@@ -5,6 +5,7 @@ internals are imported by the methods that need them, once :meth:`NumbaCudaMlir.
 said they exist (an unsupported release gets one warning, never an ImportError)."""
 from __future__ import annotations
 
+import importlib
 import sys
 
 import numba_cuda_mlir
@@ -89,24 +90,19 @@ class NumbaCudaMlir:
         return rebuild.kernel_state(kernel, cc)
 
     def rebuild_kernel(self, state: dict, argtypes: tuple, cc, **served):
-        from . import rebuild
-        return rebuild.rebuild_kernel(state, argtypes, cc, **served)
+        return _module("rebuild").rebuild_kernel(state, argtypes, cc, **served)
 
     def numba_config(self):
-        from . import signatures
-        return signatures.numba_config()
+        return _module("signatures").numba_config()
 
     def current_cc(self) -> tuple:
-        from . import signatures
-        return signatures.current_cc()
+        return _module("signatures").current_cc()
 
     def arch_name(self, cc) -> str:
-        from . import signatures
-        return signatures.arch_name(cc)
+        return _module("signatures").arch_name(cc)
 
     def signature_display(self, argtypes: tuple) -> str:
-        from . import signatures
-        return signatures.signature_display(argtypes)
+        return _module("signatures").signature_display(argtypes)
 
     def uncacheable_reason(self, kernel) -> str | None:
         from . import compiling
@@ -117,8 +113,7 @@ class NumbaCudaMlir:
         return compiling.device_overloads(dispatcher)
 
     def registries(self):
-        from . import registries
-        return registries
+        return _module("registries")
 
     def types(self):
         from . import internals
@@ -129,8 +124,7 @@ class NumbaCudaMlir:
         return signatures.signature_namespace()
 
     def signature_string(self, argtypes: tuple) -> str:
-        from . import signatures
-        return signatures.signature_string(argtypes)
+        return _module("signatures").signature_string(argtypes)
 
     def normalize_signature(self, sig) -> tuple:
         from . import signatures
@@ -141,8 +135,7 @@ class NumbaCudaMlir:
         return signatures.supported_ccs()
 
     def key_targetoptions(self, dispatcher) -> dict:
-        from . import signatures
-        return signatures.key_targetoptions(dispatcher)
+        return _module("signatures").key_targetoptions(dispatcher)
 
     def key_toolchain(self, versions: dict) -> dict:
         """The key's ``toolchain`` component from the process's versions (``versions``:
@@ -170,6 +163,20 @@ class NumbaCudaMlir:
     def eager_device_functions(self, cc):
         from . import eager
         return eager.eager_device_functions(cc)
+
+
+_loaded: dict = {}  # name -> this package's module, once imported
+
+
+def _module(name: str):
+    """This package's module ``name`` (``"signatures"``), imported on first use (once
+    :meth:`NumbaCudaMlir.refusal` allows it): the methods every key and hit calls read it
+    here, where a ``from . import`` in each cost two calls into importlib's Python code
+    (``__spec__.parent``, ``_handle_fromlist``) per call."""
+    found = _loaded.get(name)
+    if found is None:
+        found = _loaded[name] = importlib.import_module(f"{__package__}.{name}")
+    return found
 
 
 #: The numba-cuda-mlir front-end.
