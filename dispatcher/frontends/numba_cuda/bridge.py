@@ -6,6 +6,7 @@ imported by the methods that need them, once :meth:`NumbaCuda.refusal` has said 
 kcache.dispatcher``)."""
 from __future__ import annotations
 
+import importlib
 import sys
 
 import numba.cuda
@@ -79,20 +80,16 @@ class NumbaCuda:
         return rebuild.kernel_state(kernel, cc)
 
     def rebuild_kernel(self, state: dict, argtypes: tuple, cc, **served):
-        from . import rebuild
-        return rebuild.rebuild_kernel(state, argtypes, cc, **served)
+        return _module("rebuild").rebuild_kernel(state, argtypes, cc, **served)
 
     def numba_config(self):
-        from . import signatures
-        return signatures.numba_config()
+        return _module("signatures").numba_config()
 
     def current_cc(self) -> tuple:
-        from . import signatures
-        return signatures.current_cc()
+        return _module("signatures").current_cc()
 
     def signature_display(self, argtypes: tuple) -> str:
-        from . import signatures
-        return signatures.signature_display(argtypes)
+        return _module("signatures").signature_display(argtypes)
 
     def uncacheable_reason(self, kernel) -> str | None:
         from . import compiling
@@ -103,8 +100,7 @@ class NumbaCuda:
         return compiling.device_overloads(dispatcher)
 
     def registries(self):
-        from . import registries
-        return registries
+        return _module("registries")
 
     def types(self):
         from . import signatures
@@ -115,8 +111,7 @@ class NumbaCuda:
         return signatures.signature_namespace()
 
     def signature_string(self, argtypes: tuple) -> str:
-        from . import signatures
-        return signatures.signature_string(argtypes)
+        return _module("signatures").signature_string(argtypes)
 
     def normalize_signature(self, sig) -> tuple:
         from . import signatures
@@ -128,12 +123,10 @@ class NumbaCuda:
 
     @property
     def no_launch_config(self):
-        from . import internals
-        return internals.NO_LAUNCH_CONFIG
+        return _module("internals").NO_LAUNCH_CONFIG
 
     def launch_config_key(self, dispatcher, launch_config):
-        from . import patching
-        return patching.launch_config_key(dispatcher, launch_config)
+        return _module("patching").launch_config_key(dispatcher, launch_config)
 
     def deferred_eager_compiles(self):
         from . import eager
@@ -160,6 +153,20 @@ class NumbaCuda:
     def jit(self):
         return numba.cuda.jit
 
+
+
+_loaded: dict = {}  # name -> this package's module, once imported
+
+
+def _module(name: str):
+    """This package's module ``name`` (``"signatures"``), imported on first use (once
+    :meth:`NumbaCuda.refusal` allows it): the methods every key and hit calls read it here,
+    where a ``from . import`` in each cost two calls into importlib's Python code
+    (``__spec__.parent``, ``_handle_fromlist``) per call."""
+    found = _loaded.get(name)
+    if found is None:
+        found = _loaded[name] = importlib.import_module(f"{__package__}.{name}")
+    return found
 
 #: The numba-cuda front-end.
 FRONTEND = NumbaCuda()
