@@ -154,7 +154,6 @@ class NumbaCuda:
         return numba.cuda.jit
 
 
-
 _loaded: dict = {}  # name -> this package's module, once imported
 
 
