@@ -443,6 +443,27 @@ SERVED_METADATA = textwrap.dedent("""
 """.format(sig=SIG))
 
 
+SERVED_MLIR = textwrap.dedent("""
+    import kcache
+    import kernels
+    cres = kernels.axpy.compile("{sig}")
+    # first thing read: numba-cuda-mlir asks "mlir_module_str" in metadata, then reads
+    # ["mlir_module"], which a compile's passes lower in place
+    mlir = kernels.axpy.inspect_mlir(cres.signature.args)
+    print(json.dumps({{"mlir": mlir, "counts": dict(kcache.dispatcher.process_counts())}}))
+""".format(sig=SIG))
+
+
+def test_a_served_kernels_inspect_mlir_is_the_mlir_before_the_passes(kernels, tmp_path):
+    # the H200 suite: test_array_alignment.py found no memref.alloca in a served kernel's
+    # inspect_mlir (it printed the lowered module over the string kept before the passes)
+    root = tmp_path / "cache"
+    compiled = run(SERVED_MLIR, kernels, root)
+    served = run(SERVED_MLIR, kernels, root)
+    assert served["counts"]["hits"] == 2 and served["counts"]["inspect_compiles"] == 1
+    assert served["mlir"] == compiled["mlir"] and "memref<" in served["mlir"]
+
+
 def test_what_only_a_compile_makes_is_compiled_once_for_a_served_kernel(kernels, tmp_path):
     # numba-cuda-mlir's suite reads metadata["transformed_source"], cres.mlir_module_str,
     # type_annotation of kernels kcache served (KeyError / AttributeError on the H200): a
