@@ -22,8 +22,9 @@ def register(sub):
 
 def run(args) -> int:
     """Clear the root. JSON: ``{"root", "removed", "bytes_freed", "not_removed": [{"key",
-    "path", "reason"}]}``, printed also when some entries stay (then exit 1, each with its
-    reason: locked by another process, not a regular file, ...). Without --yes: asks on a
+    "path", "reason"}], "code_memos_removed", "code_memo_bytes_freed"}``, printed also when
+    some entries stay (then exit 1, each with its reason: locked by another process, not a
+    regular file, ...). Without --yes: asks on a
     terminal and refuses (exit 2) when stdin is not one."""
     store = open_store(args)
     refuse_newer_format(store, "clear")
@@ -38,11 +39,15 @@ def run(args) -> int:
     report = store.clear()
     left = not_removed(report.failed)
     removed, freed = int(report), int(report.bytes_freed)
+    memo_files, memo_bytes = report.code_memos
     if want_json(args):
         print_json({"root": str(store.root), "removed": removed, "bytes_freed": freed,
-                    "not_removed": left})
+                    "not_removed": left, "code_memos_removed": memo_files,
+                    "code_memo_bytes_freed": memo_bytes})
     else:
-        message(f"kcache: removed {entries_text(removed)} ({human_size(freed)}) from "
+        memos = (f", and {memo_files} file{'s' if memo_files != 1 else ''} of remembered code "
+                 f"analyses ({human_size(memo_bytes)})" if memo_files else "")
+        message(f"kcache: removed {entries_text(removed)} ({human_size(freed)}){memos} from "
                 f"{store.root}")
     if left:
         raise Problem(left_text(left))

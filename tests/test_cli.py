@@ -794,8 +794,9 @@ def test_clear_needs_yes_when_not_on_a_terminal(cache):
     one_line_error(kc("clear", root=root))
     assert all(p.exists() for p in paths.values())
     size = sum(p.stat().st_size for p in paths.values())
-    assert kc_json("clear", "--yes", root=root) == {"root": str(root), "removed": 4,
-                                                    "bytes_freed": size, "not_removed": []}
+    assert kc_json("clear", "--yes", root=root) == {
+        "root": str(root), "removed": 4, "bytes_freed": size, "not_removed": [],
+        "code_memos_removed": 0, "code_memo_bytes_freed": 0}
     assert not any(p.exists() for p in paths.values())
     assert kc_json("ls", root=root) == {"entries": []}
 

@@ -310,6 +310,18 @@ def test_clear_removes_the_memo(remembered):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert list((root / "v1" / "code").iterdir()) == []
+    assert "file of remembered code analyses" in proc.stderr  # said, apart from the entries
+
+
+def test_clear_json_counts_the_memo_apart_from_the_entries(remembered):
+    root, _project, _keys = remembered
+    files = list((root / "v1" / "code").iterdir())
+    size = sum(f.stat().st_size for f in files)
+    proc = subprocess.run([sys.executable, "-m", "kcache", "clear", "--yes", "--json", "--dir",
+                           str(root)], capture_output=True, text=True, timeout=120)
+    out = json.loads(proc.stdout)
+    assert (out["code_memos_removed"], out["code_memo_bytes_freed"]) == (len(files), size) != (0, 0)
+    assert (out["removed"], out["bytes_freed"]) == (0, 0)  # keys only: no entry was stored
 
 
 def test_a_file_keeps_what_its_writer_used_and_made_and_the_newest_rest():

@@ -151,8 +151,8 @@ def clear(house: Housekeeping) -> RemoveReport:
     finally:
         batch.write()
     sweep_temp(house)  # only old ones: a fresh temp file belongs to a running put
-    house.local.remove_code_memos()  # what keys remembered (kcache.dispatcher): a clean slate
-    return RemoveReport(removed, freed, failed)
+    memos = house.local.remove_code_memos()  # what keys remembered (kcache.dispatcher)
+    return RemoveReport(removed, freed, failed, code_memos=memos)
 
 
 def remove_many(house: Housekeeping, keys: list[str]) -> RemoveReport:

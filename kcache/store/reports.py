@@ -31,15 +31,19 @@ class RemoveReport(int):
 
     Its int value is the number of entries removed (so ``n = store.clear()`` keeps working);
     ``removed``: their keys; ``bytes_freed``: their file sizes summed (bytes); ``failed``: a
-    :class:`NotRemoved` per entry left in place, with the reason."""
+    :class:`NotRemoved` per entry left in place, with the reason; ``code_memos``: (files,
+    bytes) of remembered code analyses removed besides (``clear`` only)."""
 
     removed: list[str]
     bytes_freed: int
     failed: list[NotRemoved]
+    code_memos: tuple[int, int]
 
-    def __new__(cls, removed: list[str], bytes_freed: int, failed: list[NotRemoved]):
+    def __new__(cls, removed: list[str], bytes_freed: int, failed: list[NotRemoved],
+                code_memos: tuple[int, int] = (0, 0)):
         self = super().__new__(cls, len(removed))
         self.removed, self.bytes_freed, self.failed = removed, bytes_freed, failed
+        self.code_memos = code_memos
         return self
 
     def __str__(self) -> str:  # "removed {n} entries" prints the count
