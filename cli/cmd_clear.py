@@ -24,8 +24,8 @@ def run(args) -> int:
     """Clear the root. JSON: ``{"root", "removed", "bytes_freed", "not_removed": [{"key",
     "path", "reason"}], "code_memos_removed", "code_memo_bytes_freed"}``, printed also when
     some entries stay (then exit 1, each with its reason: locked by another process, not a
-    regular file, ...). Without --yes: asks on a
-    terminal and refuses (exit 2) when stdin is not one."""
+    regular file, ...). Without --yes: asks on a terminal and refuses (exit 2) when stdin is
+    not one."""
     store = open_store(args)
     refuse_newer_format(store, "clear")
     ensure_writable(store)

@@ -146,8 +146,8 @@ class ProcessState:
     ``fingerprints``, a front-end's registries -> its :class:`FingerprintMemo`;
     ``code_info``, code object -> its analysis (``fingerprint.code``: the same for every
     front-end); ``code_memos``, a writable root's path -> its code analyses remembered
-    across processes (``fingerprint.remembered``); ``extensions`` (:class:`ExtensionMemo`); ``guard``
-    (:class:`GuardTables`).
+    across processes (``fingerprint.remembered``); ``extensions`` (:class:`ExtensionMemo`);
+    ``guard`` (:class:`GuardTables`).
 
     ``warm_runner``: in a ``kcache warm`` worker process, its task runner (``warm``)."""
 

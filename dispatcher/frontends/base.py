@@ -30,6 +30,7 @@ point that picks it; the generic modules do not change.
 """
 from __future__ import annotations
 
+import importlib
 from types import ModuleType
 from typing import Callable, ContextManager, Protocol
 
@@ -204,3 +205,18 @@ class Frontend(Protocol):
         """The arch the front-end compiles a kernel for on a device of compute capability
         ``cc`` (numba-cuda: ``kcache.arch.arch_name``, ``sm_90a`` for 9.0; numba-cuda-mlir:
         ``sm_90``), as entries record it."""
+
+
+def package_modules(package: str) -> Callable[[str], ModuleType]:
+    """A bridge's lookup of its own modules by name (``"signatures"`` for
+    ``<package>.signatures``), each imported on first use, once :meth:`Frontend.refusal` allows
+    it. The methods every key and hit calls use it: a ``from . import`` in each cost two calls
+    into importlib's Python code (``__spec__.parent``, ``_handle_fromlist``) per call."""
+    loaded: dict[str, ModuleType] = {}
+
+    def module(name: str) -> ModuleType:
+        found = loaded.get(name)
+        if found is None:
+            found = loaded[name] = importlib.import_module(f"{package}.{name}")
+        return found
+    return module

@@ -6,11 +6,11 @@ imported by the methods that need them, once :meth:`NumbaCuda.refusal` has said 
 kcache.dispatcher``)."""
 from __future__ import annotations
 
-import importlib
 import sys
 
 import numba.cuda
 
+from ..base import package_modules
 from . import support
 
 
@@ -154,18 +154,8 @@ class NumbaCuda:
         return numba.cuda.jit
 
 
-_loaded: dict = {}  # name -> this package's module, once imported
+_module = package_modules(__package__)  # its modules for the hot methods above
 
-
-def _module(name: str):
-    """This package's module ``name`` (``"signatures"``), imported on first use (once
-    :meth:`NumbaCuda.refusal` allows it): the methods every key and hit calls read it here,
-    where a ``from . import`` in each cost two calls into importlib's Python code
-    (``__spec__.parent``, ``_handle_fromlist``) per call."""
-    found = _loaded.get(name)
-    if found is None:
-        found = _loaded[name] = importlib.import_module(f"{__package__}.{name}")
-    return found
 
 #: The numba-cuda front-end.
 FRONTEND = NumbaCuda()

@@ -5,13 +5,13 @@ internals are imported by the methods that need them, once :meth:`NumbaCudaMlir.
 said they exist (an unsupported release gets one warning, never an ImportError)."""
 from __future__ import annotations
 
-import importlib
 import sys
 
 import numba_cuda_mlir
 
 from kcache.entry.artifacts import MLIR_KERNEL_FIELDS
 
+from ..base import package_modules
 from . import support
 
 
@@ -165,18 +165,8 @@ class NumbaCudaMlir:
         return eager.eager_device_functions(cc)
 
 
-_loaded: dict = {}  # name -> this package's module, once imported
+_module = package_modules(__package__)  # its modules for the hot methods above
 
-
-def _module(name: str):
-    """This package's module ``name`` (``"signatures"``), imported on first use (once
-    :meth:`NumbaCudaMlir.refusal` allows it): the methods every key and hit calls read it
-    here, where a ``from . import`` in each cost two calls into importlib's Python code
-    (``__spec__.parent``, ``_handle_fromlist``) per call."""
-    found = _loaded.get(name)
-    if found is None:
-        found = _loaded[name] = importlib.import_module(f"{__package__}.{name}")
-    return found
 
 
 #: The numba-cuda-mlir front-end.
