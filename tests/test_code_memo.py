@@ -324,6 +324,21 @@ def test_clear_json_counts_the_memo_apart_from_the_entries(remembered):
     assert (out["removed"], out["bytes_freed"]) == (0, 0)  # keys only: no entry was stored
 
 
+def test_stats_counts_the_memo_and_prune_older_than_costs_one_analysis_not_a_key(remembered):
+    from kcache import Store
+    root, project, keys = remembered
+    path = memo_file(root, project)
+    st = Store(root).stats()
+    assert (st.code_memo_files, st.code_memo_bytes) == (1, path.stat().st_size)
+    assert Store(root).prune(older_than="1d").code_memos == (0, 0) and path.exists()  # fresh
+    os.utime(path, (path.stat().st_atime, path.stat().st_mtime - 2 * 86400))
+    assert Store(root).prune(older_than="1d").code_memos == (1, st.code_memo_bytes)
+    assert not path.exists()
+    again = keys_in_process(root, project)  # analyses again, and writes the memo anew
+    assert again["keys"] == keys and sorted(again["analysed"]) == sorted(f"k{i}" for i in range(N))
+    assert memo_file(root, project).is_file()
+
+
 def test_a_file_keeps_what_its_writer_used_and_made_and_the_newest_rest():
     from kcache.dispatcher.fingerprint import remembered as R
     used = {b"u%d" % i for i in range(300)}

@@ -38,7 +38,7 @@ from ..keys import check_key
 from ..disk.layout import Layout
 from .layers import make_layer
 from .listing import Listing
-from ..tiers.local import LocalTier, os_reason, probe_writable  # noqa: F401 (os_reason: API)
+from ..tiers.local import LocalTier, files_and_bytes, os_reason, probe_writable  # noqa: F401 (os_reason: API)
 from .remote import RemotePolicy
 from .stats import COUNTERS, SHARDS, StatsBook, shard_of
 from ..text import cut
@@ -531,8 +531,9 @@ class Store:
         ``max_size`` (bytes or size text; default the store's max_size): then remove least
         recently used entries until the rest fits. kcache's own temp files older than an
         hour, lock files of absent entries unused for an hour and quarantined files older
-        than ``quarantine_age`` (default 30 days) are swept. ``dry_run`` reports without
-        removing. Removals count as ``evictions``."""
+        than ``quarantine_age`` (default 30 days) are swept; with ``older_than``, files of
+        remembered code analyses not rewritten for that long too (``code_memos``). ``dry_run``
+        reports without removing. Removals count as ``evictions``."""
         cap = self.max_size if max_size is None else parse_size(max_size, "max_size")
         age = None if older_than is None else parse_duration(older_than, "older_than")
         if self.local not in self._tiers:
@@ -552,7 +553,7 @@ class Store:
     # -- counters ---------------------------------------------------------------------------------
     def stats(self) -> Stats:
         """Persistent counters summed over the 16 shards (plus this process's unwritten ones),
-        and what the quarantine holds."""
+        and what the quarantine and the remembered code analyses (``v1/code/``) hold."""
         from .reports import Stats
         if self.writable and self._root.ready:
             self._stats.flush()
@@ -563,9 +564,8 @@ class Store:
                 setattr(s, name, int(getattr(s, name)))
         s.max_size = self.max_size
         if self.local in self._tiers:
-            for _folder, _name, st in self.local.quarantined():
-                s.quarantine_files += 1
-                s.quarantine_bytes += st.st_size
+            s.quarantine_files, s.quarantine_bytes = files_and_bytes(self.local.quarantined())
+            s.code_memo_files, s.code_memo_bytes = files_and_bytes(self.local.code_memos())
         return s
 
     def flush(self) -> None:

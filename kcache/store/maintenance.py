@@ -9,7 +9,9 @@ matching ``older_than`` (last use = mtime, recorded at every hit) or ``where(Ent
 then, over what is left, least recently used first (ties: oldest creation first) until the
 rest fits in the size cap; files larger than ``max_entry_size`` (never served) go first.
 Temp files of killed writers older than an hour are swept by both, and counted; prune also
-removes quarantined files older than ``quarantine_age``.
+removes quarantined files older than ``quarantine_age`` and, given ``older_than``, files of
+remembered code analyses not rewritten for that long (the next process that needs one
+analyses again: a little time, never another key).
 
 The store hands these operations one :class:`Housekeeping`: its writable root, locks,
 counters and the few store operations they need, nothing of the store's internals.
@@ -281,6 +283,8 @@ def prune(house: Housekeeping, cap: int, age: float | None, where, dry_run: bool
     if not dry_run and house.writable():
         report.lock_files = sweep_locks(house)
         report.quarantine_files = house.local.sweep_quarantine(house.quarantine_age)[0]
+    if age is not None and (dry_run or house.writable()):
+        report.code_memos = house.local.sweep_code_memos(age, dry_run=dry_run)
     batch = Removals(house, "evictions")
     try:
         for key, path, st in plan.remove:

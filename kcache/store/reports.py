@@ -60,7 +60,9 @@ class PruneReport:
     ``removed`` holds every entry removed, including broken ones (``EntryInfo.problem`` set),
     so ``bytes_freed`` is exactly the sum of their ``file_size``. ``failed``: a
     :class:`NotRemoved` per entry chosen but left in place (busy, newer format, OS error); with
-    ``dry_run``, the newer-format entries that a real prune would refuse to delete."""
+    ``dry_run``, the newer-format entries that a real prune would refuse to delete.
+    ``code_memos``: (files, bytes) of remembered code analyses removed besides (only with
+    ``older_than``); not in ``bytes_freed``."""
 
     dry_run: bool = False
     removed: list[EntryInfo] = dataclasses.field(default_factory=list)
@@ -71,6 +73,7 @@ class PruneReport:
     lock_files: int = 0  # lock files of absent entries swept
     quarantine_files: int = 0  # quarantined files older than quarantine_age removed
     failed: list[NotRemoved] = dataclasses.field(default_factory=list)
+    code_memos: tuple[int, int] = (0, 0)
 
 
 @dataclasses.dataclass
@@ -109,7 +112,9 @@ class Stats:
     ``quarantine_files``/``quarantine_bytes``: what ``v1/quarantine/`` holds now;
     ``remote_*``: the remote tier's hits, misses, values refused by the verification path
     (``remote_bad``), publishes and failed publishes, errors by kind (kcache.tier.ERROR_KINDS;
-    counted apart from misses) and seconds waited for another machine's compile."""
+    counted apart from misses) and seconds waited for another machine's compile;
+    ``code_memo_files``/``code_memo_bytes``: what ``v1/code/`` (code analyses remembered for
+    keys) holds now."""
 
     hits: int = 0
     misses: int = 0
@@ -145,6 +150,8 @@ class Stats:
     remote_errors_io: int = 0
     remote_errors_unavailable: int = 0
     remote_wait_seconds: float = 0.0
+    code_memo_files: int = 0
+    code_memo_bytes: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

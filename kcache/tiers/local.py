@@ -438,6 +438,12 @@ class LocalTier:
         """Remove every file of :meth:`code_memos`; (files, bytes)."""
         return self._sweep(self.code_memos(), -1.0, False)
 
+    def sweep_code_memos(self, max_age: float, *, dry_run: bool = False) -> tuple[int, int]:
+        """Remove files of :meth:`code_memos` not rewritten for ``max_age`` seconds (a memo is
+        rewritten only when a process made analyses it lacked: an old one is unused, or
+        complete); (files, bytes) removed, or that would be with ``dry_run``."""
+        return self._sweep(self.code_memos(), max_age, dry_run)
+
     def sweep_quarantine(self, max_age: float, *, dry_run: bool = False) -> tuple[int, int]:
         """Remove quarantined files older than ``max_age`` seconds; (files, bytes)."""
         return self._sweep(self.quarantined(), max_age, dry_run)
@@ -467,6 +473,16 @@ class LocalTier:
                 n += 1
                 size += st.st_size
         return n, size
+
+
+def files_and_bytes(found) -> tuple[int, int]:
+    """(files, bytes) of ``(folder, name, lstat)`` items, as :meth:`LocalTier.quarantined`
+    and :meth:`LocalTier.code_memos` list them."""
+    n = size = 0
+    for _folder, _name, st in found:
+        n += 1
+        size += st.st_size
+    return n, size
 
 
 def identity(st: os.stat_result | None) -> tuple | None:
