@@ -6,7 +6,7 @@ import sys
 from kcache.cli.args import want_json
 from kcache.cli.cache import ensure_writable, open_store
 from kcache.cli.errors import Problem, UsageError
-from kcache.cli.fmt import entries_text, human_size
+from kcache.cli.fmt import code_memos_text, entries_text, human_size
 from kcache.cli.output import confirm, message, print_json
 from kcache.cli.problems import left_text, not_removed, refuse_newer_format
 
@@ -45,10 +45,8 @@ def run(args) -> int:
                     "not_removed": left, "code_memos_removed": memo_files,
                     "code_memo_bytes_freed": memo_bytes})
     else:
-        memos = (f", and {memo_files} file{'s' if memo_files != 1 else ''} of remembered code "
-                 f"analyses ({human_size(memo_bytes)})" if memo_files else "")
-        message(f"kcache: removed {entries_text(removed)} ({human_size(freed)}){memos} from "
-                f"{store.root}")
+        message(f"kcache: removed {entries_text(removed)} ({human_size(freed)})"
+                f"{code_memos_text(memo_files, memo_bytes)} from {store.root}")
     if left:
         raise Problem(left_text(left))
     return 0

@@ -5,7 +5,7 @@ from kcache.cli.args import duration_arg, size_arg, want_json, want_wide
 from kcache.cli.cache import ensure_writable, open_store, write_problem
 from kcache.cli.entries import EntryView, entry_record, is_stale
 from kcache.cli.errors import Problem
-from kcache.cli.fmt import ago, entries_text, human_size, iso
+from kcache.cli.fmt import ago, code_memos_text, entries_text, human_size, iso
 from kcache.cli.output import Column, message, print_json, print_table
 from kcache.cli.problems import left_text, not_removed, refuse_newer_format
 
@@ -30,7 +30,8 @@ def register(sub):
                    help="remove least recently used entries until the cache fits SIZE "
                         "(e.g. 500M, 2G)")
     p.add_argument("--older-than", type=duration_arg, metavar="DURATION",
-                   help="remove entries not used for DURATION (e.g. 12h, 7d, 2w)")
+                   help="remove entries not used for DURATION (e.g. 12h, 7d, 2w), and files "
+                        "of remembered code analyses not rewritten for DURATION")
     p.add_argument("--stale", action="store_true",
                    help="remove entries built by a toolchain other than the current one")
     p.add_argument("--dry-run", "-n", action="store_true",
@@ -42,8 +43,9 @@ def run(args) -> int:
     """Prune and print the removed entries and the bytes freed.
 
     JSON: ``{"dry_run", "max_size", "older_than", "stale", "removed": [entry object...],
-    "entries_removed", "bytes_freed", "not_removed": [{"key", "path", "reason"}]}``
-    (docs/cli.md), printed also when some entries stay. Exit 1 when the root cannot be
+    "entries_removed", "bytes_freed", "not_removed": [{"key", "path", "reason"}],
+    "code_memos_removed", "code_memo_bytes_freed"}`` (docs/cli.md; the code memos only with
+    --older-than), printed also when some entries stay. Exit 1 when the root cannot be
     written (nothing removed) or when an entry chosen was left in place (each named with its
     reason); exit 2, with nothing changed, when the root holds newer-format entries. A dry
     run previews the same: the same refusal, the same report, and a note when the root
@@ -70,12 +72,14 @@ def run(args) -> int:
     removed = [EntryView(i) for i in report.removed]
     freed = sum(v.file_size for v in removed)
     left = not_removed(report.failed)
+    memo_files, memo_bytes = report.code_memos
     if want_json(args):
         print_json({"dry_run": bool(args.dry_run), "max_size": max_size,
                     "older_than": args.older_than, "stale": bool(args.stale),
                     "removed": [entry_record(v) for v in removed],
                     "entries_removed": len(removed), "bytes_freed": freed,
-                    "not_removed": left}, checked=True)
+                    "not_removed": left, "code_memos_removed": memo_files,
+                    "code_memo_bytes_freed": memo_bytes}, checked=True)
     else:
         wide = want_wide(args)  # the full signature; else numba's short form
         print_table(COLUMNS, removed,
@@ -84,14 +88,14 @@ def run(args) -> int:
                     plain=lambda v: (v.short_key, v.kernel_cell(), v.arch, v.file_size,
                                      iso(v.last_used), v.signature_cell()),
                     names=PLAIN_NAMES, wide=wide)
-        if not removed:
+        if not removed and not memo_files:
             message("kcache: nothing to remove" if args.dry_run or not left
                     else "kcache: nothing removed")
         else:
             verb = "would remove" if args.dry_run else "removed"
             message(f"kcache: {verb} {entries_text(len(removed))}, "
                     f"{'would free' if args.dry_run else 'freed'} {human_size(freed)} "
-                    f"({freed} bytes)")
+                    f"({freed} bytes){code_memos_text(memo_files, memo_bytes)}")
     if left:
         raise Problem(left_text(left, "would not be removed" if args.dry_run
                                 else "could not be removed"))

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from kcache.cli.args import want_json, want_wide
 from kcache.cli.cache import ensure_writable, open_store
-from kcache.cli.fmt import entries_text, human_seconds, human_size, plain_seconds
+from kcache.cli.fmt import entries_text, human_seconds, human_size, plain_seconds, plural
 from kcache.cli.output import cell, is_terminal, message, print_fields, print_json
 from kcache.cli.values import number
 
@@ -18,6 +18,9 @@ STORE_COUNTERS = ("write_errors_no_space", "write_errors_permission", "write_err
 REMOTE_ERRORS = ("timeout", "refused", "auth", "bad_value", "io", "unavailable")
 REMOTE_COUNTERS = ("remote_hits", "remote_misses", "remote_bad", "remote_puts", "remote_put_errors",
                    *(f"remote_errors_{kind}" for kind in REMOTE_ERRORS), "remote_wait_seconds")
+#: What ``v1/code/`` holds (remembered code analyses), added after the remote's counters as
+#: docs/cli.md allows a newer store's counters: the order before them stays.
+MEMO_COUNTERS = ("code_memo_files", "code_memo_bytes")
 
 
 def register(sub):
@@ -52,7 +55,7 @@ def document(stats: dict, recounted: bool) -> dict:
     """The stable JSON document of ``kcache stats --json`` (docs/cli.md). A counter that is
     not a sensible number (a damaged stats shard) reads as 0, never as NaN."""
     doc = {}
-    for name in COUNTERS + STORE_COUNTERS + REMOTE_COUNTERS:
+    for name in COUNTERS + STORE_COUNTERS + REMOTE_COUNTERS + MEMO_COUNTERS:
         doc[name] = _counter(name, stats.get(name, 0))
     for name, value in stats.items():  # counters a newer store adds (e.g. failed writes)
         if name not in doc and isinstance(name, str) and number(value) is not None:
@@ -192,6 +195,7 @@ def terminal_rows(doc: dict, remote: bool) -> list[tuple]:
         ("corrupt", doc["corrupt"], None),
         ("artifacts refused", doc["artifacts_refused"], None),
         ("quarantine", f"{doc['quarantine_files']} files, {human_size(doc['quarantine_bytes'])}", None),
+        *_code_memo_rows(doc),
         ("temp files swept", doc["temp_swept"], None),
         ("lock waits", doc["lock_waits"], None),
         ("lock timeouts", doc["lock_timeouts"], None),
@@ -210,9 +214,17 @@ def terminal_rows(doc: dict, remote: bool) -> list[tuple]:
             ("remote errors", _by_kind(doc, "remote_errors_", REMOTE_ERRORS), None),
             ("remote wait", human_seconds(doc["remote_wait_seconds"]), None),
         ]
-    known = set(COUNTERS + STORE_COUNTERS + REMOTE_COUNTERS) | {"hit_rate", "recounted"}
+    known = set(COUNTERS + STORE_COUNTERS + REMOTE_COUNTERS + MEMO_COUNTERS) | {"hit_rate", "recounted"}
     rows += [(name.replace("_", " "), doc[name], None) for name in doc if name not in known]
     return rows
+
+
+def _code_memo_rows(doc: dict) -> list[tuple]:
+    """The row ``code analyses  3 files, 12.0 KiB`` (what ``v1/code/`` holds), only when it
+    holds a file: most roots have none, as they have no remote."""
+    n = doc["code_memo_files"]
+    return ([("code analyses", f"{plural(n, 'file')}, {human_size(doc['code_memo_bytes'])}", None)]
+            if n > 0 else [])
 
 
 def _by_kind(doc: dict, prefix: str, kinds) -> str:

@@ -102,3 +102,10 @@ def plural(n: int, one: str, many: str | None = None) -> str:
 def entries_text(n: int) -> str:
     """``1 entry`` / ``N entries``."""
     return plural(n, "entry", "entries")
+
+
+def code_memos_text(files: int, size: int) -> str:
+    """``, and 2 files of remembered code analyses (3.1 KiB)`` (what clear and prune add to
+    their summary line), or "" when ``files`` is 0."""
+    return (f", and {plural(files, 'file')} of remembered code analyses ({human_size(size)})"
+            if files else "")
