@@ -62,3 +62,28 @@ def test_check_drops_a_swapped_folder_and_its_descendants(tmp_path):
     else:
         raise AssertionError("walked through a symlink")
     assert not os.listdir(root / "elsewhere")
+
+
+def test_a_missing_folder_is_named_and_found_once_made(tmp_path):
+    """folder() walks from the deepest folder it holds: an absent one on the way raises
+    ENOENT naming that folder (not the one asked for), nothing absent is remembered, a
+    symlink on the way is ELOOP, and once made the folder is reached."""
+    root = tmp_path / "root"
+    (root / "v1").mkdir(parents=True)
+    dirs = RootDirs(root)
+    assert dirs.folder("v1") >= 0  # held: the next walk starts from it
+    with pytest.raises(FileNotFoundError) as caught:
+        dirs.folder("v1/entries/ab")
+    assert caught.value.filename == str(root / "v1" / "entries")
+    (root / "v1" / "entries" / "ab").mkdir(parents=True)
+    fd = dirs.folder("v1/entries/ab")
+    assert os.path.samestat(os.fstat(fd), os.stat(root / "v1" / "entries" / "ab"))
+    assert dirs.folder("v1/entries") == dirs.folder("v1/entries")  # kept on the way
+    (root / "v1" / "elsewhere").mkdir()
+    os.symlink(root / "v1" / "elsewhere", root / "v1" / "link")
+    with pytest.raises(OSError) as caught:
+        dirs.folder("v1/link/ab")
+    assert caught.value.errno == errno.ELOOP
+    made = RootDirs(tmp_path / "new")
+    fd = made.folder("v1/entries", create=True)
+    assert os.path.samestat(os.fstat(fd), os.stat(tmp_path / "new" / "v1" / "entries"))
