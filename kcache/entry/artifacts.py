@@ -313,8 +313,9 @@ def _end_of_contents(data: bytes, shoff: int, shnum: int) -> int:
 
 
 def _ptx(data: bytes) -> str | None:
-    head = data[:_PTX_HEAD]
-    missing = [d for d in (b".version", b".target") if d not in head]
+    # searched in place (a slice would copy up to 64 KiB on every hit)
+    missing = [d for d in (b".version", b".target")
+               if data.find(d, 0, _PTX_HEAD) < 0]
     if missing:
         return f"no {' or '.join(m.decode() for m in missing)} directive ({len(data)} bytes)"
     return None
