@@ -71,34 +71,18 @@ class RootDirs:
         fd = self._fds.get(rel)
         if fd is not None:
             return fd
-        # From the deepest folder on the way already open, one component at a time, in one
-        # frame: a hit from a read-only layer behind a root without this shard folder meets
-        # the ENOENT here on every read, and it costs one raise, not one per level.
-        names, parent = [], rel
-        while parent:
-            parent, _, name = parent.rpartition("/")
-            names.append(name)
-            fd = self._fds.get(parent)
-            if fd is not None:
-                break
-        done = parent
         try:
-            if fd is None:
-                fd = self._keep("", self._open_root(create))
-            for name in reversed(names):
-                done = f"{done}/{name}" if done else name
-                fd = self._keep(done, self._child(fd, name, create))
+            if rel:
+                parent, _, name = rel.rpartition("/")
+                fd = self._child(self.folder(parent, create=create), name, create)
+            else:
+                fd = self._open_root(create)
         except OSError as exc:
             if exc.filename is None or not os.path.isabs(os.fsdecode(exc.filename)):
                 # for messages (os.path: a miss of the cache's read path passes here)
-                exc.filename = os.path.join(self.root, done) if done else str(self.root)
+                exc.filename = os.path.join(self.root, rel) if rel else str(self.root)
             raise
-        return fd
-
-    def _keep(self, rel: str, fd: int) -> int:
-        """Keep ``fd`` as folder ``rel``'s descriptor, unless another thread kept one for it
-        meanwhile (then ``fd`` is closed and that one returned)."""
-        kept = self._fds.setdefault(rel, fd)
+        kept = self._fds.setdefault(rel, fd)  # another thread may have opened it meanwhile
         if kept != fd:
             os.close(fd)
         return kept

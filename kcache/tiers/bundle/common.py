@@ -111,10 +111,7 @@ def open_bundle_file(path: Path, trust: "fsio.Trust | None" = None) -> tuple[int
 
 def pread_exact(fd: int, n: int, offset: int) -> bytes:
     """``n`` bytes of ``fd`` at ``offset`` (fewer only at the end of the file)."""
-    first = os.pread(fd, n, offset)
-    if len(first) == n or not first:  # the usual case: one call (every layer hit reads so)
-        return first
-    parts, got = [first], len(first)
+    parts, got = [], 0
     while got < n:
         part = os.pread(fd, n - got, offset + got)
         if not part:
