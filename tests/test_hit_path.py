@@ -206,6 +206,26 @@ FLUSH_CHILD = """
 """
 
 
+STARTED_CHILD = """
+    import _thread, json, os
+    import kcache
+    from kcache import Entry
+    s = kcache.Store(os.environ["ROOT"])
+    key = "ab" * 32
+    s.put(key, Entry({"cubin": b"x"}, {"kernel": "m:k"}))
+    before = _thread._count()         # threads of _thread's that have begun to run
+    assert s.get(key) is not None     # the process's first count starts the writer
+    print(json.dumps({"before": before, "after": _thread._count()}), flush=True)
+"""
+
+
+def test_the_writer_thread_is_running_when_the_first_count_returns(tmp_path):
+    # Its first take of the interpreter lock is then paid by that count, not by a later
+    # kernel's lookup (docs/bench-dispatch.md): without the wait it has often not begun.
+    res = finish(run_child(STARTED_CHILD, {"ROOT": str(tmp_path / "cache")}))
+    assert res["after"] == res["before"] + 1
+
+
 def _wait_for_hits(root, n, deadline_s=20.0):
     deadline = time.monotonic() + deadline_s
     while time.monotonic() < deadline:  # polling the files with a deadline, not a sleep

@@ -438,9 +438,10 @@ class _Flusher:
     """The background writer of batched counters: a thread that lets FLUSH_INTERVAL pass,
     flushes every book that asked (``request``) meanwhile, and ends when no book asked again,
     as the timer it replaces did (so a program that forks later is not left with a thread).
-    Started with ``_thread.start_new_thread``, which does not wait for the thread to run:
-    ``threading.Timer.start`` did, and that wait (0.2-0.5 ms, on the first hit of a process)
-    cost more than the rest of the hit."""
+    Started with ``_thread.start_new_thread`` and a bare lock that the thread releases as it
+    starts (``threading.Timer.start``'s wait cost 0.2-0.5 ms): the first count waits for it,
+    so the thread's first take of the interpreter lock is paid there, once, not in whichever
+    later kernel's lookup it would land in (docs/bench-dispatch.md)."""
 
     def __init__(self):
         self._lock = threading.Lock()
@@ -459,7 +460,12 @@ class _Flusher:
                 return True
             self._running = True
         try:
-            _thread.start_new_thread(self._run, ())
+            # Wait for the new thread to run: its first take of the interpreter lock then
+            # lands here, on the process's first count, not in a later kernel's lookup.
+            started = _thread.allocate_lock()
+            started.acquire()
+            _thread.start_new_thread(self._run, (started,))
+            started.acquire()
             return True
         except RuntimeError:  # no thread to be had: the next count or exit writes them
             with self._lock:
@@ -467,7 +473,8 @@ class _Flusher:
                 self._due.clear()
             return False
 
-    def _run(self) -> None:
+    def _run(self, started) -> None:
+        started.release()
         try:
             while True:
                 time.sleep(FLUSH_INTERVAL)  # let counts batch up
