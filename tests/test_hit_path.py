@@ -226,6 +226,24 @@ def test_the_writer_thread_is_running_when_the_first_count_returns(tmp_path):
     assert res["after"] == res["before"] + 1
 
 
+DROPPED_CHILD = """
+    import gc, os
+    import kcache
+    from kcache import Entry
+    key = "cd" * 32
+    kcache.Store(os.environ["ROOT"]).put(key, Entry({"cubin": b"x"}, {"kernel": "m:k"}))
+    for _ in range(3):
+        assert kcache.Store(os.environ["ROOT"]).get(key) is not None  # the store dropped
+        gc.collect()                  # and collected at once, its counts not yet written
+    print("{}")
+"""
+
+
+def test_a_store_dropped_after_a_hit_keeps_its_count(tmp_path):
+    finish(run_child(DROPPED_CHILD, {"ROOT": str(tmp_path / "cache")}))
+    assert kcache.Store(tmp_path / "cache").stats().hits == 3
+
+
 def _wait_for_hits(root, n, deadline_s=20.0):
     deadline = time.monotonic() + deadline_s
     while time.monotonic() < deadline:  # polling the files with a deadline, not a sleep

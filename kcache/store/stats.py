@@ -12,17 +12,18 @@ Hot-path counters (hits, misses, seconds_saved, compiles, compile_seconds) are
 accumulated in memory and flushed at most once a second, at ``flush()`` and at exit
 (atexit, and multiprocessing's exit finalizers in its child processes). Totals
 (entries, bytes) and puts/evictions/corrupt are written at once (``now=True``), so the size
-used for eviction is exact for files the store itself wrote; totals are clamped at 0 when
-written and read (see ``_clamp_totals``). If the root cannot be written (read-only, full disk) writing stops
-for this process with one warning, and the in-memory counters go on (``read`` includes them).
+used for eviction is exact for files the store itself wrote; totals are clamped at 0
+(``_clamp_totals``). If the root cannot be written (read-only, full disk) writing stops for
+this process with one warning, and the in-memory counters go on (``read`` includes them).
 A fault of one shard (its file, hits file or lock is a folder, a symlink, ...) keeps only that
 shard in memory; a stats folder that is not a real folder keeps all of them in memory; puts
 are never affected. Every number read is checked: anything but a finite int/float counts as 0,
 so a hostile shard can neither crash nor poison the counters (no NaN, no infinity). Shards are
 read through :func:`kcache.fsio.read_regular` (never a FIFO, symlink or oversized file).
-Batched counters also reach the disk without a later update: a background thread
+Batched counters reach the disk without a later update: a background thread
 (:class:`_Flusher`), started by the first batched count and ending when no more come, writes
-them FLUSH_INTERVAL after it.
+them FLUSH_INTERVAL after it; a book holding counts is kept until they are written (a Store
+dropped right after a hit loses none).
 """
 from __future__ import annotations
 
@@ -130,12 +131,11 @@ def _clamp_totals(counters: dict) -> None:
 
 
 class StatsBook:
-    """The counters of one cache root (``layout``, a kcache.layout.Layout).
-
-    ``ensure()`` -> bool: the root exists and may be written; ``ready(folder)`` creates the
-    stats folder and raises OSError unless it is a real folder; ``on_error(exc)`` is called
-    once when the root itself cannot be written (:data:`ROOT_ERRNOS`); ``dirs``: the root's
-    kcache.paths.RootDirs (every file is reached through the stats folder's descriptor)."""
+    """The counters of one cache root (``layout``, a kcache.layout.Layout). ``ensure()`` ->
+    bool: the root exists and may be written; ``ready(folder)`` creates the stats folder and
+    raises OSError unless it is a real folder; ``on_error(exc)`` is called once when the root
+    itself cannot be written (:data:`ROOT_ERRNOS`); ``dirs``: the root's RootDirs (every
+    file is reached through the stats folder's descriptor)."""
 
     def __init__(self, layout, file_mode: int, ensure: Callable[[], bool],
                  on_error: Callable[[OSError], None], on_missing: Callable[[], None] = lambda: None,
@@ -163,8 +163,7 @@ class StatsBook:
         self._pending_hits: dict[int, collections.Counter] = collections.defaultdict(collections.Counter)
         self._forget: dict[int, set] = collections.defaultdict(set)
         self._last_flush = time.monotonic()
-        #: called first by every flush: what else is written with the counters (the entries'
-        #: uses, kcache.localtier.LocalTier.flush_touches)
+        #: called first by every flush: what else is written with the counters (LocalTier's)
         self.on_flush: Callable[[], None] = lambda: None
         _BOOKS.add(self)
         _ready_lock_import()
@@ -185,6 +184,7 @@ class StatsBook:
             if hit_key is not None:
                 self._pending_hits[shard][hit_key] += 1
             if not now:
+                _HELD.add(self)
                 # Batched counts are written by the background writer, never in the count's
                 # own call: a flush writes up to 16 shards (and the entries' uses), 5-10 ms
                 # that used to land in whichever kernel lookup came a second after the last.
@@ -206,6 +206,7 @@ class StatsBook:
         with self._mutex:
             if _child_flush_pid != _getpid():
                 _register_child_flush()
+            _HELD.add(self)
             pend = self._pending[shard]
             pend["hits"] += 1
             if seconds_saved:
@@ -238,6 +239,7 @@ class StatsBook:
             s = shard_of(key)
             self._forget[s].add(key)
             self._pending_hits[s].pop(key, None)
+            _HELD.add(self)
 
     def flush(self) -> None:
         """Write every shard with pending counts (and, first, what ``on_flush`` writes)."""
@@ -245,13 +247,11 @@ class StatsBook:
         with self._io:
             with self._mutex:
                 self._last_flush = time.monotonic()
+                _HELD.discard(self)  # what is due is written now (a count from here holds it)
                 due = [s for s in range(SHARDS)
                        if self._pending.get(s) or self._pending_hits.get(s) or self._forget.get(s)]
             for shard in due:
                 self._write(shard)
-
-    def _paths(self, shard: int) -> tuple[Path, Path, Path]:
-        return self.layout.stats_files(shard)
 
     def _folder_ready(self) -> bool:
         """The stats folder exists and is a real folder (checked once per process); if it
@@ -284,15 +284,14 @@ class StatsBook:
         # Imported before the counts are taken out: an import that fails (at exit, see
         # flush_all) leaves them pending, so stats() and the exit warning still count them.
         import filelock  # imported on the first write: reading counters takes no lock
-        cpath, hpath, lpath = self._paths(shard)
+        cpath, hpath, lpath = self.layout.stats_files(shard)
         with self._mutex:
             pend = self._pending.pop(shard, None) or collections.Counter()
             phits = self._pending_hits.pop(shard, None) or collections.Counter()
             forget = self._forget.pop(shard, None) or set()
         self.dirs.check(STATS)  # a stats folder or bucket swapped meanwhile is never written
         try:
-            # filelock takes a path: /proc/self/fd/N/NAME names the lock inside the stats
-            # folder's descriptor, so a swapped stats folder or bucket is never followed
+            # /proc/self/fd/N/NAME: the lock inside the stats folder's descriptor (no swap followed)
             lock = filelock.FileLock(self.dirs.path(STATS, lpath.name), mode=self.file_mode,
                                      is_singleton=True)
             with lock.acquire(timeout=0 if shard in self._stalled else SHARD_LOCK_WAIT):
@@ -315,8 +314,8 @@ class StatsBook:
                     self._replace(hpath, hits)
             return True
         except OSError as exc:
-            # keep the counts in memory: stats() still reports them
-            with self._mutex:
+            with self._mutex:  # kept in memory (stats() reports them), the book with them
+                _HELD.add(self)
                 self._pending[shard].update(pend)
                 self._pending_hits[shard].update(phits)
                 self._forget[shard] |= forget
@@ -388,8 +387,8 @@ class StatsBook:
         out = {name: 0 for name in COUNTERS + TOTALS}
         with self._mutex:
             for shard in range(SHARDS):
-                one = {name: _num(value) for name, value in self._load(self._paths(shard)[0]).items()
-                       if name in out}
+                one = {name: _num(value) for name, value in
+                       self._load(self.layout.stats_files(shard)[0]).items() if name in out}
                 for name, value in self._pending.get(shard, {}).items():
                     one[name] = one.get(name, 0) + value
                 _clamp_totals(one)
@@ -403,7 +402,7 @@ class StatsBook:
         """(entries, bytes) of ``shard`` as written plus this process's unwritten changes
         (kept in memory while the shard cannot be written, so the size cap still holds for
         what this process stored), never below 0 (see :func:`_clamp_totals`)."""
-        c = self._load(self._paths(shard)[0])
+        c = self._load(self.layout.stats_files(shard)[0])
         with self._mutex:
             pend = self._pending.get(shard) or {}
             n = _num(c.get("entries", 0)) + pend.get("entries", 0)
@@ -415,7 +414,7 @@ class StatsBook:
         out: dict[str, int] = collections.Counter()
         with self._mutex:
             for shard in range(SHARDS):
-                for k, n in self._load(self._paths(shard)[1]).items():
+                for k, n in self._load(self.layout.stats_files(shard)[1]).items():
                     out[k] += int(_num(n))
                 for k, n in self._pending_hits.get(shard, {}).items():
                     out[k] += n
@@ -432,16 +431,15 @@ class StatsBook:
 
 
 _BOOKS: "weakref.WeakSet[StatsBook]" = weakref.WeakSet()
+_HELD: set = set()  # books with counts not written yet, kept until they are
 
 
 class _Flusher:
     """The background writer of batched counters: a thread that lets FLUSH_INTERVAL pass,
-    flushes every book that asked (``request``) meanwhile, and ends when no book asked again,
-    as the timer it replaces did (so a program that forks later is not left with a thread).
-    Started with ``_thread.start_new_thread`` and a bare lock that the thread releases as it
-    starts (``threading.Timer.start``'s wait cost 0.2-0.5 ms): the first count waits for it,
-    so the thread's first take of the interpreter lock is paid there, once, not in whichever
-    later kernel's lookup it would land in (docs/bench-dispatch.md)."""
+    flushes every book that asked (``request``) meanwhile, and ends when none asked again (a
+    program that forks later keeps no thread). The first count waits on a bare lock the thread
+    releases as it runs (``Timer.start``'s wait took 0.2-0.5 ms), so the thread's first take of
+    the interpreter lock is paid there, not in a later lookup (docs/bench-dispatch.md)."""
 
     def __init__(self):
         self._lock = threading.Lock()
@@ -460,13 +458,10 @@ class _Flusher:
                 return True
             self._running = True
         try:
-            # Wait for the new thread to run: its first take of the interpreter lock then
-            # lands here, on the process's first count, not in a later kernel's lookup.
-            started = _thread.allocate_lock()
+            started = _thread.allocate_lock()  # released by the thread as it runs (docstring)
             started.acquire()
             _thread.start_new_thread(self._run, (started,))
-            started.acquire()
-            return True
+            return started.acquire()
         except RuntimeError:  # no thread to be had: the next count or exit writes them
             with self._lock:
                 self._running = False
@@ -474,8 +469,8 @@ class _Flusher:
             return False
 
     def _run(self, started) -> None:
-        started.release()
         try:
+            started.release()
             while True:
                 time.sleep(FLUSH_INTERVAL)  # let counts batch up
                 with self._lock:
@@ -511,7 +506,7 @@ _FLUSHER = _Flusher()
 def flush_all() -> None:
     """Flush every live StatsBook (run at exit). A book that cannot be written is said, once
     (its counts die with the process), never raised: interpreter shutdown must not fail."""
-    for book in list(_BOOKS):
+    for book in list({*_BOOKS, *_HELD}):
         try:
             book.flush()
         except Exception as exc:
