@@ -10,8 +10,7 @@
     <root>/v1/stats/<0-f>.msgpack       counter shards (+ .hits.msgpack, .lock)
     <root>/v1/quarantine/<key>.<ns>.<pid>.<random>.kce   entries that failed a check
     <root>/v1/toolchain.msgpack         toolchain versions per environment (kcache.toolchain.memoized)
-    <root>/v1/code/<32 hex>.msgpack     code analyses of one source file (fingerprint.remembered),
-                                        or the entries checked by earlier processes (store.checked)
+    <root>/v1/code/<32 hex>.msgpack     code analyses of one source file (fingerprint.remembered)
 
 Scans never follow a symlink: shard folders are opened ``O_DIRECTORY | O_NOFOLLOW`` and listed
 through their descriptor, so a symlinked shard is skipped (warned once), never listed.

@@ -428,30 +428,11 @@ def decode(data: bytes, key: str, *, whole: bool = True,
     return h, Entry._decoded(arts, h["meta"])
 
 
-def header_sum(data) -> bytes | None:
-    """The header's BLAKE2b-128 that the prefix of entry bytes ``data`` states (not checked
-    here), or None when ``data`` is too short to have one."""
-    return bytes(data[PREFIX_SIZE - 16:PREFIX_SIZE]) if len(data) >= PREFIX_SIZE else None
-
-
-def decode_checked_by_sums(data, key: str) -> tuple[dict, Entry] | None:
-    """A hit's check by the artifacts' sums (:func:`decode`, ``whole=False``) of bytes whose
-    header, by its BLAKE2b-128, passed :func:`check_header` and the artifact check as
-    ``key``'s before (kcache.store.checked): the header's sum, the artifacts' SHA-256 sums and
-    sizes are checked, the schema and artifacts not again. None when anything differs (the
-    caller then checks it all)."""
-    try:
-        return _decode_by_sums(data, key, schema=False)
-    except Exception:  # judged, and worded, by the whole check
-        return None
-
-
-def _decode_by_sums(data, key: str, schema: bool = True) -> tuple[dict, Entry] | None:
+def _decode_by_sums(data, key: str) -> tuple[dict, Entry] | None:
     """(header, Entry) when ``data`` is a well-formed entry of ``key`` in this format whose
     header matches its sum and whose artifacts match the header's SHA-256 sums; None for an
     entry without sums. Raises (anything) for whatever else: the caller then runs the whole
-    check, which says what is wrong. ``schema=False``: the header is not checked again
-    (:func:`decode_checked_by_sums`)."""
+    check, which says what is wrong."""
     size = len(data)
     if size > MAX_FILE or size < PREFIX_SIZE + SUM_SIZE:
         return None
@@ -460,12 +441,7 @@ def _decode_by_sums(data, key: str, schema: bool = True) -> tuple[dict, Entry] |
     hbytes = view[PREFIX_SIZE:PREFIX_SIZE + hlen]
     if hashlib.blake2b(hbytes, digest_size=16).digest() != hsum:
         return None
-    if schema:
-        h = _header(hbytes, key)
-    else:
-        h = _unpack(hbytes)
-        if h.get("key") != key:
-            return None
+    h = _header(hbytes, key)
     sums = h.get("sums")
     if sums is None:
         return None

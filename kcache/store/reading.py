@@ -17,13 +17,12 @@ from ..errors import CorruptEntry, NewerFormat
 from ..keys import check_key
 from ..tiers.local import GONE, KnownBad, identity as _identity, os_reason
 from ..tiers.local import BUSY
-from . import checked as _checked
 from .verified import VERIFIED
 from ..warn import warn_once
 
 
-def verify_bytes(key: str, data: bytes, *, hit: bool = False, intact: bool = False,
-                 checked=None, digest: bytes | None = None) -> tuple[dict, Entry]:
+def verify_bytes(key: str, data: bytes, *, hit: bool = False,
+                 intact: bool = False) -> tuple[dict, Entry]:
     """The one check every value from any tier crosses before it is used: the entry
     format (kcache.entry.format.decode: bounds, checksum, header schema, decoding limits).
     A kernel or program entry's artifacts must also pass kcache.entry.artifacts (never handed to
@@ -33,34 +32,15 @@ def verify_bytes(key: str, data: bytes, *, hit: bool = False, intact: bool = Fal
     this machine's cache read for a hit, whose artifacts may be checked by their own sums
     instead of the whole file's checksum (kcache.entry, "A cache hit"). ``intact``: the tier
     compared every byte with a digest of a checked index just now (Blob.intact): the entry's
-    own checksums are not computed again, everything else is checked. ``checked``: with
-    ``hit``, the writable root's kcache.store.checked memo: bytes an earlier process checked
-    (by the header's sum, or ``digest``, the SHA-256 an ``intact`` read compared) are not
-    checked for schema and artifacts again."""
+    own checksums are not computed again, everything else is checked."""
     if VERIFIED.known(key, data, whole=not hit):
         return fmt.decode_verified(data, key)
-    pin = None
-    if checked is not None and hit:
-        pin = _checked.digest(key, digest) if intact and digest else None
-        if pin is None and not intact:
-            stated = fmt.header_sum(data)  # what the header's sum must be: checked below
-            pin = _checked.digest(key, stated) if stated else None
-        if pin is not None and checked.known(pin):
-            found = fmt.decode_verified(data, key) if intact else \
-                fmt.decode_checked_by_sums(data, key)
-            if found is not None:
-                if not intact:  # the verdict of a hit's check, as below
-                    VERIFIED.remember(key, data, whole=False)
-                return found
     header, ent = fmt.decode(data, key, whole=not hit, intact=intact)
     why = artifacts.problem(ent.artifacts, ent.meta)
     if why is not None:
         raise CorruptEntry(why, "artifacts")
     if not intact:  # a verdict without the entry's own checksums is not for other reads
         VERIFIED.remember(key, data, whole=not hit)
-    if pin is not None and (intact or header.get("sums") is not None):
-        # the header (its sum checked by decode) pins the artifacts only through its sums
-        checked.add(pin)
     return header, ent
 
 
@@ -78,14 +58,6 @@ class Reader:
         self._stats, self._count, self._disabled = stats, count, disabled
         self._max_entry_size = max_entry_size
         self._corrupt_seen: set[tuple] = set()  # identities of defective files counted once
-        self._checked_memo = None
-
-    def _checked(self):
-        """The writable root's memo of entries checked by earlier processes
-        (kcache.store.checked), made on first use."""
-        if self._checked_memo is None:
-            self._checked_memo = _checked.memo_for(self.local)
-        return self._checked_memo
 
     def read(self, key: str, touch: bool, remote: bool = True, recheck: bool = True):
         """(header, Entry, tier) of the first tier holding a valid entry for ``key``, or None.
@@ -104,8 +76,7 @@ class Reader:
                 if blob is None:
                     continue
                 # a file of this machine's cache: a hit's check (verify_bytes)
-                header, ent = verify_bytes(key, blob.data, hit=True, intact=blob.intact,
-                                           checked=self._checked(), digest=blob.digest)
+                header, ent = verify_bytes(key, blob.data, hit=True, intact=blob.intact)
             except KnownBad:
                 continue
             except NewerFormat as exc:

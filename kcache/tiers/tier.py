@@ -53,21 +53,18 @@ class Blob:
     True when the tier has just compared every byte with a digest of a checked index (a
     version-3 bundle's SHA-256): the verification path then skips the entry's own checksums,
     which would only say again that the bytes are undamaged, and checks all the rest.
-    ``digest``: with ``intact``, that digest (the index's SHA-256 of the entry), which
-    identifies bytes checked by an earlier process (kcache.store.checked); None elsewhere.
 
     A hot-path record (one per read): a plain class with ``__slots__``, compared and hashed
     by its fields (docs/design.md, "Rules")."""
 
-    __slots__ = ("data", "ident", "mtime", "intact", "digest")
+    __slots__ = ("data", "ident", "mtime", "intact")
 
     def __init__(self, data: bytes, ident: tuple | None = None, mtime: float | None = None,
-                 intact: bool = False, digest: bytes | None = None):
+                 intact: bool = False):
         self.data, self.ident, self.mtime, self.intact = data, ident, mtime, intact
-        self.digest = digest
 
     def _fields(self) -> tuple:
-        return (self.data, self.ident, self.mtime, self.intact, self.digest)
+        return (self.data, self.ident, self.mtime, self.intact)
 
     def __eq__(self, other):
         return self._fields() == other._fields() if other.__class__ is self.__class__ else NotImplemented
@@ -77,7 +74,7 @@ class Blob:
 
     def __repr__(self) -> str:
         return (f"Blob(data={self.data!r}, ident={self.ident!r}, mtime={self.mtime!r}, "
-                f"intact={self.intact!r}, digest={self.digest!r})")
+                f"intact={self.intact!r})")
 
 
 @runtime_checkable

@@ -197,9 +197,7 @@ class BundleLayer:
             self._checked.add(key)
         # Compared just now with the index's digest (a version-3 bundle; an older one's
         # BLAKE2b is its tar member's, not a checked index's): the bytes are undamaged.
-        if check and self._index is not None:
-            return Blob(data, (self.name, key), intact=True, digest=self._index.entries[key][3])
-        return Blob(data, (self.name, key))
+        return Blob(data, (self.name, key), intact=check and self._index is not None)
 
     def _read_old(self, key: str, limit: int, check: bool) -> bytes:
         """An entry of a version 1 or 2 bundle (kcache.tiers.bundle.v2.BundleTier.read)."""
