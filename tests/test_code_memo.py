@@ -55,6 +55,8 @@ CHILD = textwrap.dedent('''
     keys = [kernel_key(FRONTEND, k, (arr, arr), (9, 0),
                        store=Store(root) if per_key else store)[0]
             for k in kernels.KERNELS[:int(sys.argv[4])]]
+    if os.environ.get("COUNT"):  # a counted lookup: the counters make the root at exit
+        store.get("ab" * 32)
     if os.environ.get("SWAP_TO"):  # a group member swaps v1 for a symlink before the exit
         os.rename(os.path.join(root, "v1"), os.path.join(os.environ["SWAP_TO"], "v1"))
         os.symlink(os.path.join(os.environ["SWAP_TO"], "v1"), os.path.join(root, "v1"))
@@ -108,6 +110,17 @@ def test_no_memo_makes_a_root(tmp_path):
     project = write_project(tmp_path / "proj")
     keys_in_process(tmp_path / "absent", project)
     assert not (tmp_path / "absent").exists()
+
+
+def test_a_root_made_by_the_counts_at_exit_gets_the_memo(tmp_path):
+    # A process served from read-only layers alone (a container's first, on an empty
+    # KCACHE_DIR) makes its root only when its counters are written at exit: the memo is
+    # written after them, not lost for want of a root.
+    project = write_project(tmp_path / "proj")
+    first = keys_in_process(tmp_path / "fresh", project, env={"COUNT": "1"})
+    assert memo_file(tmp_path / "fresh", project).is_file()
+    again = keys_in_process(tmp_path / "fresh", project)
+    assert again["keys"] == first["keys"] and again["analysed"] == ["k0", "k1", "k2"]
 
 
 @pytest.fixture

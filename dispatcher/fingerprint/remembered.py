@@ -250,6 +250,10 @@ def _tag() -> str | None:
 
 
 def _flush_all() -> None:
+    # The counters first: a process served from read-only layers alone makes its root only
+    # then, and their exit handler, registered before this one, would run after it.
+    from kcache.store.stats import flush_all as flush_counts
+    flush_counts()
     for memo in list(STATE.code_memos.values()):
         memo.flush()
 
