@@ -47,6 +47,12 @@ _WITH_SIGNATURE = tuple(Column(c.header, c.right, c.shrink, SIGNATURE_KEEP, 0, c
                         if c.header == "Signature" else c for c in COLUMNS)
 
 
+def last_used_cell(view) -> str:
+    """"5 min ago"; ``-`` for an entry of a read-only layer, which is never touched: its
+    file's time is when the layer was made, not a use."""
+    return "-" if view.readonly else ago(view.last_used)
+
+
 def columns_for(views) -> tuple:
     """:data:`COLUMNS`, with Signature kept when it is what tells two rows apart (the same
     kernel and arch), and a Front-end column after Arch when an entry is not numba-cuda's
@@ -171,7 +177,7 @@ def run(args) -> int:
             columns_for(views), views,
             human=lambda v: (v.short_key, v.kernel_cell(), v.signature_cell(short), v.arch,
                              *((frontend_cell(v),) if fe else ()),
-                             human_size(v.file_size), v.hits, ago(v.last_used),
+                             human_size(v.file_size), v.hits, last_used_cell(v),
                              human_seconds(v.compile_seconds)),
             plain=lambda v: (v.short_key, v.kernel_cell(), v.signature_cell(), v.arch, v.file_size,
                              v.hits, iso(v.last_used), plain_seconds(v.compile_seconds)),

@@ -300,3 +300,30 @@ def test_an_entry_that_compresses_beyond_the_readers_bound_is_exported_stored(tm
     assert not index.refused and index.entries[key][4] is False  # stored, not zstd
     store = Store(tmp_path / "dst", readonly_dirs=[path])
     assert store.get(key).artifacts["blob"] == bytes(17 << 20)
+
+
+def test_ls_shows_a_layer_entrys_hits_and_no_use_time(src, tmp_path):
+    # A layer's hits are recorded in the writable root's counters: ls shows them; its entry
+    # files are never touched, so a terminal shows no "Last used" made up from their time.
+    import re
+    import ptykit
+    root, keys = src
+    path = tmp_path / "k.kcb"
+    assert _cli("--dir", root, "export", path).returncode == 0
+    run = tmp_path / "run"
+    store = Store(run, readonly_dirs=[path])
+    for _ in range(3):
+        assert store.get(keys[0]) is not None
+    store.flush()
+    env = {"KCACHE_DIR": str(run), "KCACHE_READONLY_DIRS": str(path)}
+    doc = json.loads(_cli("--json", "ls", env=env).stdout)
+    assert {e["key"]: e["hits"] for e in doc["entries"]}[keys[0]] == 3
+    master, slave = ptykit.open_terminal(200)
+    e = {k: v for k, v in os.environ.items() if not k.startswith("KCACHE_")}
+    proc = subprocess.Popen([sys.executable, "-m", "kcache", "ls", "--wide"], stdin=slave,
+                            stdout=slave, stderr=slave, env=dict(e, COLUMNS="200", **env))
+    os.close(slave)
+    shown = re.sub(r"\x1b\[[0-9;]*m", "", ptykit.drain(master).decode())
+    assert proc.wait(timeout=60) == 0
+    [row] = [line for line in shown.splitlines() if line.startswith(keys[0][:12])]
+    assert " 3 " in row and "ago" not in row and " - " in row, row

@@ -32,7 +32,8 @@ class Listing:
             created=float(h["created"]), last_used=st.st_mtime, kernel=h.get("kernel"),
             signature=h.get("signature"), arch=h.get("arch"), compile_seconds=h.get("compile_seconds"),
             components=h["components"], sizes=h["sizes"], meta=h["meta"],
-            hits=int((hits or {}).get(key, 0)) if tier.writable else 0)
+            # a layer's hits are recorded in the writable root too, under the entry's key
+            hits=int((hits or {}).get(key, 0)))
 
     def info_or_broken(self, key: str, path: Path, tier: LocalTier, st: os.stat_result,
                         hits: dict | None = None) -> EntryInfo | None:
