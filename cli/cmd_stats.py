@@ -102,7 +102,7 @@ def run(args) -> int:
         print_json({**doc, "layers": layers} if layers else doc)  # only with read-only layers
         return 0
     if args.short:
-        short(store, doc)
+        short(store, doc, layers)
         return 0
     if not is_terminal():
         # Piped: "name<TAB>value" with the JSON names, seconds rounded, for scripts.
@@ -112,7 +112,8 @@ def run(args) -> int:
             print(f"layer\t{layer_text(layer)}")
         return 0
     rows = terminal_rows(doc, remote_shown(store, doc))
-    rows += [("read-only layer", layer_text(layer), None) for layer in layers]
+    for layer in layers:  # the path on a row of its own: cut, it keeps its end
+        rows += [("read-only layer", layer["path"], None), ("", layer_what(layer), None)]
     print_fields(rows, title=f"kcache {store.root}", wide=want_wide(args))
     return 0
 
@@ -120,18 +121,24 @@ def run(args) -> int:
 def layer_text(layer: dict) -> str:
     """A read-only layer in words: ``/opt/k.kcb (bundle format 3: 6 entries, 120.0 KiB)``,
     ``/opt/kcache (folder)``, or why it is not used."""
+    return f"{layer['path']} ({layer_what(layer)})"
+
+
+def layer_what(layer: dict) -> str:
+    """What a read-only layer is and holds: ``bundle format 3: 6 entries, 120.0 KiB``,
+    ``folder``, or ``not used: WHY``."""
     if layer["problem"]:
-        return f"{layer['path']} (not used: {layer['problem']})"
+        return f"not used: {layer['problem']}"
     what = f"bundle format {layer['format_version']}" if layer["kind"] == "bundle" else "folder"
     if layer["entries"] is None:
-        return f"{layer['path']} ({what})"
-    return f"{layer['path']} ({what}: {entries_text(layer['entries'])}, {human_size(layer['bytes'])})"
+        return what
+    return f"{what}: {entries_text(layer['entries'])}, {human_size(layer['bytes'])}"
 
 
-def short(store, doc: dict) -> None:
+def short(store, doc: dict, layers: list = ()) -> None:
     """``stats --short``, as ``ccache -s`` and ``pip cache info``: on a terminal the root,
-    entries, size of cap, hit rate and the remote with its use (when configured) in 4 to 6
-    lines; piped,
+    entries, size of cap, hit rate, the read-only layers (those that serve hits the root's
+    entries do not count) and the remote with its use (when configured); piped,
     ``name<TAB>value`` lines with the JSON names (root, entries, bytes, max_size, hits,
     misses, hit_rate, remote: at most 8)."""
     from kcache.cli.remote import configured, describe
@@ -152,6 +159,7 @@ def short(store, doc: dict) -> None:
                f"{doc['misses']} misses)")
     rows = [("root", str(store.root), None), ("entries", doc["entries"], None),
             ("size", _used(doc), None), ("hit rate", lookups, None)]
+    rows += [("read-only layer", layer_what(layer), None) for layer in layers]
     if remote is not None:
         rows.append(("remote", remote, None))
         if settings is not None:

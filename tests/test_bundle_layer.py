@@ -327,3 +327,27 @@ def test_ls_shows_a_layer_entrys_hits_and_no_use_time(src, tmp_path):
     assert proc.wait(timeout=60) == 0
     [row] = [line for line in shown.splitlines() if line.startswith(keys[0][:12])]
     assert " 3 " in row and "ago" not in row and " - " in row, row
+
+
+def test_stats_on_an_80_column_terminal_keeps_the_layers_name_and_what_it_holds(src, tmp_path):
+    import re
+    import ptykit
+    root, keys = src
+    folder = tmp_path / ("a-long-folder-name-" * 3)
+    folder.mkdir()
+    path = folder / "kernels-of-the-image.kcb"
+    assert _cli("--dir", root, "export", path).returncode == 0
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KCACHE_")}
+    env.update(COLUMNS="80", KCACHE_DIR=str(tmp_path / "run"), KCACHE_READONLY_DIRS=str(path))
+    for args in (["stats"], ["stats", "--short"]):
+        master, slave = ptykit.open_terminal(80)
+        proc = subprocess.Popen([sys.executable, "-m", "kcache", *args], stdin=slave,
+                                stdout=slave, stderr=slave, env=env)
+        os.close(slave)
+        shown = re.sub(r"\x1b\[[0-9;]*m", "", ptykit.drain(master).decode()).splitlines()
+        assert proc.wait(timeout=60) == 0
+        assert all(len(line.rstrip()) <= 80 for line in shown), shown
+        assert any("bundle format 3: 12 entries, " in line for line in shown), shown
+        if args == ["stats"]:  # the path cut in its middle, its file name kept
+            assert any(line.startswith("read-only layer") and
+                       line.rstrip().endswith("kernels-of-the-image.kcb") for line in shown), shown
