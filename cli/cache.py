@@ -30,7 +30,7 @@ def open_store(args: argparse.Namespace):
     store.disabled = False
     check_trusted(store)
     if getattr(args, "command", None) in READING_COMMANDS:
-        check_exists(store)
+        check_exists(store, getattr(args, "command", None) in ROOT_COMMANDS)
     return store
 
 
@@ -39,16 +39,26 @@ def open_store(args: argparse.Namespace):
 #: The others (``warm``, ``import``, ``pull``, ``config``, ``dir``, ``remote``) may make it.
 READING_COMMANDS = frozenset({"ls", "stats", "show", "verify", "export", "push", "prune", "rm",
                               "clear"})
+#: Of those, the ones whose report is of the writable root (its entries, its counters).
+ROOT_COMMANDS = frozenset({"stats", "prune", "rm", "clear"})
 
 
-def check_exists(store) -> None:
+def check_exists(store, of_root: bool = False) -> None:
     """Raise :class:`Problem` (exit 1) when the cache root was named by ``--dir`` or
     ``KCACHE_DIR`` (not the default, which before its first use is an empty cache), does not
-    exist, and no read-only dir is configured."""
+    exist, and no read-only dir is configured; with one, the command goes on (its layers are
+    what it reads), after a line saying so when ``of_root`` (its report is of the root)."""
     origin = store.settings.origins.get("root", "default")
-    if origin == "default" or store.readonly_roots or store.root.exists():
+    if origin == "default" or store.root.exists():
         return
     named = "--dir" if origin == "argument" else origin.removeprefix("env ")
+    if store.readonly_roots:
+        if not of_root:
+            return
+        from kcache.cli.output import message
+        message(f"kcache: the cache root {store.root} (from {named}) does not exist yet: only "
+                "the read-only layers are read")
+        return
     raise Problem(f"the cache root {store.root} (from {named}) does not exist: no cache "
                   "there (check the path; 'kcache dir' shows the roots in use)")
 

@@ -346,8 +346,23 @@ def test_stats_on_an_80_column_terminal_keeps_the_layers_name_and_what_it_holds(
         os.close(slave)
         shown = re.sub(r"\x1b\[[0-9;]*m", "", ptykit.drain(master).decode()).splitlines()
         assert proc.wait(timeout=60) == 0
-        assert all(len(line.rstrip()) <= 80 for line in shown), shown
+        table = [line for line in shown if not line.startswith("kcache: ")]
+        assert all(len(line.rstrip()) <= 80 for line in table), shown
         assert any("bundle format 3: 12 entries, " in line for line in shown), shown
         if args == ["stats"]:  # the path cut in its middle, its file name kept
             assert any(line.startswith("read-only layer") and
                        line.rstrip().endswith("kernels-of-the-image.kcb") for line in shown), shown
+
+
+def test_a_named_root_not_made_yet_beside_a_layer_is_said_by_what_reports_on_the_root(src, tmp_path):
+    root, keys = src
+    path = tmp_path / "k.kcb"
+    assert _cli("--dir", root, "export", path).returncode == 0
+    env = {"KCACHE_DIR": str(tmp_path / "nope"), "KCACHE_READONLY_DIRS": str(path)}
+    said = f"the cache root {tmp_path / 'nope'} (from KCACHE_DIR) does not exist yet"
+    for args in (["clear", "--yes"], ["stats"], ["prune", "--dry-run"]):
+        done = _cli(*args, env=env)
+        assert done.returncode == 0 and said in done.stderr, (args, done.stderr)
+    done = _cli("ls", env=env)  # the layer's entries are what it lists
+    assert done.returncode == 0 and said not in done.stderr and keys[0][:12] in done.stdout
+    assert not (tmp_path / "nope").exists()
