@@ -31,7 +31,7 @@ def register(sub):
                         "(e.g. 500M, 2G)")
     p.add_argument("--older-than", type=duration_arg, metavar="DURATION",
                    help="remove entries not used for DURATION (e.g. 12h, 7d, 2w), and files "
-                        "of remembered code analyses not rewritten for DURATION")
+                        "of remembered code analyses not used for DURATION")
     p.add_argument("--stale", action="store_true",
                    help="remove entries built by a toolchain other than the current one")
     p.add_argument("--dry-run", "-n", action="store_true",

@@ -352,6 +352,19 @@ def test_stats_counts_the_memo_and_prune_older_than_costs_one_analysis_not_a_key
     assert memo_file(root, project).is_file()
 
 
+def test_a_memo_in_use_is_touched_so_prune_older_than_keeps_it(remembered):
+    # A complete memo is never rewritten: a process that reads it touches it (when it is a
+    # day old or more), so its time is its last use and prune removes only unused ones.
+    from kcache import Store
+    root, project, keys = remembered
+    path = memo_file(root, project)
+    old = path.stat().st_mtime - 40 * 86400
+    os.utime(path, (old, old))
+    assert keys_in_process(root, project)["keys"] == keys  # reads it, analyses none new
+    assert path.stat().st_mtime > old + 39 * 86400
+    assert Store(root).prune(older_than="30d").code_memos == (0, 0) and path.exists()
+
+
 def test_a_file_keeps_what_its_writer_used_and_made_and_the_newest_rest():
     from kcache.dispatcher.fingerprint import remembered as R
     used = {b"u%d" % i for i in range(300)}

@@ -35,6 +35,7 @@ import importlib.util
 import os
 import sys
 import threading
+import time
 
 import msgpack
 
@@ -49,6 +50,9 @@ from . import code as _code
 
 MAX_BYTES = 8 << 20  # a memo file read: 1,000 kernels' analyses take about 100 KB
 READ_FROM = 4  # kernels of a source file a process keys before its memo is read or written
+#: A memo file read is touched when older than this (seconds), so that its time is its last
+#: use and ``prune --older-than`` removes only unused ones (a complete one is never rewritten).
+TOUCH_AFTER = 24 * 3600
 _MAX_CHAINS = 4096  # references of one code object
 _MAX_TEXT = 1024  # characters of a name
 #: The modules whose code makes an analysis or its records: their source is in the tag.
@@ -145,12 +149,15 @@ class CodeMemo:
         if tag is None:
             return {}
         dirs = dirs or self._dirs()
+        name = code_memo_name(source_file, tag)
         try:
-            raw, _st = fsio.read_regular(code_memo_name(source_file, tag), MAX_BYTES,
-                                         dir_fd=dirs.folder(CODE), trust=self._trust)
+            folder = dirs.folder(CODE)
+            raw, st = fsio.read_regular(name, MAX_BYTES, dir_fd=folder, trust=self._trust)
             data = _unpack(raw)
         except Exception:  # absent, refused, unreadable or not msgpack: analysed instead
             return {}
+        if time.time() - st.st_mtime > TOUCH_AFTER:
+            _touch(name, folder)
         if type(data) is not dict or data.get("tag") != tag or type(data.get("records")) \
                 is not dict:
             return {}
@@ -184,6 +191,13 @@ class CodeMemo:
                              fsync=False)
             except OSError:
                 return  # a full or read-only root: the memo is only a speed-up
+
+
+def _touch(name: str, folder: int) -> None:
+    try:  # its name in the folder's descriptor, never through a symlink swapped in since
+        os.utime(name, dir_fd=folder, follow_symlinks=False)
+    except OSError:  # a read-only root, a group member's file: only prune's view is older
+        pass
 
 
 def _kept(seen: int) -> int:

@@ -532,7 +532,7 @@ class Store:
         recently used entries until the rest fits. kcache's own temp files older than an
         hour, lock files of absent entries unused for an hour and quarantined files older
         than ``quarantine_age`` (default 30 days) are swept; with ``older_than``, files of
-        remembered code analyses not rewritten for that long too (``code_memos``). ``dry_run``
+        remembered code analyses not used for that long too (``code_memos``). ``dry_run``
         reports without removing. Removals count as ``evictions``."""
         cap = self.max_size if max_size is None else parse_size(max_size, "max_size")
         age = None if older_than is None else parse_duration(older_than, "older_than")

@@ -10,7 +10,7 @@ then, over what is left, least recently used first (ties: oldest creation first)
 rest fits in the size cap; files larger than ``max_entry_size`` (never served) go first.
 Temp files of killed writers older than an hour are swept by both, and counted; prune also
 removes quarantined files older than ``quarantine_age`` and, given ``older_than``, files of
-remembered code analyses not rewritten for that long (the next process that needs one
+remembered code analyses not used for that long (the next process that needs one
 analyses again: a little time, never another key).
 
 The store hands these operations one :class:`Housekeeping`: its writable root, locks,
