@@ -93,9 +93,10 @@ def run(args) -> int:
                     else "kcache: nothing removed")
         else:
             verb = "would remove" if args.dry_run else "removed"
-            message(f"kcache: {verb} {entries_text(len(removed))}, "
-                    f"{'would free' if args.dry_run else 'freed'} {human_size(freed)} "
-                    f"({freed} bytes){code_memos_text(memo_files, memo_bytes)}")
+            size = (f", {'would free' if args.dry_run else 'freed'} {human_size(freed)} "
+                    f"({freed} bytes)" if removed else "")  # no "0 B (0 bytes)"
+            message(f"kcache: {verb} {entries_text(len(removed))}{size}"
+                    f"{code_memos_text(memo_files, memo_bytes)}")
     if left:
         raise Problem(left_text(left, "would not be removed" if args.dry_run
                                 else "could not be removed"))

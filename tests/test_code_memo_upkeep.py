@@ -117,6 +117,10 @@ def test_prune_says_the_memo_files_only_when_it_removes_some(memos):
     done = kc("prune", "--older-than", "5d", root=root)  # nothing old is left
     assert done.returncode == 0 and "remembered code analyses" not in done.stderr
     assert "nothing to remove" in done.stderr
+    stamp = fresh.stat().st_mtime - 10 * 86400  # a memo alone to remove: no "0 B (0 bytes)"
+    os.utime(fresh, (stamp, stamp))
+    done = kc("prune", "--older-than", "5d", root=root)
+    assert "kcache: removed 0 entries, and 1 file of remembered code analyses" in done.stderr
 
 
 def test_a_root_holding_only_old_memo_files_is_pruned_of_them(tmp_path):
