@@ -10,6 +10,7 @@ from kcache.cli.cache import open_store
 from kcache.cli.entries import entries_and_broken, entry_record, is_stale
 from kcache.cli.fmt import ago, entries_text, human_seconds, human_size, iso, plain_seconds
 from kcache.cli.output import Column, message, print_json, print_table
+from kcache.cli.table import keeping, rows_alike
 from kcache.cli.problems import LAYER_HINT, not_regular
 from kcache.cli.selection import Selection, add_selection
 from kcache.entry.format import KINDS
@@ -43,8 +44,7 @@ COLUMNS = (
     Column("Compile time", right=True, drop=5),
 )
 #: COLUMNS with a Signature that is never hidden.
-_WITH_SIGNATURE = tuple(Column(c.header, c.right, c.shrink, SIGNATURE_KEEP, 0, c.cut)
-                        if c.header == "Signature" else c for c in COLUMNS)
+_WITH_SIGNATURE = keeping(COLUMNS, "Signature")
 
 
 def last_used_cell(view) -> str:
@@ -57,12 +57,7 @@ def columns_for(views) -> tuple:
     """:data:`COLUMNS`, with Signature kept when it is what tells two rows apart (the same
     kernel and arch), and a Front-end column after Arch when an entry is not numba-cuda's
     (:func:`shows_frontend`)."""
-    seen, columns = set(), COLUMNS
-    for v in views:
-        if (v.kernel, v.arch) in seen:
-            columns = _WITH_SIGNATURE
-            break
-        seen.add((v.kernel, v.arch))
+    columns = _WITH_SIGNATURE if rows_alike(views) else COLUMNS
     if shows_frontend(views):
         at = [c.header for c in columns].index("Arch") + 1
         columns = columns[:at] + (FRONTEND_COLUMN,) + columns[at:]

@@ -7,13 +7,15 @@ from kcache.cli.entries import EntryView, entry_record, is_stale
 from kcache.cli.errors import Problem
 from kcache.cli.fmt import ago, code_memos_text, entries_text, human_size, iso
 from kcache.cli.output import Column, message, print_json, print_table
+from kcache.cli.table import keeping, rows_alike
 from kcache.cli.problems import left_text, not_removed, refuse_newer_format
 
 #: Terminal columns (see cmd_ls.COLUMNS): the kernel and the signature (short form) shrink,
-#: then Last used and Size go.
+#: then the signature goes (never while two rows share kernel and arch), then Size; Last
+#: used, what --older-than and the least recently used order choose by, goes last.
 COLUMNS = (Column("Key"), Column("Kernel", shrink=16, keep=24, cut="kernel"),
-           Column("Signature", shrink=12, keep=40, cut="distinct"), Column("Arch"),
-           Column("Size", right=True, drop=1), Column("Last used", drop=2))
+           Column("Signature", shrink=12, keep=40, drop=3, cut="distinct"), Column("Arch"),
+           Column("Size", right=True, drop=2), Column("Last used", drop=1))
 #: Header of the plain (piped) table: JSON field names; ``signature`` (the full form) was
 #: added last, so that ``cut -f`` of the first five still works.
 PLAIN_NAMES = ("short_key", "kernel", "arch", "file_size", "last_used", "signature")
@@ -82,7 +84,8 @@ def run(args) -> int:
                     "code_memo_bytes_freed": memo_bytes}, checked=True)
     else:
         wide = want_wide(args)  # the full signature; else numba's short form
-        print_table(COLUMNS, removed,
+        columns = keeping(COLUMNS, "Signature") if rows_alike(removed) else COLUMNS
+        print_table(columns, removed,
                     human=lambda v: (v.short_key, v.kernel_cell(), v.signature_cell(not wide),
                                      v.arch, human_size(v.file_size), ago(v.last_used)),
                     plain=lambda v: (v.short_key, v.kernel_cell(), v.arch, v.file_size,

@@ -43,6 +43,24 @@ class Column:
         self.cut = cut
 
 
+def keeping(columns: Sequence[Column], header: str) -> tuple:
+    """``columns`` with the one named ``header`` never hidden (its cut and keep width as
+    they were)."""
+    return tuple(Column(c.header, c.right, c.shrink, c.keep, 0, c.cut) if c.header == header
+                 else c for c in columns)
+
+
+def rows_alike(views) -> bool:
+    """True when two of ``views`` share kernel and arch: their Signature is then what tells
+    the rows apart, so a table keeps it (``ls``, ``prune``)."""
+    seen = set()
+    for v in views:
+        if (v.kernel, v.arch) in seen:
+            return True
+        seen.add((v.kernel, v.arch))
+    return False
+
+
 def cell_len(text: str) -> int:
     """Terminal cells taken by ``text`` (wide characters count 2)."""
     from rich.cells import cell_len as rich_cell_len

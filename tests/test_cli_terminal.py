@@ -108,6 +108,37 @@ def test_every_table_fits(long_names, columns, args):
     assert lines and all(len(line.rstrip()) <= columns for line in lines), lines
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("columns", [80, 60])
+def test_prune_keeps_last_used_on_a_narrow_terminal(long_names, columns):
+    """Last used is what --older-than and the least recently used order choose by: the
+    signature and the size give way to it."""
+    lines = screen("prune", "--dry-run", "--max-size", "1", "--dir", str(long_names),
+                   columns=columns)
+    header = cells(lines[0])
+    assert header[0] == "Key" and header[-1] == "Last used", lines
+    rows = lines[1:1 + len(KERNELS)]
+    assert all(cells(row)[-1] in ("just now", "a moment ago") or cells(row)[-1].endswith("ago")
+               for row in rows), rows
+    if columns == 80:
+        assert "Size" in header, lines
+
+
+@pytest.mark.slow
+def test_prune_keeps_the_signature_of_two_overloads(tmp_path):
+    """Two overloads of one kernel and arch differ only by signature: prune keeps it."""
+    store = Store(tmp_path)
+    for signature in ("(float32[::1],)", "(float64[::1],)"):
+        comps = {"kernel": LONG, "signature": signature}
+        store.put(make_key(comps), Entry({"cubin": os.urandom(2000)},
+                                         {"kernel": LONG, "signature": signature,
+                                          "arch": "sm_90a"}), components=comps)
+    store.flush()
+    lines = screen("prune", "--dry-run", "--max-size", "1", "--dir", str(tmp_path), columns=80)
+    assert "Signature" in cells(lines[0]) and "Last used" in cells(lines[0]), lines
+    assert all(len(line.rstrip()) <= 80 for line in lines), lines
+
+
 def show_fields(lines: list[str]) -> dict[str, str]:
     """The fields ``kcache show`` drew: ``name  value`` lines, and names alone followed by
     their value on the next line: whole and unindented for a field never cut (one line as
