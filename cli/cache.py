@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import argparse
+import functools
+import os
 from pathlib import Path
 
 from kcache.cli.args import one_line, root_arg
@@ -97,3 +99,9 @@ def write_problem(root: Path, store=None) -> str | None:
         return store.check_writable()
     from kcache.store import probe_writable
     return probe_writable(root)
+
+
+@functools.lru_cache(maxsize=64)
+def layer_kind(root) -> str:
+    """"bundle" for a read-only layer that is a bundle file, else "directory"."""
+    return "bundle" if os.path.isfile(root) else "directory"

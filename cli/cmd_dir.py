@@ -3,7 +3,7 @@ they are trusted, and the remote tier."""
 from __future__ import annotations
 
 from kcache.cli.args import want_json, want_wide
-from kcache.cli.cache import write_problem
+from kcache.cli.cache import layer_kind, write_problem
 from kcache.cli.output import is_terminal, message, print_fields, print_json
 from kcache.cli.remote import configured, describe, summary
 from kcache.cli.text import escape
@@ -72,14 +72,14 @@ def run(args) -> int:
         for path in dirs:
             print(escape(path))
         for path, why in distrust.items():
-            what = "cache root" if path == str(root) else "read-only dir"
+            what = "cache root" if path == str(root) else _label(path)
             message(f"kcache: the {what} {path} is not trusted and not used: {why}")
     else:
         pairs = [("root", str(root), str(root)),
                  ("trusted", "yes" if trust_problem is None else f"no ({trust_problem})",
                   trust_problem is None),
                  ("writable", "yes" if problem is None else f"no ({problem})", problem is None)]
-        pairs += [("read-only dir", p if p not in distrust else f"{p} (not trusted, not used: "
+        pairs += [(_label(p), p if p not in distrust else f"{p} (not trusted, not used: "
                    f"{distrust[p]})", p) for p in dirs]
         remote = describe(settings) if settings is not None else (
             "(bad setting: see below)" if remote_problem else "(none)")
@@ -88,3 +88,8 @@ def run(args) -> int:
     for text in resolved.errors:
         message(f"kcache: warning: {text} (see 'kcache config show')")
     return 0
+
+
+def _label(layer: str) -> str:
+    """"read-only dir", or "read-only bundle" for a bundle file served in place."""
+    return "read-only bundle" if layer_kind(layer) == "bundle" else "read-only dir"

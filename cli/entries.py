@@ -8,12 +8,12 @@ a sort, a filter or a JSON document.
 from __future__ import annotations
 
 import fnmatch
-import functools
 import os
 import re
 from typing import Any, Iterable
 
 from kcache.entry.artifacts import MAX_ENTRY_POINTS
+from kcache.cli.cache import layer_kind
 from kcache.cli.errors import NotFound, UsageError
 from kcache.cli.fmt import iso
 from kcache.cli.problems import SHORT_KEY, is_newer, newer_format_files, problem_of
@@ -126,12 +126,6 @@ def entry_record(view: EntryView, stale: bool | None = None) -> dict[str, Any]:
     if stale is not None:
         record["stale"] = stale
     return record
-
-
-@functools.lru_cache(maxsize=64)
-def layer_kind(root) -> str:
-    """"bundle" for a read-only layer that is a bundle file, else "directory"."""
-    return "bundle" if os.path.isfile(root) else "directory"
 
 
 def sizes(value: Any) -> dict[str, int]:

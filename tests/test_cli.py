@@ -518,6 +518,11 @@ def test_readonly_dirs_is_the_one_name(cache, tmp_path):
     assert json.loads((root / "config.json").read_text()) == {"readonly_dirs": [str(layer)]}
     status, text, _ = on_terminal("dir", "--dir", str(root))
     assert status == 0 and "read-only dir" in text and "layer " not in text
+    bundle = tmp_path / "layer.kcb"  # a bundle file served in place is named as such
+    assert kc("export", str(bundle), root=root).returncode == 0
+    done = kc("config", "set", "readonly_dirs", f"{layer}{os.pathsep}{bundle}", root=root)
+    status, text, _ = on_terminal("dir", "--dir", str(root))
+    assert status == 0 and text.count("read-only dir") == 1 and "read-only bundle" in text
 
 
 def test_config_set_readonly_dirs_to_a_missing_folder_warns_and_sets(cache, tmp_path):
