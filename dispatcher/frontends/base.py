@@ -6,7 +6,7 @@ nothing else in kcache reads a private name of that front-end. The rules a bridg
 (tests/test_frontend_bridge.py and tests/test_structure.py check them):
 
 * Its module ``bridge`` defines ``FRONTEND``, an object with the attributes and methods of
-  :class:`Frontend` below. Importing ``bridge`` imports the front-end's public package only;
+  :class:`Frontend` below (:class:`BridgeMethods` gives those every bridge implements alike). Importing ``bridge`` imports the front-end's public package only;
   the bridge's other modules (its internals, its dispatcher subclass) are imported by
   ``FRONTEND``'s methods, once :meth:`Frontend.refusal` has said the front-end is supported, so
   that an unsupported version costs one warning, never an ImportError.
@@ -220,3 +220,95 @@ def package_modules(package: str) -> Callable[[str], ModuleType]:
             found = loaded[name] = importlib.import_module(f"{package}.{name}")
         return found
     return module
+
+
+class BridgeMethods:
+    """The :class:`Frontend` methods every bridge implements alike: each hands the call to the
+    module of the bridge's own package that holds it (``support``, ``signatures``,
+    ``compiling``, ...), imported on first use (:func:`package_modules`). A bridge subclasses
+    it, sets :attr:`package` to its ``__package__`` and defines what is its own (the
+    dispatcher classes, ``jit``, ``types``, the key's options and toolchain, ...)."""
+
+    #: The bridge's package (``kcache.dispatcher.frontends.<name>``).
+    package: str
+
+    def __init__(self):
+        self._module = package_modules(self.package)
+
+    def __reduce__(self):
+        return "FRONTEND"  # pickled as a reference to its module's one (kcache warm's workers)
+
+    def refusal(self) -> str | None:
+        return self._module("support").refusal()
+
+    def warn_refusal(self) -> bool:
+        return self._module("support").warn_refusal()
+
+    def is_signature(self, obj) -> bool:
+        return self._module("signatures").is_signature(obj)
+
+    def adopt(self, dispatcher, options):
+        # the dispatcher is handed its front-end
+        return self._module("dispatcher").adopt(self, dispatcher, options)
+
+    def patch(self, on_enable_caching, on_init) -> None:
+        patching = self._module("patching")
+        if not patching.is_patched():
+            patching.patch_dispatcher(on_enable_caching, on_init)
+
+    def unpatch(self) -> None:
+        self._module("patching").unpatch_dispatcher()
+
+    def is_patched(self) -> bool:
+        return self._module("patching").is_patched()
+
+    def offline_target(self, cc):
+        return self._module("offline").offline_target(cc)
+
+    def compile_kernel(self, py_func, argtypes: tuple, targetoptions: dict):
+        return self._module("compiling").compile_kernel(py_func, argtypes, targetoptions)
+
+    def kernel_state(self, kernel, cc) -> dict:
+        return self._module("rebuild").kernel_state(kernel, cc)
+
+    def rebuild_kernel(self, state: dict, argtypes: tuple, cc, **served):
+        return self._module("rebuild").rebuild_kernel(state, argtypes, cc, **served)
+
+    def numba_config(self):
+        return self._module("signatures").numba_config()
+
+    def current_cc(self) -> tuple:
+        return self._module("signatures").current_cc()
+
+    def signature_display(self, argtypes: tuple) -> str:
+        return self._module("signatures").signature_display(argtypes)
+
+    def uncacheable_reason(self, kernel) -> str | None:
+        return self._module("compiling").uncacheable_reason(kernel)
+
+    def device_overloads(self, dispatcher) -> list:
+        return self._module("compiling").device_overloads(dispatcher)
+
+    def registries(self):
+        return self._module("registries")
+
+    def signature_namespace(self) -> dict:
+        return self._module("signatures").signature_namespace()
+
+    def signature_string(self, argtypes: tuple) -> str:
+        return self._module("signatures").signature_string(argtypes)
+
+    def normalize_signature(self, sig) -> tuple:
+        return self._module("signatures").normalize_signature(sig)
+
+    def supported_ccs(self) -> list | None:
+        return self._module("signatures").supported_ccs()
+
+    def deferred_eager_compiles(self):
+        return self._module("eager").deferred_eager_compiles()
+
+    def eager_signatures(self, dispatcher) -> list:
+        return self._module("eager").eager_signatures(dispatcher)
+
+    def eager_device_functions(self, cc):
+        return self._module("eager").eager_device_functions(cc)
