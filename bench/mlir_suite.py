@@ -31,7 +31,6 @@ fail for want of a device, with their texts, would be megabytes).
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
 import json
 import os
 import shutil
@@ -45,7 +44,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from numba_suite import PASSES, _store_counts, _write, only_under_kcache, table  # noqa: E402
+from numba_suite import _store_counts  # noqa: E402
+from suite_results import (PASSES, commit, merge as merge_parts, only_under_kcache,  # noqa: E402
+                           pass_lines, put_section, run_modules, summarize as summarize_parts,
+                           table, write)
 
 SUITE = HERE / "mlir-suite" / "tests"
 RESULTS = HERE / "results" / "mlir-suite.json"
@@ -156,7 +158,7 @@ def run_module(module: str, timeout: float, deadline: float,
 
 
 def _environment() -> dict:
-    info = {"numba_cuda_mlir": None, "gpu": None, "commit": os.environ.get("BENCH_COMMIT")}
+    info = {"numba_cuda_mlir": None, "gpu": None, "commit": commit()}
     try:
         from importlib.metadata import version
         info["numba_cuda_mlir"] = version("numba-cuda-mlir")
@@ -168,77 +170,28 @@ def _environment() -> dict:
         info["gpu"] = done.stdout.strip().splitlines()[0] if done.stdout.strip() else None
     except (OSError, subprocess.SubprocessError):
         pass
-    if not info["commit"]:
-        git = subprocess.run(["git", "-C", str(HERE), "rev-parse", "--short", "HEAD"],
-                             capture_output=True, text=True)
-        info["commit"] = git.stdout.strip() or None
     return info
 
 
 def summarize(results: dict) -> dict:
-    """The results file's form (numba-suite.json's fields): per pass, ran + sorted test ids."""
-    part = dict(_environment(), modules=sorted(results), skipped_modules=dict(LEFT_OUT),
-                details={}, store={})
-    for kind in PASSES:
-        agg = {"ran": 0, "failed": [], "errors": [], "skipped": []}
-        for m, passes in results.items():
-            rec = passes[kind]
-            agg["ran"] += rec.get("ran", 0)
-            for field in ("failed", "errors", "skipped"):
-                agg[field].extend(rec.get(field, []))
-            part["details"].setdefault(kind, {}).update(rec.get("details", {}))
-            if rec.get("store") is not None:
-                part["store"].setdefault(kind, {})[m] = rec["store"]
-        for field in ("failed", "errors", "skipped"):
-            agg[field] = sorted(set(agg[field]))
-        part[kind] = agg
-    part["tests"] = part["baseline"]["ran"]
-    return part
+    """The results file's form (numba-suite.json's fields: suite_results.summarize)."""
+    return summarize_parts(results, _environment(), LEFT_OUT)
 
 
 def run(args) -> int:
     wanted = args.modules.split(",") if args.modules else \
         [m for m in modules() if _left_out(m) is None]
-    results, not_run = {}, []
-    deadline = time.monotonic() + args.budget
-    with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        futures = {pool.submit(run_module, m, args.timeout, deadline, args.standin_cc): m
-                   for m in wanted}
-        for future in concurrent.futures.as_completed(futures):
-            m = futures[future]
-            passes = future.result()
-            if passes is None:
-                not_run.append(m)
-                continue
-            results[m] = passes
-            print(f"{m:60} " + "  ".join(
-                f"{k} {len(passes[k]['failed']) + len(passes[k]['errors'])}/{passes[k]['ran']}"
-                for k in PASSES), flush=True)
-            _write(args.out, summarize(results))  # kept as it goes: a cut run still counts
-    _write(args.out, summarize(results))
-    print(table(summarize(results)))
-    if not_run:
-        print(f"mlir_suite: {len(not_run)} modules not started within --budget "
-              f"{args.budget:.0f} s: {','.join(sorted(not_run))}")
+    run_modules(wanted, lambda m, deadline: run_module(m, args.timeout, deadline,
+                                                        args.standin_cc),
+                summarize, args.out, jobs=args.jobs, budget=args.budget, tool="mlir_suite",
+                label=lambda m: f"{m:60}")
     return 0
 
 
 def merge(args) -> int:
     parts = [json.loads(Path(p).read_text()) for p in args.parts]
-    merged = {k: parts[0].get(k) for k in ("numba_cuda_mlir", "gpu", "commit")}
-    merged["modules"] = sorted({m for p in parts for m in p["modules"]})
-    merged["skipped_modules"] = dict(LEFT_OUT)
-    merged["details"], merged["store"] = {}, {}
-    for kind in PASSES:
-        agg = {"ran": sum(p[kind]["ran"] for p in parts)}
-        for field in ("failed", "errors", "skipped"):
-            agg[field] = sorted({t for p in parts for t in p[kind][field]})
-        merged[kind] = agg
-        for p in parts:
-            merged["details"].setdefault(kind, {}).update(p.get("details", {}).get(kind, {}))
-            merged["store"].setdefault(kind, {}).update(p.get("store", {}).get(kind, {}))
-    merged["tests"] = merged["baseline"]["ran"]
-    _write(args.out, merged)
+    merged = merge_parts(parts, ("numba_cuda_mlir", "gpu", "commit"), LEFT_OUT)
+    write(args.out, merged)
     print(table(merged))
     return 0
 
@@ -256,7 +209,7 @@ def brief(args) -> int:
         kind: sorted(set(base["failed"] + base["errors"]) -
                      set(results[kind]["failed"] + results[kind]["errors"]))
         for kind in PASSES[1:]}
-    _write(args.out, out)
+    write(args.out, out)
     print(json.dumps(out["counts"]))
     return 0
 
@@ -268,25 +221,8 @@ def render(args) -> int:
              f"{len(results['modules'])} modules, {results['tests']} tests; left out: "
              + ", ".join(f"`{m}` ({why})" for m, why in results["skipped_modules"].items())
              + ".", "", table(results), ""]
-    for kind in ("cold", "warm"):
-        counts = results.get("store", {}).get(kind, {})
-        if counts:
-            hits = sum((c or {}).get("hits") or 0 for c in counts.values())
-            compiles = sum((c or {}).get("compiles") or 0 for c in counts.values())
-            lines.append(f"- {kind} pass, the store's counters over all modules after the "
-                         f"pass: {hits} hits, {compiles} compiles stored.")
-        only = only_under_kcache(results, kind)
-        listed = [f"`{t}` ({field})" for field, tests in only.items() for t in tests]
-        lines.append(f"- Only under kcache, {kind} pass: " + (", ".join(listed) or "none") + ".")
-    section = "\n".join(lines + ["", _END])
-    text = COMPAT.read_text()
-    if _START in text:
-        before, rest = text.split(_START, 1)
-        text = before + section + rest.split(_END, 1)[1]
-    else:
-        text = text.rstrip("\n") + "\n\n## numba-cuda-mlir's own test suite under kcache\n\n" \
-            + section + "\n"
-    COMPAT.write_text(text)
+    section = "\n".join(lines + pass_lines(results) + ["", _END])
+    put_section(COMPAT, _START, _END, section, "numba-cuda-mlir's own test suite under kcache")
     print(section)
     return 0
 
