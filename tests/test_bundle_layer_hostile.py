@@ -143,6 +143,28 @@ def test_hostile_bundle_as_a_layer_is_misses_and_one_warning(hostile_layers, tmp
     assert not (tmp_path / "root").exists() or not list((tmp_path / "root").rglob("*.kce"))
 
 
+def test_a_frame_longer_than_its_entry_is_refused_unread(tmp_path):
+    """An index record of a 100-byte entry whose zstd frame is 1 GiB (a sparse file: 4 KiB on
+    disk): the frame was read whole before anything was inflated, 1 GiB for an entry that the
+    entry size limit allows 16 MiB of (an index naming a 1 TiB frame: the process killed for
+    memory). Refused with the index, never read: as a layer and by ``kcache import``."""
+    from test_bundle_hostile import measured
+    path = tmp_path / "long-frame.kcb"
+    path.write_bytes(v3_bytes([record(KEY, b"", 100) | {"length": 1 << 30}]))
+    os.truncate(path, path.stat().st_size + (1 << 30))
+    path.chmod(0o644)
+    env = {"KCACHE_MAX_ENTRY_SIZE": "16M"}
+    status, out, err, rss = served(path, [KEY], tmp_path / "root", env=env)
+    assert status == 0 and "Traceback" not in err, err
+    assert rss <= MAX_RSS, f"peak {rss >> 20} MiB"
+    assert out.strip().endswith('{"found": [false], "misses": 1}'), out
+    assert err.count("\n") == 1 and "is longer than its entry" in err, err
+    status, _out, err, rss, _s = measured(["import", path, "--into", tmp_path / "dst"], env=env)
+    assert status == 1 and "Traceback" not in err, err
+    assert rss <= MAX_RSS, f"peak {rss >> 20} MiB"
+    assert "is longer than its entry" in err, err
+
+
 # -- a layer that changes while a process serves from it -----------------------------------------
 
 _SERVING = """

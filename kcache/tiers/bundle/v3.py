@@ -258,6 +258,11 @@ def _record_problem(rec, frames_len: int) -> str | None:
         return "its SHA-256 digest is not 32 bytes"
     if type(rec.get("zstd")) is not bool or (not rec["zstd"] and length != size):
         return "its frame's length and size disagree"
+    # A frame is read whole before it is inflated: one longer than its entry (a writer keeps
+    # a zstd frame only when it is shorter) would be a read that the entry size limit, which
+    # bounds ``size``, does not bound (a sparse 1 TiB frame for a 100-byte entry).
+    if length > size:
+        return f"its frame ({length} bytes) is longer than its entry ({size} bytes)"
     if size > inflate_cap(length):  # as _inflate refuses it; listings never add it up
         return f"its size ({size} bytes) is more than its frame can hold"
     return None
