@@ -16,6 +16,7 @@ import pwd
 import shutil
 import stat
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -126,6 +127,59 @@ def test_nothing_outside_the_root_is_deleted_moved_or_written(tmp_path, which):
         if which == "entry shard":
             assert result["served"][:2] == [None, None]
             assert result["puts"][:2] == [False, False]  # that shard's keys only
+
+
+#: A shared root's process: puts under a 1-byte cap (eviction), gets, counters written.
+LOCKING = r"""
+import json, sys
+from kcache import Store
+from trustkit import entry, key
+s = Store(sys.argv[1], max_size=1)
+puts = [s.put(key(i), entry(i)) for i in range(1, 12)]
+s.get(key(1)); s.flush()
+print(json.dumps({"puts": puts}))
+"""
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["private", "shared"])
+def test_lock_files_planted_as_symlinks_reach_nothing_outside_the_root(tmp_path, shared):
+    """A group member of a shared root puts symlinks to another member's file where the
+    counter shards' locks, ``evict.lock`` and a key's lock belong. filelock opened a lock file
+    ``O_RDWR | O_TRUNC`` through a symlink (and ``fchmod``-ed it 0660) before 3.20.1
+    (CVE-2025-68146): the file outside the root was emptied by the next put. Now nothing
+    outside the root changes (bytes, mode, times), and the puts go on."""
+    root, outside = tmp_path / "cache", tmp_path / "home"
+    lay = Layout(root)
+    env = {"KCACHE_SHARED": "1"} if shared else {}
+    json_out(run_py(LOCKING, root, env=env))  # every lock file and folder made
+    outside.mkdir()
+    victim = outside / "notes.txt"
+    victim.write_bytes(b"precious")
+    victim.chmod(0o600)
+    planted = [lay.stats_files(shard)[2] for shard in range(16)] + [lay.evict_lock, lay.lock(key(5))]
+    for lock in planted:
+        lock.unlink(missing_ok=True)
+        lock.symlink_to(victim)
+    before = snapshot(outside)
+    done = run_py(LOCKING, root, env=env)
+    no_traceback(done)
+    assert json_out(done)["puts"] == [True] * 11
+    assert snapshot(outside) == before and victim.read_bytes() == b"precious"
+    assert all(lock.is_symlink() for lock in planted)
+
+
+def test_filelock_is_one_that_never_opens_a_lock_file_through_a_symlink():
+    """kcache's lock files rely on filelock's ``O_NOFOLLOW`` (see the test above): the
+    requirement excludes the releases without it (before 3.20.1, CVE-2025-68146)."""
+    import re
+    from importlib.metadata import version
+
+    def release(text):
+        return tuple(int(part) for part in text.split(".")[:3])
+
+    floor = re.findall(r'"filelock>=([0-9.]+)"', (Path(__file__).parents[1] / "pyproject.toml").read_text())
+    assert len(floor) == 1 and release(floor[0]) >= (3, 20, 1), floor
+    assert release(version("filelock")) >= (3, 20, 1)
 
 
 def _temp_files(root):
