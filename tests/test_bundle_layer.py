@@ -366,3 +366,43 @@ def test_a_named_root_not_made_yet_beside_a_layer_is_said_by_what_reports_on_the
     done = _cli("ls", env=env)  # the layer's entries are what it lists
     assert done.returncode == 0 and said not in done.stderr and keys[0][:12] in done.stdout
     assert not (tmp_path / "nope").exists()
+
+
+# A program that makes a store per call (as compile_for does for a kernel of no kcache
+# dispatcher), under a limit of 128 open files.
+_STORE_PER_CALL = """
+import gc, json, os, resource, sys
+resource.setrlimit(resource.RLIMIT_NOFILE, (128, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+from kcache import Store
+root, key = sys.argv[1], sys.argv[2]
+before = len(os.listdir("/proc/self/fd"))
+hits = 0
+for _ in range(150):
+    store = Store(root)
+    hits += store.get(key) is not None
+    store.flush()
+    del store
+    gc.collect()
+open(os.devnull).close()  # the program's own files still open
+print(json.dumps({"hits": hits, "more_fds": len(os.listdir("/proc/self/fd")) - before}))
+"""
+
+
+def test_a_dropped_store_closes_its_bundle_layers(src, tmp_path):
+    """Each store opened its bundle layers on its first read and never closed them: a
+    descriptor per store of a version-3 bundle, two of a version-2 one (its inflated copy in
+    memory too, a memfd), so 150 stores made call by call ran the program out of descriptors
+    (EMFILE in its own opens) and kept 150 copies of the bundle in memory. A store that is
+    collected closes them."""
+    root, keys = src
+    layers = []
+    for version in (2, 3):
+        layers.append(tmp_path / f"v{version}.kcb")
+        write_bundle(layers[-1], items(root, keys[:1 if version == 2 else None]), version=version)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KCACHE_")}
+    env["KCACHE_READONLY_DIRS"] = os.pathsep.join(map(str, layers))
+    done = subprocess.run([sys.executable, "-c", _STORE_PER_CALL, str(tmp_path / "dst"), keys[1]],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stderr == "", done.stderr[-2000:]
+    report = json.loads(done.stdout)
+    assert report["hits"] == 150 and report["more_fds"] <= 5, report

@@ -28,6 +28,7 @@ import hmac
 import os
 import stat
 import threading
+import weakref
 from pathlib import Path
 from typing import Iterator
 
@@ -74,6 +75,7 @@ class BundleLayer:
         self._old = None  # a version 1 or 2 bundle's Contents (kcache.tiers.bundle.common)
         self._bad: set[str] = set()  # keys found bad (never served again unless fresh)
         self._checked: set[str] = set()  # keys whose bytes matched the index's digest
+        self._closer: weakref.finalize | None = None  # closes the descriptors (once opened)
 
     def __repr__(self) -> str:
         return f"BundleLayer({self.name!r})"
@@ -127,6 +129,10 @@ class BundleLayer:
             self._old = read_contents(self.root, fd, st.st_size, secret, memory=True)  # owns fd
         self.version = v3.VERSION if newest else self._old.version
         self._fd, self._st = fd, st
+        # Closed when this layer is collected (its store dropped: compile_for makes a store
+        # per call), as RootDirs closes a root's: else a descriptor per store, and a version
+        # 1 or 2 bundle's copy in memory, until the program runs out of either.
+        self._closer = weakref.finalize(self, _close_all, {fd, *(self._old.owned if self._old else ())})
         refused = (self._index or self._old).refused
         if refused:  # records that are not entries: misses, said once (import names them all)
             name, why = next(iter(refused.items()))
@@ -278,10 +284,9 @@ class BundleLayer:
     def close(self) -> None:
         """Close the descriptors (the layer is not read afterwards)."""
         self.problem = self.problem or "closed"
-        fds = {self._fd, *(self._old.owned if self._old is not None else ())} - {None}
         self._fd = None
-        for fd in fds:
-            _close(fd)
+        if self._closer is not None:
+            self._closer()  # once: a later collection closes nothing again
 
 
 def _close(fd: int) -> None:
@@ -289,6 +294,11 @@ def _close(fd: int) -> None:
         os.close(fd)
     except OSError:
         pass
+
+
+def _close_all(fds: set) -> None:
+    for fd in fds:
+        _close(fd)
 
 
 def _secret(path: Path) -> bytes | None:
