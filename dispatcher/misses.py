@@ -51,7 +51,9 @@ def differences(old: dict, new: dict, frontend=None) -> list:
         if key == "extensions":  # present only in processes with user extensions
             a, b = a if isinstance(a, dict) else {}, b if isinstance(b, dict) else {}
         # (default arguments bind each line's values now: a closure would see the last ones)
-        if differ is not None and isinstance(a, dict) and isinstance(b, dict):
+        if key == "target" and isinstance(a, dict) and isinstance(b, dict):
+            lines.extend(_target(a, b, frontend))
+        elif differ is not None and isinstance(a, dict) and isinstance(b, dict):
             lines.extend(differ(a, b))
         elif key == "signature":
             lines.extend(_signature(a, b, frontend))
@@ -209,8 +211,15 @@ def _argument(frontend, text: str) -> str:
     return cut(text, _ARG_LIMIT)
 
 
-def _target(a: dict, b: dict) -> list:
-    return [lambda n=name: f"{cut(n)} {cut(a.get(n))} -> {cut(b.get(n))}"
+def _target(a: dict, b: dict, frontend=None) -> list:
+    def shown(name, value):
+        if name == "cc" and frontend is not None and isinstance(value, str):
+            try:  # the arch the front-end compiles (numba-cuda-mlir: sm_90 for target sm_90a)
+                return frontend.arch_name(value)
+            except Exception:  # an entry's text that is no cc: shown as it is
+                pass
+        return cut(value)
+    return [lambda n=name: f"{cut(n)} {shown(n, a.get(n))} -> {shown(n, b.get(n))}"
             for name in sorted(set(a) | set(b)) if a.get(name) != b.get(name)]
 
 
@@ -257,7 +266,7 @@ def _extensions(a: dict, b: dict) -> list:
     return _named_changes(sorted(set(a) | set(b), key=str), a, b, "extensions registered by")
 
 
-_DIFFERS = {"source": _source, "target": _target, "toolchain": _versions,
+_DIFFERS = {"source": _source, "toolchain": _versions,
             "options": _options, "config": _config, "link": _link,
             "extensions": _extensions}
 

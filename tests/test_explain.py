@@ -172,6 +172,24 @@ def test_a_signature_miss_names_the_changed_argument_in_short_form():
                            {"signature": 7})[0].startswith("signature (\\x1b[31mxxx")
 
 
+def test_a_cc_miss_names_the_arch_the_front_end_compiles():
+    """numba-cuda-mlir compiles cc 9.0 as sm_90 while the key's target holds sm_90a (the
+    device's cc in numba-cuda's spelling): the line names sm_90, as the entry's arch and the
+    headline ``... for sm_90: miss: ...`` do, not ``cc sm_80 -> sm_90a`` (a user trial)."""
+    pytest.importorskip("numba_cuda_mlir")
+    from kcache.dispatcher.frontends.numba_cuda_mlir.bridge import FRONTEND as MLIR
+    nine = changed(**{"target__cc": "sm_90a"})
+    assert diff_components(BASE, nine, MLIR) == ["cc sm_80 -> sm_90"]
+    assert diff_components(nine, BASE, MLIR) == ["cc sm_90 -> sm_80"]
+    # numba-cuda compiles sm_90a: named as before; without a front-end, as the key holds it
+    numba_cuda = pytest.importorskip("kcache.dispatcher.frontends.numba_cuda.bridge")
+    assert diff_components(BASE, nine, numba_cuda.FRONTEND) == ["cc sm_80 -> sm_90a"]
+    assert diff_components(BASE, nine) == ["cc sm_80 -> sm_90a"]
+    # an entry's cc that is no cc: escaped and cut as any value, never raised
+    odd = changed(**{"target__cc": "\x1b[31m" + "x" * 500})
+    assert diff_components(odd, BASE, MLIR)[0].startswith("cc \\x1b[31mxxx")
+
+
 def test_kcache_explain_on_a_signature_miss_is_brief(tmp_path):
     """A real process: compile_for float32[::1], then float64[::1] with KCACHE_EXPLAIN=1: the
     miss line names argument 1 in short form, not numba's reprs of every argument."""
