@@ -202,7 +202,8 @@ def terminal_rows(doc: dict, remote: bool) -> list[tuple]:
         ("evictions", doc["evictions"], None),
         ("corrupt", doc["corrupt"], None),
         ("artifacts refused", doc["artifacts_refused"], None),
-        ("quarantine", f"{doc['quarantine_files']} files, {human_size(doc['quarantine_bytes'])}", None),
+        ("quarantine", f"{plural(doc['quarantine_files'], 'file')}, "
+                       f"{human_size(doc['quarantine_bytes'])}", None),
         *_code_memo_rows(doc),
         ("temp files swept", doc["temp_swept"], None),
         ("lock waits", doc["lock_waits"], None),

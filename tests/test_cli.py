@@ -347,6 +347,19 @@ STATS_FIELDS = {"hits": int, "misses": int, "compiles": int, "puts": int, "evict
                 "entries": int, "bytes": int, "max_size": int, "recounted": bool}
 
 
+@pytest.mark.parametrize("files,shown", [(0, "0 files, 0 B"), (1, "1 file, 1.2 KiB"),
+                                          (2, "2 files, 1.2 KiB")])
+def test_stats_on_a_terminal_counts_quarantined_files_in_words(tmp_path, files, shown):
+    """``quarantine  1 file, 16.2 KiB``, as the code analyses' row says it (a user trial saw
+    ``1 files``)."""
+    from kcache.cli.cmd_stats import terminal_rows
+    (tmp_path / "cache").mkdir()
+    doc = kc_json("stats", root=tmp_path / "cache")
+    doc.update(quarantine_files=files, quarantine_bytes=1234 if files else 0)
+    [row] = [r for r in terminal_rows(doc, remote=False) if r[0] == "quarantine"]
+    assert row[1] == shown
+
+
 @pytest.mark.slow
 def test_stats_json_zero_and_recount(cache):
     root, paths = cache
