@@ -229,6 +229,7 @@ def _document(args, store, ccs, jobs, rows, counts, plan, seconds, warm) -> dict
         "summary": counts,
         "results": [row.as_json() for row in rows],
         "without_signatures": list(plan.without_signatures),
+        "other_frontends": {name: list(found) for name, found in plan.other_frontends.items()},
     }
 
 
@@ -258,11 +259,20 @@ def _print_report(args, rows, counts, plan, seconds, jobs, dry_run) -> None:
     what = "dry run: " if dry_run else ""
     message(f"kcache: warm: {what}{done} in {seconds:.1f} s ({plural(jobs, 'job')})")
     if plan.without_signatures:
-        names = ", ".join(plan.without_signatures[:5])
-        more = f" and {len(plan.without_signatures) - 5} more" if len(plan.without_signatures) > 5 else ""
         message(f"kcache: warm: {plural(len(plan.without_signatures), 'kernel')} without a "
-                f"known signature, not compiled: {names}{more} (list them in a --signatures "
+                f"known signature, not compiled: {_names(plan.without_signatures)} (list them "
+                "in a --signatures "
                 "file, or record a run with KCACHE_RECORD=FILE; docs/warm.md)")
+    for name, found in plan.other_frontends.items():
+        message(f"kcache: warm: {plural(len(found), name + ' kernel')} found, not warmed by "
+                f"this {plan.frontend.name} run: {_names(found)} (warm them with --frontend "
+                f"{name})")
+
+
+def _names(found: list, shown: int = 5) -> str:
+    """The first ``shown`` of ``found``, then how many more."""
+    more = f" and {len(found) - shown} more" if len(found) > shown else ""
+    return ", ".join(found[:shown]) + more
 
 
 class _Progress:

@@ -225,8 +225,8 @@ def compile_for_report(frontend, kernel, signatures, cc, store=None, *,
     if reason is not None:
         raise KcacheError(reason)
     if not frontend.is_kernel_dispatcher(kernel):
-        raise TypeError(f"compile_for needs a kernel made by kcache.jit or numba.cuda.jit, "
-                        f"not {type(kernel).__name__}")
+        raise TypeError(f"compile_for needs a kernel made by kcache.jit or "
+                        f"{frontend.jit_name}, not {type(kernel).__name__}")
     if kernel.targetoptions.get("device"):
         raise TypeError(f"{kernel_name(kernel)} is a device function; compile_for the kernels "
                         "that call it")

@@ -30,7 +30,8 @@ from kcache.text import cut
 from .process import kernel_name
 
 __all__ = ["TargetError", "ModuleRef", "Kernel", "resolve_targets", "import_context",
-           "import_module", "kernels_of", "find_kernel", "is_test_name"]
+           "import_module", "kernels_of", "other_kernels", "other_frontend_hint", "find_kernel",
+           "is_test_name"]
 
 _TEST_DIRS = frozenset({"tests", "test"})
 _NEVER_FILES = frozenset({"setup.py", "__main__.py"})
@@ -198,15 +199,43 @@ def kernels_of(frontend, module) -> list[Kernel]:
     """Module-level kernel dispatchers of ``frontend`` (``Frontend.is_kernel_dispatcher``:
     kcache's included) that are not device functions, defined in ``module`` itself (not
     imported into it), in definition order; one per dispatcher."""
+    return _module_kernels(module, frontend.is_kernel_dispatcher)
+
+
+def other_kernels(frontend, module) -> dict:
+    """``{front-end name: [Kernel, ...]}``: the kernels of ``module`` (as :func:`kernels_of`
+    finds them) that another front-end than ``frontend`` made, which a run for ``frontend``
+    does not warm (``kcache warm --frontend`` names whose it warms)."""
+    out: dict = {}
+    for found in _module_kernels(module, lambda obj: _other_name(frontend, obj) is not None):
+        out.setdefault(_other_name(frontend, found.dispatcher), []).append(found)
+    return out
+
+
+def _module_kernels(module, is_kernel) -> list[Kernel]:
     out, seen = [], set()
     for attr, obj in list(vars(module).items()):
-        if not frontend.is_kernel_dispatcher(obj) or id(obj) in seen:
+        if not is_kernel(obj) or id(obj) in seen:
             continue
         if obj.targetoptions.get("device") or obj.py_func.__module__ != module.__name__:
             continue
         seen.add(id(obj))
         out.append(Kernel(kernel_name(obj), module.__name__, attr, obj))
     return out
+
+
+def _other_name(frontend, obj) -> str | None:
+    """The name of the front-end other than ``frontend`` whose kernel dispatcher ``obj`` is,
+    or None (told by its class: nothing of that front-end's bridge is imported)."""
+    from .frontends.base import name_of_dispatcher
+    name = name_of_dispatcher(obj)
+    return name if name is not None and name != frontend.name else None
+
+
+def other_frontend_hint(frontend, name: str) -> str:
+    """What to do with a kernel of front-end ``name`` found by a run for ``frontend``."""
+    return (f"a {name} kernel, not a {frontend.name} one: warm it with --frontend {name} "
+            f"(this run warms {frontend.name} kernels)")
 
 
 def find_kernel(frontend, module, qualname: str):
@@ -220,8 +249,11 @@ def find_kernel(frontend, module, qualname: str):
             raise LookupError(f"no kernel {shown} (no attribute {cut(repr(qualname))} in the "
                               "module)")
     if not frontend.is_kernel_dispatcher(obj):
+        other = _other_name(frontend, obj)
+        if other is not None:
+            raise LookupError(f"{shown} is {other_frontend_hint(frontend, other)}")
         raise LookupError(f"{shown} is a {type(obj).__name__}, not a "
-                          "kernel made by numba.cuda.jit or kcache.jit")
+                          f"kernel made by {frontend.jit_name} or kcache.jit")
     if obj.targetoptions.get("device"):
         raise LookupError(f"{shown} is a device function; warm the "
                           "kernels that call it")

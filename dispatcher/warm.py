@@ -160,11 +160,14 @@ class Plan:
     with no known signature); ``path_entries`` (folders workers put on sys.path);
     ``modules`` (``{module name: path entry}`` of the modules found in the TARGETs: the only
     ones replay imports); ``current`` (replay: entries of those modules' kernels made by
-    the current toolchain already, warm without a compile)."""
+    the current toolchain already, warm without a compile); ``other_frontends`` (``{front-end
+    name: ["module:qualname", ...]}``: kernels found that another front-end made, not warmed
+    by this run)."""
     frontend: object
     tasks: list = dataclasses.field(default_factory=list)
     rows: list = dataclasses.field(default_factory=list)
     without_signatures: list = dataclasses.field(default_factory=list)
+    other_frontends: dict = dataclasses.field(default_factory=dict)
     path_entries: list = dataclasses.field(default_factory=list)
     modules: dict = dataclasses.field(default_factory=dict)
     current: int = 0
@@ -201,9 +204,12 @@ def plan_targets(plan: Plan, targets, sig_lines, ccs, include_tests=False) -> Pl
             module = discover.import_module(plan.frontend, ref, ccs[0])
         except (Exception, SystemExit) as exc:  # whatever the module raises at import
             plan.rows.append(Row(kernel=ref.name, status="failed", origin="import",
-                                 reason=f"cannot import {ref.name}{_raised_at(exc, ref)}: "
+                                 reason=f"cannot import {ref.name}{_raised_at(exc, ref)}"
+                                        f"{_other_frontend_raised(plan.frontend, exc)}: "
                                         f"{failure_text(exc)}"))
             continue
+        for name, found in discover.other_kernels(plan.frontend, module).items():
+            plan.other_frontends.setdefault(name, []).extend(k.name for k in found)
         for found in discover.kernels_of(plan.frontend, module):
             eager = plan.frontend.eager_signatures(found.dispatcher)
             if not eager and found.name not in by_kernel:
@@ -496,6 +502,17 @@ def _raised_at(exc: BaseException, ref) -> str:
     if not ours:
         return ""
     return f" ({os.path.relpath(ours[-1].filename, folder)}:{ours[-1].lineno})"
+
+
+def _other_frontend_raised(frontend, exc: BaseException) -> str:
+    """`` (numba-cuda-mlir raised it: ...)`` when another front-end than ``frontend`` raised
+    ``exc`` (an eager signature of its kernels compiled at import asks for a GPU: only a run
+    for that front-end imports its modules without one), else ""."""
+    from .frontends.base import of_module_name
+    other = of_module_name(type(exc).__module__)
+    if other is None or other == frontend.name:
+        return ""
+    return f" ({other} raised it: warm its kernels with --frontend {other})"
 
 
 def failure_text(exc: BaseException, limit: int = 400) -> str:

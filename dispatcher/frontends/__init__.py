@@ -12,12 +12,8 @@ from __future__ import annotations
 
 import sys
 
-#: Front-end name -> (its package, whose import installs the transparent switch; its kernel
-#: dispatcher class as (module, name)).
-_KNOWN = {
-    "numba-cuda": ("numba.cuda", ("numba.cuda.dispatcher", "CUDADispatcher")),
-    "numba-cuda-mlir": ("numba_cuda_mlir", ("numba_cuda_mlir.descriptor", "MLIRDispatcher")),
-}
+from .known import KNOWN as _KNOWN, name_of_dispatcher, of_module_name  # noqa: F401
+
 #: The front-ends kcache knows, numba-cuda first (the default where it is installed).
 NAMES = tuple(_KNOWN)
 #: Short names accepted for a front-end: what ``kcache ls`` shows in its Front-end column.
@@ -67,11 +63,8 @@ def imported() -> list:
 def of_dispatcher(obj):
     """The front-end whose kernel dispatcher ``obj`` is (kcache's or the front-end's own,
     told by its class's lineage: no bridge internals imported), or None."""
-    for cls in type(obj).__mro__:
-        for name, (_pkg, where) in _KNOWN.items():
-            if (cls.__module__, cls.__name__) == where:
-                return by_name(name)
-    return None
+    name = name_of_dispatcher(obj)
+    return by_name(name) if name is not None else None
 
 
 def default():

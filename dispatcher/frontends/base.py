@@ -34,6 +34,9 @@ import importlib
 from types import ModuleType
 from typing import Callable, ContextManager, Protocol
 
+# (for the generic modules, which may import this module alone of frontends/)
+from .known import name_of_dispatcher, of_module_name  # noqa: F401
+
 
 class Frontend(Protocol):
     """A compiler front-end kcache serves kernels of.
