@@ -41,8 +41,9 @@ VARIABLES = (
              "30 days", "quarantine_age", "security.md#limits"),
     Variable("KCACHE_DISABLE", "1: programs neither read nor write the cache (kcache "
              "commands ignore it)", "off", None, "guide.md#settings-and-where-they-come-from"),
-    Variable("KCACHE_ENABLE", "1: numba.cuda.jit(cache=True) kernels use kcache instead of "
-             "numba-cuda's cache; all: every kernel", "off", None, "guide.md#transparent-mode"),
+    Variable("KCACHE_ENABLE", "1: numba.cuda.jit(cache=True) and numba_cuda_mlir.cuda.jit("
+             "cache=True) kernels use kcache instead of their front-end's cache; all: every "
+             "kernel", "off", None, "guide.md#transparent-mode"),
     Variable("KCACHE_EXPLAIN", "1 (true, yes, on): log why each miss missed (logger kcache.explain)", "off",
              None, "guide.md#explaining-a-miss"),
     Variable("KCACHE_REQUIRE_HIT", "1: a kernel call that would compile raises "

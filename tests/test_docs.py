@@ -512,6 +512,15 @@ def test_every_kcache_variable_in_the_code_is_documented():
     assert [n for n in names() if n not in done.stdout] == []
 
 
+def test_kcache_enable_is_described_for_both_front_ends():
+    """``kcache --help`` said KCACHE_ENABLE serves ``numba.cuda.jit(cache=True)`` kernels
+    alone; it serves numba-cuda-mlir's too (docs/mlir.md; a user trial)."""
+    from kcache.cli.env import VARIABLES
+    [enable] = [v for v in VARIABLES if v.name == "KCACHE_ENABLE"]
+    assert "numba.cuda.jit(cache=True)" in enable.meaning
+    assert "numba_cuda_mlir.cuda.jit(cache=True)" in enable.meaning
+
+
 # --- links ------------------------------------------------------------------------------
 
 LINK = re.compile(r"\[[^\]]*\]\((?P<target>[^)\s]+)\)")
