@@ -84,6 +84,8 @@ def test_an_import_failure_the_other_front_end_raised_names_its_frontend():
         " (numba-cuda-mlir raised it: warm its kernels with --frontend numba-cuda-mlir)")
     assert warm._other_frontend_raised(MLIR, exc) == ""  # its own front-end: nothing to add
     assert warm._other_frontend_raised(NUMBA_CUDA, ValueError("x")) == ""
+    odd = type("Odd", (Exception,), {"__module__": 5})  # a module may set it to anything
+    assert warm._other_frontend_raised(NUMBA_CUDA, odd()) == ""
 
 
 @pytest.mark.slow

@@ -25,7 +25,10 @@ def name_of_dispatcher(obj) -> str | None:
 
 def of_module_name(module: str) -> str | None:
     """The name of the front-end whose package holds module ``module`` (dotted), or None:
-    ``kcache warm`` names the front-end an import failure came from."""
+    ``kcache warm`` names the front-end an import failure came from (a class's
+    ``__module__`` may be anything: not a str is None)."""
+    if not isinstance(module, str):
+        return None
     for name, (pkg, _where) in KNOWN.items():
         if module == pkg or module.startswith(pkg + "."):
             return name
