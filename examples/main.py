@@ -292,7 +292,13 @@ def main(argv=None) -> int:
         env["KCACHE_DIR"] = os.environ["KCACHE_DIR"] = args.cache_dir
     sys.path.append(str(REPO))  # for `examples`; appended so it never hides an installed kcache
     import kcache
-    from kcache.dispatcher.frontends.numba_cuda.bridge import FRONTEND
+    try:
+        from kcache.dispatcher.frontends.numba_cuda.bridge import FRONTEND
+    except ImportError as exc:  # e.g. kcache-cuda[mlir] alone: numba-cuda-mlir kernels only
+        print(f"{PROG}: warms numba-cuda kernels, and numba-cuda cannot be imported ({exc}); "
+              "install kcache-cuda[cu13] (or [cu12]); numba-cuda-mlir kernels: docs/mlir.md",
+              file=sys.stderr)
+        return 1
     from kcache.dispatcher.warm import parse_cc_list
     try:
         # checked first (against numba-cuda's toolkit, as kcache warm --cc): a usage error

@@ -226,6 +226,23 @@ def test_unsupported_cc_is_one_line_and_exit_2(no_gpu, tmp_path):
     assert "Traceback" not in proc.stderr and not (tmp_path / "cache").exists()
 
 
+def test_without_numba_cuda_is_one_line_and_exit_1(tmp_path):
+    """kcache-cuda[mlir] alone (numba-cuda-mlir, no numba): one line naming the extra to
+    install, not a ModuleNotFoundError traceback (a user trial)."""
+    code = ("import runpy, sys; sys.modules['numba'] = None; sys.argv = [sys.argv[1]]; "
+            "runpy.run_path(sys.argv[0], run_name='__main__')")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KCACHE_")}
+    env["KCACHE_DIR"] = str(tmp_path / "cache")
+    proc = subprocess.run([sys.executable, "-c", code, str(MAIN)], capture_output=True,
+                          text=True, env=env, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "install kcache-cuda[cu13]" in lines[0], proc.stderr
+    assert lines[0].startswith("examples/main.py: warms numba-cuda kernels") \
+        and "docs/mlir.md" in lines[0]
+    assert not (tmp_path / "cache").exists()
+
+
 @pytest.mark.parametrize("option", ["--cache-dir", "--work-dir"])
 @pytest.mark.parametrize("given", ["", "  "])
 def test_empty_directory_option_is_one_line_and_exit_2(no_gpu, tmp_path, option, given):
