@@ -31,6 +31,7 @@ from .process import kernel_name
 
 __all__ = ["TargetError", "ModuleRef", "Kernel", "resolve_targets", "import_context",
            "import_module", "kernels_of", "other_kernels", "other_frontend_hint", "find_kernel",
+           "OtherFrontendKernel",
            "is_test_name"]
 
 _TEST_DIRS = frozenset({"tests", "test"})
@@ -238,9 +239,15 @@ def other_frontend_hint(frontend, name: str) -> str:
             f"(this run warms {frontend.name} kernels)")
 
 
+class OtherFrontendKernel(LookupError):
+    """:func:`find_kernel` found a kernel of another front-end than the run's: another run
+    (its ``--frontend``) warms it, so it is skipped, not a failure."""
+
+
 def find_kernel(frontend, module, qualname: str):
     """The kernel dispatcher ``module.<qualname>`` (dotted attributes). Raises LookupError
-    naming what was found instead (``qualname`` may be an entry's: quoted escaped and cut)."""
+    naming what was found instead (``qualname`` may be an entry's: quoted escaped and cut):
+    :class:`OtherFrontendKernel` for another front-end's kernel."""
     obj = module
     shown = f"{module.__name__}:{cut(qualname)}"
     for part in qualname.split("."):
@@ -251,7 +258,7 @@ def find_kernel(frontend, module, qualname: str):
     if not frontend.is_kernel_dispatcher(obj):
         other = _other_name(frontend, obj)
         if other is not None:
-            raise LookupError(f"{shown} is {other_frontend_hint(frontend, other)}")
+            raise OtherFrontendKernel(f"{shown} is {other_frontend_hint(frontend, other)}")
         raise LookupError(f"{shown} is a {type(obj).__name__}, not a "
                           f"kernel made by {frontend.jit_name} or kcache.jit")
     if obj.targetoptions.get("device"):

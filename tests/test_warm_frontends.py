@@ -91,7 +91,7 @@ def test_an_import_failure_the_other_front_end_raised_names_its_frontend():
 @pytest.mark.slow
 def test_warm_says_which_kernels_another_frontend_made(tmp_path):
     """The default run (numba-cuda) over a package of numba-cuda-mlir kernels: a signatures
-    line of one fails naming ``--frontend numba-cuda-mlir``, the others are listed (stderr,
+    line of one is skipped naming ``--frontend numba-cuda-mlir``, the others are listed (stderr,
     and ``other_frontends`` in JSON), an eager module's import failure says who raised it."""
     pkg = tmp_path / "app"
     pkg.mkdir()
@@ -134,7 +134,7 @@ def test_warm_says_which_kernels_another_frontend_made(tmp_path):
     assert doc["other_frontends"] == {"numba-cuda-mlir": ["app.kernels:first",
                                                           "app.kernels:second"]}
     rows = {r["kernel"]: r for r in doc["results"]}
-    assert rows["app.kernels:first"]["status"] == "failed"
+    assert rows["app.kernels:first"]["status"] == "skipped"  # the mlir run warms it
     assert "--frontend numba-cuda-mlir" in rows["app.kernels:first"]["reason"]
     assert rows["app.eager"]["status"] == "failed"
     assert rows["app.eager"]["reason"].startswith(
@@ -144,3 +144,36 @@ def test_warm_says_which_kernels_another_frontend_made(tmp_path):
     mlir = json.loads(run("--json", frontend=("--frontend", "mlir")).stdout)
     assert mlir["other_frontends"] == {}
     assert mlir["summary"]["failed"] == 0 and mlir["summary"]["would_compile"] == 2
+
+
+@pytest.mark.slow
+def test_one_recorded_file_of_both_front_ends_warms_in_two_passing_runs(tmp_path):
+    """A program using both front-ends, its signatures recorded in one file: the run for
+    each front-end warms its own kernels' lines and skips the other's; both exit 0."""
+    (tmp_path / "both.py").write_text(textwrap.dedent("""\
+        from numba import cuda
+        from numba_cuda_mlir import cuda as mcuda
+
+        @cuda.jit
+        def classic(a):
+            a[0] = 1
+
+        @mcuda.jit
+        def mlir(a):
+            a[0] = 2
+        """))
+    (tmp_path / "sigs.txt").write_text("both:classic void(float32[::1])\n"
+                                       "both:mlir void(float32[::1])\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KCACHE_")}
+    env.update(KCACHE_DIR=str(tmp_path / "cache"), CUDA_VISIBLE_DEVICES="",
+               PYTHONPATH=str(tmp_path))
+    outcomes = {}
+    for frontend in ("numba-cuda", "numba-cuda-mlir"):
+        done = subprocess.run(
+            [sys.executable, "-m", "kcache", "--json", "warm", "--signatures", "sigs.txt",
+             "--cc", "9.0", "--jobs", "1", "--dry-run", "--frontend", frontend],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        outcomes[frontend] = {r["kernel"]: r["status"] for r in json.loads(done.stdout)["results"]}
+    assert outcomes == {"numba-cuda": {"both:classic": "would_compile", "both:mlir": "skipped"},
+                        "numba-cuda-mlir": {"both:classic": "skipped", "both:mlir": "would_compile"}}
