@@ -2,6 +2,8 @@
 kcache caching on by default."""
 from __future__ import annotations
 
+import inspect
+
 from . import frontends
 from .install import adopting
 
@@ -17,8 +19,10 @@ def jit(func_or_sig=None, *, cache: bool = True, cache_key: str | None = None, s
     cache; ``cache_key`` (str or None) is mixed into every key (e.g. a release id); ``store``
     is a ``kcache.Store`` (default: ``kcache.Store()`` configured by ``KCACHE_*``);
     ``frontend``: ``"numba-cuda"`` (``numba.cuda.jit``) or ``"numba-cuda-mlir"``
-    (``numba_cuda_mlir.cuda.jit``); default: the one the program imported, numba-cuda first,
-    else the one installed (``frontends.default``). Returns kcache's dispatcher of that
+    (``numba_cuda_mlir.cuda.jit``); default: the one whose package the function's globals
+    name (``from numba_cuda_mlir import cuda``: ``frontends.of_function``), else the
+    one the program imported, numba-cuda first, else the one installed
+    (``frontends.default``). Returns kcache's dispatcher of that
     front-end (device functions: the front-end's own) or, given only signatures, a
     decorator. Errors are the front-end's; a non-str ``cache_key`` is a TypeError, an unknown
     ``frontend`` a ValueError. With a front-end release kcache does not support
@@ -27,6 +31,18 @@ def jit(func_or_sig=None, *, cache: bool = True, cache_key: str | None = None, s
     """
     if cache_key is not None and not isinstance(cache_key, str):  # as Options() says it
         raise TypeError(f"cache_key must be a str or None, not {type(cache_key).__name__}")
+    if frontend is None and not inspect.isfunction(func_or_sig):
+        # signatures (or nothing) first: the front-end is chosen once the function is seen
+        def decorator(func):
+            chosen_name = frontends.of_function(func) or frontends.default().name
+            if func_or_sig is None:
+                return jit(func, cache=cache, cache_key=cache_key, store=store,
+                           frontend=chosen_name, **kwargs)
+            return jit(func_or_sig, cache=cache, cache_key=cache_key, store=store,
+                       frontend=chosen_name, **kwargs)(func)
+        return decorator
+    if frontend is None:
+        frontend = frontends.of_function(func_or_sig)
     chosen = frontends.by_name(frontend) if frontend is not None else frontends.default()
     if func_or_sig is None:
         def decorator(func):
@@ -49,3 +65,4 @@ def jit(func_or_sig=None, *, cache: bool = True, cache_key: str | None = None, s
         with adopting(options, chosen):
             return result(func)
     return compile_with_signatures
+

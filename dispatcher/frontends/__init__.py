@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 
-from .known import KNOWN as _KNOWN, name_of_dispatcher, of_module_name  # noqa: F401
+from .known import KNOWN as _KNOWN, name_of_dispatcher, of_function, of_module_name  # noqa: F401
 
 #: The front-ends kcache knows, numba-cuda first (the default where it is installed).
 NAMES = tuple(_KNOWN)

@@ -1,7 +1,8 @@
 """The front-ends kcache knows, by name: each one's package and kernel dispatcher class. Plain
-data and two lookups that import nothing: the ``frontends`` package's selectors pick by them,
-and the generic modules name another front-end's kernels and errors with them (through
-``frontends.base``, the one module of ``frontends/`` they may import)."""
+data and lookups that import no front-end: the ``frontends`` package's selectors pick by them
+(``kcache.jit`` a function's front-end by its globals), and the generic modules name another
+front-end's kernels and errors with them (through ``frontends.base``, the one module of
+``frontends/`` they may import)."""
 from __future__ import annotations
 
 #: Front-end name -> (its package, whose import installs the transparent switch; its kernel
@@ -33,3 +34,27 @@ def of_module_name(module: str) -> str | None:
         if module == pkg or module.startswith(pkg + "."):
             return name
     return None
+
+
+def of_function(fn) -> str | None:
+    """The name of the one front-end whose package the globals ``fn``'s code reads belong to
+    (``cuda`` bound to ``numba_cuda_mlir.cuda``, a ``grid`` imported from ``numba.cuda``), or
+    None when they name none or both: ``kcache.jit`` without ``frontend`` compiles
+    ``from numba_cuda_mlir import cuda`` code with numba-cuda-mlir, whichever front-end the
+    program imported first. Reads only the globals the code loads (its bytecode's global
+    loads, not its attribute names)."""
+    from ..bytecode import references
+    code, scope = getattr(fn, "__code__", None), getattr(fn, "__globals__", None)
+    if code is None or not isinstance(scope, dict):
+        return None
+    found = set()
+    for kind, name, _attrs in references(code):
+        value = scope.get(name) if kind == "g" else None
+        if value is None:
+            continue
+        where = getattr(value, "__name__", None) if type(value).__name__ == "module" \
+            else getattr(value, "__module__", None)
+        front = of_module_name(where) if isinstance(where, str) else None
+        if front is not None:
+            found.add(front)
+    return found.pop() if len(found) == 1 else None

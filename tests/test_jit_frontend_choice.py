@@ -1,0 +1,63 @@
+"""``kcache.jit`` without ``frontend`` compiles a function with the front-end whose package
+its globals name (``from numba_cuda_mlir import cuda``), whichever front-end the program
+imported first (a cudf program imports both); the default otherwise (docs/mlir.md)."""
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytest.importorskip("numba_cuda_mlir")
+
+from kcache.dispatcher import frontends  # noqa: E402
+
+
+def test_of_function_names_the_front_end_of_the_globals_a_function_reads():
+    import numpy as np
+    from numba import cuda as ncuda
+    from numba_cuda_mlir import cuda as mcuda
+    scope = {"mcuda": mcuda, "ncuda": ncuda, "np": np, "grid": ncuda.grid}
+
+    def made(source):
+        exec(textwrap.dedent(source), scope)
+        return scope["f"]
+    assert frontends.of_function(made("def f(a):\n    a[mcuda.grid(1)] = 1")) \
+        == "numba-cuda-mlir"
+    assert frontends.of_function(made("def f(a):\n    a[ncuda.grid(1)] = 1")) == "numba-cuda"
+    assert frontends.of_function(made("def f(a):\n    a[grid(1)] = 1")) == "numba-cuda"
+    assert frontends.of_function(made("def f(a):\n    a[0] = np.pi")) is None  # neither
+    assert frontends.of_function(made("def f(a):\n    a[mcuda.grid(1)] = ncuda.laneid")) is None
+
+
+@pytest.mark.slow
+def test_kcache_jit_compiles_mlir_code_with_numba_cuda_mlir_when_numba_cuda_came_first(tmp_path):
+    (tmp_path / "kernels.py").write_text(textwrap.dedent("""\
+        import kcache
+        from numba_cuda_mlir import cuda
+
+        @kcache.jit
+        def bare(a):
+            a[cuda.grid(1)] = 1
+
+        @kcache.jit(cache_key="v1")
+        def called(a):
+            a[cuda.grid(1)] = 2
+        """))
+    (tmp_path / "classic.py").write_text(textwrap.dedent("""\
+        import kcache
+        from numba import cuda
+
+        @kcache.jit
+        def classic(a):
+            a[cuda.grid(1)] = 3
+        """))
+    code = ("import numba.cuda, numba_cuda_mlir, kernels, classic\n"
+            "print(type(kernels.bare).__name__, type(kernels.called).__name__, "
+            "type(classic.classic).__name__)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300,
+                          env={"PATH": "/usr/bin:/bin", "KCACHE_DIR": str(tmp_path / "c"),
+                               "PYTHONPATH": str(tmp_path), "HOME": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["KCacheMLIRDispatcher", "KCacheMLIRDispatcher",
+                                   "KCacheDispatcher"]
