@@ -11,6 +11,7 @@ from kcache.cli.entries import entries_and_broken, entry_record, is_stale
 from kcache.cli.fmt import ago, entries_text, human_seconds, human_size, iso, plain_seconds
 from kcache.cli.output import Column, message, print_json, print_table
 from kcache.cli.table import keeping, rows_alike
+from kcache.cli.entries import plain_table, shows_frontend
 from kcache.cli.problems import LAYER_HINT, not_regular
 from kcache.cli.selection import Selection, add_selection
 from kcache.entry.format import KINDS
@@ -56,24 +57,22 @@ def last_used_cell(view) -> str:
 def columns_for(views) -> tuple:
     """:data:`COLUMNS`, with Signature kept when it is what tells two rows apart (the same
     kernel and arch), and a Front-end column after Arch when an entry is not numba-cuda's
-    (:func:`shows_frontend`)."""
+    (:func:`shows_frontend`), hidden first when every row has the same one."""
     columns = _WITH_SIGNATURE if rows_alike(views) else COLUMNS
     if shows_frontend(views):
         at = [c.header for c in columns].index("Arch") + 1
-        columns = columns[:at] + (FRONTEND_COLUMN,) + columns[at:]
+        # one front-end on every row says nothing a row needs: the first column to go
+        alike = len({getattr(v, "frontend", None) for v in views}) == 1
+        columns = columns[:at] + (FRONTEND_ALIKE if alike else FRONTEND_COLUMN,) + columns[at:]
     return columns
 
 
 #: The front-end of a kernel entry on a terminal, short (docs/cli.md): numba-cuda-mlir's as
 #: "mlir"; shown only in a listing holding an entry that is not numba-cuda's.
 FRONTEND_COLUMN = Column("Front-end")
+#: The same, when every row has the same front-end: hidden before any other column.
+FRONTEND_ALIKE = Column("Front-end", drop=6)
 _SHORT_FRONTEND = {"numba-cuda-mlir": "mlir"}
-
-
-def shows_frontend(views) -> bool:
-    """True when a kernel entry of ``views`` was compiled by another front-end than
-    numba-cuda (a cache of numba-cuda kernels only lists as it always did)."""
-    return any(getattr(v, "frontend", None) not in (None, "numba-cuda") for v in views)
 
 
 def frontend_cell(view) -> str | None:
@@ -174,9 +173,10 @@ def run(args) -> int:
                              *((frontend_cell(v),) if fe else ()),
                              human_size(v.file_size), v.hits, last_used_cell(v),
                              human_seconds(v.compile_seconds)),
-            plain=lambda v: (v.short_key, v.kernel_cell(), v.signature_cell(), v.arch, v.file_size,
-                             v.hits, iso(v.last_used), plain_seconds(v.compile_seconds)),
-            names=PLAIN_NAMES, wide=want_wide(args))
+            **plain_table(PLAIN_NAMES, lambda v: (
+                v.short_key, v.kernel_cell(), v.signature_cell(), v.arch, v.file_size, v.hits,
+                iso(v.last_used), plain_seconds(v.compile_seconds)), views),
+            wide=want_wide(args))
         if not rows:
             message("kcache: no entries match" if filtered(args)
                     else "kcache: the cache has no entries")

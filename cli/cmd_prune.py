@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from kcache.cli.args import duration_arg, size_arg, want_json, want_wide
 from kcache.cli.cache import ensure_writable, open_store, write_problem
-from kcache.cli.entries import EntryView, entry_record, is_stale
+from kcache.cli.entries import EntryView, entry_record, is_stale, plain_table
 from kcache.cli.errors import Problem
 from kcache.cli.fmt import ago, code_memos_text, entries_text, human_size, iso
 from kcache.cli.output import Column, message, print_json, print_table
@@ -88,9 +88,10 @@ def run(args) -> int:
         print_table(columns, removed,
                     human=lambda v: (v.short_key, v.kernel_cell(), v.signature_cell(not wide),
                                      v.arch, human_size(v.file_size), ago(v.last_used)),
-                    plain=lambda v: (v.short_key, v.kernel_cell(), v.arch, v.file_size,
-                                     iso(v.last_used), v.signature_cell()),
-                    names=PLAIN_NAMES, wide=wide)
+                    **plain_table(PLAIN_NAMES, lambda v: (
+                        v.short_key, v.kernel_cell(), v.arch, v.file_size, iso(v.last_used),
+                        v.signature_cell()), removed),
+                    wide=wide)
         if not removed and not memo_files:
             message("kcache: nothing to remove" if args.dry_run or not left
                     else "kcache: nothing removed")

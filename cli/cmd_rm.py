@@ -7,7 +7,7 @@ import sys
 
 from kcache.cli.args import cc_arg, glob_arg, want_json, want_wide
 from kcache.cli.cache import ensure_writable, open_store, write_problem
-from kcache.cli.entries import EntryView, entry_record, resolve_prefix
+from kcache.cli.entries import EntryView, entry_record, plain_table, resolve_prefix
 from kcache.cli.errors import NotFound, Problem, UsageError
 from kcache.cli.fmt import entries_text, human_size
 from kcache.cli.output import Column, confirm, is_terminal, message, print_json, print_table
@@ -120,9 +120,9 @@ def print_entries(views: list, wide: bool) -> None:
     print_table(COLUMNS, views,
                 human=lambda v: (v.short_key, v.kernel_cell(), v.signature_cell(not wide),
                                  v.arch, human_size(v.file_size)),
-                plain=lambda v: (v.short_key, v.kernel_cell(), v.arch, v.file_size,
-                                 v.signature_cell()),
-                names=PLAIN_NAMES, wide=wide)
+                **plain_table(PLAIN_NAMES, lambda v: (v.short_key, v.kernel_cell(), v.arch,
+                                                      v.file_size, v.signature_cell()), views),
+                wide=wide)
 
 
 def _ask(args, views: list) -> bool | None:

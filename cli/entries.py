@@ -96,6 +96,21 @@ def _entry_points(meta: Any) -> list[str]:
     return [t for t in (text(p) for p in points[:MAX_ENTRY_POINTS]) if t]
 
 
+def shows_frontend(views) -> bool:
+    """True when a kernel entry of ``views`` was compiled by another front-end than
+    numba-cuda (a cache of numba-cuda kernels only lists as it always did)."""
+    return any(getattr(v, "frontend", None) not in (None, "numba-cuda") for v in views)
+
+
+def plain_table(names: tuple, plain, views) -> dict:
+    """``print_table``'s ``names`` and ``plain`` for piped rows of ``views``, with the
+    ``frontend`` field last when :func:`shows_frontend` (the columns before it stay where
+    they were)."""
+    if not shows_frontend(views):
+        return {"names": names, "plain": plain}
+    return {"names": (*names, "frontend"), "plain": lambda v: (*plain(v), v.frontend or "")}
+
+
 def entry_record(view: EntryView, stale: bool | None = None) -> dict[str, Any]:
     """The stable JSON object for one entry header (docs/cli.md, "entry object"). ``created``
     and ``last_used`` are null when the header's time is not a representable time."""

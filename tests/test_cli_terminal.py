@@ -349,3 +349,42 @@ def test_the_hint_line_fits_the_width(monkeypatch, capsys, width):
     hint = " ".join(line.strip() for line in lines[3:])
     assert "Compile time" in hint and "--wide shows all" in hint, lines
     assert all(len(line.rstrip()) <= width for line in lines[3:]), lines
+
+
+def test_the_front_end_column_goes_first_when_every_row_has_the_same():
+    """A cache of numba-cuda-mlir kernels only: `mlir` on every row tells no row apart, so
+    it is hidden before Size, Hits or Last used; with both front-ends it stays."""
+    from kcache.cli.cmd_ls import columns_for
+    from kcache.cli.table import layout
+
+    class View:  # what columns_for reads of an entry
+        def __init__(self, name, frontend):
+            self.kernel, self.arch, self.frontend = name, "sm_90", frontend
+
+    def front_end(views):
+        return next(c for c in columns_for(views) if c.header == "Front-end")
+    alike = [View("app:a", "numba-cuda-mlir"), View("app:b", "numba-cuda-mlir")]
+    mixed = [View("app:a", "numba-cuda-mlir"), View("app:b", "numba-cuda")]
+    assert front_end(mixed).drop == 0
+    columns = columns_for(alike)
+    assert front_end(alike).drop > max(c.drop for c in columns if c.header != "Front-end")
+    row = ["0123456789ab", "app:a", "(float32[::1],)", "sm_90", "mlir", "18.3 KiB", "0",
+           "1 h ago", "0.22 s"]
+    shown, _ = layout(columns, [row, row], 80)
+    headers = [columns[i].header for i in shown]
+    assert "Front-end" not in headers and {"Hits", "Last used", "Size"} <= set(headers), headers
+
+
+def test_piped_listings_end_with_the_front_end_when_one_is_not_numba_cuda():
+    from kcache.cli.entries import plain_table
+
+    class View:
+        def __init__(self, frontend):
+            self.key, self.frontend = "k", frontend
+    plain = lambda v: (v.key,)  # noqa: E731
+    classic = plain_table(("short_key",), plain, [View("numba-cuda")])
+    assert classic["names"] == ("short_key",) and classic["plain"](View("numba-cuda")) == ("k",)
+    both = plain_table(("short_key",), plain, [View("numba-cuda"), View("numba-cuda-mlir")])
+    assert both["names"] == ("short_key", "frontend")
+    assert [both["plain"](v) for v in (View("numba-cuda"), View("numba-cuda-mlir"))] == [
+        ("k", "numba-cuda"), ("k", "numba-cuda-mlir")]
