@@ -163,6 +163,28 @@ def test_signed_bundle_layer_and_the_secret(src, tmp_path, monkeypatch):
     assert Store(tmp_path / "d", readonly_dirs=[signed]).get(keys[0]) is not None
 
 
+def test_a_layer_that_can_serve_nothing_is_said_once(src, tmp_path):
+    """The folder of a bundle named instead of the file, and a symlink to nothing, would
+    serve nothing without a word: each is warned once, naming it; a cache folder is not."""
+    root, keys = src
+    bundles = tmp_path / "bundles"
+    bundles.mkdir()
+    write_bundle(bundles / "app.kcb", items(root, keys), version=3)
+    dangling = tmp_path / "gone"
+    dangling.symlink_to(tmp_path / "nowhere")
+    warn.reset()
+    with pytest.warns(KcacheWarning) as caught:
+        store = Store(tmp_path / "dst", readonly_dirs=[bundles, dangling, root])
+        assert store.get(keys[0]) is not None  # the cache folder serves
+        assert store.get(keys[0]) is not None
+    said = [str(w.message) for w in caught]
+    [folder] = [m for m in said if str(bundles) in m]
+    assert "without kcache entries" in folder and "named itself" in folder, folder
+    [link] = [m for m in said if str(dangling) in m]
+    assert "does not exist" in link, link
+    assert not [m for m in said if f"layer {root} " in m], said
+
+
 def test_a_bundle_layer_passes_a_layers_trust_checks(src, tmp_path):
     root, keys = src
     path = tmp_path / "b.kcb"

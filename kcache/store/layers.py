@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from ..disk import fsio
+from ..disk.layout import BUCKET
 from ..tiers.local import LocalTier
 from ..warn import warn_once
 
@@ -19,12 +20,18 @@ def make_layer(path: Path, trust: fsio.Trust, max_entry_size: int):
     """The layer of ``path``: a BundleLayer when it exists and is not a folder (following a
     symlink, which the layer then refuses: it is never opened through one; a FIFO or device is
     refused as no regular file, never opened), else a LocalTier (a folder, existing or not).
-    One ``stat``; the bundle is opened on its first read. A path that does not exist is warned
-    about once (a mistyped ``KCACHE_READONLY_DIRS`` would serve nothing silently) and kept: a
-    folder made there later serves."""
-    if not os.path.lexists(path):
+    A few ``stat`` calls; the bundle is opened on its first read. A path that does not exist
+    (or a dangling symlink), or a folder with no ``v1/`` in it, is warned about once (a
+    mistyped ``KCACHE_READONLY_DIRS``, or a bundle's folder named instead of the file, would
+    serve nothing silently) and kept: a folder made there later serves."""
+    if not os.path.exists(path):  # a dangling symlink too
         warn_once(f"missing-layer:{path}", f"kcache: the read-only layer {path} {MISSING} "
                   "(KCACHE_READONLY_DIRS / readonly_dirs)")
+    elif os.path.isdir(path) and not os.path.isdir(os.path.join(path, BUCKET)):
+        # e.g. the folder of a bundle file named instead of the file: served nothing silently
+        warn_once(f"empty-layer:{path}", f"kcache: the read-only layer {path} is a folder "
+                  f"without kcache entries (no {BUCKET}/ in it): it serves nothing (a "
+                  "bundle file is named itself, a cache folder by its root)")
     if os.path.exists(path) and not os.path.isdir(path):
         from ..tiers.bundle.layer import BundleLayer
         return BundleLayer(path, trust=trust, max_entry_size=max_entry_size)
