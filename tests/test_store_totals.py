@@ -199,3 +199,23 @@ def test_two_passes_lowering_the_same_drift_lower_it_once(root):
     maintenance.lower_drift(house, files, counted)
     maintenance.lower_drift(house, files, counted)  # the second pass, with what it read before
     assert totals(s) == disk(s)
+
+
+def test_huge_counters_in_every_shard_still_sum_to_a_64_bit_integer(tmp_path):
+    """Each shard may hold up to 2**58 (a larger value, as NaN, reads as 0): the sum of the 16
+    that ``kcache stats --json`` prints stays below 2**63, what int64 readers take."""
+    import json
+    import msgpack
+    from kcache.store.stats import SHARDS
+    store = Store(tmp_path)
+    store.put(make_key({"n": 1}), Entry({"cubin": b"\x07" * 100}, {"kernel": "m:k"}))
+    store.flush()
+    layout = store.local.layout
+    for shard in range(SHARDS):
+        path = layout.stats_files(shard)[0]
+        path.write_bytes(msgpack.packb({"hits": 1 << 58, "misses": (1 << 58) + 1}))
+    done = subprocess.run([sys.executable, "-m", "kcache", "stats", "--json", "--dir",
+                           str(tmp_path)], capture_output=True, text=True, timeout=120)
+    doc = json.loads(done.stdout)
+    assert doc["hits"] == SHARDS << 58 and doc["hits"] < 1 << 63
+    assert doc["misses"] == 0  # above the cap: not a count kcache wrote

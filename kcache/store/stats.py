@@ -105,9 +105,9 @@ def _load(dirs, path: Path) -> dict:
 
 
 #: The largest counter value accepted from a shard file: no count, size or number of seconds
-#: kcache writes comes near it, 16 shards of it still sum to a finite float, and adding to it
-#: never overflows msgpack's 64-bit integers.
-MAX_COUNT = 1 << 62
+#: kcache writes comes near it, and the sum of the 16 shards' (what `stats --json` prints)
+#: stays a 64-bit integer, below 2**62, as does adding to it (msgpack's integers).
+MAX_COUNT = 1 << 58
 
 
 def _num(v) -> float:
