@@ -18,6 +18,8 @@ import os
 import stat
 import tokenize
 
+from kcache.entry.format import MAX_NAME
+
 from .sigspec import parse_signature
 
 __all__ = ["SigLine", "SignatureFileError", "read_signatures", "parse_line", "format_line",
@@ -53,14 +55,15 @@ class SigLine:
 
 def split_kernel(name: str) -> tuple[str, str]:
     """"pkg.mod:Outer.kernel" -> ("pkg.mod", "Outer.kernel"). ValueError unless both parts
-    are dotted Python identifiers."""
+    are dotted Python identifiers, MAX_NAME characters at most (an entry's bound: a 10 MB
+    name of a signatures file was tried as an import and printed whole in warm's report)."""
     module, sep, qualname = name.partition(":")
-    ok = sep and all(part.isidentifier() for part in module.split(".")) and all(
+    ok = sep and len(name) <= MAX_NAME and all(part.isidentifier() for part in module.split(".")) and all(
         part.isidentifier() for part in qualname.split("."))
     if not ok:
         shown = repr(name) if len(name) <= 80 else f"{name[:60]!r}... ({len(name)} characters)"
-        raise ValueError(f"{shown} is not a kernel name (module:qualname, "
-                         "e.g. 'examples.kernels:scaled_add')")
+        raise ValueError(f"{shown} is not a kernel name (module:qualname of at most {MAX_NAME} "
+                         "characters, e.g. 'examples.kernels:scaled_add')")
     return module, qualname
 
 

@@ -172,6 +172,8 @@ def test_file_format_comments_blank_lines_and_duplicates(tmp_path):
     ("pkg.mod:kern", "expected a kernel and a signature"),
     ("pkg.mod.kern void()", "not a kernel name"),
     ("pkg-mod:kern void()", "not a kernel name"),
+    # a name no entry can hold (4096 characters): was imported, and printed whole by warm
+    ("p" * 5000 + ":kern void()", "(5005 characters) is not a kernel name"),
     ("pkg.mod:kern void(float33[::1])", "'float33' is not a numba type name"),
     ("pkg.mod:kern void(__import__('os'))", "not allowed"),
     ("pkg.mod:kern float32(float32)", "must return void"),
