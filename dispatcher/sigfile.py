@@ -58,7 +58,8 @@ def split_kernel(name: str) -> tuple[str, str]:
     are dotted Python identifiers, MAX_NAME characters at most (an entry's bound: a 10 MB
     name of a signatures file was tried as an import and printed whole in warm's report)."""
     module, sep, qualname = name.partition(":")
-    ok = sep and len(name) <= MAX_NAME and all(part.isidentifier() for part in module.split(".")) and all(
+    ok = sep and len(name) <= MAX_NAME and all(
+        part.isidentifier() for part in module.split(".")) and all(
         part.isidentifier() for part in qualname.split("."))
     if not ok:
         shown = repr(name) if len(name) <= 80 else f"{name[:60]!r}... ({len(name)} characters)"

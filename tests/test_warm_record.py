@@ -216,3 +216,24 @@ def test_a_record_file_that_is_a_fifo_never_blocks_the_program(tmp_path):
     assert done.returncode == 0 and done.stdout == "went on\n", done.stderr
     assert "KCACHE_RECORD: cannot write" in done.stderr and "not a regular file" in done.stderr
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+def test_a_launch_reads_only_its_own_kernels_lines_of_a_big_record_file(tmp_path, monkeypatch):
+    """A record file other processes fill (up to 16 MiB, every line with a comment) costs a
+    new launch a comparison of its own kernel's lines, never a parse of every line (a
+    tokenizer pass per '#' took 10-24 s of CPU per launch); its own line is still found
+    behind a trailing comment, and a new one is appended once."""
+    import tokenize
+    path = tmp_path / "r.sigs"
+    other = "pkg.other:k  void(float32[::1])  # recorded elsewhere\n"
+    path.write_text(sigfile.HEADER + other * 200_000 + "pkg.mine:k  void(int64)  # mine\n")
+    parsed = []
+    real = tokenize.generate_tokens
+    monkeypatch.setattr(tokenize, "generate_tokens", lambda *a: parsed.append(1) or real(*a))
+    size = path.stat().st_size
+    record._append(str(path), "pkg.mine:k", "void(int64)")  # there: nothing appended
+    assert path.stat().st_size == size
+    for _ in range(2):
+        record._append(str(path), "pkg.mine:k", "void(float64)")
+    assert path.read_text().count("pkg.mine:k  void(float64)\n") == 1
+    assert parsed == []
