@@ -205,6 +205,29 @@ def test_file_url_write_is_atomic_by_rename(tmp_path, monkeypatch):
     assert sorted(os.listdir(tmp_path / "kcache" / V / k[:2])) == [f"{k}.kce"]
 
 
+def test_file_url_never_writes_or_removes_through_a_symlinked_folder(tmp_path):
+    """A shared folder's other writers can swap a key's folder for a symlink: a publish or a
+    removal through it would land outside the remote (a file of another user's)."""
+    remote, outside = tmp_path / "remote", tmp_path / "outside"
+    outside.mkdir()
+    tier = open_remote(f"file://{remote}")
+    k = key("through-a-link")
+    (remote / "kcache" / V).mkdir(parents=True)
+    os.symlink(outside, remote / "kcache" / V / k[:2])
+    with pytest.raises(TierError) as exc:
+        tier.write(k, entry_bytes(k))
+    assert exc.value.kind == "io" and "symlink" in str(exc.value)
+    assert os.listdir(outside) == []
+    (outside / f"{k}.kce").write_bytes(b"another user's file")
+    with pytest.raises(TierError):
+        tier.remove(k)
+    assert (outside / f"{k}.kce").read_bytes() == b"another user's file"
+    other = key("beside")  # the remote's own folders still work
+    value = entry_bytes(other)
+    tier.write(other, value)
+    assert tier.read(other, LIMIT).data == value and tier.remove(other)
+
+
 # -- S3 specifics: a soft tier ---------------------------------------------------------------
 
 def s3_tier(endpoint: str, **kw):

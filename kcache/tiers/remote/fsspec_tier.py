@@ -217,6 +217,7 @@ class FsspecTier(RemoteTier):
             return
         parent = posixpath.dirname(path)
         self._fs.makedirs(parent, exist_ok=True)
+        self._below_base(parent, "write")
         tmp = f"{parent}/.{posixpath.basename(path)}.{secrets.token_hex(8)}.tmp"
         try:
             self._fs.pipe_file(tmp, data)
@@ -225,6 +226,16 @@ class FsspecTier(RemoteTier):
             with contextlib.suppress(Exception):
                 self._fs.rm_file(tmp)
             raise
+
+    def _below_base(self, folder: str, what: str) -> None:
+        """A ``file://`` remote writes and removes only in its own folders: one below its base
+        that a symlink replaced (any writer of a shared folder can) would send a value, or a
+        removal, elsewhere. TierError("io") when ``folder`` is not where it seems."""
+        real_base = os.path.realpath(self._base)
+        below = os.path.normpath(os.path.join(real_base, posixpath.relpath(folder, self._base)))
+        if os.path.realpath(folder) != below:
+            raise TierError("io", f"{self.name}: {what}: {folder} is a symlink or lies under "
+                                  "one; nothing is written or removed through it")
 
     def remove(self, key: str) -> bool:
         """Remove ``key``'s value; True if it existed (checked first: S3 deletes of a missing
@@ -235,6 +246,8 @@ class FsspecTier(RemoteTier):
         def op() -> bool:
             try:
                 self._run("info", path)
+                if self._local:
+                    self._below_base(posixpath.dirname(path), "remove")
                 self._run("rm_file", path)
             except FileNotFoundError:
                 return False
