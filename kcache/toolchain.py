@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import os
 import platform
+import stat
 import sys
 from pathlib import Path
 from typing import Callable
@@ -162,6 +163,10 @@ def _read_memo(path: Path) -> list:
 
 def _write_memo(path: Path, memo: list) -> None:
     try:
-        fsio.write_atomic(path, msgpack.packb(memo, use_bin_type=True), fsync=False)
+        # The memo's folder (the root's v1/) is 02770 in shared mode, 0700 otherwise: a
+        # group-writable folder means the group shares the cache, so it reads the memo too
+        # (files 0660, as every other file kcache makes there: docs/security.md).
+        mode = 0o660 if os.stat(path.parent).st_mode & stat.S_IWGRP else 0o600
+        fsio.write_atomic(path, msgpack.packb(memo, use_bin_type=True), mode=mode, fsync=False)
     except (OSError, TypeError, ValueError):
         pass  # a memo that cannot be written is only a recompute next time

@@ -73,3 +73,21 @@ def test_a_memo_value_that_is_not_versions_is_recomputed_and_replaced(tmp_path):
 def test_package_versions_without_numba_import():
     versions = toolchain.package_versions()
     assert versions["python"].count(".") == 2 and "kcache-format" in versions
+
+
+def test_the_memo_of_a_shared_root_is_readable_by_the_group(tmp_path, monkeypatch):
+    """docs/security.md: in shared mode every file kcache makes is 0660 (the group reads
+    what a member wrote); the toolchain memo was 0600, so another member could never read
+    it and replaced it on every process. A private root keeps it 0600."""
+    import stat
+
+    from kcache import Entry, Store, make_key
+    from kcache.dispatcher.options import toolchain_memo
+
+    for shared, want in (("1", 0o660), ("", 0o600)):
+        monkeypatch.setenv("KCACHE_SHARED", shared)
+        store = Store(tmp_path / f"root{shared or 0}")
+        assert store.put(make_key({"t": 1}), Entry({"cubin": b"x" * 64}, {"kernel": "m:k"}))
+        memo = toolchain_memo(store)
+        assert toolchain.memoized(memo, _counting({"numba": "1.0"})[0]) == {"numba": "1.0"}
+        assert stat.S_IMODE(os.stat(memo).st_mode) == want, (shared, oct(os.stat(memo).st_mode))
