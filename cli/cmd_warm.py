@@ -65,6 +65,10 @@ def register(sub):
                         "in the TARGETs are imported)")
     p.add_argument("--dry-run", "-n", action="store_true",
                    help="list what would be compiled; compile and write nothing")
+    p.add_argument("--check", action="store_true",
+                   help="--dry-run that fails (exit status 1) when a kernel would be "
+                        "compiled: the cache is not up to date (a container build's check; "
+                        "as uv lock --check)")
     p.add_argument("--recache", action="store_true",
                    help="compile entries already cached too and overwrite them (as "
                         "KCACHE_RECACHE=1; ccache's --recache): for a suspected bad entry")
@@ -121,6 +125,7 @@ def _jobs_arg(text: str) -> int:
 def run(args) -> int:
     """Warm the cache; print the report (JSON: docs/warm.md). Returns 1 if anything failed."""
     start = time.perf_counter()
+    args.dry_run = args.dry_run or args.check  # a check compiles and writes nothing
     if not (args.targets or args.signatures or args.replay):
         raise UsageError("warm needs a TARGET, --signatures FILE or --replay (see 'kcache "
                          "warm --help')")
@@ -186,6 +191,10 @@ def _exit_status(args, counts: dict, plan) -> tuple[int, str | None]:
     if not warmed:
         done = "would be compiled" if args.dry_run else "was compiled"
         return 1, f"warmed nothing: no kernel {done} and none is cached"
+    if args.check and counts["would_compile"]:
+        n = counts["would_compile"]
+        return 1, (f"--check: {plural(n, 'kernel')} would be compiled: the cache is not up "
+                   "to date (the rows marked would compile)")
     if args.strict and plan.without_signatures:
         n = len(plan.without_signatures)
         return 1, f"--strict: {plural(n, 'kernel')} found without a known signature"
@@ -221,6 +230,7 @@ def _document(args, store, ccs, jobs, rows, counts, plan, seconds, warm) -> dict
         "cc": [warm.cc_text(cc) for cc in ccs],
         "jobs": jobs,
         "dry_run": bool(args.dry_run),
+        "check": bool(args.check),
         "replay": bool(args.replay),
         "strict": bool(args.strict),
         "recache": bool(args.recache),

@@ -128,6 +128,24 @@ def test_dry_run_lists_and_writes_nothing(examples_warm, tmp_path):
     assert cached <= {r["key"] for r in first["results"]}
 
 
+def test_check_fails_when_a_kernel_would_be_compiled_and_writes_nothing(examples_warm,
+                                                                         tmp_path):
+    """``--check``: a dry run whose exit status says whether the cache is up to date (a
+    container build's check; ``--dry-run`` exits 0 whatever it lists)."""
+    warmed, home, _first = examples_warm
+    doc = warm_json("examples", "--signatures", EXAMPLE_SIGS, "--cc", "9.0", "--check",
+                    root=warmed, home=home)
+    assert statuses(doc) == {"cached": 3} and doc["check"] is True and doc["dry_run"] is True
+    before = sorted(p.name for p in warmed.rglob("*.kce"))
+    proc = kcache("warm", "examples", "--signatures", EXAMPLE_SIGS, "--cc", "9.0,7.5",
+                  "--check", root=warmed, home=home)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "kcache: warm: --check: 3 kernels would be compiled: the cache is not up to date "
+        "(the rows marked would compile)")
+    assert sorted(p.name for p in warmed.rglob("*.kce")) == before  # nothing compiled
+
+
 def test_plain_output_is_a_table_and_progress_lines(examples_warm):
     root, home, _ = examples_warm
     proc = kcache("warm", "examples", "--signatures", EXAMPLE_SIGS, "--cc", "8.0", root=root,
