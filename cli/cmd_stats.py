@@ -28,7 +28,8 @@ def register(sub):
     p = sub.add_parser("stats", help="show hit/miss counters and cache size",
                        description="Show the persistent counters (hits, misses, evictions, ...) "
                                    "and the cache size against its cap.")
-    p.add_argument("--zero", action="store_true", help="reset the counters to zero first")
+    p.add_argument("--zero", "-z", action="store_true",
+                   help="reset the counters to zero first (ccache -z)")
     p.add_argument("--recount", action="store_true",
                    help="scan the cache to recount entries and bytes (otherwise never scans)")
     p.add_argument("--short", "-s", action="store_true",

@@ -390,6 +390,7 @@ def test_stats_json_zero_and_recount(cache):
     zeroed = kc_json("stats", "--zero", root=root)
     assert (zeroed["hits"], zeroed["misses"], zeroed["compiles"]) == (0, 0, 0)
     assert zeroed["hit_rate"] is None
+    assert kc_json("stats", "-z", root=root)["hits"] == 0  # ccache's short form
     plain = kc("stats", root=root)
     assert plain.returncode == 0
     assert "hits\t0" in plain.stdout.splitlines()
