@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from kcache.text import QUOTE_LIMIT, cut
 
-__all__ = ["diff_components", "differences", "explain_miss", "one_line", "MAX_SHOWN"]
+__all__ = ["diff_components", "differences", "explain_miss", "one_line", "subject",
+           "MAX_SHOWN"]
 
 #: Differences named for one miss; more are counted ("... and 12 more"). An entry may come
 #: from a bundle or another machine: its names and values are escaped and cut (kcache.text).
@@ -99,6 +100,20 @@ def explain_miss(store, components: dict, frontend=None) -> list[str]:
                 "(the key scheme changed or the entry is unreadable)"]
     shown = [word() for word in lines[:MAX_SHOWN]]
     return shown + [f"and {len(lines) - MAX_SHOWN} more"] if len(lines) > MAX_SHOWN else shown
+
+
+def subject(frontend, name: str, display: str, components) -> str:
+    """What an explanation line is about: ``"mod:kernel (argument types) for sm_90a"``, the
+    arch the front-end compiles the key's cc for (as ``compile_for``'s lines say it; two ccs
+    in one process would be told apart by nothing else); without ``for`` when the
+    components name no cc."""
+    target = components.get("target") if isinstance(components, dict) else None
+    cc = target.get("cc") if isinstance(target, dict) else None
+    try:
+        arch = frontend.arch_name(cc) if cc and frontend is not None else None
+    except Exception:  # a cc no arch is known for: the line without it
+        arch = None
+    return f"{name} {display}" + (f" for {arch}" if arch else "")
 
 
 def one_line(lines) -> str:

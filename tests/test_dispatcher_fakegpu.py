@@ -326,6 +326,8 @@ def test_explain_names_the_changed_component(store):
         explain(False)
     lines = explain(k)
     assert lines and any("cache_key" in line for line in lines), lines
+    # the line names the arch, as compile_for's do (two ccs in one process are told apart)
+    assert all(" for sm_90a: " in line for line in lines), lines
 
 
 def test_debug_exception_table_round_trips(store):

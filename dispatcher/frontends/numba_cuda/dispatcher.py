@@ -550,14 +550,15 @@ class KCacheDispatcher(_internals.CUDADispatcher, StoreCalls):
     def _kcache_explain(self, store, components, argtypes, recache=False, refused=None):
         if not explain_enabled():
             return
-        what = f"{self._kcache_name()} {_signatures.signature_display(argtypes)}"
+        from ...misses import explain_miss, one_line, subject
+        what = subject(self._kcache_frontend, self._kcache_name(),
+                       _signatures.signature_display(argtypes), components)
         if refused is not None:
             self._kcache_log([f"{what}: miss: {refused}; compiled, stored again"])
             return
         if recache:
             self._kcache_log([f"{what}: recache: KCACHE_RECACHE is set (compiled, stored again)"])
             return
-        from ...misses import explain_miss, one_line
         try:
             lines = explain_miss(store, components, self._kcache_frontend)
         except Exception as exc:  # explaining must never fail the call

@@ -526,22 +526,20 @@ class KCacheMLIRDispatcher(MLIRDispatcher, StoreCalls):
     def _kcache_explain(self, store, components, argtypes, recache=False, refused=None):
         if not explain_enabled():
             return
+        from ...misses import explain_miss, one_line, subject
+        what = subject(self._kcache_frontend, self._kcache_name(),
+                       _signatures.signature_display(argtypes), components)
         if refused is not None:
-            log_explanations(self, [f"{self._kcache_name()} "
-                                    f"{_signatures.signature_display(argtypes)}: miss: "
-                                    f"{refused}; compiled, stored again"])
+            log_explanations(self, [f"{what}: miss: {refused}; compiled, stored again"])
             return
         if recache:
-            log_explanations(self, [f"{self._kcache_name()} "
-                                    f"{_signatures.signature_display(argtypes)}: recache: "
-                                    "KCACHE_RECACHE is set (compiled, stored again)"])
+            log_explanations(self, [f"{what}: recache: KCACHE_RECACHE is set (compiled, "
+                                    "stored again)"])
             return
-        from ...misses import explain_miss, one_line
         try:
             lines = explain_miss(store, components, self._kcache_frontend)
         except Exception as exc:  # explaining must never fail the call
             lines = [f"(cannot explain: {type(exc).__name__}: {cut(exc)})"]
-        what = f"{self._kcache_name()} {_signatures.signature_display(argtypes)}"
         log_explanations(self, [f"{what}: miss: {one_line(lines) or 'no entry of this kernel'}"])
 
 
