@@ -161,17 +161,20 @@ def run(args) -> int:
                            plan.modules if args.targets else None)
     jobs = args.jobs or warm.default_jobs()
     args.recache = args.recache or _recache_env()  # KCACHE_RECACHE=1 means --recache here too
+    used: dict = {}  # how many processes compiled (the --jobs setting is at most that)
     with _Progress(len(plan.tasks), quiet=want_json(args)) as progress:
         outcomes = warm.run_tasks(plan.tasks, frontend=FRONTEND, root=store.root, jobs=jobs,
                                   dry_run=args.dry_run, path_entries=plan.path_entries,
-                                  on_done=progress.done, recache=args.recache)
+                                  on_done=progress.done, recache=args.recache, report=used)
+    processes = used.get("processes", 1)
     rows = plan.rows + [warm.row_of(t, outcomes[t.id]) for t in plan.tasks]
     seconds = time.perf_counter() - start
     counts = {status: sum(r.status == status for r in rows) for status in warm.STATUSES}
     if want_json(args):
-        print_json(_document(args, store, ccs, jobs, rows, counts, plan, seconds, warm))
+        print_json(_document(args, store, ccs, (jobs, processes), rows, counts, plan, seconds,
+                             warm))
     else:
-        _print_report(args, rows, counts, plan, seconds, jobs, args.dry_run)
+        _print_report(args, rows, counts, plan, seconds, processes, args.dry_run)
     status, why = _exit_status(args, counts, plan)
     if why:
         message(f"kcache: warm: {why}")
@@ -223,12 +226,13 @@ def _recache_env() -> bool:
     return recache_enabled()
 
 
-def _document(args, store, ccs, jobs, rows, counts, plan, seconds, warm) -> dict:
+def _document(args, store, ccs, jobs_used, rows, counts, plan, seconds, warm) -> dict:
     return {
         "root": str(store.root),
         "frontend": plan.frontend.name,
         "cc": [warm.cc_text(cc) for cc in ccs],
-        "jobs": jobs,
+        "jobs": jobs_used[0],
+        "processes": jobs_used[1],
         "dry_run": bool(args.dry_run),
         "check": bool(args.check),
         "replay": bool(args.replay),
@@ -243,7 +247,7 @@ def _document(args, store, ccs, jobs, rows, counts, plan, seconds, warm) -> dict
     }
 
 
-def _print_report(args, rows, counts, plan, seconds, jobs, dry_run) -> None:
+def _print_report(args, rows, counts, plan, seconds, processes, dry_run) -> None:
     """The table (fitted to a terminal, TSV under the JSON names when piped), then the reason
     of each failure on a terminal (a reason does not fit a table cell), then the summary."""
     from kcache.entry.shortsig import short_signature
@@ -267,7 +271,7 @@ def _print_report(args, rows, counts, plan, seconds, jobs, dry_run) -> None:
     if plan.current:
         done += f", {entries_text(plan.current)} of this toolchain already there"
     what = "dry run: " if dry_run else ""
-    message(f"kcache: warm: {what}{done} in {seconds:.1f} s ({plural(jobs, 'job')})")
+    message(f"kcache: warm: {what}{done} in {seconds:.1f} s ({plural(processes, 'job')})")
     if plan.without_signatures:
         message(f"kcache: warm: {plural(len(plan.without_signatures), 'kernel')} without a "
                 f"known signature, not compiled: {_names(plan.without_signatures)} (list them "

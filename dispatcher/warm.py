@@ -246,7 +246,7 @@ def find_modules(plan: Plan, targets, cc, include_tests=False) -> list:
 # --- running ----------------------------------------------------------------------------------
 
 def run_tasks(tasks, *, frontend, root, jobs: int, dry_run: bool, path_entries=(),
-              on_done=None, recache: bool = False) -> dict:
+              on_done=None, recache: bool = False, report: dict | None = None) -> dict:
     """Run ``tasks`` (of ``frontend``'s kernels: ``Plan.frontend``); returns
     ``{task id: outcome}`` (outcome: ``status``, ``key``, ``arch``,
     ``compile_seconds``, ``reason``). ``root``: the cache root (path); ``jobs``: processes
@@ -254,6 +254,7 @@ def run_tasks(tasks, *, frontend, root, jobs: int, dry_run: bool, path_entries=(
     TASKS_PER_WORKER compiles); ``on_done(task,
     outcome)`` is called in this thread as each one ends. ``recache``: an entry present is
     compiled and stored again (``kcache warm --recache``, ``KCACHE_RECACHE``), not "cached".
+    ``report`` (a dict) gets ``processes``: how many compiled, this one included.
 
     Every task is first checked here (kernel found, key computed, entry looked up: cheap, no
     compile); only those that need a compile are shared out. A task that fails is an
@@ -280,7 +281,9 @@ def run_tasks(tasks, *, frontend, root, jobs: int, dry_run: bool, path_entries=(
             done(task, outcome)
     # A worker costs an interpreter and numba (about 2 s of CPU) before its first compile:
     # one is started for every TASKS_PER_WORKER compiles, up to jobs - 1.
-    workers = min(jobs - 1, len(pending) // TASKS_PER_WORKER)
+    workers = max(0, min(jobs - 1, len(pending) // TASKS_PER_WORKER))
+    if report is not None:
+        report["processes"] = workers + 1
     if workers < 1:
         for task in pending:
             done(task, runner.run(task))

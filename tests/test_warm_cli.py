@@ -107,6 +107,7 @@ def test_jobs_2_makes_the_same_entries_as_jobs_1(examples_warm, tmp_path):
     doc = warm_json("examples", "--signatures", EXAMPLE_SIGS, "--cc", "8.0", "--cc", "90",
                     "--jobs", "2", root=tmp_path / "cache", home=tmp_path / "home")
     assert doc["jobs"] == 2 and statuses(doc) == {"compiled": 6}
+    assert doc["processes"] == 2  # 6 compiles: a worker beside this process
     assert sorted(r["key"] for r in doc["results"]) == sorted(r["key"] for r in first["results"])
     listing = json.loads(kcache_here("ls", "--json", root=tmp_path / "cache",
                                 home=tmp_path / "home").stdout)["entries"]
@@ -136,6 +137,7 @@ def test_check_fails_when_a_kernel_would_be_compiled_and_writes_nothing(examples
     doc = warm_json("examples", "--signatures", EXAMPLE_SIGS, "--cc", "9.0", "--check",
                     root=warmed, home=home)
     assert statuses(doc) == {"cached": 3} and doc["check"] is True and doc["dry_run"] is True
+    assert doc["processes"] == 1  # nothing to compile: no worker started
     before = sorted(p.name for p in warmed.rglob("*.kce"))
     proc = kcache("warm", "examples", "--signatures", EXAMPLE_SIGS, "--cc", "9.0,7.5",
                   "--check", root=warmed, home=home)
