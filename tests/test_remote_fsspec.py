@@ -228,6 +228,38 @@ def test_file_url_never_writes_or_removes_through_a_symlinked_folder(tmp_path):
     assert tier.read(other, LIMIT).data == value and tier.remove(other)
 
 
+def test_file_url_never_writes_through_a_symlinked_namespace_folder(tmp_path):
+    """The namespace and version folders below the URL's folder are the shared folder's too:
+    one swapped for a symlink moves the whole base elsewhere, and is refused as a key's."""
+    remote, outside = tmp_path / "remote", tmp_path / "outside"
+    (outside / V).mkdir(parents=True)
+    remote.mkdir()
+    os.symlink(outside, remote / "kcache")
+    tier = open_remote(f"file://{remote}")
+    k = key("through-the-namespace")
+    with pytest.raises(TierError) as exc:
+        tier.write(k, entry_bytes(k))
+    assert exc.value.kind == "io"
+    assert os.listdir(outside / V) in ([], [k[:2]]) and not any(
+        (outside / V).rglob("*.kce"))
+    (outside / V / k[:2]).mkdir(exist_ok=True)
+    (outside / V / k[:2] / f"{k}.kce").write_bytes(b"another user's file")
+    with pytest.raises(TierError):
+        tier.remove(k)
+    assert (outside / V / k[:2] / f"{k}.kce").read_bytes() == b"another user's file"
+
+
+def test_file_url_whose_own_folder_is_a_symlink_still_writes(tmp_path):
+    """A URL naming a symlink (the user's choice) is followed, as before."""
+    real, link = tmp_path / "real", tmp_path / "link"
+    real.mkdir()
+    os.symlink(real, link)
+    tier = open_remote(f"file://{link}")
+    k = key("via-a-linked-root")
+    tier.write(k, entry_bytes(k))
+    assert (real / "kcache" / V / k[:2] / f"{k}.kce").exists() and tier.remove(k)
+
+
 # -- S3 specifics: a soft tier ---------------------------------------------------------------
 
 def s3_tier(endpoint: str, **kw):

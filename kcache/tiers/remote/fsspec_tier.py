@@ -230,9 +230,13 @@ class FsspecTier(RemoteTier):
     def _below_base(self, folder: str, what: str) -> None:
         """A ``file://`` remote writes and removes only in its own folders: one below its base
         that a symlink replaced (any writer of a shared folder can) would send a value, or a
-        removal, elsewhere. TierError("io") when ``folder`` is not where it seems."""
-        real_base = os.path.realpath(self._base)
-        below = os.path.normpath(os.path.join(real_base, posixpath.relpath(folder, self._base)))
+        removal, elsewhere. TierError("io") when ``folder`` is not where it seems. Checked
+        from the root the URL names (a symlink there is the user's choice), not from the base:
+        the namespace and version folders below the root are the shared folder's too, and a
+        symlink put there would move the base with it."""
+        root = self._root or os.curdir
+        below = os.path.normpath(os.path.join(os.path.realpath(root),
+                                              posixpath.relpath(folder, root)))
         if os.path.realpath(folder) != below:
             raise TierError("io", f"{self.name}: {what}: {folder} is a symlink or lies under "
                                   "one; nothing is written or removed through it")
