@@ -29,6 +29,38 @@ def test_of_function_names_the_front_end_of_the_globals_a_function_reads():
     assert frontends.of_function(made("def f(a):\n    a[mcuda.grid(1)] = ncuda.laneid")) is None
 
 
+
+def test_of_function_reads_closure_variables_and_device_functions():
+    """``cuda`` imported in the enclosing function (a kernel factory) is a closure variable,
+    not a global; a kernel that only calls a device function reads its dispatcher, whose
+    ``__module__`` is the program's."""
+    from numba import cuda as ncuda
+    from numba_cuda_mlir import cuda as mcuda
+
+    def factory(cuda):
+        def f(a):
+            a[cuda.grid(1)] = 1
+        return f
+    assert frontends.of_function(factory(mcuda)) == "numba-cuda-mlir"
+    assert frontends.of_function(factory(ncuda)) == "numba-cuda"
+
+    def twice(x):
+        return 2 * x
+    scope = {"dev": mcuda.jit(device=True)(twice)}
+    exec("def k(a):\n    a[0] = dev(a[0])", scope)
+    assert frontends.of_function(scope["k"]) == "numba-cuda-mlir"
+    scope = {"dev": ncuda.jit(device=True)(twice)}
+    exec("def k(a):\n    a[0] = dev(a[0])", scope)
+    assert frontends.of_function(scope["k"]) == "numba-cuda"
+
+    def unfilled():
+        def f(a):
+            a[0] = late
+        return f
+        late = 1  # noqa: F841 (a cell never filled)
+    assert frontends.of_function(unfilled()) is None
+
+
 @pytest.mark.slow
 def test_kcache_jit_compiles_mlir_code_with_numba_cuda_mlir_when_numba_cuda_came_first(tmp_path):
     (tmp_path / "kernels.py").write_text(textwrap.dedent("""\

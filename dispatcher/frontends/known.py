@@ -41,20 +41,33 @@ def of_function(fn) -> str | None:
     (``cuda`` bound to ``numba_cuda_mlir.cuda``, a ``grid`` imported from ``numba.cuda``), or
     None when they name none or both: ``kcache.jit`` without ``frontend`` compiles
     ``from numba_cuda_mlir import cuda`` code with numba-cuda-mlir, whichever front-end the
-    program imported first. Reads only the globals the code loads (its bytecode's global
-    loads, not its attribute names)."""
+    program imported first. Reads only the globals and closure variables the code loads (its
+    bytecode's loads, not its attribute names); a device function's dispatcher counts as its
+    front-end's."""
     from ..bytecode import references
     code, scope = getattr(fn, "__code__", None), getattr(fn, "__globals__", None)
     if code is None or not isinstance(scope, dict):
         return None
+    cells = dict(zip(code.co_freevars, getattr(fn, "__closure__", None) or ()))
     found = set()
     for kind, name, _attrs in references(code):
-        value = scope.get(name) if kind == "g" else None
+        value = scope.get(name) if kind == "g" else _cell_value(cells.get(name))
         if value is None:
             continue
+        # a device function's dispatcher: its __module__ is the program's module
+        front = name_of_dispatcher(value)
         where = getattr(value, "__name__", None) if type(value).__name__ == "module" \
             else getattr(value, "__module__", None)
-        front = of_module_name(where) if isinstance(where, str) else None
+        if front is None:
+            front = of_module_name(where) if isinstance(where, str) else None
         if front is not None:
             found.add(front)
     return found.pop() if len(found) == 1 else None
+
+
+def _cell_value(cell):
+    """What a closure cell holds (``cuda`` imported in the enclosing function), or None."""
+    try:
+        return cell.cell_contents if cell is not None else None
+    except ValueError:  # a cell not filled yet
+        return None
