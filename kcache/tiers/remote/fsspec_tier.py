@@ -216,7 +216,8 @@ class FsspecTier(RemoteTier):
             self._run("pipe_file", path, data)
             return
         parent = posixpath.dirname(path)
-        self._fs.makedirs(parent, exist_ok=True)
+        self._below_base(parent, "write")  # (realpath resolves the part that exists)
+        self._fs.makedirs(parent, exist_ok=True)  # never through a symlink found above
         self._below_base(parent, "write")
         tmp = f"{parent}/.{posixpath.basename(path)}.{secrets.token_hex(8)}.tmp"
         try:
