@@ -171,8 +171,8 @@ def run(args) -> int:
     seconds = time.perf_counter() - start
     counts = {status: sum(r.status == status for r in rows) for status in warm.STATUSES}
     if want_json(args):
-        print_json(_document(args, store, ccs, (jobs, processes), rows, counts, plan, seconds,
-                             warm))
+        print_json(_document(args, store, ccs, jobs, rows, counts, plan, seconds, warm,
+                             processes))
     else:
         _print_report(args, rows, counts, plan, seconds, processes, args.dry_run)
     status, why = _exit_status(args, counts, plan)
@@ -226,13 +226,14 @@ def _recache_env() -> bool:
     return recache_enabled()
 
 
-def _document(args, store, ccs, jobs_used, rows, counts, plan, seconds, warm) -> dict:
+def _document(args, store, ccs, jobs, rows, counts, plan, seconds, warm,
+              processes: int) -> dict:
     return {
         "root": str(store.root),
         "frontend": plan.frontend.name,
         "cc": [warm.cc_text(cc) for cc in ccs],
-        "jobs": jobs_used[0],
-        "processes": jobs_used[1],
+        "jobs": jobs,
+        "processes": processes,
         "dry_run": bool(args.dry_run),
         "check": bool(args.check),
         "replay": bool(args.replay),
