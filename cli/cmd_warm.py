@@ -195,9 +195,11 @@ def _exit_status(args, counts: dict, plan) -> tuple[int, str | None]:
         done = "would be compiled" if args.dry_run else "was compiled"
         return 1, f"warmed nothing: no kernel {done} and none is cached"
     if args.check and counts["would_compile"]:
+        from kcache.dispatcher.process import explain_enabled
         n = counts["would_compile"]
+        why = "" if explain_enabled() else "; KCACHE_EXPLAIN=1 says why"
         return 1, (f"--check: {plural(n, 'kernel')} would be compiled: the cache is not up "
-                   "to date (the rows marked would compile)")
+                   f"to date (the rows marked would compile{why})")
     if args.strict and plan.without_signatures:
         n = len(plan.without_signatures)
         return 1, f"--strict: {plural(n, 'kernel')} found without a known signature"

@@ -68,7 +68,7 @@ def differences(old: dict, new: dict, frontend=None) -> list:
     return lines
 
 
-def explain_miss(store, components: dict, frontend=None) -> list[str]:
+def explain_miss(store, components: dict, frontend=None, entries=None) -> list[str]:
     """Explain a miss: diff ``components`` against the nearest entry of the same kernel.
 
     ``store``: a ``kcache.Store`` (only ``entries()`` is used: headers, no payloads).  The
@@ -78,11 +78,12 @@ def explain_miss(store, components: dict, frontend=None) -> list[str]:
     itself changed).  A store that cannot be read gives one line naming the error.  At most
     MAX_SHOWN differences, then ``"and N more"``; every name and value from an entry escaped
     and at most 200 characters (kcache.text.cut). ``frontend``: as :func:`diff_components`'.
+    ``entries``: the store's ``entries()`` listed once by a caller explaining many misses.
     """
     kernel = components.get("kernel")
     best = None
     try:
-        for info in store.entries():
+        for info in store.entries() if entries is None else entries:
             theirs = getattr(info, "components", None)
             if not isinstance(theirs, dict) or theirs.get("kernel") != kernel:
                 continue

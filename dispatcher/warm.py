@@ -36,7 +36,7 @@ from . import discover, sigspec
 from .aot import CompileForError, check_cc, compile_for_report
 from .components import Uncacheable, arch_name
 from .keying import kernel_key
-from .process import STATE
+from .process import STATE, explain_enabled
 from .sigfile import split_kernel
 
 __all__ = ["Task", "Row", "parse_cc_list", "cc_text", "plan_targets", "find_modules",
@@ -380,6 +380,7 @@ class _Runner:
         self.dry_run, self.recache = settings["dry_run"], settings.get("recache", False)
         self.modules: dict = {}
         self.resolved: dict = {}  # task id -> (kernel, argtypes, cache_key, arch) after check
+        self._listed = None  # the store's entries, listed for the first explained dry run row
 
     def check(self, task: Task) -> dict | None:
         """The outcome of ``task`` short of compiling: failed/skipped (kernel or signature
@@ -422,9 +423,23 @@ class _Runner:
         if info is not None:
             return {"status": "cached", "key": key, "arch": info.arch or arch}
         if self.dry_run:
-            return {"status": "would_compile", "key": key, "arch": arch}
+            return {"status": "would_compile", "key": key, "arch": arch,
+                    "reason": self._explained(components)}
         self.resolved[task.id] = (kernel, argtypes, cache_key, arch)
         return None
+
+    def _explained(self, components: dict) -> str | None:
+        """Under ``KCACHE_EXPLAIN``: why a dry run's kernel would compile, as a miss says it
+        (misses.explain_miss; the store's headers listed once for the whole run)."""
+        if not explain_enabled():
+            return None
+        from .misses import explain_miss, one_line
+        if self._listed is None:
+            try:
+                self._listed = list(self.store.entries())
+            except Exception:  # explain_miss says the cache cannot be read
+                self._listed = None
+        return one_line(explain_miss(self.store, components, self.frontend, self._listed))
 
     def run(self, task: Task) -> dict:
         """Check ``task`` (again, in a worker: another process may have stored it since),

@@ -144,8 +144,26 @@ def test_check_fails_when_a_kernel_would_be_compiled_and_writes_nothing(examples
     assert proc.returncode == 1, proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == (
         "kcache: warm: --check: 3 kernels would be compiled: the cache is not up to date "
-        "(the rows marked would compile)")
+        "(the rows marked would compile; KCACHE_EXPLAIN=1 says why)")
     assert sorted(p.name for p in warmed.rglob("*.kce")) == before  # nothing compiled
+
+
+def test_dry_run_says_why_each_kernel_would_compile_under_explain(examples_warm):
+    """``KCACHE_EXPLAIN=1`` with ``--dry-run``/``--check``: each would-compile row's reason
+    is what the miss would log (the nearest entry's differing component), in the table's
+    ``reason`` field and as a line after it; without it, no reason."""
+    warmed, home, _first = examples_warm
+    doc = warm_json("examples", "--signatures", EXAMPLE_SIGS, "--cc", "7.5", "--dry-run",
+                    root=warmed, home=home)
+    assert {r["reason"] for r in doc["results"]} == {None}
+    doc = warm_json("examples", "--signatures", EXAMPLE_SIGS, "--cc", "7.5", "--dry-run",
+                    root=warmed, home=home, env=env_for(home, KCACHE_EXPLAIN="1"))
+    reasons = [r["reason"] for r in doc["results"] if r["status"] == "would_compile"]
+    assert len(reasons) == 3 and all("sm_90a -> sm_75" in r for r in reasons), reasons
+    proc = kcache("warm", "examples", "--signatures", EXAMPLE_SIGS, "--cc", "7.5", "--check",
+                  root=warmed, home=home, env=env_for(home, KCACHE_EXPLAIN="1"))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].endswith("(the rows marked would compile)")
 
 
 def test_plain_output_is_a_table_and_progress_lines(examples_warm):
