@@ -104,11 +104,18 @@ def shows_frontend(views) -> bool:
 
 def plain_table(names: tuple, plain, views) -> dict:
     """``print_table``'s ``names`` and ``plain`` for piped rows of ``views``, with the
-    ``frontend`` field last when :func:`shows_frontend` (the columns before it stay where
-    they were)."""
-    if not shows_frontend(views):
+    ``frontend`` field last when :func:`shows_frontend`, then the ``layer`` field when a row
+    comes from a read-only layer (the columns before them stay where they were)."""
+    extra = []
+    if shows_frontend(views):
+        extra.append(("frontend", lambda v: v.frontend or ""))
+    if any(getattr(v, "readonly", False) for v in views):
+        # a key in the writable root and in a layer is two rows: this tells them apart
+        extra.append(("layer", lambda v: str(v.info.root) if v.readonly else ""))
+    if not extra:
         return {"names": names, "plain": plain}
-    return {"names": (*names, "frontend"), "plain": lambda v: (*plain(v), v.frontend or "")}
+    return {"names": (*names, *(name for name, _ in extra)),
+            "plain": lambda v: (*plain(v), *(cell(v) for _, cell in extra))}
 
 
 def entry_record(view: EntryView, stale: bool | None = None) -> dict[str, Any]:

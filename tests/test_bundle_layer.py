@@ -351,6 +351,22 @@ def test_ls_shows_a_layer_entrys_hits_and_no_use_time(src, tmp_path):
     assert " 3 " in row and "ago" not in row and " - " in row, row
 
 
+def test_piped_ls_tells_a_layers_row_from_the_roots_for_one_key(src, tmp_path):
+    # A key in the writable root and in a layer is two entries: piped, a `layer` column
+    # (last) says which row is the layer's; a root without layers lists as it always did.
+    root, keys = src
+    path = tmp_path / "k.kcb"
+    assert _cli("--dir", root, "export", path).returncode == 0
+    plain = _cli("ls", env={"KCACHE_DIR": str(root)}).stdout.splitlines()
+    assert plain[0].split("\t")[-1] == "compile_seconds"
+    lines = _cli("ls", env={"KCACHE_DIR": str(root),
+                            "KCACHE_READONLY_DIRS": str(path)}).stdout.splitlines()
+    header = lines[0].split("\t")
+    assert header[-1] == "layer" and header[:-1] == plain[0].split("\t")
+    rows = [line.split("\t") for line in lines[1:] if line.startswith(keys[0][:12])]
+    assert sorted(r[-1] for r in rows) == ["", str(path)]
+
+
 def test_stats_on_an_80_column_terminal_keeps_the_layers_name_and_what_it_holds(src, tmp_path):
     import re
     import ptykit
