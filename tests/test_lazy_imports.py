@@ -67,7 +67,7 @@ CHILD = """
 
 def child(tmp_path, **env) -> dict:
     full = {k: v for k, v in os.environ.items() if not k.startswith("KCACHE_")}
-    full.update(KCACHE_ENABLE="1", KCACHE_DIR=str(tmp_path / "cache"), **env)
+    full.update({"KCACHE_ENABLE": "1", "KCACHE_DIR": str(tmp_path / "cache"), **env})
     done = subprocess.run([sys.executable, "-c", textwrap.dedent(CHILD)], env=full,
                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -95,6 +95,25 @@ def test_a_hit_imports_no_lock_remote_or_maintenance(tmp_path):
     res = child(tmp_path, CALL="1")
     assert res["hits"] == 1
     assert imported(res["served"], NOT_ON_A_HIT) == []
+
+
+@pytest.mark.slow
+def test_a_hit_from_a_bundle_layer_imports_no_old_bundle_reader(tmp_path):
+    # A version-3 bundle named as a layer is served by its own reader: the tar and stream
+    # readers of versions 1 and 2 (tarfile among them) are for old bundles only.
+    assert child(tmp_path, CALL="1")["hits"] == 0  # fills tmp_path/cache
+    bundle = tmp_path / "k.kcb"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KCACHE_")}
+    done = subprocess.run([sys.executable, "-m", "kcache", "--dir", str(tmp_path / "cache"),
+                           "export", str(bundle)], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    res = child(tmp_path, CALL="1", KCACHE_DIR=str(tmp_path / "run"),
+                KCACHE_READONLY_DIRS=str(bundle))
+    assert res["hits"] == 1
+    assert "kcache.tiers.bundle.v3" in res["served"]
+    assert imported(res["served"], ("tarfile", "kcache.tiers.bundle.v1",
+                                    "kcache.tiers.bundle.v2")) == []
 
 
 def test_public_names_stay_importable():

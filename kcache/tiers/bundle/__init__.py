@@ -8,7 +8,12 @@ version-3 layer never imports the tar reader."""
 import importlib
 
 
+#: The package's modules: ``from . import v3`` asks this module for the name before it
+#: imports the submodule, which must not import v2 (and v1's tarfile) on the way.
+_MODULES = frozenset({"common", "layer", "v1", "v2", "v3"})
+
+
 def __getattr__(name: str):
-    if name.startswith("__"):
+    if name.startswith("__") or name in _MODULES:
         raise AttributeError(name)
     return getattr(importlib.import_module(".v2", __name__), name)
