@@ -37,6 +37,12 @@ _MAX_INT = 1 << 20       # array ndim, tuple counts, record offsets and sizes st
 _MAX_STR = 256           # record field names and titles
 _MAX_NAME = 64           # a type or keyword-argument name (longer ones are not numba's)
 _MAX_NUMBER = 16         # characters of one number (the whole numbers allowed have 7 digits)
+#: Kernel parameters the types of one sigspec may flatten to. numba-cuda passes each element
+#: of a tuple and each field of an array (5 + 2 x ndim) as a parameter of its own, and CUDA's
+#: parameter space is at most 32,764 bytes (each parameter takes at least one), so more can
+#: never launch; 80 characters of nested ``UniTuple(..., 1048575)`` flatten to 2**60 (a
+#: compile that never ends, from a replayed entry's ``meta.sigspec``).
+MAX_PARAMETERS = 1 << 15
 #: Type classes a sigspec may call (their constructors only store their arguments).
 _CALLABLE_CLASSES = ("Array", "Record", "NestedArray", "UniTuple", "Tuple")
 _ACCEPTED = ("accepted: numba type names such as float32 or int64, arrays such as float32[::1] "
@@ -148,12 +154,31 @@ def parse_signature(frontend, text) -> tuple:
         raise ValueError(f"not a signature: {exc.msg}") from None
     _check(tree.body, frontend.signature_namespace(), 0, frontend.types())
     try:
-        return frontend.normalize_signature(text.strip())
+        argtypes = frontend.normalize_signature(text.strip())
     except Exception as exc:  # numba raises TypeError/ValueError/KeyError from the types it builds
         said = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc  # no repr quotes
         raise ValueError(f"not a kernel signature: {' '.join(str(said).split())[:200]} "
                          "(e.g. void(float32[::1], int32); arrays: float32[:], "
                          "float32[::1], float32[:, ::1])") from None
+    count = sum(_parameters(frontend.types(), t) for t in argtypes)
+    if count > MAX_PARAMETERS:
+        shown = f"{count}" if count < 10**12 else f"about 10**{len(str(count)) - 1}"
+        raise ValueError(f"not a kernel signature: its types flatten to {shown} kernel "
+                         f"parameters, more than the {MAX_PARAMETERS} a launch can pass "
+                         "(tuple elements and array fields count one each)")
+    return argtypes
+
+
+def _parameters(T, t) -> int:
+    """Kernel parameters numba-cuda flattens ``t`` into (a lower bound; an int, however
+    large: the grammar bounds the nesting)."""
+    if isinstance(t, T.UniTuple):
+        return t.count * _parameters(T, t.dtype)
+    if isinstance(t, T.BaseTuple):
+        return sum(_parameters(T, x) for x in t.types)
+    if isinstance(t, T.Array):  # meminfo, parent, nitems, itemsize, data, shape, strides
+        return 5 + 2 * t.ndim
+    return 1
 
 
 _OPENERS, _CLOSERS = frozenset("([{"), frozenset(")]}")

@@ -165,13 +165,13 @@ def plant(one_entry, dest: Path) -> None:
     store.flush()
 
 
-def run_in(work: Path, tmp_path, *args, root, env=None):
+def run_in(work: Path, tmp_path, *args, root, env=None, timeout=300):
     """``python -m kcache ARGS --dir ROOT`` with ``work`` as the current folder."""
     full = {k: v for k, v in os.environ.items() if not k.startswith("KCACHE_")}
     full["HOME"] = full["XDG_CACHE_HOME"] = str(tmp_path / "home")
     full.update(env or {})
     return subprocess.run([sys.executable, "-m", "kcache", *map(str, args), "--dir", str(root)],
-                          cwd=work, env=full, capture_output=True, text=True, timeout=300)
+                          cwd=work, env=full, capture_output=True, text=True, timeout=timeout)
 
 
 def hostile_cache(form: str, one_entry, tmp_path, monkeypatch) -> tuple:
@@ -257,3 +257,39 @@ def test_bare_replay_lists_without_json(one_entry, tmp_path):
     assert sorted(r[0] for r in rows) == sorted(HOSTILE_KERNELS)
     assert all(r[3] == "skipped" for r in rows)
     assert done.stderr.strip().splitlines()[-1].startswith("kcache: warm: --replay imports only")
+
+
+#: A kernel that types with any argument: what lowers (flattens) its argument is reached.
+ANY_ARG = "from numba import cuda\n\n\n@cuda.jit\ndef k(t):\n    pass\n"
+#: 80 characters that flatten to 2**60 kernel parameters (each tuple element is one).
+HUGE = "void(UniTuple(UniTuple(UniTuple(float32, 1048575), 1048575), 1048575))"
+
+
+def test_replay_of_a_signature_of_too_many_parameters_is_skipped_not_compiled(tmp_path):
+    """A stale entry (any writer of a root, layer, bundle or remote makes one) of the user's own
+    kernel whose signature is within the grammar's bounds but flattens to 2**60 kernel
+    parameters: warm compiled it, for ever (a real process; the signature is refused)."""
+    work = tmp_path / "work"
+    (work / "src").mkdir(parents=True)
+    (work / "src" / "anyarg.py").write_text(ANY_ARG)
+    sigs = tmp_path / "one.sigs"
+    sigs.write_text("anyarg:k void(UniTuple(float32, 2))\n")
+    root = tmp_path / "cache"
+    done = run_in(work, tmp_path, "warm", "src", "--signatures", sigs, "--cc", "9.0",
+                  "--json", root=root)
+    assert done.returncode == 0, done.stderr
+    [row] = json.loads(done.stdout)["results"]
+    store = Store(root)
+    components = copy.deepcopy(store.header(row["key"]).components)
+    components["toolchain"].update(OLD)
+    components["signature"] = "(UniTuple(UniTuple(UniTuple(float32, 1048575), 1048575), 1048575),)"
+    entry = store.load(row["key"])
+    entry.meta["sigspec"] = HUGE
+    assert store.put(make_key(components), entry, components=components)
+    store.flush()
+    done = run_in(work, tmp_path, "warm", "--replay", "src", "--cc", "9.0", "--json",
+                  root=root, timeout=120)
+    doc = json.loads(done.stdout)
+    [skipped] = [r for r in doc["results"] if r["status"] == "skipped"]
+    assert skipped["kernel"] == "anyarg:k" and "kernel parameters" in skipped["reason"], skipped
+    assert doc["summary"]["failed"] == 0 and doc["summary"]["compiled"] == 0

@@ -4,6 +4,7 @@ A sigspec must parse back to *equal* numba types (layout, readonly, alignment, r
 from a file or a cache entry must never evaluate anything but numba types, and a bad line of
 a signatures file is one error naming FILE:LINE."""
 import os
+import re
 
 import numpy as np
 import pytest
@@ -125,6 +126,22 @@ def test_token_scan_keeps_what_the_grammar_accepts():
     assert sigspec.parse_signature(FRONTEND, deep_record)[0].count == 1
     text = "void(Array(Record([('a#b', {'type': int8, 'offset': 0})], 1, False), 1, 'C'))"
     assert sigspec.parse_signature(FRONTEND, text)[0].ndim == 1
+
+
+@pytest.mark.parametrize("text, count", [
+    ("void(UniTuple(UniTuple(UniTuple(float32, 1048575), 1048575), 1048575))", "about 10**18"),
+    ("void(Array(float32, 1048575, 'C'))", "2097155"),
+    ("void(UniTuple(float32[::1], 5000))", "35000"),
+    ("void(Tuple((int8, UniTuple(int8, 40000))))", "40001"),
+])
+def test_types_of_more_parameters_than_a_launch_passes_are_refused(text, count):
+    """Within the grammar's bounds, but flattening to more kernel parameters than CUDA's
+    32,764-byte parameter space holds: compiling 2**60 of them never ends."""
+    with pytest.raises(ValueError, match=re.escape(f"flatten to {count} kernel parameters")):
+        sigspec.parse_signature(FRONTEND, text)
+    assert sigspec.from_signature_component(FRONTEND, text) is None
+    big = sigspec.parse_signature(FRONTEND, "void(UniTuple(int8, 4096), float32[:, :, ::1])")
+    assert big == (T.UniTuple(T.int8, 4096), T.float32[:, :, ::1])
 
 
 def test_component_inversion_refuses_what_it_cannot_invert_exactly():
