@@ -228,6 +228,35 @@ def test_a_hostile_memo_file_is_never_read(remembered, tmp_path, what):
     assert again["keys"] == keys and len(again["analysed"]) == N
 
 
+#: A package that imports a submodule when an attribute of that name is read (PEP 562, as
+#: numpy's and scipy's lazy submodules); importing ``boom`` leaves a marker file.
+LAZY_INIT = ("import importlib\n\n\ndef __getattr__(name):\n"
+             "    return importlib.import_module(__name__ + '.' + name)\n")
+BOOM = "import pathlib\npathlib.Path(__file__).with_name('imported').write_text('boom')\n"
+
+
+def test_a_record_naming_what_its_code_never_loads_is_not_used(used_root, tmp_path):
+    """A record read back may name only what its code object loads (its globals, closure
+    variables and attribute names): a chain planted in the root (a group member of a shared
+    one, a damaged file) through a package the module imported made the walk read an
+    attribute the kernels never name, and the package's lazy ``__getattr__`` imported a
+    module of the memo's choosing. Real processes and files."""
+    project = write_project(tmp_path / "proj", body="\nimport lazypkg\n")
+    (project / "lazypkg").mkdir()
+    (project / "lazypkg" / "__init__.py").write_text(LAZY_INIT)
+    (project / "lazypkg" / "boom.py").write_text(BOOM)
+    keys = keys_in_process(used_root, project)["keys"]
+    path = memo_file(used_root, project)
+    data = _records(used_root, project)
+    data["records"] = {d: msgpack.packb(msgpack.unpackb(r, raw=False) + [["g", "lazypkg",
+                                                                          ["boom"]]])
+                       for d, r in data["records"].items()}
+    path.write_bytes(msgpack.packb(data, use_bin_type=True))
+    again = keys_in_process(used_root, project)
+    assert not (project / "lazypkg" / "imported").exists()
+    assert again["keys"] == keys and len(again["analysed"]) == N  # analysed, not read
+
+
 def test_a_memo_in_a_read_only_layer_is_never_read(remembered, tmp_path):
     # a planted record could drop a callee from a key: only the writable root's are read
     root, project, keys = remembered

@@ -17,8 +17,10 @@ Trust: kept in and read from the writable root of the store the key is made for,
 read-only layer, a bundle or a remote, where a planted analysis could drop a callee from a key.
 Read as every file of a root (a regular file passing the root's trust check, through the
 folders walked afresh from the root, never through a symlink below it, at most
-:data:`MAX_BYTES`, decoding bounded); a record is checked for shape when it is used; anything
-wrong is a miss of the memo (the code is analysed), never an error.
+:data:`MAX_BYTES`, decoding bounded); a record is checked for shape when it is used, and
+names only what its code loads (:func:`_loads_only`: the walk reads its attributes, and a
+package's lazy ``__getattr__`` imports what it is asked for); anything wrong is a miss of the
+memo (the code is analysed), never an error.
 
 Bounded: a file is read, and written, only for a source file of which the process keyed
 :data:`READ_FROM` kernels or more (one that uses a kernel or two of a module reads and writes
@@ -36,6 +38,7 @@ import os
 import sys
 import threading
 import time
+import types
 
 import msgpack
 
@@ -118,7 +121,7 @@ class CodeMemo:
                 found.new = {d: c for d, c in found.new.items() if d not in found.table}
             record = found.table.get(digest) if found.table else None
         chains = self._usable(record) if record is not None else None
-        if chains is not None:
+        if chains is not None and _loads_only(chains, code):
             found.used.add(digest)
         else:
             chains = tuple(_code._chains(code))
@@ -233,6 +236,29 @@ def _chains_of(packed: bytes) -> tuple | None:
             return None
         out.append((chain[0], chain[1], tuple(chain[2])))
     return tuple(out)
+
+
+def _loads_only(chains: tuple, code) -> bool:
+    """Whether every name in ``chains`` (a record read back) is one ``code`` loads: a global
+    or attribute among its names (or its nested code's), a closure variable among its free
+    variables. The walk reads each chain's attributes with ``getattr``, and a package's lazy
+    ``__getattr__`` (PEP 562) imports a submodule so named: a planted record naming what the
+    code never reads would import a module of its choosing."""
+    names = _names(code)
+    for kind, name, attrs in chains:
+        if name not in (names if kind == "g" else code.co_freevars) or \
+                not names.issuperset(attrs):
+            return False
+    return True
+
+
+def _names(code) -> set:
+    """``co_names`` of ``code`` and of the code objects nested in it."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _names(const)
+    return names
 
 
 def _text(value) -> bool:
