@@ -369,3 +369,24 @@ def test_root_deleted_while_running_is_recreated(store):
     assert store.put(key(3), entry(3)) and store.get(key(3)) == entry(3)
     assert store.writable and (store.root / "CACHEDIR.TAG").exists()
     assert store.recount().entries == len(list(store.entries()))
+
+
+def test_header_reads_the_hits_of_its_keys_shard_only(tmp_path, monkeypatch):
+    # One entry's header (kcache warm's existence check of each task) reads its hit count
+    # from the shard of its key: not the 16 shards' hit files, each up to its size limit.
+    from kcache.store import stats as stats_mod
+    store = Store(tmp_path / "c")
+    keys = [make_key({"kernel": f"k{i}"}) for i in range(40)]
+    for k in keys:
+        store.put(k, Entry(artifacts={"cubin": b"x"}, meta={}))
+    key = keys[0]
+    for _ in range(3):
+        assert store.get(key) is not None
+    store.flush()
+    loaded = []
+    real = stats_mod.StatsBook._load
+    monkeypatch.setattr(stats_mod.StatsBook, "_load",
+                        lambda self, path: loaded.append(path.name) or real(self, path))
+    assert store.header(key).hits == 3
+    assert [n for n in loaded if n.endswith(".hits.msgpack")] == [f"{key[0]}.hits.msgpack"]
+    assert store.header(keys[1]).hits == 0

@@ -63,7 +63,7 @@ class Listing:
         hits = None
         for tier in self._tiers():
             try:
-                hits = self._stats.hits() if hits is None else hits
+                hits = self._stats.hits(key) if hits is None else hits
                 return self.info(key, tier.entry_path(key), tier, hits)
             except (OSError, CorruptEntry, NewerFormat):
                 continue

@@ -409,11 +409,11 @@ class StatsBook:
             b = _num(c.get("bytes", 0)) + pend.get("bytes", 0)
         return max(0, int(n)), max(0, int(b))
 
-    def hits(self) -> dict[str, int]:
-        """Per-entry hit counts (key -> hits), including unwritten ones."""
+    def hits(self, key: str | None = None) -> dict[str, int]:
+        """Per-entry hit counts (key -> hits), unwritten ones too; ``key``: its shard's only."""
         out: dict[str, int] = collections.Counter()
         with self._mutex:
-            for shard in range(SHARDS):
+            for shard in range(SHARDS) if key is None else (shard_of(key),):
                 for k, n in self._load(self.layout.stats_files(shard)[1]).items():
                     out[k] += int(_num(n))
                 for k, n in self._pending_hits.get(shard, {}).items():
