@@ -17,7 +17,6 @@ import os
 import re
 import stat
 from operator import is_ as _is
-from importlib import metadata
 
 import msgpack
 
@@ -31,6 +30,7 @@ from .fingerprint import (Uncacheable, describe, digest_of, fingerprint, line_di
 from .numba_config import (IN_KEY, IN_KEY_WHEN_CHANGED, WARNINGS_IN_KEY, bypass_reason,
                            config_component, settings_values)
 from .process import STATE
+from .toolchain_versions import toolchain_components
 
 __all__ = [
     "COMPONENTS_FORMAT",
@@ -506,38 +506,6 @@ def line_parts(fn, fp) -> dict:
 
 # --- toolchain ------------------------------------------------------------------------------
 
-# key -> distributions that provide it (cu13 name first, then cu12)
-_EXTRA_DISTS = {
-    "numpy": ("numpy",),
-    "nvrtc": ("nvidia-cuda-nvrtc", "nvidia-cuda-nvrtc-cu12"),
-    "cuda_runtime": ("nvidia-cuda-runtime", "nvidia-cuda-runtime-cu12"),
-}
-
-
-def toolchain_components(memo_path=None) -> dict:
-    """Toolchain versions for the key, computed once per process (a copy is returned).
-
-    ``kcache.toolchain.package_versions()`` (numba, numba-cuda, llvmlite, cuda-bindings,
-    cuda-core, nvvm and nvjitlink wheels, python, kcache-format) plus ``numpy`` (numba types
-    numpy calls by it), ``nvrtc`` and ``cuda_runtime`` (numba-cuda reports NVRTC's version as
-    the runtime version).  Versions come from package metadata; only when no wheel provides
-    NVVM / nvJitLink / NVRTC (a system CUDA toolkit) is the library itself asked through
-    cuda-python's bindings, and ``"unavailable"`` recorded if that fails.
-
-    ``memo_path`` (a Path in the cache root, a callable returning one or None, or None): where
-    the answer is remembered across processes for an unchanged environment
-    (``kcache.toolchain.memoized``), because asking costs 5-12 ms on the GPU machine, more than
-    the rest of a cache hit. A callable is called only when the versions are not known yet.
-    """
-    memo = STATE.keys
-    if memo.toolchain is None:
-        from kcache.toolchain import memoized
-
-        path = memo_path() if callable(memo_path) else memo_path
-        memo.toolchain = memoized(path, _toolchain)
-    return dict(memo.toolchain)
-
-
 def toolchain_shared(memo_path=None):
     """:func:`toolchain_components` as the read-only canonical map every key of the process
     shares (made once per process's versions)."""
@@ -546,48 +514,3 @@ def toolchain_shared(memo_path=None):
         versions = toolchain_components(memo_path)
         memo.toolchain_map = (memo.toolchain, _shared("toolchain", versions))
     return memo.toolchain_map[1]
-
-
-#: Versions kcache.toolchain reports that are no part of numba-cuda's toolchain (another
-#: front-end's: its bridge's ``key_toolchain`` adds them to its own kernels' keys).
-_OTHER_FRONTENDS = ("numba-cuda-mlir",)
-
-
-def _toolchain() -> dict:
-    from kcache.toolchain import package_versions
-
-    out = {k: v for k, v in package_versions().items() if k not in _OTHER_FRONTENDS}
-    for key, dists in _EXTRA_DISTS.items():
-        for dist in dists:
-            try:
-                out[key] = metadata.version(dist)
-                break
-            except metadata.PackageNotFoundError:
-                continue
-    for key, ask in (("nvvm", _nvvm_version), ("nvjitlink", _nvjitlink_version),
-                     ("nvrtc", _nvrtc_version)):
-        if key not in out:
-            try:
-                out[key] = ask()
-            except Exception:  # no library: compiling will fail loudly elsewhere
-                out[key] = "unavailable"
-    return out
-
-
-def _nvvm_version() -> str:
-    from cuda.bindings import nvvm
-
-    return ".".join(map(str, nvvm.version()))
-
-
-def _nvjitlink_version() -> str:
-    from cuda.bindings import nvjitlink
-
-    return ".".join(map(str, nvjitlink.version()))
-
-
-def _nvrtc_version() -> str:
-    from cuda.bindings import nvrtc
-
-    _err, major, minor = nvrtc.nvrtcVersion()
-    return f"{major}.{minor}"

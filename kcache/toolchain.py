@@ -5,6 +5,7 @@ Read with :mod:`importlib.metadata` only, so ``kcache`` commands start fast.
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import platform
 import stat
@@ -96,42 +97,87 @@ def is_stale(components: dict, current: dict[str, str] | None = None) -> bool:
 # Asking package metadata (and, without an NVVM wheel, loading libNVVM) costs 5-12 ms on the
 # GPU machine: more than a whole cache hit. The answer only changes when packages are
 # installed, upgraded or removed, which rewrites the directories on sys.path (pip and conda
-# add/remove *.dist-info folders there). So the toolchain is kept in a small file in the cache
-# root and trusted while the interpreter, sys.path and those directories' mtimes are unchanged.
+# add/remove *.dist-info folders there), or when a library asked for its own version (a system
+# CUDA toolkit) is replaced. So the toolchain is kept in a small file in the cache root and
+# trusted while the interpreter, sys.path, those directories' mtimes and the names of the
+# distributions in them, and the files of the libraries asked are unchanged. The names, not
+# only the mtimes: images built with fixed timestamps (SOURCE_DATE_EPOCH) that share a cache
+# volume have the same mtimes whatever they install.
 MEMO_NAME = "toolchain.msgpack"
 _MEMO_LIMIT = 8  # environments remembered per cache root (venvs, containers sharing a cache)
+_DISTRIBUTIONS = (".dist-info", ".egg-info", ".egg")  # what package metadata is read from
 
 
 def environment_state() -> list:
     """What a toolchain memo is valid for: the interpreter, CUDA_HOME/CUDA_PATH, and
-    ``(path, mtime_ns)`` of every directory on ``sys.path`` after the first entry (the
-    script's own folder, which changes as the user works, holds no installed packages)."""
+    ``(path, mtime_ns, digest of its distributions' names)`` of every directory on
+    ``sys.path`` after the first entry (the script's own folder, which changes as the user
+    works, holds no installed packages)."""
     state: list = [sys.executable, sys.version, os.environ.get("CUDA_HOME", ""),
                    os.environ.get("CUDA_PATH", "")]
     for entry in sys.path[1:]:
         try:
-            state.append([entry, os.stat(entry or ".").st_mtime_ns])
+            state.append([entry, os.stat(entry or ".").st_mtime_ns, _distributions(entry)])
         except OSError:
-            state.append([entry, None])
+            state.append([entry, None, None])
     return state
 
 
-def memoized(memo_path: Path | None, compute: Callable[[], dict]) -> dict:
+def _distributions(folder: str) -> str | None:
+    """A digest of the names of the distributions installed in ``folder`` (their metadata
+    folders name each one's version); None for what is not a folder (a zip on sys.path)."""
+    try:
+        names = sorted(n for n in os.listdir(folder or ".") if n.endswith(_DISTRIBUTIONS))
+    except OSError:
+        return None
+    return hashlib.blake2b("\0".join(names).encode("utf-8", "surrogateescape"),
+                           digest_size=16).hexdigest()
+
+
+def _file_states(paths) -> list:
+    """``[path, size, mtime_ns]`` of each file (None for one that cannot be examined)."""
+    out = []
+    for path in paths:
+        try:
+            st = os.stat(path)
+            out.append([path, st.st_size, st.st_mtime_ns])
+        except OSError:
+            out.append([path, None, None])
+    return out
+
+
+def memoized(memo_path: Path | None, compute: Callable[[], dict],
+             files: Callable[[], list] | None = None) -> dict:
     """``compute()`` (a dict of str -> str), remembered in ``memo_path`` for the current
-    :func:`environment_state`. Any failure to read or write the memo just recomputes: the
-    memo is a speed-up, never a source of errors. ``memo_path`` None disables it."""
+    :func:`environment_state` and, when ``files`` is given, the files it names after
+    ``compute()`` ran (paths: libraries it asked), unchanged in size and mtime. Any failure to
+    read or write the memo just recomputes: the memo is a speed-up, never a source of errors.
+    ``memo_path`` None disables it."""
     if memo_path is None:
         return compute()
     state = environment_state()
     memo = _read_memo(memo_path)
     for item in memo:
-        if item.get("state") == state and _versions_map(item.get("value")):
+        if (item.get("state") == state and _versions_map(item.get("value"))
+                and _same_files(item.get("files", []))):
             return dict(item["value"])
     value = compute()
-    fresh = [{"state": state, "value": value}]
+    fresh = [{"state": state, "value": value,
+              "files": _file_states(files() if files is not None else [])}]
     fresh += [m for m in memo if m.get("state") != state][: _MEMO_LIMIT - 1]
     _write_memo(memo_path, fresh)
     return value
+
+
+def _same_files(recorded) -> bool:
+    """True when ``recorded`` (``[[path, size, mtime_ns], ...]``, from the memo) is a list of
+    files that are as they were."""
+    if type(recorded) is not list or len(recorded) > _MAX_VERSIONS:
+        return False
+    if not all(type(r) is list and len(r) == 3 and type(r[0]) is str and len(r[0]) <= 4096
+               for r in recorded):
+        return False
+    return _file_states(r[0] for r in recorded) == recorded
 
 
 _MAX_MEMO = 1 << 20  # bytes: a memo of 8 environments is a few KiB

@@ -2,6 +2,8 @@
 import os
 import sys
 
+import pytest
+
 from kcache import toolchain
 
 
@@ -35,6 +37,60 @@ def test_memo_recomputes_when_a_package_directory_changes(tmp_path, monkeypatch)
     upgraded, calls2 = _counting({"numba": "2.0"})
     assert toolchain.memoized(memo, upgraded) == {"numba": "2.0"}
     assert len(calls2) == 1
+
+
+def test_memo_recomputes_when_the_distributions_change_under_the_same_mtime(tmp_path,
+                                                                             monkeypatch):
+    # Two images built with fixed timestamps (SOURCE_DATE_EPOCH) share a cache volume: the
+    # same folders, the same mtimes, other packages. The second keyed with the first's
+    # versions (stale kernels) while the memo went by mtimes alone.
+    site = tmp_path / "site"
+    (site / "numba_cuda-0.30.3.dist-info").mkdir(parents=True)
+    os.utime(site, ns=(10**18, 10**18))
+    monkeypatch.setattr(sys, "path", [sys.path[0], str(site)])
+    memo = tmp_path / toolchain.MEMO_NAME
+    toolchain.memoized(memo, _counting({"numba-cuda": "0.30.3"})[0])
+    os.rename(site / "numba_cuda-0.30.3.dist-info", site / "numba_cuda-0.30.4.dist-info")
+    os.utime(site, ns=(10**18, 10**18))
+    other, calls = _counting({"numba-cuda": "0.30.4"})
+    assert toolchain.memoized(memo, other) == {"numba-cuda": "0.30.4"}
+    assert calls == [1]
+
+
+def test_memo_recomputes_when_a_library_it_asked_is_replaced(tmp_path, monkeypatch):
+    # A system CUDA toolkit upgraded in place: sys.path is untouched, libnvvm's file is not.
+    monkeypatch.setattr(sys, "path", [sys.path[0]])
+    lib = tmp_path / "libnvvm.so.4"
+    lib.write_bytes(b"x" * 100)
+    memo = tmp_path / toolchain.MEMO_NAME
+    compute, calls = _counting({"nvvm": "13.0"})
+    toolchain.memoized(memo, compute, files=lambda: [str(lib)])
+    assert toolchain.memoized(memo, compute, files=lambda: [str(lib)]) == {"nvvm": "13.0"}
+    assert calls == [1]
+    st = lib.stat()
+    lib.write_bytes(b"y" * 120)
+    os.utime(lib, ns=(st.st_atime_ns, st.st_mtime_ns))  # a package keeping upstream times
+    upgraded, calls2 = _counting({"nvvm": "13.1"})
+    assert toolchain.memoized(memo, upgraded, files=lambda: [str(lib)]) == {"nvvm": "13.1"}
+    assert calls2 == [1]
+
+
+def test_the_key_toolchain_names_the_libraries_it_asked(tmp_path, monkeypatch):
+    # Without NVVM/nvJitLink/NVRTC wheels the versions come from the libraries themselves:
+    # their files are what the memo is valid for.
+    from kcache.dispatcher import toolchain_versions as tv
+    monkeypatch.setattr(tv, "_EXTRA_DISTS", {"numpy": ("numpy",)})
+    monkeypatch.setattr(toolchain, "package_versions", lambda: {"python": "3"})
+    monkeypatch.setattr(tv, "_nvvm_version", lambda: "13.9")
+    monkeypatch.setattr(tv, "_nvjitlink_version", lambda: 1 / 0)
+    monkeypatch.setattr(tv, "_nvrtc_version", lambda: "13.9")
+    asked = []
+    out = tv._toolchain(asked)
+    assert out["nvvm"] == "13.9" and out["nvjitlink"] == "unavailable"
+    assert asked == ["nvvm", "nvrtc"]
+    found = tv._library_files(asked)
+    pytest.importorskip("cuda.pathfinder")
+    assert found and all(os.path.isabs(p) for p in found)
 
 
 def test_memo_recomputes_for_another_interpreter(tmp_path, monkeypatch):
