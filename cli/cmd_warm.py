@@ -166,6 +166,8 @@ def run(args) -> int:
         outcomes = warm.run_tasks(plan.tasks, frontend=FRONTEND, root=store.root, jobs=jobs,
                                   dry_run=args.dry_run, path_entries=plan.path_entries,
                                   on_done=progress.done, recache=args.recache, report=used)
+    if not args.dry_run:
+        warm.drop_evicted(plan.tasks, outcomes, store)
     processes = used.get("processes", 1)
     rows = plan.rows + [warm.row_of(t, outcomes[t.id]) for t in plan.tasks]
     seconds = time.perf_counter() - start

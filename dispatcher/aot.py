@@ -254,6 +254,11 @@ def compile_for_report(frontend, kernel, signatures, cc, store=None, *,
                 failures.append(NotStored(kernel_name(kernel),
                                           frontend.signature_display(argtypes), target,
                                           frontend.arch_name(target), str(exc)))
+    # A later put of this call may have evicted an earlier entry (a cap smaller than them all)
+    for result in [r for r in results if not still_stored(store, r.key)]:
+        results.remove(result)
+        failures.append(NotStored(result.kernel, result.signature, result.cc, result.arch,
+                                  evicted_reason(store)))
     if failures:
         raise CompileForError(failures, results)
     return results
@@ -312,6 +317,19 @@ def _compile_one(frontend, kernel, argtypes, cc, store, cache_key,
         raise _NotStored(_put_failed(store, compiled.get("entry")))
     return CompiledEntry(key, name, shown, tuple(cc), arch, cached=was_hit,
                          compile_seconds=compiled.get("seconds", 0.0))
+
+
+def still_stored(store, key: str) -> bool:
+    """Whether ``key``'s entry is (still) in ``store``: a header read, no use counted."""
+    return store.header(key) is not None
+
+
+def evicted_reason(store) -> str:
+    """Why an entry found or stored a moment ago is gone: the size cap made room for later
+    ones (or another process removed it)."""
+    return (f"the entry was evicted from the cache at {store.root} by the entries stored "
+            f"after it: max_size {store.max_size} bytes cannot hold them all (raise it: "
+            "KCACHE_MAX_SIZE or kcache config set max_size)")
 
 
 def _put_failed(store, entry=None) -> str:

@@ -33,7 +33,7 @@ from kcache.text import QUOTE_LIMIT, cut
 from kcache.warn import KcacheWarning
 
 from . import discover, sigspec
-from .aot import CompileForError, check_cc, compile_for_report
+from .aot import CompileForError, check_cc, compile_for_report, evicted_reason, still_stored
 from .components import Uncacheable, arch_name
 from .keying import kernel_key
 from .process import STATE, explain_enabled
@@ -290,6 +290,17 @@ def run_tasks(tasks, *, frontend, root, jobs: int, dry_run: bool, path_entries=(
         return outcomes
     _Shared(runner, pending, workers, settings).run(done)
     return outcomes
+
+
+def drop_evicted(tasks, outcomes: dict, store) -> None:
+    """Mark failed, in ``outcomes`` (of :func:`run_tasks`), each entry reported compiled or
+    cached that is no longer in ``store``: a later put of the same warm evicted it (a size cap
+    smaller than what was warmed). A build must not ship a cache that lacks them."""
+    for task in tasks:
+        outcome = outcomes[task.id]
+        if (outcome["status"] in ("compiled", "cached") and outcome.get("key")
+                and not still_stored(store, outcome["key"])):
+            outcomes[task.id] = {**outcome, "status": "failed", "reason": evicted_reason(store)}
 
 
 class _Shared:

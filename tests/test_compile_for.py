@@ -319,6 +319,21 @@ def test_entries_that_can_be_stored_are_stored_before_the_error(store, monkeypat
     assert store.header(err.results[0].key) is not None and store.header(refused[0]) is None
 
 
+def test_an_entry_evicted_by_a_later_one_of_the_same_call_is_a_failure(tmp_path):
+    """A cap that holds one entry but not two: the sm_90a put evicts the sm_80 entry stored
+    just before it. compile_for must not report sm_80 as stored (its results are "the entries
+    that are in the store"): it is a failure naming the size cap."""
+    kernel, sig = _scaled_add()
+    store = kcache.Store(tmp_path / "cache", max_size="30K")  # an entry is about 22 KiB
+    with pytest.raises(CompileForError, match="max_size") as info:
+        compile_for(kernel, sig, cc=[(8, 0), (9, 0)], store=store)
+    err = info.value
+    assert [f.arch for f in err.failures] == ["sm_80"], str(err)
+    assert "evicted" in err.failures[0].reason and "30720 bytes" in err.failures[0].reason
+    assert [r.arch for r in err.results] == ["sm_90a"]
+    assert all(store.header(r.key) is not None for r in err.results)
+
+
 def test_uncacheable_kernel_is_an_error(store):
     from numba import cuda
 

@@ -166,6 +166,25 @@ def test_dry_run_says_why_each_kernel_would_compile_under_explain(examples_warm)
     assert proc.stderr.strip().splitlines()[-1].endswith("(the rows marked would compile)")
 
 
+def test_entries_evicted_by_the_warm_itself_are_failures(tmp_path):
+    """A size cap smaller than what the warm stores: the later puts evict the earlier
+    entries. Those are not reported as compiled (a container build would ship a cache
+    without them): each is a failure naming max_size, and the warm exits 1; every row
+    still marked compiled or cached is in the cache."""
+    root, home = tmp_path / "cache", tmp_path / "home"
+    env = env_for(home, KCACHE_MAX_SIZE="30K")  # about one entry of 22 KiB
+    doc = warm_json("examples", "--signatures", EXAMPLE_SIGS, "--cc", "8.0,9.0", "--jobs", "1",
+                    root=root, home=home, env=env, expect_rc=1)
+    counts = statuses(doc)
+    listing = json.loads(kcache_here("ls", "--json", root=root, home=home).stdout)["entries"]
+    kept = {e["key"] for e in listing}
+    served = {r["key"] for r in doc["results"] if r["status"] in ("compiled", "cached")}
+    assert served == kept and len(kept) == 1, (counts, kept)
+    failed = [r for r in doc["results"] if r["status"] == "failed"]
+    assert len(failed) == 5 and all("evicted" in r["reason"] and "max_size" in r["reason"]
+                                    for r in failed), failed
+
+
 def test_plain_output_is_a_table_and_progress_lines(examples_warm):
     root, home, _ = examples_warm
     proc = kcache("warm", "examples", "--signatures", EXAMPLE_SIGS, "--cc", "8.0", root=root,
