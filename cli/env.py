@@ -91,10 +91,14 @@ def epilog() -> str:
     lines = ["exit status: 0 ok, 1 the operation found problems, 2 usage error", "",
              "environment (argument > environment > <root>/config.json > default):"]
     for v in VARIABLES:  # 79 columns, the meaning wrapped under itself
-        # no-break spaces keep "[default: 1 s]" on one line (textwrap splits on ASCII blanks)
-        default = f"[default: {v.default}]".replace(" ", "\u00a0")
+        # no-break spaces keep "[default: 1 s]" on one line (textwrap splits on ASCII blanks),
+        # when it fits on one: a longer one wraps between its words, never inside a path
+        default = f"[default: {v.default}]"
+        if len(default) <= 79 - (width + 4):
+            default = default.replace(" ", "\u00a0")
         lines += [row.replace("\u00a0", " ") for row in textwrap.wrap(
             f"{v.meaning} {default}", width=79, initial_indent=f"  {v.name:<{width}}  ",
-            subsequent_indent=" " * (width + 4))]
+            subsequent_indent=" " * (width + 4), break_long_words=False,
+            break_on_hyphens=False)]
     lines += ["", "docs: docs/README.md; every command and flag: docs/cli-reference.md"]
     return "\n".join(lines)

@@ -147,6 +147,17 @@ def test_a_mistyped_command_gets_a_suggestion():
     assert "did you mean 'show'?" in one_line_error(kc("config", "shwo"))
 
 
+def test_help_epilog_never_breaks_a_word_of_a_default():
+    """The variables' lines wrap between words only: a default too long for one line (the
+    platform cache dir, ``~/.cache/kcache``) was cut inside its path (``(~/.`` / ``cache/...``)."""
+    from kcache.cli import env
+    text = kc("--help").stdout
+    assert max(len(line) for line in text.splitlines()) <= 79
+    joined = " ".join(line.strip() for line in text.split("environment (")[1].splitlines())
+    for v in env.VARIABLES:
+        assert f"[default: {v.default}]" in joined, v.name
+
+
 def test_cache_dir_is_an_alias_of_dir_and_no_color_is_accepted(cache):
     root, _ = cache
     done = kc("--cache-dir", str(root), "ls", "--json", "--no-color")
