@@ -85,12 +85,32 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"kcache {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
+    parser.commands = {}  # name -> its parser: where an unknown flag of it is reported
     for name in COMMANDS if only is None else (only,):
         module = importlib.import_module(f"kcache.cli.cmd_{name.replace('-', '_')}")
         command = module.register(sub)
         add_common(command)
         command.set_defaults(run=module.run)
+        parser.commands[name] = command
     return parser
+
+
+def parse(parser, argv: list[str]) -> argparse.Namespace:
+    """``parser.parse_args(argv)``, but words no parser took are reported by the command's own
+    parser (``kcache ls: error: ... (see 'kcache ls --help')``: the help that lists its flags,
+    not the top one's), with the closest flag of that command for a mistyped one."""
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        command = parser.commands.get(getattr(args, "command", None), parser)
+        text = f"unrecognized arguments: {' '.join(extra)}"
+        import difflib
+        flags = [o for a in command._actions for o in a.option_strings if o.startswith("--")]
+        close = [c for w in extra if w.startswith("--")
+                 for c in difflib.get_close_matches(w.split("=")[0], flags, n=1, cutoff=0.6)]
+        if close:
+            text += f"; did you mean {' or '.join(repr(c) for c in close)}?"
+        command.error(text)
+    return args
 
 
 def command_in(argv: list[str]) -> str | None:
@@ -135,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         build_parser().print_help()
         return EXIT_OK
     argv = join_negative_values(argv)
-    args = build_parser(command_in(argv)).parse_args(argv)
+    args = parse(build_parser(command_in(argv)), argv)
     if getattr(args, "no_color", False):
         os.environ["NO_COLOR"] = "1"  # rich honours it (https://no-color.org), here and in workers
     try:

@@ -158,6 +158,21 @@ def test_help_epilog_never_breaks_a_word_of_a_default():
         assert f"[default: {v.default}]" in joined, v.name
 
 
+def test_an_unknown_flag_of_a_command_points_to_that_command_and_its_closest_flag():
+    """argparse reported a subcommand's unknown flag from the top parser: ``kcache: error:
+    unrecognized arguments: --kernl (see 'kcache --help')``, whose help does not list it."""
+    assert one_line_error(kc("ls", "--kernl", "x")) == (
+        "kcache ls: error: unrecognized arguments: --kernl x; did you mean '--kernel'? "
+        "(see 'kcache ls --help')")
+    assert one_line_error(kc("warm", "--cc", "9.0", "--record")) == (
+        "kcache warm: error: unrecognized arguments: --record (see 'kcache warm --help')")
+    line = one_line_error(kc("--dir", "/tmp", "stats", "--zeor"))
+    assert line.startswith("kcache stats: error: unrecognized arguments: --zeor; did you "
+                           "mean '--zero'?")
+    assert one_line_error(kc("ls", "extra")) == (
+        "kcache ls: error: unrecognized arguments: extra (see 'kcache ls --help')")
+
+
 def test_cache_dir_is_an_alias_of_dir_and_no_color_is_accepted(cache):
     root, _ = cache
     done = kc("--cache-dir", str(root), "ls", "--json", "--no-color")
