@@ -229,9 +229,11 @@ def _print(args, view: EntryView, problem: str | None, extra: dict) -> None:
 
 
 #: Fields of the entry object shown by plain ``show``, in this order (the JSON names).
-FIELDS = ("key", "kind", "kernel", "signature", "short_signature", "arch", "file_size", "sizes",
-          "hits", "created", "last_used", "compile_seconds", "root", "readonly", "path",
-          "problem")
+FIELDS = ("key", "kind", "kernel", "signature", "short_signature", "arch", "frontend",
+          "entry_points", "file_size", "sizes", "hits", "created", "last_used",
+          "compile_seconds", "root", "readonly", "layer", "layer_kind", "path", "problem")
+#: Fields left out when they hold nothing: a kernel's entry_points, a root entry's layer.
+SPARSE = frozenset(("problem", "entry_points", "layer", "layer_kind"))
 #: Fields (by their last dotted name) whose value a terminal shows whole, wrapped under the
 #: name when it does not fit beside it: what is read or copied exactly (a path, a key, a
 #: signature for compile_for or warm, a kernel name for --kernel).
@@ -251,8 +253,10 @@ def _fields(doc: dict, view: EntryView) -> list:
     rows = []
     for name in FIELDS:
         value = doc.get(name)
-        if name == "problem" and value is None:
+        if name in SPARSE and value in (None, []):
             continue
+        if name == "entry_points":
+            value = ", ".join(value)  # lists are joined with ", " (docs/cli.md)
         if name == "sizes":
             rows += [(f"sizes.{k}", human_size(n), n) for k, n in value.items()]
         elif name == "file_size":

@@ -456,6 +456,11 @@ def test_show_json_ptx_extract(cache, tmp_path):
     assert plain.returncode == 0
     fields = dict(line.split("\t", 1) for line in plain.stdout.splitlines())
     assert fields["key"] == K_SAXPY_80 and fields["components.target.cc"] == "sm_80"
+    # every field of the entry object that has a value (docs/cli.md), the front-end included
+    shown = {name for name, value in doc.items() if value not in (None, [], {})}
+    shown -= {"short_key", "sizes", "components", "meta", "ptx", "extracted"}
+    assert shown <= set(fields), shown - set(fields)
+    assert fields["frontend"] == "numba-cuda"
 
 
 @pytest.mark.slow
