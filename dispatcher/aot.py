@@ -327,9 +327,10 @@ def still_stored(store, key: str) -> bool:
 def evicted_reason(store) -> str:
     """Why an entry found or stored a moment ago is gone: the size cap made room for later
     ones (or another process removed it)."""
-    return (f"the entry was evicted from the cache at {store.root} by the entries stored "
-            f"after it: max_size {store.max_size} bytes cannot hold them all (raise it: "
-            "KCACHE_MAX_SIZE or kcache config set max_size)")
+    return (f"the entry left the cache at {store.root} before the run ended: evicted by the "
+            f"entries stored after it, max_size {store.max_size} bytes cannot hold them all "
+            "(raise it: KCACHE_MAX_SIZE or kcache config set max_size), or removed by another "
+            "process (kcache prune, rm, clear)")
 
 
 def _put_failed(store, entry=None) -> str:
