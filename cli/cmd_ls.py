@@ -97,7 +97,9 @@ def register(sub):
                    help="only entries built by a toolchain other than the current one")
     p.add_argument("--kind", choices=KINDS,
                    help="only numba-cuda kernels or only cuda.core programs")
+    # choices: what completion offers (the type's own message answers a bad one first)
     p.add_argument("--sort", default="last-used", type=_sort_key, metavar="KEY",
+                   choices=tuple(SORTS),
                    help=f"order by one of: {', '.join(SORTS)} (default last-used)")
     p.add_argument("--limit", type=positive_int_arg, metavar="N", help="at most N rows")
     return p

@@ -76,7 +76,8 @@ def register(sub):
                    help="also walk tests (tests/ and test/ folders, test_*.py, *_test.py)")
     p.add_argument("--strict", action="store_true",
                    help="also fail (exit status 1) when a kernel found has no known signature")
-    p.add_argument("--frontend", type=_frontend_name, metavar="NAME",
+    # choices: what completion offers (the type's own message answers a bad one first)
+    p.add_argument("--frontend", type=_frontend_name, metavar="NAME", choices=FRONTENDS,
                    help="the compiler front-end whose kernels are warmed: numba-cuda or "
                         "numba-cuda-mlir (or mlir, as ls shows it; default: numba-cuda when "
                         "installed, else numba-cuda-mlir)")

@@ -72,6 +72,10 @@ def test_bash_completes_options_nested_commands_and_choices(scripts, tmp_path):
     assert bash_complete(b, "config", "s") == ["show", "set"]
     assert bash_complete(b, "completion", "") == ["bash", "zsh", "fish"]
     assert bash_complete(b, "export", "--compress", "z") == ["zstd"]
+    # values a command's own type checks (its own error message) complete too
+    assert bash_complete(b, "ls", "--sort", "") == ["last-used", "size", "hits", "name",
+                                                    "created"]
+    assert bash_complete(b, "warm", "--frontend", "numba-cuda-") == ["numba-cuda-mlir"]
     (tmp_path / "sub").mkdir()
     (tmp_path / "file.sigs").write_text("")
     assert bash_complete(b, "--dir", str(tmp_path / "s")) == [str(tmp_path / "sub")]
