@@ -25,7 +25,7 @@ def jit(func_or_sig=None, *, cache: bool = True, cache_key: str | None = None, s
     (``frontends.default``). Returns kcache's dispatcher of that
     front-end (device functions: the front-end's own) or, given only signatures, a
     decorator. Errors are the front-end's; a non-str ``cache_key`` is a TypeError, an unknown
-    ``frontend`` a ValueError. With a front-end release kcache does not support
+    ``frontend`` a ValueError, one not installed a ModuleNotFoundError naming its extra. With a front-end release kcache does not support
     (``Frontend.refusal``: warned once), the front-end's ``jit(func_or_sig, **kwargs)``
     itself: nothing cached.
     """
@@ -43,7 +43,7 @@ def jit(func_or_sig=None, *, cache: bool = True, cache_key: str | None = None, s
         return decorator
     if frontend is None:
         frontend = frontends.of_function(func_or_sig)
-    chosen = frontends.by_name(frontend) if frontend is not None else frontends.default()
+    chosen = _named(frontend) if frontend is not None else frontends.default()
     if func_or_sig is None:
         def decorator(func):
             return jit(func, cache=cache, cache_key=cache_key, store=store,
@@ -66,3 +66,15 @@ def jit(func_or_sig=None, *, cache: bool = True, cache_key: str | None = None, s
             return result(func)
     return compile_with_signatures
 
+
+def _named(frontend: str):
+    """``frontends.by_name(frontend)``; a front-end that is not installed (or does not
+    import) is a ModuleNotFoundError naming it and the extra that installs it."""
+    try:
+        return frontends.by_name(frontend)
+    except ImportError as exc:
+        name = frontends.ALIASES.get(frontend, frontend)
+        extra = frontends.INSTALL[name]
+        raise ModuleNotFoundError(f"kcache.jit(frontend={frontend!r}) needs {name}, which is "
+                                  f"not installed or does not import ({exc}); install "
+                                  f"{extra}", name=exc.name) from exc

@@ -93,3 +93,30 @@ def test_kcache_jit_compiles_mlir_code_with_numba_cuda_mlir_when_numba_cuda_came
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["KCacheMLIRDispatcher", "KCacheMLIRDispatcher",
                                    "KCacheDispatcher"]
+
+
+@pytest.mark.parametrize("blocked, asked, install", [
+    ("numba", "numba-cuda", "kcache-cuda[cu13]"),
+    ("numba_cuda_mlir", "mlir", "kcache-cuda[mlir]"),
+])
+def test_a_front_end_named_but_not_installed_is_one_clear_import_error(blocked, asked, install):
+    """``kcache.jit(frontend=...)`` naming a front-end the environment lacks (numba-cuda-mlir
+    as the only front-end, or numba-cuda alone): an ImportError naming the front-end and the
+    extra that installs it, not the bare ``No module named 'numba'``."""
+    code = textwrap.dedent(f"""
+        import sys
+        sys.modules[{blocked!r}] = None  # as if not installed
+        import kcache
+        try:
+            @kcache.jit(frontend={asked!r})
+            def k(a):
+                a[0] = 1
+        except ImportError as exc:
+            print(type(exc).__name__, exc)
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    out = done.stdout.strip()
+    assert out.startswith("ModuleNotFoundError kcache.jit(frontend="), out
+    assert install in out and "not installed" in out, out

@@ -18,6 +18,9 @@ from .known import KNOWN as _KNOWN, name_of_dispatcher, of_function, of_module_n
 NAMES = tuple(_KNOWN)
 #: Short names accepted for a front-end: what ``kcache ls`` shows in its Front-end column.
 ALIASES = {"mlir": "numba-cuda-mlir"}
+#: What installs each front-end with kcache (the extras of pyproject.toml).
+INSTALL = {"numba-cuda": "kcache-cuda[cu13] (CUDA 12: kcache-cuda[cu12])",
+           "numba-cuda-mlir": "kcache-cuda[mlir] (CUDA 12: kcache-cuda[mlir-cu12])"}
 
 
 def by_name(name: str):
