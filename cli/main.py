@@ -82,7 +82,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_common(parser)
-    parser.add_argument("--version", action="version", version=f"kcache {_version()}")
+    parser.add_argument("--version", "-V", action="version", version=f"kcache {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
     parser.commands = {}  # name -> its parser: where an unknown flag of it is reported

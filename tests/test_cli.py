@@ -140,6 +140,13 @@ def test_help_lists_every_command_and_bare_kcache_prints_the_usage():
     assert kc("--help").stdout == done.stdout  # in this process (the other tests) the same
 
 
+def test_dash_v_prints_the_version_as_ccache_uv_and_pip_do():
+    from kcache import __version__
+    for flag in ("--version", "-V"):
+        done = kc(flag, process=True)
+        assert done.returncode == 0 and done.stdout == f"kcache {__version__}\n", done
+
+
 def test_a_mistyped_command_gets_a_suggestion():
     assert "did you mean 'ls'?" in one_line_error(kc("lss"))
     assert "did you mean 'stats'?" in one_line_error(kc("stat"))
