@@ -230,6 +230,10 @@ def _name(text: str, accepted) -> str:
     if name is not None:
         message(f"kcache: note: {text!r} is the old name of {name!r}; use {name!r}")
         return name
+    if text in SHOWN and text not in accepted:  # shown by config, but not a config.json key
+        where = "--dir or KCACHE_DIR" if text == "root" else _sources(text)[0]
+        raise UsageError(f"{text} is not kept in config.json: it comes from {where}; "
+                         f"accepted: {', '.join(accepted)}")
     if text not in accepted:
         raise UsageError(f"unknown setting {clip(text)}; accepted: {', '.join(accepted)}")
     return text

@@ -932,6 +932,23 @@ def test_config_show_get_set(cache):
     assert kc_json("stats", root=root)["max_size"] == 10 << 30
 
 
+def test_config_set_of_a_setting_shown_but_not_in_config_json_names_its_source(cache):
+    """``config show`` lists lock_stale, disabled and root; ``config set`` of one of them said
+    ``unknown setting 'lock_stale'`` while ``config get lock_stale`` answered: it names where
+    the setting comes from instead."""
+    root, _ = cache
+    for name, source in (("lock_stale", "KCACHE_LOCK_STALE"), ("disabled", "KCACHE_DISABLE"),
+                         ("root", "KCACHE_DIR")):
+        assert kc("config", "get", name, root=root).returncode == 0
+        for action in (("set", name, "1"), ("unset", name)):
+            line = one_line_error(kc("config", *action, root=root))
+            assert "unknown setting" not in line and source in line, line
+            assert "config.json" in line and "accepted: max_size" in line, line
+    assert not (root / "config.json").exists()
+    assert "unknown setting 'nope'" in one_line_error(kc("config", "set", "nope", "1",
+                                                         root=root))
+
+
 # ------------------------------------------------------------------------------ read-only root
 # Tests run as root, where chmod does not stop writes, so a read-only mount is simulated: the
 # subprocess gets trustkit.READONLY_SHIM as its ``sitecustomize`` (through PYTHONPATH), which
