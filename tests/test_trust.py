@@ -498,3 +498,34 @@ def test_a_refused_files_reason_says_who_may_write_it():
     assert why.startswith("writable by its group ") and "(mode 664; set KCACHE_SHARED=1" in why
     assert not trust.file_ok(st(0o664))
     assert trust.file_problem(st(0o644, owner=uid + 12345)).startswith("owned by another user")
+
+
+def test_a_private_layer_another_user_cannot_enter_gets_one_warning_that_says_why(tmp_path):
+    """A layer copied without the chmod of docs/containers.md (kcache's 0700/0600 modes, owned
+    by root) read by another user: one warning, ``.../v1 cannot be examined: Permission
+    denied``. ``v1/`` could not be stat-ed, and a second warning said the folder has ``no v1/
+    in it``, which is not so."""
+    import subprocess
+    import sys
+
+    import userkit
+    base = userkit.shared_base("kcache-private-layer-")
+    try:
+        with userkit.users("app") as users:
+            stage = base / "mounts"
+            stage.mkdir(mode=0o700)
+            env = {"PATH": os.environ.get("PATH", ""), "HOME": str(base / "home")}
+            (base / "home").mkdir(mode=0o777)
+            userkit.probe(users["app"], stage, env)
+            layer = base / "layer"
+            _planted(layer)  # root's, private: 0700 folders
+            env["KCACHE_READONLY_DIRS"] = str(layer)
+            done = userkit.run_as(users["app"], [sys.executable, "-m", "kcache", "--dir",
+                                                 base / "home" / "cache", "ls"],
+                                  env=env, cwd="/", stage=stage, timeout=120)
+            assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+            said = [line for line in done.stderr.splitlines() if str(layer) in line]
+            assert said == [f"kcache: the read-only layer {layer} is not trusted and not used: "
+                            f"{layer}/v1 cannot be examined: Permission denied"], said
+    finally:
+        subprocess.run(["rm", "-rf", str(base)], check=False)

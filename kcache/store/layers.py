@@ -5,6 +5,7 @@ what each serves, for ``kcache stats``/``ls``/``dir``."""
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 from ..disk import fsio
@@ -27,7 +28,7 @@ def make_layer(path: Path, trust: fsio.Trust, max_entry_size: int):
     if not os.path.exists(path):  # a dangling symlink too
         warn_once(f"missing-layer:{path}", f"kcache: the read-only layer {path} {MISSING} "
                   "(KCACHE_READONLY_DIRS / readonly_dirs)")
-    elif os.path.isdir(path) and not os.path.isdir(os.path.join(path, BUCKET)):
+    elif os.path.isdir(path) and _without_bucket(path):
         # e.g. the folder of a bundle file named instead of the file: served nothing silently
         warn_once(f"empty-layer:{path}", f"kcache: the read-only layer {path} is a folder "
                   f"without kcache entries (no {BUCKET}/ in it): it serves nothing (a "
@@ -36,6 +37,17 @@ def make_layer(path: Path, trust: fsio.Trust, max_entry_size: int):
         from ..tiers.bundle.layer import BundleLayer
         return BundleLayer(path, trust=trust, max_entry_size=max_entry_size)
     return LocalTier(path, writable=False, trust=trust)
+
+
+def _without_bucket(path) -> bool:
+    """True when folder ``path`` has no ``v1/``; False when it has one or that cannot be told
+    (a folder this user cannot search: the trust check says why, in its own warning)."""
+    try:
+        return not stat.S_ISDIR(os.stat(os.path.join(path, BUCKET)).st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        return True
+    except OSError:
+        return False
 
 
 def describe(layer, untrusted: dict, *, count: bool = False) -> dict:
