@@ -233,6 +233,29 @@ def test_size_cap_evicts_lru_down_to_90_percent(root):
     assert key(0) in left and key(10) in left and key(1) not in left and key(2) not in left
 
 
+def test_an_entry_larger_than_the_cap_is_warned_about_once(root):
+    """max_size smaller than an entry (KCACHE_MAX_SIZE=1K): each put is evicted at once, so a
+    program compiles every kernel on every run. That is said once, naming the sizes, not
+    silently (compile_for and kcache warm report it as an entry not kept)."""
+    from kcache.warn import KcacheWarning
+    one = len(fmt.encode(key(0), entry(0, 4000)))
+    s = Store(root, max_size=1024)
+    with pytest.warns(KcacheWarning, match="larger than the cache's size cap") as said:
+        assert s.put(key(0), entry(0, 4000))
+        assert s.put(key(1), entry(1, 4000))
+    lines = [str(w.message) for w in said if "size cap" in str(w.message)]
+    assert len(lines) == 1 and f"{one} bytes" in lines[0] and "max_size 1024" in lines[0], lines
+    assert "KCACHE_MAX_SIZE" in lines[0]
+    assert s.stats().entries == 0
+    # an entry that fits is never warned about, however full the root
+    big = Store(tmp := root.parent / "big", max_size=one * 2)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", KcacheWarning)
+        for i in range(5):
+            assert big.put(key(i), entry(i, 4000))
+
+
 def test_eviction_skipped_while_another_process_evicts(root):
     import multiprocessing as mp
 

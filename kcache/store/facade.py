@@ -368,7 +368,7 @@ class Store:
         except OSError as exc:
             self._root.put_failed(key, exc)
             return False
-        self._maybe_evict()
+        self._maybe_evict(len(data))
         return True
 
     def _root_bytes(self, key: str) -> bytes | None:
@@ -507,7 +507,7 @@ class Store:
         s = shard_of(key)
         self._totals[s] = self._stats.shard_totals(s)
 
-    def _maybe_evict(self) -> None:
+    def _maybe_evict(self, newest: int = 0) -> None:
         now = time.monotonic()
         if now - self._totals_at > _TOTALS_TTL or len(self._totals) < SHARDS:
             self._totals = {s: self._stats.shard_totals(s) for s in range(SHARDS)}
@@ -515,7 +515,7 @@ class Store:
         if sum(b for _n, b in self._totals.values()) <= self.max_size:
             return
         try:
-            _maintenance().evict_over_cap(self._housekeeping(), self.max_size, self._file_mode)
+            _maintenance().evict_over_cap(self._housekeeping(), self.max_size, self._file_mode, newest)
         finally:
             self._totals_at = 0.0
 
