@@ -289,7 +289,7 @@ def run_set(args) -> int:
     JSON: ``{"key", "value" (as stored: bytes, seconds, ...; null when unset), "file",
     "changed"}``.
     """
-    from kcache.config import read_config, write_setting
+    from kcache.config import read_config
     name = _name(args.key, SETTABLE)
     root = resolve(args).root
     path = root / "config.json"
@@ -303,7 +303,7 @@ def run_set(args) -> int:
             else:
                 message(f"kcache: {name} was not set in {path}; nothing changed")
             return 0
-        path = write_setting(root, name, None)
+        path = _write(root, name, None, path)
     else:
         value = args.value
         if not str(value).strip():
@@ -315,7 +315,7 @@ def run_set(args) -> int:
         if name in REMOTE_SHOWN:  # the store's own checks (kcache.remote), bounds included
             from kcache.tiers.remote import check_setting
             check_setting(_remote_field(name)[0], value, name)
-        path = write_setting(root, name, value)
+        path = _write(root, name, value, path)
     stored = read_config(root).get(name)
     if name == "remote" and isinstance(stored, str):
         from kcache.tiers.remote import redact
@@ -332,6 +332,18 @@ def run_set(args) -> int:
     if os.environ.get(env):
         message(f"kcache: note: {env} is set in this environment and overrides the config file")
     return 0
+
+
+def _write(root: Path, name: str, value, path: Path) -> Path:
+    """``kcache.config.write_setting``; a file system that refuses is one line saying what
+    was not done (exit 1), as prune, rm and clear say it."""
+    from kcache.config import write_setting
+    try:
+        return write_setting(root, name, value)
+    except OSError as exc:
+        from kcache.tiers.local import os_reason
+        raise Problem(f"cannot write {path} ({os_reason(exc)}): {name} not "
+                      f"{'unset' if value is None else 'set'}") from None
 
 
 def _refuse_credentials(url: str) -> None:

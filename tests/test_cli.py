@@ -999,6 +999,19 @@ def test_writes_report_that_the_root_cannot_be_written(readonly, args):
     assert str(root) in line or "Read-only" in line
 
 
+def test_config_set_on_a_read_only_root_says_what_was_not_done(readonly):
+    """As prune, rm, clear and stats --zero do: the file, the reason and that the setting
+    was not written (was the bare ``kcache: .../config.json: Read-only file system``)."""
+    root, env = readonly
+    assert kc("config", "set", "lock_timeout", "5m", root=root).returncode == 0  # writable here
+    for action, done_word in ((("set", "max_size", "1G"), "not set"),
+                              (("unset", "lock_timeout"), "not unset")):
+        line = one_line_error(kc("config", *action, root=root, env=env), status=1)
+        assert line.startswith(f"kcache: cannot write {root / 'config.json'} (Read-only file "
+                               "system (EROFS))"), line
+        assert line.endswith(f"{action[1]} {done_word}"), line
+
+
 # ------------------------------------------------------------------------------ trial fixes
 # Problems a fresh user met (trial report of 2026-12-01), one test each.
 
