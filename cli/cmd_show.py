@@ -236,9 +236,9 @@ FIELDS = ("key", "kind", "kernel", "signature", "short_signature", "arch", "fron
 SPARSE = frozenset(("problem", "entry_points", "layer", "layer_kind"))
 #: Fields (by their last dotted name) whose value a terminal shows whole, wrapped under the
 #: name when it does not fit beside it: what is read or copied exactly (a path, a key, a
-#: signature for compile_for or warm, a kernel name for --kernel).
+#: signature for compile_for or warm, a kernel name for --kernel, the layer serving it).
 WHOLE = frozenset(("key", "kernel", "signature", "short_signature", "sigspec", "entry_name",
-                   "root", "path", "problem"))
+                   "root", "path", "problem", "layer"))
 
 
 def is_whole(name: str) -> bool:

@@ -204,3 +204,19 @@ def test_warm_shows_the_short_signature(tmp_path):
     done = subprocess.run([sys.executable, "-m", "kcache", *args, "--json"],
                           capture_output=True, text=True, timeout=300)
     assert "array(float32, 1d, C)" in done.stdout, done.stdout
+def test_show_prints_a_layers_path_whole(root, tmp_path):
+    # The layer serving an entry is a path (a folder or a bundle file) copied as is: shown
+    # whole as the root and path are, not cut in its middle at 80 columns.
+    import shutil
+    layer = tmp_path / ("layers-" + "x" * 70) / "layer"
+    shutil.copytree(root, layer)
+    own = tmp_path / "own"
+    assert subprocess.run([sys.executable, "-m", "kcache", "--dir", str(own), "config", "set",
+                           "readonly_dirs", str(layer)], capture_output=True).returncode == 0
+    key = next(k for k in LAST_DIFFERS)
+    status, lines = terminal("show", key[:8], "--dir", str(own))
+    assert status == 0
+    from test_cli_terminal import show_fields
+    fields = show_fields(lines)
+    assert len(str(layer)) > COLUMNS and fields["layer"] == str(layer), lines
+    assert fields["layer_kind"] == "directory"
