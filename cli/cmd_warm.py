@@ -92,15 +92,10 @@ def _frontend(args):
         if args.frontend is not None:
             return frontends.by_name(args.frontend)
         return frontends.default()
-    except ImportError as exc:
-        if args.frontend == "numba-cuda":
-            how = "install kcache-cuda[cu12] or kcache-cuda[cu13]"
-        elif args.frontend is not None:
-            how = "install kcache-cuda[mlir]"
-        else:
-            how = "install kcache-cuda[cu12], kcache-cuda[cu13] or kcache-cuda[mlir]"
-        wanted = args.frontend or "numba-cuda or numba-cuda-mlir"
-        raise Problem(f"warm needs {wanted} ({exc}); {how}") from None
+    except ImportError as exc:  # the extras as kcache.jit(frontend=...) names them
+        names = [args.frontend] if args.frontend is not None else list(frontends.INSTALL)
+        raise Problem(f"warm needs {' or '.join(names)} ({exc}); install "
+                      f"{' or '.join(frontends.INSTALL[n] for n in names)}") from None
 
 
 def _frontend_name(text: str) -> str:

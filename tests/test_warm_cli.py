@@ -567,3 +567,23 @@ def test_numba_cuda_cache_usecases_for_80_and_90(tmp_path):
                           env=env_for(home), timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert sorted(json.loads(proc.stdout)) == sorted(r["key"] for r in doc["results"])
+
+
+@pytest.mark.parametrize("blocked, named", [("numba", "numba-cuda"),
+                                            ("numba_cuda_mlir", "numba-cuda-mlir")])
+def test_warm_names_the_extra_of_a_front_end_not_installed_as_kcache_jit_does(
+        tmp_path, blocked, named):
+    """``kcache warm --frontend NAME`` without that front-end: one line naming the extras
+    that install it, the same text as ``kcache.jit(frontend=NAME)``'s error
+    (``frontends.INSTALL``: the CUDA 12 extra too), not a list of its own."""
+    from kcache.dispatcher import frontends
+    code = (f"import sys; sys.modules[{blocked!r}] = None; from kcache.cli.main import main; "
+            "sys.exit(main(sys.argv[1:]))")
+    done = subprocess.run([sys.executable, "-c", code, "--dir", str(tmp_path / "c"), "warm",
+                           "examples", "--cc", "9.0", "--frontend", named],
+                          capture_output=True, text=True, cwd=REPO, timeout=120,
+                          env=env_for(tmp_path / "home"))
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith(f"kcache: warm needs {named} ("), line
+    assert line.endswith(f"; install {frontends.INSTALL[named]}"), line
