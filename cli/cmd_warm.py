@@ -249,8 +249,9 @@ def _document(args, store, ccs, jobs, rows, counts, plan, seconds, warm,
 
 
 def _print_report(args, rows, counts, plan, seconds, processes, dry_run) -> None:
-    """The table (fitted to a terminal, TSV under the JSON names when piped), then the reason
-    of each failure on a terminal (a reason does not fit a table cell), then the summary."""
+    """The table (fitted to a terminal, TSV under the JSON names when piped), then each row's
+    reason on a terminal (a failure's, a skip's, a would-compile's under KCACHE_EXPLAIN: a
+    reason does not fit a table cell), then the summary."""
     from kcache.entry.shortsig import short_signature
     # numba's short form where space is short (--wide, piped and --json: the full form)
     shown = (lambda text: text) if want_wide(args) else short_signature

@@ -25,9 +25,9 @@ def jit(func_or_sig=None, *, cache: bool = True, cache_key: str | None = None, s
     (``frontends.default``). Returns kcache's dispatcher of that
     front-end (device functions: the front-end's own) or, given only signatures, a
     decorator. Errors are the front-end's; a non-str ``cache_key`` is a TypeError, an unknown
-    ``frontend`` a ValueError, one not installed a ModuleNotFoundError naming its extra. With a front-end release kcache does not support
-    (``Frontend.refusal``: warned once), the front-end's ``jit(func_or_sig, **kwargs)``
-    itself: nothing cached.
+    ``frontend`` a ValueError, one not installed a ModuleNotFoundError naming its extra. With
+    a front-end release kcache does not support (``Frontend.refusal``: warned once), the
+    front-end's ``jit(func_or_sig, **kwargs)`` itself: nothing cached.
     """
     if cache_key is not None and not isinstance(cache_key, str):  # as Options() says it
         raise TypeError(f"cache_key must be a str or None, not {type(cache_key).__name__}")
