@@ -92,10 +92,11 @@ def _frontend(args):
         if args.frontend is not None:
             return frontends.by_name(args.frontend)
         return frontends.default()
-    except ImportError as exc:  # the extras as kcache.jit(frontend=...) names them
-        names = [args.frontend] if args.frontend is not None else list(frontends.INSTALL)
-        raise Problem(f"warm needs {' or '.join(names)} ({exc}); install "
-                      f"{' or '.join(frontends.INSTALL[n] for n in names)}") from None
+    except ImportError as exc:  # the extras as kcache.jit names them
+        if args.frontend is None:  # frontends.default's line names both, and their extras
+            raise Problem(f"warm: {exc}") from None
+        raise Problem(f"warm needs {args.frontend} ({exc}); "
+                      f"{frontends.install_hint([args.frontend])}") from None
 
 
 def _frontend_name(text: str) -> str:

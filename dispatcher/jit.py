@@ -74,7 +74,6 @@ def _named(frontend: str):
         return frontends.by_name(frontend)
     except ImportError as exc:
         name = frontends.ALIASES.get(frontend, frontend)
-        extra = frontends.INSTALL[name]
         raise ModuleNotFoundError(f"kcache.jit(frontend={frontend!r}) needs {name}, which is "
-                                  f"not installed or does not import ({exc}); install "
-                                  f"{extra}", name=exc.name) from exc
+                                  f"not installed or does not import ({exc}); "
+                                  f"{frontends.install_hint([name])}", name=exc.name) from exc

@@ -95,20 +95,16 @@ def test_kcache_jit_compiles_mlir_code_with_numba_cuda_mlir_when_numba_cuda_came
                                    "KCacheDispatcher"]
 
 
-@pytest.mark.parametrize("blocked, asked, install", [
-    ("numba", "numba-cuda", "kcache-cuda[cu13]"),
-    ("numba_cuda_mlir", "mlir", "kcache-cuda[mlir]"),
-])
-def test_a_front_end_named_but_not_installed_is_one_clear_import_error(blocked, asked, install):
-    """``kcache.jit(frontend=...)`` naming a front-end the environment lacks (numba-cuda-mlir
-    as the only front-end, or numba-cuda alone): an ImportError naming the front-end and the
-    extra that installs it, not the bare ``No module named 'numba'``."""
+def jit_in_child(blocked: tuple, decorator: str) -> str:
+    """``@DECORATOR`` on a kernel in a child where the modules ``blocked`` are not installed:
+    the exception it raised, as ``"TypeName message"`` (no traceback)."""
     code = textwrap.dedent(f"""
         import sys
-        sys.modules[{blocked!r}] = None  # as if not installed
+        for name in {blocked!r}:
+            sys.modules[name] = None  # as if not installed
         import kcache
         try:
-            @kcache.jit(frontend={asked!r})
+            @{decorator}
             def k(a):
                 a[0] = 1
         except ImportError as exc:
@@ -117,6 +113,26 @@ def test_a_front_end_named_but_not_installed_is_one_clear_import_error(blocked, 
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
-    out = done.stdout.strip()
+    return done.stdout.strip()
+
+
+@pytest.mark.parametrize("blocked, asked, install", [
+    ("numba", "numba-cuda", "kcache-cuda[cu13]"),
+    ("numba_cuda_mlir", "mlir", "kcache-cuda[mlir]"),
+])
+def test_a_front_end_named_but_not_installed_is_one_clear_import_error(blocked, asked, install):
+    """``kcache.jit(frontend=...)`` naming a front-end the environment lacks (numba-cuda-mlir
+    as the only front-end, or numba-cuda alone): an ImportError naming the front-end and the
+    extra that installs it, not the bare ``No module named 'numba'``."""
+    out = jit_in_child((blocked,), f"kcache.jit(frontend={asked!r})")
     assert out.startswith("ModuleNotFoundError kcache.jit(frontend="), out
     assert install in out and "not installed" in out, out
+
+
+def test_no_front_end_installed_names_the_extras_that_install_one():
+    """``pip install kcache-cuda`` without an extra, then ``kcache.jit``: the ImportError names
+    the extras (as naming a front-end does), not only that neither front-end is installed."""
+    out = jit_in_child(("numba", "numba_cuda_mlir"), "kcache.jit")
+    assert out.startswith("ImportError kcache.dispatcher needs numba-cuda or "
+                          "numba-cuda-mlir"), out
+    assert all(extra in out for extra in frontends.INSTALL.values()), out

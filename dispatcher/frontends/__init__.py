@@ -23,6 +23,12 @@ INSTALL = {"numba-cuda": "kcache-cuda[cu13] (CUDA 12: kcache-cuda[cu12])",
            "numba-cuda-mlir": "kcache-cuda[mlir] (CUDA 12: kcache-cuda[mlir-cu12])"}
 
 
+def install_hint(names=NAMES) -> str:
+    """``"install EXTRA or EXTRA"``: what installs the front-ends ``names`` with kcache (the
+    end of every "front-end not installed" message: kcache.jit, kcache warm)."""
+    return "install " + " or ".join(INSTALL[ALIASES.get(n, n)] for n in names)
+
+
 def by_name(name: str):
     """The front-end named ``name`` (its ``Frontend.name``): the object its bridge module
     defines (``FRONTEND``), imported now (and with it the front-end's package: ImportError
@@ -86,4 +92,5 @@ def default():
             except ImportError as exc:  # metadata left behind, or a broken install
                 problems.append(f"{name}: {exc}")
     raise ImportError("kcache.dispatcher needs numba-cuda or numba-cuda-mlir; "
-                      + ("; ".join(problems) if problems else "neither is installed"))
+                      + ("; ".join(problems) if problems else "neither is installed")
+                      + f"; {install_hint()}")
