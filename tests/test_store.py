@@ -248,7 +248,7 @@ def test_an_entry_larger_than_the_cap_is_warned_about_once(root):
     assert "KCACHE_MAX_SIZE" in lines[0]
     assert s.stats().entries == 0
     # an entry that fits is never warned about, however full the root
-    big = Store(tmp := root.parent / "big", max_size=one * 2)
+    big = Store(root.parent / "big", max_size=one * 2)
     import warnings
     with warnings.catch_warnings():
         warnings.simplefilter("error", KcacheWarning)
