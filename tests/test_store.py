@@ -413,3 +413,26 @@ def test_header_reads_the_hits_of_its_keys_shard_only(tmp_path, monkeypatch):
     assert store.header(key).hits == 3
     assert [n for n in loaded if n.endswith(".hits.msgpack")] == [f"{key[0]}.hits.msgpack"]
     assert store.header(keys[1]).hits == 0
+
+
+def test_find_by_a_prefix_reads_the_hits_of_its_shard_only(tmp_path, monkeypatch):
+    # `kcache rm P1 P2 ...` and `show P` find each prefix: as header, a prefix of one hex digit
+    # or more reads that shard's hit counts, not the 16 shards' hit files for every prefix.
+    from kcache.store import stats as stats_mod
+    store = Store(tmp_path / "c")
+    keys = [make_key({"kernel": f"k{i}"}) for i in range(40)]
+    for k in keys:
+        store.put(k, Entry(artifacts={"cubin": b"x"}, meta={}))
+    assert store.get(keys[0]) is not None
+    store.flush()
+    loaded = []
+    real = stats_mod.StatsBook._load
+    monkeypatch.setattr(stats_mod.StatsBook, "_load",
+                        lambda self, path: loaded.append(path.name) or real(self, path))
+    for prefix in (keys[0][:1], keys[0][:6], keys[0]):
+        loaded.clear()
+        [found] = [i for i in store.find(prefix) if i.key == keys[0]]
+        assert found.hits == 1
+        assert [n for n in loaded if n.endswith(".hits.msgpack")] == [f"{keys[0][0]}.hits.msgpack"]
+    loaded.clear()
+    assert len(store.find("")) == 40 and len([n for n in loaded if n.endswith(".hits.msgpack")]) == 16

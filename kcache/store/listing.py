@@ -91,7 +91,8 @@ class Listing:
         prefix = prefix.lower()
         if prefix and not all(c in "0123456789abcdef" for c in prefix):
             raise ValueError(f"bad key prefix {prefix!r}: expected hex digits")
-        hits = self._stats.hits()
+        # a prefix names its shard: `kcache rm P1 P2 ...` reads one hits file per prefix
+        hits = self._stats.hits(prefix) if prefix else self._stats.hits()
         out = []
         for tier in self._tiers():
             for key, path, st in tier.scan(prefix[:2] if len(prefix) >= 2 else (prefix or None),

@@ -410,7 +410,7 @@ class StatsBook:
         return max(0, int(n)), max(0, int(b))
 
     def hits(self, key: str | None = None) -> dict[str, int]:
-        """Per-entry hit counts (key -> hits), unwritten ones too; ``key``: its shard's only."""
+        """Per-entry hits (key -> hits), unwritten ones too; ``key`` (or a prefix): its shard's."""
         out: dict[str, int] = collections.Counter()
         with self._mutex:
             for shard in range(SHARDS) if key is None else (shard_of(key),):
