@@ -429,10 +429,12 @@ def test_find_by_a_prefix_reads_the_hits_of_its_shard_only(tmp_path, monkeypatch
     real = stats_mod.StatsBook._load
     monkeypatch.setattr(stats_mod.StatsBook, "_load",
                         lambda self, path: loaded.append(path.name) or real(self, path))
+    def hits_files():
+        return [n for n in loaded if n.endswith(".hits.msgpack")]
+
     for prefix in (keys[0][:1], keys[0][:6], keys[0]):
         loaded.clear()
         [found] = [i for i in store.find(prefix) if i.key == keys[0]]
-        assert found.hits == 1
-        assert [n for n in loaded if n.endswith(".hits.msgpack")] == [f"{keys[0][0]}.hits.msgpack"]
+        assert found.hits == 1 and hits_files() == [f"{keys[0][0]}.hits.msgpack"]
     loaded.clear()
-    assert len(store.find("")) == 40 and len([n for n in loaded if n.endswith(".hits.msgpack")]) == 16
+    assert len(store.find("")) == 40 and len(hits_files()) == 16
