@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 
 from kcache.cli.args import cc_arg, glob_arg, want_json, want_wide
-from kcache.cli.cache import ensure_writable, open_store, write_problem
+from kcache.cli.cache import ensure_writable, layer_kind, open_store, write_problem
 from kcache.cli.entries import EntryView, entry_record, plain_table, resolve_prefix
 from kcache.cli.errors import NotFound, Problem, UsageError
 from kcache.cli.fmt import entries_text, human_size
@@ -94,7 +94,8 @@ def run(args) -> int:
         why = {e["key"]: e["reason"] for e in not_removed(report.failed)}
     removed = [v for v in mine if v.key not in why]
     kept = [(v, why[v.key]) for v in mine if v.key in why]
-    kept += [(v, f"in the read-only dir {v.info.root}") for v in targets if v.readonly]
+    kept += [(v, f"in the read-only {_WHERE[layer_kind(v.info.root)]} {v.info.root}")
+             for v in targets if v.readonly]
     freed = sum(v.file_size for v in removed) if args.dry_run else int(report.bytes_freed)
     if want_json(args):
         print_json({"removed": [entry_record(v) for v in removed], "bytes_freed": freed,
@@ -112,6 +113,10 @@ def run(args) -> int:
         raise Problem(left_text([{"key": v.key, "reason": why} for v, why in kept],
                                 "would not be removed" if args.dry_run else "could not be removed"))
     return 0
+
+
+#: How a read-only layer is named in what rm could not remove (a folder's words unchanged).
+_WHERE = {"directory": "dir", "bundle": "bundle"}
 
 
 def print_entries(views: list, wide: bool) -> None:

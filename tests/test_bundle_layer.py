@@ -367,6 +367,18 @@ def test_piped_ls_tells_a_layers_row_from_the_roots_for_one_key(src, tmp_path):
     assert sorted(r[-1] for r in rows) == ["", str(path)]
 
 
+def test_rm_of_a_layer_entry_names_the_bundle_it_is_in(src, tmp_path):
+    # rm cannot remove what a read-only layer serves: the line names the layer as what it is
+    # (it said "in the read-only dir <bundle file>").
+    root, keys = src
+    path = tmp_path / "k.kcb"
+    assert _cli("--dir", root, "export", path).returncode == 0
+    done = _cli("rm", keys[0][:12], env={"KCACHE_DIR": str(tmp_path / "run"),
+                                         "KCACHE_READONLY_DIRS": str(path)})
+    assert done.returncode == 1
+    assert f"{keys[0][:12]}: in the read-only bundle {path}" in done.stderr, done.stderr
+
+
 def test_stats_on_an_80_column_terminal_keeps_the_layers_name_and_what_it_holds(src, tmp_path):
     import re
     import ptykit
