@@ -45,8 +45,15 @@ def __getattr__(name: str):
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     try:
         module = _importlib.import_module(where, __name__)
-    except ImportError:  # the bridge cannot be imported with this release: kcache's one line
-        _refuse(_frontends.by_name("numba-cuda-mlir" if "mlir" in where else "numba-cuda"))
+    except ImportError as exc:  # the bridge cannot be imported with this release: kcache's one line
+        wanted = "numba-cuda-mlir" if "mlir" in where else "numba-cuda"
+        try:
+            frontend = _frontends.by_name(wanted)
+        except ImportError:  # not installed at all: which extra installs it, no chained trace
+            raise ModuleNotFoundError(
+                f"kcache.dispatcher.{name} needs {wanted}, which is not installed ({exc}); "
+                f"{_frontends.install_hint([wanted])}", name=exc.name) from None
+        _refuse(frontend)
         raise
     value = getattr(module, name)
     globals()[name] = value  # later look-ups are plain attribute reads

@@ -136,3 +136,27 @@ def test_no_front_end_installed_names_the_extras_that_install_one():
     assert out.startswith("ImportError kcache.dispatcher needs numba-cuda or "
                           "numba-cuda-mlir"), out
     assert all(extra in out for extra in frontends.INSTALL.values()), out
+
+
+@pytest.mark.parametrize("name, wanted, install", [
+    ("KCacheDispatcher", "numba-cuda", "kcache-cuda[cu13]"),
+    ("KCacheMLIRDispatcher", "numba-cuda-mlir", "kcache-cuda[mlir]"),
+])
+def test_a_bridge_name_of_a_front_end_not_installed_is_one_import_error(monkeypatch, name,
+                                                                        wanted, install):
+    """``from kcache.dispatcher import KCacheDispatcher`` without numba-cuda (or the mlir
+    dispatcher without numba-cuda-mlir): one ModuleNotFoundError naming the front-end and its
+    extra, not a chained traceback of the bridge's import."""
+    import kcache.dispatcher as d
+    from kcache.dispatcher import frontends
+
+    def not_installed(*_a, **_k):
+        raise ModuleNotFoundError("No module named 'numba'", name="numba")
+    monkeypatch.delitem(d.__dict__, name, raising=False)
+    monkeypatch.setattr(d._importlib, "import_module", not_installed)
+    monkeypatch.setattr(frontends, "by_name", not_installed)
+    with pytest.raises(ModuleNotFoundError) as caught:
+        d.__getattr__(name)
+    text = str(caught.value)
+    assert text.startswith(f"kcache.dispatcher.{name} needs {wanted}, which is not installed")
+    assert install in text and caught.value.__suppress_context__
