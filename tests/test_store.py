@@ -240,7 +240,7 @@ def test_an_entry_larger_than_the_cap_is_warned_about_once(root):
     from kcache.warn import KcacheWarning
     one = len(fmt.encode(key(0), entry(0, 4000)))
     s = Store(root, max_size=1024)
-    with pytest.warns(KcacheWarning, match="larger than the cache's size cap") as said:
+    with pytest.warns(KcacheWarning, match="larger than the cache.s size cap keeps") as said:
         assert s.put(key(0), entry(0, 4000))
         assert s.put(key(1), entry(1, 4000))
     lines = [str(w.message) for w in said if "size cap" in str(w.message)]
@@ -254,6 +254,24 @@ def test_an_entry_larger_than_the_cap_is_warned_about_once(root):
         warnings.simplefilter("error", KcacheWarning)
         for i in range(5):
             assert big.put(key(i), entry(i, 4000))
+
+
+def test_an_entry_no_eviction_keeps_is_warned_about_when_stored(root):
+    """An entry above EVICT_TARGET of the cap, stored into a root it does not take over the
+    cap: no eviction runs then, but the next one removes it (evicting down to EVICT_TARGET),
+    so it is said when it is stored; one just under EVICT_TARGET is not."""
+    import warnings
+    from kcache.store.maintenance import EVICT_TARGET
+    from kcache.warn import KcacheWarning
+    one = len(fmt.encode(key(0), entry(0, 4000)))
+    s = Store(root, max_size=int(one / (EVICT_TARGET + 0.05)))
+    with pytest.warns(KcacheWarning, match="the next eviction removes it"):
+        assert s.put(key(0), entry(0, 4000))
+    assert s.stats().entries == 1  # stored: the cap is not crossed yet
+    kept = Store(root.parent / "kept", max_size=int(one / (EVICT_TARGET - 0.05)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", KcacheWarning)
+        assert kept.put(key(0), entry(0, 4000))
 
 
 def test_eviction_skipped_while_another_process_evicts(root):

@@ -93,11 +93,9 @@ class Store:
         self._stats = StatsBook(self.layout, self._file_mode, self._root.ensure, self._root.fail,
                                 self._root.layout_gone, self._root.ready_folder, self.local.dirs)
         self._listing = Listing(self._local_tiers, self._stats, self.settings.max_entry_size)
-        self._key_locks = None  # kcache.locks.KeyLocks, made by the first _locks
-        self._key_locks_made = threading.Lock()
+        self._key_locks, self._key_locks_made = None, threading.Lock()  # KeyLocks: first _locks
         self._stats.on_flush = self.local.flush_touches  # a hit's use is written with its count
-        self._totals: dict[int, tuple[int, int]] = {}
-        self._totals_at = 0.0
+        self._totals, self._totals_at = {}, 0.0  # shard -> (entries, bytes); when read (s)
         self._remote_policy = RemotePolicy(
             self.settings, disabled=lambda: self.disabled, count=self._count,
             verify=self.verify_bytes, publish=self._publish, entries=self.entries,
@@ -512,10 +510,12 @@ class Store:
         if now - self._totals_at > _TOTALS_TTL or len(self._totals) < SHARDS:
             self._totals = {s: self._stats.shard_totals(s) for s in range(SHARDS)}
             self._totals_at = now
+        if newest > self.max_size * 0.9:  # EVICT_TARGET: no eviction keeps it (said once)
+            _maintenance().warn_over_cap(newest, self.max_size)
         if sum(b for _n, b in self._totals.values()) <= self.max_size:
             return
         try:
-            _maintenance().evict_over_cap(self._housekeeping(), self.max_size, self._file_mode, newest)
+            _maintenance().evict_over_cap(self._housekeeping(), self.max_size, self._file_mode)
         finally:
             self._totals_at = 0.0
 

@@ -201,19 +201,21 @@ def evict(house: Housekeeping, target: int) -> None:
         batch.write()
 
 
-def evict_over_cap(house: Housekeeping, max_size: int, file_mode: int,
-                   newest: int = 0) -> None:
+def warn_over_cap(newest: int, max_size: int) -> None:
+    """Said once: an entry of ``newest`` bytes, more than EVICT_TARGET of ``max_size``, is
+    evicted by the first eviction after it is stored (at once, when it crossed the cap), so
+    every run compiles its kernel again."""
+    warn_once("entry-over-cap", f"kcache: an entry of {newest} bytes is larger than the "
+              f"cache's size cap keeps (max_size {max_size} bytes, evicted down to "
+              f"{EVICT_TARGET:.0%} of it): the next eviction removes it, so its kernel "
+              "compiles again in every process; raise max_size (KCACHE_MAX_SIZE, kcache "
+              "config set max_size)")
+
+
+def evict_over_cap(house: Housekeeping, max_size: int, file_mode: int) -> None:
     """A put crossed ``max_size`` (bytes): evict down to EVICT_TARGET of it, under the global
     eviction lock (kcache.disk.locks.try_global). Another process evicting: nothing to do; a
-    stopped holder or an unusable lock file: evict without it, warned once. ``newest``: the
-    bytes of the entry just put; one the cap cannot keep is warned about once (it is evicted
-    at once, so every run compiles it again)."""
-    if newest > max_size * EVICT_TARGET:
-        warn_once("entry-over-cap", f"kcache: an entry of {newest} bytes is larger than the "
-                  f"cache's size cap allows (max_size {max_size} bytes, evicted down to "
-                  f"{EVICT_TARGET:.0%} of it): it is evicted as soon as it is stored, so its "
-                  "kernel compiles again in every process; raise max_size (KCACHE_MAX_SIZE, "
-                  "kcache config set max_size)")
+    stopped holder or an unusable lock file: evict without it, warned once."""
     layout, locks = house.local.layout, house.locks
     lock = try_global(layout.evict_lock, file_mode, locks.ready_folder, house.local.dirs)
     if lock == LOCK_BUSY:
