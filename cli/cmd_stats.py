@@ -141,7 +141,7 @@ def short(store, doc: dict, layers: list = ()) -> None:
     entries, size of cap, hit rate, the read-only layers (those that serve hits the root's
     entries do not count) and the remote with its use (when configured); piped,
     ``name<TAB>value`` lines with the JSON names (root, entries, bytes, max_size, hits,
-    misses, hit_rate, remote: at most 8)."""
+    misses, hit_rate, remote), then a ``layer`` line per read-only layer."""
     from kcache.cli.remote import configured, describe
     settings, problem = configured(store.settings.config)
     remote = (describe(settings) if settings is not None
@@ -152,6 +152,7 @@ def short(store, doc: dict, layers: list = ()) -> None:
                  for name in ("entries", "bytes", "max_size", "hits", "misses", "hit_rate")]
         if settings is not None or problem:
             rows.append(("remote", settings.name if settings is not None else ""))
+        rows += [("layer", layer_text(layer)) for layer in layers]  # as stats' plain lines
         for name, value in rows:
             print(f"{name}\t{cell(value)}")
         return
@@ -160,7 +161,8 @@ def short(store, doc: dict, layers: list = ()) -> None:
                f"{doc['misses']} misses)")
     rows = [("root", str(store.root), None), ("entries", doc["entries"], None),
             ("size", _used(doc), None), ("hit rate", lookups, None)]
-    rows += [("read-only layer", layer_what(layer), None) for layer in layers]
+    for layer in layers:  # its path (two layers may hold alike), then what it holds
+        rows += [("read-only layer", layer["path"], None), ("", layer_what(layer), None)]
     if remote is not None:
         rows.append(("remote", remote, None))
         if settings is not None:

@@ -185,3 +185,17 @@ def test_stats_short_is_at_most_8_lines_with_the_json_names(cache):
     assert "secret" not in remote.stdout + remote.stderr
     assert json.loads(kc("stats", "--short", "--json", root=root).stdout) == \
         json.loads(kc("stats", "--json", root=root).stdout)  # --json: the whole document
+
+
+def test_stats_short_names_each_read_only_layer_by_its_path(cache, tmp_path):
+    # Two folder layers read "folder" alike: the path tells them apart, on a terminal (a
+    # row of its own) and piped (a `layer` line each, as `stats` prints them).
+    import shutil
+    root, _ = cache
+    first, second = tmp_path / "first", tmp_path / "second"
+    shutil.copytree(root, first)
+    shutil.copytree(root, second)
+    env = {"KCACHE_READONLY_DIRS": f"{first}{os.pathsep}{second}"}
+    lines = kc("stats", "-s", root=tmp_path / "mine", env=env).stdout.splitlines()
+    assert [l for l in lines if l.startswith("layer\t")] == [
+        f"layer\t{first} (folder)", f"layer\t{second} (folder)"]
