@@ -389,3 +389,23 @@ def test_a_password_is_left_out_by_parsing_never_by_editing_text(tmp_path, passw
             plain = f"ConnectionError: Error 111 connecting to 127.0.0.1:{port}. Connection refused."
             left_out = "ConnectionError (its message is not shown: it may contain a credential)"
             assert words == (left_out if password in plain else plain), line
+
+
+@pytest.mark.parametrize("url", ["file://shared/kcache", "file://localhost/srv/kcache", "file://"])
+def test_a_file_url_without_an_absolute_path_is_refused(tmp_path, url):
+    # fsspec reads what follows 'file://' as a path, relative to the current directory when it
+    # does not start with '/': a mistyped 'file://nfs/kcache' (two slashes) was "ok" and pushed
+    # into ./nfs/kcache, a folder of each process's own, shared with no one
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    fill(tmp_path / "root")  # entries push would publish
+    env = {"KCACHE_REMOTE": url}
+    full_env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("KCACHE_")}
+    for command in (["remote", "check"], ["push"], ["config", "set", "remote", url]):
+        done = subprocess.run([sys.executable, "-m", "kcache", *command, "--dir", str(tmp_path / "root")],
+                              capture_output=True, text=True, cwd=cwd, timeout=120,
+                              env={**full_env, **(env if command[0] != "config" else {})})
+        line = one_line_error(done, 2 if command[0] == "config" else 1)
+        assert "is not a remote URL (a file URL needs an absolute path: file:///path, three " \
+               "slashes)" in line, line
+    assert list(cwd.iterdir()) == []

@@ -146,13 +146,18 @@ def check_url(url: Any, origin: str = "KCACHE_REMOTE") -> str:
 
 def _url_problem(url: str) -> str | None:
     """What no client could connect to in a URL with a scheme: a port that is not a number
-    from 0 to 65535, a host that does not parse, a Redis database that is not a number."""
+    from 0 to 65535, a host that does not parse, a Redis database that is not a number, a
+    ``file://`` URL whose path is not absolute (fsspec would make it relative to the current
+    directory)."""
     from urllib.parse import urlsplit
     try:
         parts = urlsplit(url)
         parts.port  # raises for a port that is not a number, or out of range
     except ValueError as exc:
         return f"its host or port cannot be read: {exc}"
+    if parts.scheme.lower() in ("file", "local") and not url.split("://", 1)[1].startswith("/"):
+        # fsspec reads 'file://nfs/kcache' as ./nfs/kcache: a folder of each process's own
+        return "a file URL needs an absolute path: file:///path, three slashes"
     db = parts.path.strip("/")
     if parts.scheme in ("redis", "rediss") and db and not (db.isascii() and db.isdigit()):
         return "the database after the host must be a number"
