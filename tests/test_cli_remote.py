@@ -409,3 +409,16 @@ def test_a_file_url_without_an_absolute_path_is_refused(tmp_path, url):
         assert "is not a remote URL (a file URL needs an absolute path: file:///path, three " \
                "slashes)" in line, line
     assert list(cwd.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", ["push", "pull"])
+def test_a_remote_that_cannot_be_listed_is_named_once(tmp_path, command):
+    pytest.importorskip("redis")
+    fill(tmp_path / "root")
+    with refusing_port() as port:
+        url = f"redis://127.0.0.1:{port}/0"
+        line = one_line_error(kc(command, root=tmp_path / "root",
+                                 env={"KCACHE_REMOTE": url, "KCACHE_REMOTE_TIMEOUT": "5"}), 1)
+    # was "cannot list redis://...: redis://...: keys: ConnectionError: ..."
+    assert line.startswith(f"kcache: cannot list {url}: keys: ConnectionError"), line
+    assert line.count(url) == 1, line

@@ -182,7 +182,7 @@ class RemotePolicy:
             there = set(remote.keys())
         except TierError as exc:
             self._count(None, now=True, **{f"remote_errors_{exc.kind}": 1})
-            report.failed.append(("*", f"cannot list {remote.name}: {exc}"))
+            report.failed.append(("*", f"cannot list {remote.name}: {remote.detail(exc)}"))
             return report
         wanted = (list(dict.fromkeys(i.key for i in self._entries())) if keys is None
                   else [check_key(k) for k in keys])

@@ -33,7 +33,9 @@ class Transfer:
         except TierError as exc:
             if tier is self._policy.tier:
                 self._count(None, now=True, **{f"remote_errors_{exc.kind}": 1})
-            report.failed.append(("*", f"cannot list {tier.name}: {exc}"))
+            # a remote tier's error starts with its name: said once (RemoteTier.detail)
+            said = getattr(tier, "detail", str)(exc)
+            report.failed.append(("*", f"cannot list {tier.name}: {said}"))
             return report
         for i, key in enumerate(wanted, 1):
             why = self._copy_one(tier, key, report, where)
