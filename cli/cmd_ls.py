@@ -14,7 +14,6 @@ from kcache.cli.table import keeping, rows_alike
 from kcache.cli.entries import plain_table, shows_frontend
 from kcache.cli.problems import LAYER_HINT, not_regular
 from kcache.cli.selection import Selection, add_selection
-from kcache.entry.format import KINDS
 
 #: --sort keys -> (sort key of an EntryView, newest/largest first?)
 SORTS = {
@@ -95,8 +94,6 @@ def register(sub):
     add_selection(p)
     p.add_argument("--stale", action="store_true",
                    help="only entries built by a toolchain other than the current one")
-    p.add_argument("--kind", choices=KINDS,
-                   help="only numba-cuda kernels or only cuda.core programs")
     # choices: what completion offers (the type's own message answers a bad one first)
     p.add_argument("--sort", default="last-used", type=_sort_key, metavar="KEY",
                    choices=tuple(SORTS),
@@ -114,8 +111,8 @@ def _sort_key(text: str) -> str:
 
 
 def select(store, args, *, with_stale: bool) -> tuple[list, list]:
-    """Entries of ``store`` passing the selection switches (kcache.cli.selection),
-    ``--stale`` and ``--kind``, sorted (``--limit`` is the caller's).
+    """Entries of ``store`` passing the selection switches (kcache.cli.selection, ``--kind``
+    among them) and ``--stale``, sorted (``--limit`` is the caller's).
 
     Returns ``(rows, broken)``: ``rows`` are ``(EntryView, stale)`` pairs, including entry
     files whose header cannot be read (listed only when no filter is given, since nothing is
@@ -136,8 +133,6 @@ def select(store, args, *, with_stale: bool) -> tuple[list, list]:
         stale = is_stale(view, current) if current is not None else None
         if args.stale and not stale:
             continue
-        if getattr(args, "kind", None) and view.kind != args.kind:
-            continue
         rows.append((view, stale))
     if not filtered(args):
         rows += [(b, False if current is not None else None) for b in broken]
@@ -149,7 +144,7 @@ def select(store, args, *, with_stale: bool) -> tuple[list, list]:
 def filtered(args) -> bool:
     """True when a switch choosing entries was given (then unreadable entries, of which
     nothing is known, are not listed)."""
-    return bool(Selection(args) or args.stale or getattr(args, "kind", None))
+    return bool(Selection(args) or args.stale)
 
 
 def run(args) -> int:

@@ -1,6 +1,6 @@
 """``kcache rm KEY-PREFIX... | SELECTION [--yes] [--dry-run]``: remove entries from the
 writable root, given by key prefix or chosen by the selection switches (kcache.cli.selection:
-``--kernel``, ``--cc``, ``--signature``, ``--older-than``, ``--since``)."""
+``--kernel``, ``--cc``, ``--signature``, ``--kind``, ``--older-than``, ``--since``)."""
 from __future__ import annotations
 
 import sys
@@ -28,7 +28,8 @@ def register(sub):
     p = sub.add_parser("rm", help="remove entries by key prefix, kernel, signature or age",
                        description="Remove entries given by unique key prefixes (also entries "
                                    "whose header cannot be read), or every entry chosen by "
-                                   "--kernel, --cc, --signature, --older-than and --since "
+                                   "--kernel, --cc, --signature, --kind, --older-than and "
+                                   "--since "
                                    "(all of those given must match). More than one entry is "
                                    "listed, then asked for.")
     p.add_argument("prefixes", nargs="*", metavar="KEY-PREFIX",
@@ -65,7 +66,8 @@ def run(args) -> int:
                          "not both")
     if not selection and not args.prefixes:
         raise UsageError("rm: give KEY-PREFIX... or a selection (--kernel GLOB, --cc CC, "
-                         "--signature GLOB, --older-than DURATION, --since DURATION)")
+                         "--signature GLOB, --kind KIND, --older-than DURATION, --since "
+                         "DURATION)")
     store = open_store(args)
     if selection:
         targets = [v for v in map(EntryView, store.entries()) if selection.matches(v)]

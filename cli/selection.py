@@ -1,8 +1,8 @@
 """Which entries ``ls``, ``rm`` and ``export`` act on: the selection switches.
 
 ``--kernel GLOB`` and ``--cc CC`` (kcache.cli.args), ``--signature GLOB`` (the short or the
-full form, kcache.entry.shortsig.signature_matches), ``--older-than DURATION`` and
-``--since DURATION``. Both times are the entry's *last use* (its file's mtime, the LRU time
+full form, kcache.entry.shortsig.signature_matches), ``--kind kernel|program``, ``--older-than
+DURATION`` and ``--since DURATION``. Both times are the entry's *last use* (its file's mtime, the LRU time
 ``prune --older-than`` and ``ccache --evict-older-than`` go by; a new entry's last use is its
 creation): ``--older-than 30d`` is "not used for 30 days", ``--since 1h`` "used (or made) in
 the last hour". Given together they are a window; every switch given must match.
@@ -15,6 +15,7 @@ import time
 from kcache.cli.args import MAX_VALUE_TEXT, arch_matches, duration_arg as seconds_of, one_line
 from kcache.cli.entries import kernel_matches
 from kcache.cli.text import clip
+from kcache.entry.format import KINDS
 from kcache.entry.shortsig import signature_matches
 
 
@@ -50,13 +51,15 @@ def signature_arg(text: str) -> str:
 
 
 def add_selection(parser: argparse.ArgumentParser, verb: str = "only") -> None:
-    """Add ``--signature GLOB``, ``--older-than DURATION`` and ``--since DURATION`` to
-    ``parser``; ``verb`` starts their help (``only``, ``remove``)."""
+    """Add ``--signature GLOB``, ``--kind KIND``, ``--older-than DURATION`` and ``--since
+    DURATION`` to ``parser``; ``verb`` starts their help (``only``, ``remove``)."""
     parser.add_argument(
         "--signature", metavar="GLOB", type=signature_arg,
         help=f"{verb} entries whose signature matches GLOB, in numba's short form or in full "
              "('*float64[::1]*', 'float32[:, ::1], *'; * and ? are wildcards, brackets and "
              "spaces are plain text)")
+    parser.add_argument("--kind", choices=KINDS,
+                        help=f"{verb} numba-cuda kernels or {verb} cuda.core programs")
     parser.add_argument(
         "--older-than", metavar="DURATION", type=duration_arg,
         help=f"{verb} entries not used for DURATION (last use: e.g. 12h, 7d, 2w)")
@@ -68,19 +71,20 @@ def add_selection(parser: argparse.ArgumentParser, verb: str = "only") -> None:
 class Selection:
     """The selection switches of one command line, and whether an entry passes them all."""
 
-    __slots__ = ("kernel", "ccs", "signature", "older_than", "since", "now")
+    __slots__ = ("kernel", "ccs", "signature", "kind", "older_than", "since", "now")
 
     def __init__(self, args: argparse.Namespace, now: float | None = None) -> None:
         self.kernel = getattr(args, "kernel", None)
         self.ccs = getattr(args, "cc", None) or None
         self.signature = getattr(args, "signature", None)
+        self.kind = getattr(args, "kind", None)
         self.older_than = getattr(args, "older_than", None)
         self.since = getattr(args, "since", None)
         self.now = time.time() if now is None else now
 
     def __bool__(self) -> bool:
         """True when any switch was given."""
-        return any(v is not None for v in (self.kernel, self.ccs, self.signature,
+        return any(v is not None for v in (self.kernel, self.ccs, self.signature, self.kind,
                                            self.older_than, self.since))
 
     def matches(self, view) -> bool:
@@ -92,6 +96,8 @@ class Selection:
         if self.ccs and not any(arch_matches(view.arch, cc) for cc in self.ccs):
             return False
         if self.signature is not None and not signature_matches(view.signature, self.signature):
+            return False
+        if self.kind is not None and view.kind != self.kind:
             return False
         if self.older_than is not None or self.since is not None:
             used = view.last_used if view.last_used is not None else view.created
@@ -112,6 +118,8 @@ class Selection:
             parts.append(f"--cc {_cc_text(cc)}")
         if self.signature is not None:
             parts.append(f"--signature {clip(self.signature)}")
+        if self.kind is not None:
+            parts.append(f"--kind {self.kind}")
         for flag, value in (("--older-than", self.older_than), ("--since", self.since)):
             if value is not None:
                 parts.append(f"{flag} {getattr(value, 'text', value)}")

@@ -520,6 +520,25 @@ def test_ls_shows_programs_beside_kernels(root):
     assert b"invalid choice" in bad.stderr and b"kernel" in bad.stderr
 
 
+def test_rm_and_export_choose_by_kind_as_ls_does(root, tmp_path):
+    # 'kcache ls --kind program' listed them; rm and export refused '--kind' (usage error),
+    # so removing or shipping a project's programs alone took a glob per program name
+    kernel_key, _tmpl = _fill(root)
+    shipped = tmp_path / "programs.kcb"
+    kc("export", shipped, "--kind", "program", root=root)
+    other = tmp_path / "other"
+    kc("import", shipped, root=other)
+    assert sorted(i.kernel for i in Store(other).entries()) == ["default_program", "tmpl"]
+    dry = json.loads(kc("rm", "--kind", "program", "--dry-run", "--json", root=root).stdout)
+    assert sorted(e["kernel"] for e in dry["removed"]) == ["default_program", "tmpl"]
+    kc("rm", "--kind", "program", "--yes", root=root)
+    assert [i.key for i in Store(root).entries()] == [kernel_key]
+    none = kc("rm", "--kind", "program", "--yes", root=root, check=1)
+    assert b"no entry matches --kind program: nothing removed" in none.stderr
+    kc("rm", "--kind", "kernel", "--cc", "8.0", root=root, check=1)  # every switch must match
+    assert [i.key for i in Store(root).entries()] == [kernel_key]
+
+
 def test_show_artifact_writes_the_bytes_unchanged(root, tmp_path):
     _kernel, tmpl = _fill(root)
     want = Store(root).load(tmpl).artifacts["cubin"]
