@@ -1,6 +1,8 @@
 """``kcache push [--kernel GLOB] [--cc CC]``: publish local entries to the remote tier."""
 from __future__ import annotations
 
+import os
+
 from kcache.cli.args import add_entry_filters, want_json
 from kcache.cli.cache import open_store
 from kcache.cli.entries import select_entries
@@ -32,7 +34,11 @@ def run(args) -> int:
     store = open_store(args)
     remote = open_remote(store, "nothing pushed")
     if not remote.writable:
-        raise Problem(f"the remote {remote.name} is read-only (KCACHE_REMOTE_READONLY): nothing pushed")
+        # where the setting came from (kcache.tiers.remote.remote_settings: a non-blank
+        # variable wins over config.json), so that the user looks in the right place
+        where = ("KCACHE_REMOTE_READONLY" if os.environ.get("KCACHE_REMOTE_READONLY", "").strip()
+                 else "remote_readonly in config.json: 'kcache config unset remote_readonly'")
+        raise Problem(f"the remote {remote.name} is read-only ({where}): nothing pushed")
     keys = [info.key for info in select_entries(store, kernel=args.kernel, ccs=args.cc)]
     with progress_bar(stderr_is_terminal() and not want_json(args), "pushing") as progress:
         try:

@@ -422,3 +422,16 @@ def test_a_remote_that_cannot_be_listed_is_named_once(tmp_path, command):
     # was "cannot list redis://...: redis://...: keys: ConnectionError: ..."
     assert line.startswith(f"kcache: cannot list {url}: keys: ConnectionError"), line
     assert line.count(url) == 1, line
+
+
+def test_push_to_a_remote_made_read_only_in_config_json_says_where(tmp_path):
+    root = tmp_path / "root"
+    fill(root)
+    env = {"KCACHE_REMOTE": (tmp_path / "remote").as_uri()}
+    assert kc("config", "set", "remote_readonly", "1", root=root).returncode == 0
+    line = one_line_error(kc("push", root=root, env=env), 1)
+    # was "(KCACHE_REMOTE_READONLY)", a variable that is not set: the user looked there
+    assert "is read-only (remote_readonly in config.json" in line, line
+    assert "KCACHE_REMOTE_READONLY" not in line
+    line = one_line_error(kc("push", root=root, env={**env, "KCACHE_REMOTE_READONLY": "yes"}), 1)
+    assert "is read-only (KCACHE_REMOTE_READONLY): nothing pushed" in line, line
