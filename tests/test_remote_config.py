@@ -189,3 +189,12 @@ def test_config_set_refuses_a_url_no_client_can_use(tmp_path):
             write_setting(tmp_path / "root", "remote", url)
     assert not (tmp_path / "root" / "config.json").exists()
     write_setting(tmp_path / "root", "remote", "redis://h:6379/0")
+
+
+@pytest.mark.parametrize("typed", ["0", "100", "2m"])
+def test_a_timeout_out_of_range_is_shown_as_typed(typed):
+    # was "KCACHE_REMOTE_TIMEOUT=0.0 is out of range" for '0', "=120.0" for '2m'
+    with pytest.raises(ConfigError) as caught:
+        remote_settings({"KCACHE_REMOTE": "memory://x", "KCACHE_REMOTE_TIMEOUT": typed})
+    assert str(caught.value).startswith(f"KCACHE_REMOTE_TIMEOUT={typed!r} is out of range; "
+                                        "accepted: more than 0 and at most 60 seconds")

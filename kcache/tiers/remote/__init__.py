@@ -122,7 +122,7 @@ def check_setting(field: str, value: Any, origin: str) -> Any:
     if field == "readonly":
         return parse_bool(value, origin)
     if field == "timeout":
-        return check_timeout(parse_duration(value, origin), origin)
+        return check_timeout(parse_duration(value, origin), origin, shown=value)
     if field == "ttl":
         return parse_duration(value, origin) or None  # 0: no expiry
     if field == "max_wait":
@@ -172,10 +172,12 @@ def check_namespace(value: Any, origin: str = "KCACHE_REMOTE_NAMESPACE") -> str:
     return value
 
 
-def check_timeout(value: float, origin: str = "timeout") -> float:
-    """``value`` (seconds) if 0 < value <= MAX_TIMEOUT; ConfigError otherwise."""
+def check_timeout(value: float, origin: str = "timeout", shown: Any = None) -> float:
+    """``value`` (seconds) if 0 < value <= MAX_TIMEOUT; ConfigError otherwise, showing
+    ``shown`` (what the user typed, e.g. ``'2m'``) when given, else ``value``."""
     if not 0 < value <= MAX_TIMEOUT:
-        raise ConfigError(f"{origin}={value!r} is out of range; accepted: more than 0 and at most "
+        raise ConfigError(f"{origin}={value if shown is None else shown!r:.80} is out of range; "
+                          "accepted: more than 0 and at most "
                           f"{MAX_TIMEOUT:.0f} seconds (e.g. 0.5, 2s)")
     return value
 
