@@ -87,6 +87,11 @@ def run(args) -> int:
         print_fields(pairs, wide=want_wide(args))
     for text in resolved.errors:
         message(f"kcache: warning: {text} (see 'kcache config show')")
+    if remote_problem and not any(row.error for name, row in resolved.rows.items()
+                                  if name.startswith("remote")):
+        # a problem of no config setting (the signing secret: environment only), which the
+        # line above did not say
+        message(f"kcache: warning: {remote_problem} (see 'kcache remote check')")
     return 0
 
 

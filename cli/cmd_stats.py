@@ -145,7 +145,7 @@ def short(store, doc: dict, layers: list = ()) -> None:
     from kcache.cli.remote import configured, describe
     settings, problem = configured(store.settings.config)
     remote = (describe(settings) if settings is not None
-              else "(bad setting: see 'kcache config')" if problem else None)
+              else "(bad setting: see 'kcache remote check')" if problem else None)
     if not is_terminal():
         rows = [("root", str(store.root))]
         rows += [(name, plain(name, doc[name]))

@@ -435,3 +435,20 @@ def test_push_to_a_remote_made_read_only_in_config_json_says_where(tmp_path):
     assert "KCACHE_REMOTE_READONLY" not in line
     line = one_line_error(kc("push", root=root, env={**env, "KCACHE_REMOTE_READONLY": "yes"}), 1)
     assert "is read-only (KCACHE_REMOTE_READONLY): nothing pushed" in line, line
+
+
+def test_dir_and_stats_say_where_a_bad_signing_secret_is_named(tmp_path):
+    # The secret is read from the environment only, so it is no row of 'kcache config':
+    # 'dir' said "(bad setting: see below)" with nothing below, and 'stats -s' sent the user
+    # to 'kcache config', which does not show it
+    root = tmp_path / "root"
+    fill(root)
+    env = {"KCACHE_REMOTE": (tmp_path / "remote").as_uri(), "KCACHE_REMOTE_SECRET": "short"}
+    status, shown, err = on_terminal("dir", "--dir", str(root), env=env)
+    assert status == 0 and "(bad setting: see below)" in shown, (shown, err)
+    assert "KCACHE_REMOTE_SECRET is too short for a signing secret (5 bytes)" in err, err
+    assert "short" not in err.replace("too short", "")  # the value is never shown
+    status, shown, err = on_terminal("stats", "--short", "--dir", str(root), env=env)
+    assert status == 0 and "(bad setting: see 'kcache remote check')" in shown, (shown, err)
+    said = one_line_error(kc("remote", "check", root=root, env=env), 1)
+    assert "KCACHE_REMOTE_SECRET is too short" in said
