@@ -157,8 +157,8 @@ def short(store, doc: dict, layers: list = ()) -> None:
             print(f"{name}\t{cell(value)}")
         return
     rate = doc["hit_rate"]
-    lookups = (f"{'-' if rate is None else f'{rate:.1%}'} ({doc['hits']} hits, "
-               f"{doc['misses']} misses)")
+    lookups = (f"{'-' if rate is None else f'{rate:.1%}'} ({plural(doc['hits'], 'hit')}, "
+               f"{plural(doc['misses'], 'miss', 'misses')})")
     rows = [("root", str(store.root), None), ("entries", doc["entries"], None),
             ("size", _used(doc), None), ("hit rate", lookups, None)]
     for layer in layers:  # its path (two layers may hold alike), then what it holds
@@ -167,8 +167,9 @@ def short(store, doc: dict, layers: list = ()) -> None:
         rows.append(("remote", remote, None))
         if settings is not None:
             errors = sum(doc[f"remote_errors_{kind}"] for kind in REMOTE_ERRORS)
-            rows.append(("remote use", f"{doc['remote_hits']} hits, {doc['remote_misses']} "
-                         f"misses, {errors} errors", None))
+            rows.append(("remote use", f"{plural(doc['remote_hits'], 'hit')}, "
+                         f"{plural(doc['remote_misses'], 'miss', 'misses')}, "
+                         f"{plural(errors, 'error')}", None))
     print_fields(rows, whole=lambda name: name in ("root", "remote"))
 
 

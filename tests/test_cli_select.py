@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 import pytest
 
@@ -199,3 +200,22 @@ def test_stats_short_names_each_read_only_layer_by_its_path(cache, tmp_path):
     lines = kc("stats", "-s", root=tmp_path / "mine", env=env).stdout.splitlines()
     assert [l for l in lines if l.startswith("layer\t")] == [
         f"layer\t{first} (folder)", f"layer\t{second} (folder)"]
+
+
+def test_stats_short_on_a_terminal_counts_in_words(cache):
+    # "1 hit, 1 miss", not "1 hits, 1 misses"
+    import re
+    import subprocess
+    import ptykit
+    root, _ = cache
+    store = Store(root)
+    assert store.get(K_AXPY_90) is not None and store.get("ee" * 32) is None
+    store.flush()
+    master, slave = ptykit.open_terminal(80)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KCACHE_")}
+    proc = subprocess.Popen([sys.executable, "-m", "kcache", "--dir", str(root), "stats", "-s"],
+                            stdin=slave, stdout=slave, stderr=slave, env=dict(env, COLUMNS="80"))
+    os.close(slave)
+    shown = re.sub(r"\x1b\[[0-9;]*m", "", ptykit.drain(master).decode())
+    assert proc.wait(timeout=60) == 0
+    assert "(1 hit, 1 miss)" in shown, shown
