@@ -555,6 +555,37 @@ class StatingRedis(LoopbackServer):
             self._stop.wait(min(piece, len(data) - i) / self.rate)
 
 
+class EndlessScanRedis(LoopbackServer):
+    """A fake Redis whose SCAN never ends: each page answers a new cursor and ``per_page``
+    new names of valid keys under ``prefix`` (``kcache:v1:`` by default); STRLEN answers 0 (no
+    value), anything else ``+OK``. ``pages``: SCAN pages answered so far."""
+
+    def __init__(self, per_page: int = 1000, prefix: bytes = b"kcache:v1:"):
+        self.per_page = per_page
+        self.prefix = prefix
+        self.pages = 0
+        super().__init__()
+
+    def serve(self, conn: socket.socket) -> None:
+        try:
+            for words in _resp_commands(conn, self._stop):
+                name = words[0].upper()
+                if name == b"HELLO":  # redis-py >= 8 speaks RESP3
+                    conn.sendall(b"%3\r\n+server\r\n+redis\r\n+version\r\n+7.0.0\r\n+proto\r\n:3\r\n")
+                elif name == b"SCAN":
+                    self.pages += 1
+                    first = self.pages * self.per_page
+                    names = [self.prefix + b"%064x" % (first + i) for i in range(self.per_page)]
+                    conn.sendall(b"".join([b"*2\r\n$1\r\n7\r\n*%d\r\n" % len(names)]
+                                          + [b"$%d\r\n%s\r\n" % (len(n), n) for n in names]))
+                elif name == b"STRLEN":
+                    conn.sendall(b":0\r\n")
+                else:
+                    conn.sendall(b"+OK\r\n")
+        except OSError:
+            return
+
+
 class StatingS3:
     """A fake S3 endpoint (http.server on a loopback port) that states a size and then drips:
     HEAD answers ``Content-Length: <stated>`` (any text), GET (ranged or not) the length of

@@ -29,6 +29,9 @@ from .base import (DEFAULT_LEASE_TTL, DEFAULT_MAX_WAIT, Flight, RemoteTier, chun
 
 POLL_FIRST, POLL_GROWTH, POLL_CAP = 0.02, 1.5, 0.5  # seconds: waiters' back-off
 SCAN_COUNT = 1000  # keys per SCAN page
+# names and pages one listing takes from the server at most (push, pull): a server answering
+# SCAN with a new cursor and new names for ever filled memory at ~35 MB/s and never ended
+MAX_LISTED = 1 << 21
 
 # No CLIENT SETINFO round trip on each new connection: redis-py >= 7 spells it driver_info=None,
 # older versions lib_name=None, lib_version=None (deprecated since).
@@ -174,11 +177,17 @@ class RedisTier(RemoteTier):
 
     def keys(self) -> Iterator[str]:
         """Every key under this namespace and format version (SCAN MATCH, page by page, each
-        page one bounded call); leases and foreign keys are skipped."""
+        page one bounded call); leases and foreign keys are skipped. TierError("bad_value")
+        once the server has sent MAX_LISTED names and pages (a listing that never ends)."""
         cursor = 0
         pattern = self._prefix + "*"  # the namespace has no glob characters (checked)
+        listed = 0
         while True:
             cursor, names = self._call("keys", lambda c=cursor: self._redis.scan(c, match=pattern, count=SCAN_COUNT))
+            listed += 1 + len(names)
+            if listed > MAX_LISTED:
+                raise TierError("bad_value", f"{self.name}: keys: the listing went on past {MAX_LISTED} "
+                                             "names and pages; stopped")
             for raw in names:
                 key = raw.decode("ascii", "replace")[len(self._prefix):]
                 if KEY_RE.fullmatch(key):
