@@ -557,12 +557,14 @@ class StatingRedis(LoopbackServer):
 
 class EndlessScanRedis(LoopbackServer):
     """A fake Redis whose SCAN never ends: each page answers a new cursor and ``per_page``
-    new names of valid keys under ``prefix`` (``kcache:v1:`` by default); STRLEN answers 0 (no
-    value), anything else ``+OK``. ``pages``: SCAN pages answered so far."""
+    new names of valid keys under ``prefix`` (``kcache:v1:`` by default), or with ``page`` those
+    raw bytes (RESP); STRLEN answers 0 (no value), anything else ``+OK``. ``pages``: SCAN
+    pages answered so far."""
 
-    def __init__(self, per_page: int = 1000, prefix: bytes = b"kcache:v1:"):
+    def __init__(self, per_page: int = 1000, prefix: bytes = b"kcache:v1:", page: bytes | None = None):
         self.per_page = per_page
         self.prefix = prefix
+        self.page = page  # with it: every SCAN answered with these bytes as they are
         self.pages = 0
         super().__init__()
 
@@ -572,6 +574,9 @@ class EndlessScanRedis(LoopbackServer):
                 name = words[0].upper()
                 if name == b"HELLO":  # redis-py >= 8 speaks RESP3
                     conn.sendall(b"%3\r\n+server\r\n+redis\r\n+version\r\n+7.0.0\r\n+proto\r\n:3\r\n")
+                elif name == b"SCAN" and self.page is not None:
+                    self.pages += 1
+                    conn.sendall(self.page)
                 elif name == b"SCAN":
                     self.pages += 1
                     first = self.pages * self.per_page

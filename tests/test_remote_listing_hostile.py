@@ -1,7 +1,9 @@
-"""A remote's listing is bounded (kcache push and pull list the namespace first): a Redis that
-answers SCAN with a new cursor and new names for ever made ``kcache pull`` run for ever,
-its memory growing by ~35 MB/s until the machine ran out. The attacker is a fake RESP server
-on 127.0.0.1 (tests/servers.py); the command runs as a real process under a memory limit."""
+"""A remote's listing is bounded and checked (kcache push and pull list the namespace first): a
+Redis that answered SCAN with a new cursor and new names for ever made ``kcache pull`` run for
+ever, its memory growing by ~35 MB/s until the machine ran out; one answering with names that
+are not strings (integers, nested arrays) or a names field that is not an array made push and
+pull end in a traceback. The attacker is a fake RESP server on 127.0.0.1 (tests/servers.py);
+the command runs as a real process under a memory limit."""
 from __future__ import annotations
 
 import os
@@ -11,34 +13,57 @@ import sys
 
 import pytest
 
-from kcache.tiers.remote.redis_tier import MAX_LISTED
 from servers import EndlessScanRedis
 
-pytestmark = [pytest.mark.slow,  # the listing runs to its bound: ~2,100 pages, 5-10 s
-              pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")]
-
 pytest.importorskip("redis")
+from kcache.tiers.remote.redis_tier import MAX_LISTED, MAX_PAGES  # noqa: E402
 
 CHILD_MEMORY = 1 << 30  # bytes (RLIMIT_DATA): the unbounded listing passed it within ~30 s
+BOUND = f"the listing went on past {MAX_LISTED} names or {MAX_PAGES} pages; stopped"
 
 
 def _limited() -> None:
     resource.setrlimit(resource.RLIMIT_DATA, (CHILD_MEMORY, CHILD_MEMORY))
 
 
-@pytest.mark.parametrize("command", ["pull", "push"])
-def test_a_listing_that_never_ends_stops_at_its_bound_with_one_line(command, tmp_path):
-    (tmp_path / "root").mkdir(mode=0o700)  # push needs a root (to publish from)
-    with EndlessScanRedis() as server:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("KCACHE_")}
-        env.update(KCACHE_DIR=str(tmp_path / "root"),
-                   KCACHE_REMOTE=f"redis://127.0.0.1:{server.port}/0")
-        done = subprocess.run([sys.executable, "-m", "kcache", command], env=env, capture_output=True,
-                              text=True, timeout=300, preexec_fn=_limited)
-        pages = server.pages
+def run_against(server: EndlessScanRedis, command: str, tmp_path) -> subprocess.CompletedProcess:
+    """``kcache <command>`` in a child with KCACHE_REMOTE pointing at ``server``."""
+    root = tmp_path / "root"
+    root.mkdir(mode=0o700, exist_ok=True)  # push needs a root (to publish from)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KCACHE_")}
+    env.update(KCACHE_DIR=str(root), KCACHE_REMOTE=f"redis://127.0.0.1:{server.port}/0")
+    return subprocess.run([sys.executable, "-m", "kcache", command], env=env, capture_output=True,
+                          text=True, timeout=300, preexec_fn=_limited)
+
+
+def assert_one_line(done: subprocess.CompletedProcess, words: str) -> None:
     assert done.returncode == 1, done.stderr[-2000:]
-    assert "Traceback" not in done.stderr and "MemoryError" not in done.stderr
-    assert f"the listing went on past {MAX_LISTED} names and pages; stopped" in done.stderr
+    assert "Traceback" not in done.stderr and "MemoryError" not in done.stderr, done.stderr[-2000:]
+    assert words in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+@pytest.mark.slow  # the listing runs to its bound: 2,100 pages of names, or 16,385 empty ones (5-10 s)
+@pytest.mark.parametrize("command, per_page", [("pull", 1000), ("push", 1000), ("pull", 0)])
+def test_a_listing_that_never_ends_stops_at_its_bound_with_one_line(command, per_page, tmp_path):
+    with EndlessScanRedis(per_page=per_page) as server:
+        done = run_against(server, command, tmp_path)
+        pages = server.pages
+    assert_one_line(done, BOUND)
     # it stopped at the bound, not before: a listing of a million keys is still taken whole
-    assert MAX_LISTED // (server.per_page + 1) <= pages <= MAX_LISTED // server.per_page + 1
+    expected = MAX_LISTED // per_page + 1 if per_page else MAX_PAGES + 1
+    assert pages == expected
+
+
+@pytest.mark.parametrize("page", [
+    b"*2\r\n$1\r\n0\r\n*2\r\n:5\r\n:6\r\n",  # names that are integers
+    b"*2\r\n$1\r\n0\r\n*1\r\n*1\r\n$3\r\nabc\r\n",  # a name that is an array
+    b"*2\r\n$1\r\n0\r\n*1\r\n,1.5\r\n",  # a name that is a double (RESP3)
+    b"*2\r\n$1\r\n0\r\n:7\r\n",  # names that are not an array
+    b"*2\r\n$2\r\n-1\r\n*0\r\n",  # a negative cursor (no page ever ends it)
+], ids=["int-names", "nested-name", "double-name", "names-not-array", "negative-cursor"])
+@pytest.mark.parametrize("command", ["pull", "push"])
+def test_a_scan_answer_of_other_types_is_one_line_not_a_traceback(page, command, tmp_path):
+    with EndlessScanRedis(page=page) as server:
+        done = run_against(server, command, tmp_path)
+    assert_one_line(done, "not a cursor and a list of names; not read")

@@ -22,16 +22,18 @@ from redis.retry import Retry
 
 from ...errors import ConfigError
 from ...keys import KEY_RE
+from ...text import cut
 from ...disk.locks import WORK_GRACE, WORK_ROOM, run_while_waiting
 from ..tier import Blob, TierError
 from .base import (DEFAULT_LEASE_TTL, DEFAULT_MAX_WAIT, Flight, RemoteTier, chunk_size, current_deadline,
                    describe, os_kind, redact, url_credentials, version_tag)
 
 POLL_FIRST, POLL_GROWTH, POLL_CAP = 0.02, 1.5, 0.5  # seconds: waiters' back-off
-SCAN_COUNT = 1000  # keys per SCAN page
+SCAN_COUNT = 10_000  # keys a SCAN page examines (a hint to the server)
 # names and pages one listing takes from the server at most (push, pull): a server answering
-# SCAN with a new cursor and new names for ever filled memory at ~35 MB/s and never ended
-MAX_LISTED = 1 << 21
+# SCAN with a new cursor and new names for ever filled memory at ~35 MB/s and never ended.
+# 2**14 pages of SCAN_COUNT: a database of ~164 million keys, the namespace's among them
+MAX_LISTED, MAX_PAGES = 1 << 21, 1 << 14
 
 # No CLIENT SETINFO round trip on each new connection: redis-py >= 7 spells it driver_info=None,
 # older versions lib_name=None, lib_version=None (deprecated since).
@@ -178,22 +180,36 @@ class RedisTier(RemoteTier):
     def keys(self) -> Iterator[str]:
         """Every key under this namespace and format version (SCAN MATCH, page by page, each
         page one bounded call); leases and foreign keys are skipped. TierError("bad_value")
-        once the server has sent MAX_LISTED names and pages (a listing that never ends)."""
+        for a page that is not a cursor and a list of names, and once the server has sent
+        MAX_LISTED names or MAX_PAGES pages (a listing that never ends)."""
         cursor = 0
         pattern = self._prefix + "*"  # the namespace has no glob characters (checked)
-        listed = 0
+        names_seen = pages = 0
         while True:
-            cursor, names = self._call("keys", lambda c=cursor: self._redis.scan(c, match=pattern, count=SCAN_COUNT))
-            listed += 1 + len(names)
-            if listed > MAX_LISTED:
+            cursor, names = self._call("keys", lambda c=cursor: self._page(c, pattern))
+            names_seen += len(names)
+            pages += 1
+            if names_seen > MAX_LISTED or pages > MAX_PAGES:
                 raise TierError("bad_value", f"{self.name}: keys: the listing went on past {MAX_LISTED} "
-                                             "names and pages; stopped")
+                                             f"names or {MAX_PAGES} pages; stopped")
             for raw in names:
                 key = raw.decode("ascii", "replace")[len(self._prefix):]
                 if KEY_RE.fullmatch(key):
                     yield key
             if cursor == 0:
                 return
+
+    def _page(self, cursor: int, pattern: str) -> tuple[int, list]:
+        """One SCAN page: (next cursor, names); TierError("bad_value") when the answer is not
+        a cursor of 0 .. 2**64-1 and a list of strings (a name of another type, a nested
+        list: the server's, never a traceback)."""
+        cursor, names = self._redis.scan(cursor, match=pattern, count=SCAN_COUNT)
+        if (not isinstance(cursor, int) or not 0 <= cursor < 1 << 64 or not isinstance(names, list)
+                or not all(isinstance(n, (bytes, bytearray)) for n in names)):
+            shown = cut(repr((cursor, names[:4] if isinstance(names, list) else names)), 80)
+            raise TierError("bad_value", f"{self.name}: keys: the server answered SCAN with {shown}, "
+                                         "not a cursor and a list of names; not read")
+        return cursor, names
 
     def close(self) -> None:
         """Close the connection pool."""
