@@ -29,9 +29,12 @@ the same precedence and checks but records each setting's error instead of raisi
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -459,7 +462,9 @@ def write_setting(root, name: str, value: Any) -> Path:
 
     ``name`` is one of :data:`SETTINGS` or :data:`REMOTE_SETTINGS`; the value is validated and
     stored normalized (sizes in bytes, durations in seconds). Written atomically
-    (temp file + os.replace). A config.json that is not a JSON object (not JSON, a list) is
+    (temp file + os.replace), the read, change and write under ``<root>/.config.json.lock``
+    (filelock: an fcntl lock, freed when its holder dies), so concurrent calls keep each
+    other's settings. A config.json that is not a JSON object (not JSON, a list) is
     replaced by one holding only ``name``, after copying it to ``config.json.bad`` and warning
     once (``KcacheWarning``). Raises ConfigError for an unknown name or bad value, or a
     config.json that is a directory; OSError naming config.json when it cannot be written."""
@@ -467,6 +472,46 @@ def write_setting(root, name: str, value: Any) -> Path:
         raise ConfigError(f"unknown setting {name!r}; accepted: {', '.join(SETTINGS + REMOTE_SETTINGS)}")
     root = _check_root(Path(root), "argument")
     path = root / CONFIG_NAME
+    normalized = None if value is None else _normalize(name, value)
+    try:
+        _make_root(root, 0o2770 if _shared_mode({} if value is None else {name: normalized}) else 0o700)
+        with _config_lock(root):
+            _write_locked(root, path, name, normalized)
+    except OSError as exc:  # name config.json, not the temp or lock file beside it
+        raise OSError(exc.errno, exc.strerror, str(path)) from None
+    return path
+
+
+CONFIG_LOCK_TIMEOUT = 30.0  # seconds another writer of config.json may hold its lock
+
+
+def _config_lock(root: Path):
+    """The lock of ``root``'s config.json (a file beside it, 0660 in a root its group may write,
+    else 0600). Entered: OSError(EBUSY) after CONFIG_LOCK_TIMEOUT; opened ``O_NOFOLLOW`` by
+    filelock (>= 3.20.1), so a symlink planted there is an error, never followed."""
+    import filelock  # imported when a setting is written
+
+    group = os.stat(root).st_mode & stat.S_IWGRP
+    lock = filelock.FileLock(str(root / ("." + CONFIG_NAME + ".lock")), mode=0o660 if group else 0o600,
+                             timeout=CONFIG_LOCK_TIMEOUT)
+
+    @contextlib.contextmanager
+    def held():
+        try:
+            lock.acquire()
+        except filelock.Timeout:
+            raise OSError(errno.EBUSY, f"another process held {lock.lock_file} for "
+                                       f"{CONFIG_LOCK_TIMEOUT:g} s") from None
+        try:
+            yield
+        finally:
+            lock.release()
+
+    return held()
+
+
+def _write_locked(root: Path, path: Path, name: str, normalized: Any) -> None:
+    """:func:`write_setting`'s read, change and write of config.json (its lock held)."""
     broken = None
     try:
         conf = read_config(root)
@@ -474,21 +519,16 @@ def write_setting(root, name: str, value: Any) -> Path:
         if os.path.isdir(path) and not os.path.islink(path):
             raise  # never replace a directory: the user made it, it may hold anything
         broken, conf = exc, {}
-    if value is None:
+    if normalized is None:
         conf.pop(name, None)
     else:
-        conf[name] = _normalize(name, value)
+        conf[name] = normalized
     shared = _shared_mode(conf)
     mode = 0o660 if shared else 0o600  # a group sharing the cache reads it too
-    try:
-        _make_root(root, 0o2770 if shared else 0o700)
-        if broken is not None:  # keep what was there, unread (it may be a FIFO or a symlink)
-            backup = path.with_name(CONFIG_NAME + ".bad")
-            os.replace(path, backup)
-            warn_once(f"config-replaced:{path}", f"kcache: {broken}; replaced it by a config file holding "
-                      f"only {name}; the old one is kept as {backup}")
-        fsio.write_atomic(path, (json.dumps(conf, indent=2, sort_keys=True) + "\n").encode(),
-                          mode=mode)
-    except OSError as exc:  # name config.json, not the temp file beside it
-        raise OSError(exc.errno, exc.strerror, str(path)) from None
-    return path
+    _make_root(root, 0o2770 if shared else 0o700)
+    if broken is not None:  # keep what was there, unread (it may be a FIFO or a symlink)
+        backup = path.with_name(CONFIG_NAME + ".bad")
+        os.replace(path, backup)
+        warn_once(f"config-replaced:{path}", f"kcache: {broken}; replaced it by a config file holding "
+                  f"only {name}; the old one is kept as {backup}")
+    fsio.write_atomic(path, (json.dumps(conf, indent=2, sort_keys=True) + "\n").encode(), mode=mode)
