@@ -127,6 +127,49 @@ def test_disk_full_on_put(root, monkeypatch):
     assert [e.key for e in Store(root).entries()] == [key(1)]
 
 
+#: Fills the root (argv[1], on a 256 KiB tmpfs) with 40 puts of ~20 KB, hits the stored ones,
+#: prints what it saw as JSON.
+_FILL = """
+import json, os, sys, warnings
+from kcache import Entry, Store, make_key
+s = Store(sys.argv[1])
+with warnings.catch_warnings(record=True) as rec:
+    warnings.simplefilter("always")
+    stored = [i for i in range(40)
+              if s.put(make_key({"fill": i}), Entry({"ptx": os.urandom(20000)}, {"kernel": "k"}))]
+    hits = sum(s.get(make_key({"fill": i})) is not None for i in stored)
+st = s.stats()
+print(json.dumps({"stored": len(stored), "hits": hits, "warnings": [str(w.message) for w in rec],
+                  "no_space": st.write_errors_no_space, "permission": st.write_errors_permission,
+                  "other": st.write_errors_other}))
+"""
+
+
+def test_a_full_file_system_counts_every_failed_put_as_no_space(tmp_path):
+    """A root on a real 256 KiB tmpfs (its own mount namespace): the puts past the first
+    ENOSPC are counted as no space, not as permission (37 of 37 were: the root's first error
+    stopped the writes and every later put was counted as a permission error); one warning;
+    the stored entries still hit."""
+    import shutil
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.skip("a tmpfs of its own needs root and unshare -m")
+    folder = tmp_path / "small"
+    folder.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KCACHE_")}
+    done = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c",
+                           'mount -t tmpfs -o size=256k tmpfs "$1" && shift && exec "$@"', "sh",
+                           str(folder), sys.executable, "-c", _FILL, str(folder / "root")],
+                          capture_output=True, text=True, env=env, timeout=120)
+    if done.returncode != 0 and "mount" in done.stderr:
+        pytest.skip(f"no tmpfs mount here: {done.stderr.strip()[:200]}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = __import__("json").loads(done.stdout)
+    failed = 40 - seen["stored"]
+    assert 0 < seen["stored"] < 40 and seen["hits"] == seen["stored"]
+    assert len(seen["warnings"]) == 1 and "ENOSPC" in seen["warnings"][0], seen["warnings"]
+    assert (seen["no_space"], seen["permission"], seen["other"]) == (failed, 0, 0)
+
+
 # -- corruption ---------------------------------------------------------------------------
 
 @pytest.mark.slow

@@ -353,7 +353,7 @@ class Store:
             self._remote_policy.publish(key, data)
         if not self.writable or not self._root.ensure():
             if not self.disabled:
-                self._count(key, write_errors_permission=1)
+                self._count(key, **{self._root.refused_cause(): 1})
             return False
         try:
             with self._locks.hold(key):

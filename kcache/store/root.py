@@ -66,9 +66,7 @@ class WritableRoot:
         """A put of ``key`` failed: count it by cause; stop writing only when the root itself
         cannot be written (a folder named like the entry, an EXDEV or ELOOP, ... is that key's
         fault alone: later puts of other keys go on)."""
-        cause = ("write_errors_no_space" if exc.errno in _NO_SPACE_ERRNOS else
-                 "write_errors_permission" if exc.errno in _PERMISSION_ERRNOS else
-                 "write_errors_other")
+        cause = _cause(exc)
         if isinstance(exc, FileNotFoundError):
             self.ready = False  # the layout was deleted under us: recreate it next time
         elif exc.errno in ROOT_ERRNOS or (exc.errno in _PERMISSION_ERRNOS
@@ -78,6 +76,12 @@ class WritableRoot:
             warn_once("put-failed", f"kcache: cannot store entry {self.layout.entry(key)} "
                       f"({os_reason(exc)}); that kernel runs uncached, the others are stored")
         self._count(key, now=True, **{cause: 1})
+
+    def refused_cause(self) -> str:
+        """The counter of a put refused because the root cannot be written: the cause of the
+        error that stopped the writes (a full disk is no permission problem), else
+        ``write_errors_permission`` (read-only, untrusted: found by a probe)."""
+        return "write_errors_permission" if self.write_exc is None else _cause(self.write_exc)
 
     def check_writable(self) -> str | None:
         """Why the writable root cannot be written (str), or None if it can; works before any
@@ -124,3 +128,10 @@ class WritableRoot:
         if not self.ensure():
             raise OSError(errno.EROFS, self.write_problem or "the cache root is not used", str(folder))
         self.local.ensure_folder(folder)
+
+
+def _cause(exc: OSError) -> str:
+    """The write_errors_* counter of a failed write."""
+    return ("write_errors_no_space" if exc.errno in _NO_SPACE_ERRNOS else
+            "write_errors_permission" if exc.errno in _PERMISSION_ERRNOS else
+            "write_errors_other")
