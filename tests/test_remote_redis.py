@@ -502,3 +502,26 @@ def test_value_published_before_the_lease_is_taken_is_used(redis_url, ns):
     with tier.single_flight(k, LIMIT) as flight:
         assert (flight.held, flight.blob.data) == (False, b"already there")
     assert not redis.Redis.from_url(redis_url).exists(tier.lease_key(k))
+
+
+def test_leases_held_past_the_wait_three_times_stop_the_waiting(redis_url, raw, ns):
+    """Leases that never expire (SET without PX, by any writer of the server: a secret keeps
+    out its values, not its leases) cost each kernel the whole wait, in every process; after
+    3 such waits in a row the process waits no more, with one warning, and a lease taken
+    again starts the count afresh."""
+    tier = open_remote(redis_url, timeout=T_OK, namespace=ns)
+    keys = [key("planted lease", i) for i in range(6)]
+    for k in keys:
+        raw.set(tier.lease_key(k), b"planted, no expiry")
+    waits = []
+    with pytest.warns(Warning, match="3 leases in a row were still held after KCACHE_REMOTE_WAIT"):
+        for k in keys:
+            with tier.single_flight(k, LIMIT, max_wait=0.3) as flight:
+                assert (flight.held, flight.blob, flight.error) == (False, None, None)
+                waits.append(flight.waited)
+    assert all(w >= 0.3 for w in waits[:3]) and waits[3:] == [0.0] * 3, waits
+    free = key("free lease")
+    with tier.single_flight(free, LIMIT, max_wait=0.3) as flight:
+        assert flight.held  # a free lease is still taken: the remote is not off
+    with tier.single_flight(keys[0], LIMIT, max_wait=0.3) as flight:
+        assert flight.waited >= 0.3  # and waiting works again after it

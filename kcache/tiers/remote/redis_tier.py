@@ -23,6 +23,7 @@ from redis.retry import Retry
 from ...errors import ConfigError
 from ...keys import KEY_RE
 from ...text import cut
+from ...warn import warn_once
 from ...disk.locks import WORK_GRACE, WORK_ROOM, run_while_waiting
 from ..tier import Blob, TierError
 from .base import (DEFAULT_LEASE_TTL, DEFAULT_MAX_WAIT, Flight, RemoteTier, chunk_size, current_deadline,
@@ -79,6 +80,10 @@ class RedisTier(RemoteTier):
         self._ttl_ms = max(1, round(ttl * 1000)) if ttl else None
         self.lease_ttl = lease_ttl
         self.max_wait = max_wait
+        # waits in a row that ended at max_wait with the lease still another's and no value:
+        # after max_errors, this process no longer waits (a lease planted without expiry, by
+        # any writer of the server, cost every kernel of every process its max_wait)
+        self._waits_out = 0
 
     # -- names --------------------------------------------------------------------
     def redis_key(self, key: str) -> str:
@@ -253,7 +258,9 @@ class RedisTier(RemoteTier):
         0.5 s) until it appears, or the lease is free (the holder finished without a value or
         crashed and its lease expired) and taken by us, or ``max_wait`` seconds passed.
         ``flight.blob`` set: use it (verify it first); else compile and publish inside the
-        block. A read-only tier never takes the lease, only waits. ``while_waiting()`` runs
+        block. After ``max_errors`` waits in a row that ended at ``max_wait`` (the lease
+        another's, no value), warned once, the process waits no more: a lease planted without
+        expiry cannot cost every kernel its wait. A read-only tier never takes the lease, only waits. ``while_waiting()`` runs
         once when the lease is still another's after 0.1 s of waiting, as for the store's
         local lock (what it raises is ignored; its time counts against ``max_wait``; not
         run when ``max_wait`` is under 5 s). Never raises TierError (it is in
@@ -290,11 +297,15 @@ class RedisTier(RemoteTier):
                 # published just before releasing
                 blob = self.read(key, limit)
                 if blob is not None:
+                    self._waits_out = 0
                     if held:
                         self._release(lock)
                     return Flight(False, blob, waited=waited())
                 if free:
+                    self._waits_out = 0  # the leases come and go: waiting works
                     return Flight(held, waited=waited())
+                if self._waits_out >= self.max_errors:
+                    return Flight(False)  # held past max_wait too often: compile, no wait
                 if while_waiting is not None and time.monotonic() - start >= WORK_GRACE:
                     work, while_waiting = while_waiting, None  # once
                     if max_wait >= WORK_ROOM:
@@ -303,6 +314,7 @@ class RedisTier(RemoteTier):
                         continue  # look again at once: the work took time
                 left = start + max_wait - time.monotonic()
                 if left <= 0:
+                    self._wait_ran_out(max_wait)
                     return Flight(False, waited=waited())
                 time.sleep(min(delay, left))  # polling with a deadline (another machine's compile)
                 slept = True
@@ -311,6 +323,15 @@ class RedisTier(RemoteTier):
             if held:
                 self._release(lock)
             return Flight(False, error=err, waited=waited())
+
+    def _wait_ran_out(self, max_wait: float) -> None:
+        """A wait ended at ``max_wait``, the lease another's, no value: after ``max_errors`` in
+        a row, one warning, and this process waits no more (each kernel compiles at once)."""
+        self._waits_out += 1
+        if self._waits_out == self.max_errors:
+            warn_once(f"remote-lease:{self.name}", f"kcache: remote {self.name}: {self._waits_out} "
+                      f"leases in a row were still held after KCACHE_REMOTE_WAIT ({max_wait:g} s) "
+                      "with no value published; this process no longer waits for leases")
 
     def _release(self, lock) -> None:
         """Release the lease if it is still ours (redis-py compares the token in Lua); an
