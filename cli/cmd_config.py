@@ -342,7 +342,7 @@ def _write(root: Path, name: str, value, path: Path) -> Path:
         return write_setting(root, name, value)
     except OSError as exc:
         from kcache.tiers.local import os_reason
-        raise Problem(f"cannot write {path} ({os_reason(exc)}): {name} not "
+        raise Problem(f"cannot write {exc.filename or path} ({os_reason(exc)}): {name} not "
                       f"{'unset' if value is None else 'set'}") from None
 
 

@@ -1012,6 +1012,24 @@ def test_config_set_on_a_read_only_root_says_what_was_not_done(readonly):
         assert line.endswith(f"{action[1]} {done_word}"), line
 
 
+def test_config_set_with_its_lock_file_planted_as_a_symlink_follows_nothing(tmp_path):
+    """``config set`` takes ``<root>/.config.json.lock``: one planted there as a symlink is
+    never followed (filelock opens it O_NOFOLLOW); one line names it; the file it points to
+    and config.json are as they were."""
+    root = tmp_path / "root"
+    assert kc("config", "set", "lock_timeout", "5m", root=root).returncode == 0
+    before = (root / "config.json").read_bytes()
+    outside = tmp_path / "outside.txt"
+    outside.write_bytes(b"not kcache's")
+    (root / ".config.json.lock").unlink()
+    (root / ".config.json.lock").symlink_to(outside)
+    line = one_line_error(kc("config", "set", "max_size", "1G", root=root), status=1)
+    assert line == (f"kcache: cannot write {root / '.config.json.lock'} (Too many levels of "
+                    "symbolic links (ELOOP)): max_size not set"), line
+    assert outside.read_bytes() == b"not kcache's" and outside.stat().st_mode & 0o777 != 0o600
+    assert (root / "config.json").read_bytes() == before
+
+
 # ------------------------------------------------------------------------------ trial fixes
 # Problems a fresh user met (trial report of 2026-12-01), one test each.
 

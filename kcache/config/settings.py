@@ -477,9 +477,14 @@ def write_setting(root, name: str, value: Any) -> Path:
         _make_root(root, 0o2770 if _shared_mode({} if value is None else {name: normalized}) else 0o700)
         with _config_lock(root):
             _write_locked(root, path, name, normalized)
-    except OSError as exc:  # name config.json, not the temp or lock file beside it
-        raise OSError(exc.errno, exc.strerror, str(path)) from None
+    except OSError as exc:  # name config.json, not its temp file; the lock file if it failed
+        lock = str(_lock_path(root))
+        raise OSError(exc.errno, exc.strerror, lock if exc.filename == lock else str(path)) from None
     return path
+
+
+def _lock_path(root: Path) -> Path:
+    return root / ("." + CONFIG_NAME + ".lock")
 
 
 CONFIG_LOCK_TIMEOUT = 30.0  # seconds another writer of config.json may hold its lock
@@ -492,16 +497,20 @@ def _config_lock(root: Path):
     import filelock  # imported when a setting is written
 
     group = os.stat(root).st_mode & stat.S_IWGRP
-    lock = filelock.FileLock(str(root / ("." + CONFIG_NAME + ".lock")), mode=0o660 if group else 0o600,
-                             timeout=CONFIG_LOCK_TIMEOUT)
+    path = str(_lock_path(root))
+    lock = filelock.FileLock(path, mode=0o660 if group else 0o600, timeout=CONFIG_LOCK_TIMEOUT)
 
     @contextlib.contextmanager
     def held():
         try:
             lock.acquire()
         except filelock.Timeout:
-            raise OSError(errno.EBUSY, f"another process held {lock.lock_file} for "
-                                       f"{CONFIG_LOCK_TIMEOUT:g} s") from None
+            raise OSError(errno.EBUSY, f"another process held it for {CONFIG_LOCK_TIMEOUT:g} s",
+                          path) from None
+        except OSError as exc:  # named when the lock file itself is at fault (a symlink: never
+            # followed; a folder); a read-only or full root is said of config.json
+            own = exc.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO)
+            raise OSError(exc.errno, exc.strerror, path if own else None) from None
         try:
             yield
         finally:
