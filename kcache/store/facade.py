@@ -510,7 +510,7 @@ class Store:
         if now - self._totals_at > _TOTALS_TTL or len(self._totals) < SHARDS:
             self._totals = {s: self._stats.shard_totals(s) for s in range(SHARDS)}
             self._totals_at = now
-        if newest > self.max_size * 0.9:  # EVICT_TARGET: no eviction keeps it (said once)
+        if newest:  # an entry just put that no eviction would keep is said once
             _maintenance().warn_over_cap(newest, self.max_size)
         if sum(b for _n, b in self._totals.values()) <= self.max_size:
             return

@@ -202,9 +202,11 @@ def evict(house: Housekeeping, target: int) -> None:
 
 
 def warn_over_cap(newest: int, max_size: int) -> None:
-    """Said once: an entry of ``newest`` bytes, more than EVICT_TARGET of ``max_size``, is
-    evicted by the first eviction after it is stored (at once, when it crossed the cap), so
-    every run compiles its kernel again."""
+    """Said once, for an entry of ``newest`` bytes just put, when it is more than
+    EVICT_TARGET of ``max_size``: the first eviction after it is stored removes it (at once,
+    when it crossed the cap), so every run compiles its kernel again."""
+    if newest <= max_size * EVICT_TARGET:
+        return
     warn_once("entry-over-cap", f"kcache: an entry of {newest} bytes is larger than the "
               f"cache's size cap keeps (max_size {max_size} bytes, evicted down to "
               f"{EVICT_TARGET:.0%} of it): the next eviction removes it, so its kernel "
