@@ -284,7 +284,8 @@ def _paths(value: Any, var: str) -> tuple[Path, ...]:
     """Absolute paths of read-only layers (cache folders, or bundle files: a path that is a
     regular file is served as a bundle, kcache.tiers.bundle.layer) from an os.pathsep list or
     a list of paths; blank parts dropped, duplicates kept once; ConfigError naming ``var``
-    for a wrong type."""
+    for a wrong type, a NUL character or a lone surrogate (a config.json can hold them:
+    ``"\\u0000"``, ``"\\ud800"``)."""
     if isinstance(value, (str, os.PathLike)):
         parts = str(value).split(os.pathsep)
     elif isinstance(value, (list, tuple)) and all(isinstance(p, (str, os.PathLike)) for p in value):
@@ -292,12 +293,26 @@ def _paths(value: Any, var: str) -> tuple[Path, ...]:
     else:
         raise ConfigError(f"{var}={_quote(value)} is not a list of directories; accepted: paths "
                           f"(cache folders or bundle files) separated by {os.pathsep!r} or a list")
+    if not all(map(_nameable, parts)):  # os.stat and realpath raise ValueError for them
+        raise ConfigError(f"{var}={_quote(value)} holds a NUL character or a lone surrogate, "
+                          "which no file name can; accepted: paths (cache folders or bundle "
+                          f"files) separated by {os.pathsep!r} or a list")
     out: dict[Path, Path] = {}  # resolved -> as given (absolute), first one wins
     for part in parts:
         if part.strip():
             path = _absolute(Path(part))  # a folder, or a file: a bundle layer
             out.setdefault(path.resolve(), path)
     return tuple(out.values())
+
+
+def _nameable(part: str) -> bool:
+    """Whether ``part`` can be a file name here: no NUL, and encodable as the file system
+    encodes names (``\\udc80``-``\\udcff`` stand for undecodable bytes; other surrogates
+    cannot be encoded)."""
+    try:
+        return b"\0" not in os.fsencode(part)
+    except UnicodeError:
+        return False
 
 
 def _positive_size(value: Any, var: str) -> int:
