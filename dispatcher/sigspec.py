@@ -279,6 +279,11 @@ def _check(node, ns: dict, depth: int, T) -> None:
                 raise ValueError(f"**-arguments are not allowed ({_ACCEPTED})")
             _check(kw.value, ns, down, T)
     elif isinstance(node, ast.Subscript):
+        if not isinstance(node.value, (ast.Name, ast.Call, ast.Subscript)):
+            # e.g. 1[::1]: numba's eval would compile it, and Python's compiler print a
+            # SyntaxWarning line of its own ("'int' object is not subscriptable")
+            raise ValueError(f"{ast.unparse(node.value)[:40]} is not a type: array dimensions "
+                             f"follow a numba type, e.g. float32[::1] ({_ACCEPTED})")
         _check(node.value, ns, down, T)
         dims = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
         for dim in dims:

@@ -128,3 +128,84 @@ def test_config_values_are_settings_or_config_errors(tmp_path_factory, conf):
         open_configured({}, json.loads(text))  # never raises
     finally:
         os.environ.update(saved)
+
+
+# --- signatures (a signatures file, an entry's meta.sigspec replayed by kcache warm) ----------
+
+def _frontend():
+    pytest.importorskip("numba.cuda")
+    from kcache.dispatcher.frontends.numba_cuda.bridge import FRONTEND
+    return FRONTEND
+
+
+def _parse_quietly(text: str):
+    """parse_signature's types or ValueError, asserting Python printed no warning of its own."""
+    import warnings
+    from kcache.dispatcher import sigspec
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        try:
+            found = sigspec.parse_signature(_frontend(), text)
+        except ValueError as exc:
+            found = exc
+    assert not [w for w in said if issubclass(w.category, SyntaxWarning)], [
+        str(w.message) for w in said]
+    return found
+
+
+@pytest.mark.parametrize("text", ["void(1[::1])", "void(None[:, ::1])", "(1.5[::1],)"])
+def test_signature_subscript_of_a_literal_is_refused_by_the_grammar(text):
+    """'1[::1]' passed the grammar check and reached numba's eval, whose compile printed
+    '<string>:1: SyntaxWarning: 'int' object is not subscriptable; perhaps you missed a
+    comma?' on stderr, a line of Python's own before kcache's error."""
+    found = _parse_quietly(text)
+    assert isinstance(found, ValueError) and "is not a type" in str(found)
+
+
+def test_warm_signatures_file_with_a_subscripted_literal_says_one_line(tmp_path):
+    import subprocess
+    import sys
+    _frontend()
+    sigs = tmp_path / "sigs.txt"
+    sigs.write_text("examples.kernels:scaled_add void(1[::1])\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KCACHE_")}
+    done = subprocess.run([sys.executable, "-m", "kcache", "warm", "--signatures", str(sigs),
+                           "--cc", "9.0", "--dir", str(tmp_path / "root")], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "SyntaxWarning" not in done.stderr, done.stderr
+    assert f"{sigs}:1: 1 is not a type" in done.stderr
+
+
+_SIGSPECS = ["void(float32[::1], float64[:, ::1], int32)",
+             "(Array(float32, 1, 'C', False, aligned=True), int64)",
+             "void(Record({'a': {'type': int32, 'offset': 0}}, 4, False))",
+             "void(UniTuple(int32, 3), Tuple((int32, float32)))",
+             "void(NestedArray(float32, (2, 3)))"]
+_PIECES = ["(", ")", "[", "]", ",", ":", "::1", "=", "'", "#", "\\", "\n", "float32", "Array",
+           "UniTuple", "1048575", "0", "None", "{", "}", "*", ".", "__class__", "lambda", "f'",
+           "1e9", "-1", "\x00"]
+
+
+@st.composite
+def _mutated_sigspec(draw):
+    text = list(draw(st.sampled_from(_SIGSPECS)))
+    for _ in range(draw(st.integers(1, 4))):
+        i = draw(st.integers(0, len(text)))
+        if draw(st.booleans()):
+            text[i:i] = list(draw(st.sampled_from(_PIECES)) * draw(st.integers(1, 40)))
+        else:
+            del text[i:i + draw(st.integers(1, 6))]
+    return "".join(text)
+
+
+@FUZZ
+@given(_mutated_sigspec())
+def test_signature_text_is_types_or_one_value_error(text):
+    from kcache.dispatcher import sigfile
+    found = _parse_quietly(text)
+    assert isinstance(found, (tuple, ValueError))
+    try:
+        sigfile.parse_line(f"m:k {text}")
+    except ValueError:
+        pass
