@@ -3,17 +3,21 @@ valid encodings (bit flips, cuts, inserted bytes, msgpack type bytes, length fie
 values in valid envelopes) must give a value or the parser's documented error, never another
 exception, within a time and memory bound. Deterministic (derandomized, no database) and
 short; each defect found is also a plain regression test."""
+import hashlib
 import json
 import os
 import tracemalloc
 
+import msgpack
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from kcache import ConfigError, Store
+from kcache import ConfigError, Entry, Store
 from kcache.config import resolve, resolve_each
+from kcache.entry import format as fmt
+from kcache.errors import CorruptEntry, NewerFormat
 
-FUZZ = settings(max_examples=150, deadline=2000, derandomize=True, database=None,
+FUZZ = settings(max_examples=150, deadline=10_000, derandomize=True, database=None,
                 suppress_health_check=list(HealthCheck))
 
 #: Text that file names, terminals and parsers treat specially.
@@ -21,10 +25,13 @@ EVIL_TEXT = st.one_of(
     st.text(max_size=12),
     st.sampled_from(["\x00", "/a\x00b", "\ud800", "\udcff", "\x1b[2J", "[bold]x[/]", "a\nb",
                      "1e400", "nan", "-1", "9" * 5000, "~nobody\x00", "file:///a\x00", "\u202e"]))
-LEAF = st.one_of(EVIL_TEXT, st.none(), st.booleans(), st.integers(-2**70, 2**70),
-                 st.floats(), st.binary(max_size=8))
-VALUES = st.recursive(LEAF, lambda inner: st.one_of(
-    st.lists(inner, max_size=3), st.dictionaries(EVIL_TEXT, inner, max_size=3)), max_leaves=8)
+_PACKABLE_TEXT = EVIL_TEXT.filter(lambda t: not any("\ud800" <= c <= "\udfff" for c in t))
+#: What msgpack can encode (an entry header's values).
+MSGPACK_VALUES = st.recursive(
+    st.one_of(_PACKABLE_TEXT, st.none(), st.booleans(), st.integers(-2**63, 2**64 - 1),
+              st.floats(), st.binary(max_size=8)),
+    lambda inner: st.one_of(st.lists(inner, max_size=3),
+                            st.dictionaries(_PACKABLE_TEXT, inner, max_size=3)), max_leaves=8)
 JSON_VALUES = st.recursive(
     st.one_of(EVIL_TEXT, st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats()),
     lambda inner: st.one_of(st.lists(inner, max_size=3),
@@ -209,3 +216,171 @@ def test_signature_text_is_types_or_one_value_error(text):
         sigfile.parse_line(f"m:k {text}")
     except ValueError:
         pass
+
+
+# --- entry files (a root, a layer, a bundle's or a remote's value) ----------------------------
+
+_KEY = "ab" * 32
+
+
+def _entry_parts():
+    data = fmt.encode(_KEY, Entry({"cubin": b"\x7fELF" + bytes(60), "ptx": b".target sm_90\n"},
+                                  {"kernel": "m:k", "signature": "(float32,)", "arch": "sm_90",
+                                   "more": {"a": [1, 2.5, {"b": None}]}}),
+                      {"producer": "numba", "toolchain": {"numba": "1"}})
+    hlen, blen, _sum = fmt.parse_prefix(data[:fmt.PREFIX_SIZE], len(data))
+    start = fmt.PREFIX_SIZE
+    return data, data[start:start + hlen], data[start + hlen:start + hlen + blen]
+
+
+_ENTRY, _HEADER, _BODY = _entry_parts()
+
+
+def enveloped(header: bytes, body: bytes, **prefix) -> bytes:
+    """An entry file of ``header`` and ``body`` with every checksum right (so a mutation
+    reaches the decoder behind them); ``prefix`` overrides version, flags, lengths."""
+    fields = dict(version=fmt.FORMAT_VERSION, flags=0, hlen=len(header), blen=len(body))
+    fields.update(prefix)
+    head = fmt._PREFIX.pack(fmt.MAGIC, fields["version"], fields["flags"], fields["hlen"],
+                            fields["blen"], hashlib.blake2b(header, digest_size=16).digest())
+    whole = head + header + body
+    return whole + hashlib.blake2b(whole, digest_size=fmt.SUM_SIZE).digest()
+
+
+@st.composite
+def _hostile_entry(draw):
+    how = draw(st.sampled_from(["file", "header", "header-bytes", "body", "prefix"]))
+    if how == "file":
+        return mutated(_ENTRY, draw)
+    if how == "header":  # a hostile value in a valid header, every checksum right
+        header = msgpack.unpackb(_HEADER, raw=False)
+        place = draw(st.sampled_from([header, header["meta"], header["components"],
+                                      header["sizes"], header["sums"]]))
+        place[draw(st.sampled_from(["key", "kernel", "signature", "arch", "sigspec", "created",
+                                    "compile_seconds", "sizes", "sums", "meta", "cubin"]))] = \
+            draw(MSGPACK_VALUES)
+        return enveloped(msgpack.packb(header, use_bin_type=True), _BODY)
+    if how == "header-bytes":
+        return enveloped(mutated(_HEADER, draw), _BODY)
+    if how == "body":
+        return enveloped(_HEADER, mutated(_BODY, draw))
+    return enveloped(_HEADER, _BODY, version=draw(st.integers(0, 3)),
+                     flags=draw(st.integers(0, 3)), hlen=draw(st.integers(0, 2**32 - 1)),
+                     blen=draw(st.integers(0, 2**64 - 1)))
+
+
+@FUZZ
+@given(_hostile_entry())
+def test_entry_bytes_decode_or_are_corrupt(data):
+    """Every way in: a hit (per-artifact sums), the whole check, a header listing. Memory:
+    the input's few copies plus a constant (the decoding limits)."""
+    for decode in (lambda: fmt.decode(data, _KEY), lambda: fmt.decode(data, _KEY, whole=False),
+                   lambda: fmt.decode_header(data, _KEY, len(data))):
+        found = bounded(decode, peak=8 * len(data) + (1 << 20))
+        assert isinstance(found, (tuple, dict, CorruptEntry, NewerFormat)), repr(found)
+
+
+# --- bundles (kcache import, a layer): versions 2 and 3, their tags made right again ----------
+
+def _bundles(tmp) -> dict:
+    from kcache.tiers.bundle import v2
+    items = []
+    for i in range(3):
+        key = f"{i:02x}" * 32
+        items.append(({"key": key, "kernel": f"m:k{i}", "signature": "(int32,)",
+                       "arch": "sm_90", "toolchain": {"numba": "1"}, "created": 1.0},
+                      fmt.encode(key, Entry({"cubin": bytes([i]) * 200}, {"kernel": f"m:k{i}"}))))
+    out = {}
+    for version in (2, 3):
+        for compress in (False, True):
+            path = tmp / f"v{version}{compress}.kcb"
+            v2.write_bundle(path, items, version=version, compress=compress)
+            out[version, compress] = path.read_bytes()
+    return out
+
+
+def _retagged(data: bytes, version: int) -> bytes:
+    """``data`` with its (unsigned) tag computed again over what it now holds."""
+    from kcache.tiers.bundle import v3
+    if version == 3 and len(data) >= v3.PREFIX.size:
+        _magic, _v, _flags, hlen, ilen = v3.PREFIX.unpack_from(data)
+        end = v3.PREFIX.size + hlen + ilen
+        if end + 32 <= len(data):
+            tag = hashlib.blake2b(data[:end], digest_size=32).digest()
+            return data[:end] + tag + data[end + 32:]
+    if version == 2 and len(data) > 32:
+        return data[:-32] + hashlib.blake2b(data[:-32], digest_size=32).digest()
+    return data
+
+
+@pytest.fixture(scope="module")
+def bundles(tmp_path_factory):
+    pytest.importorskip("zstandard")
+    return _bundles(tmp_path_factory.mktemp("bundles"))
+
+
+def _serve_all(path) -> None:
+    """Open the bundle as kcache import does and read and decode every entry it lists."""
+    from kcache.tiers.tier import TierError
+    from kcache.tiers.bundle import BundleError
+    from kcache.tiers.bundle.v2 import BundleTier
+    try:
+        tier = BundleTier(path, max_entry_size=1 << 20)
+    except BundleError:
+        return
+    with tier:
+        assert isinstance(tier.problems, dict) and isinstance(tier.records(), list)
+        for key in tier.keys():
+            try:
+                blob = tier.read(key, 1 << 20)
+                if blob is not None:
+                    fmt.decode(blob.data, key, whole=False, intact=blob.intact)
+            except (CorruptEntry, TierError):
+                pass
+
+
+@FUZZ
+@given(st.data())
+def test_bundle_bytes_index_or_are_refused(bundles, tmp_path_factory, data):
+    version, compress = data.draw(st.sampled_from(sorted(bundles)))
+    hostile = mutated(bundles[version, compress], data.draw)
+    if data.draw(st.booleans()):
+        hostile = _retagged(hostile, version)
+    path = tmp_path_factory.mktemp("b") / "hostile.kcb"
+    path.write_bytes(hostile)
+    found = bounded(lambda: _serve_all(path), peak=64 * len(hostile) + (4 << 20))
+    assert found is None, repr(found)
+
+
+# --- stats shards and the toolchain memo (files of the root) ----------------------------------
+
+@pytest.mark.filterwarnings("ignore::kcache.warn.KcacheWarning")
+@FUZZ
+@given(st.lists(st.tuples(st.integers(0, 15), st.booleans(),
+                          st.one_of(MSGPACK_VALUES.map(msgpack.packb), st.binary(max_size=40))),
+                max_size=3),
+       st.one_of(MSGPACK_VALUES.map(msgpack.packb), st.binary(max_size=40)))
+def test_stats_shards_and_toolchain_memo_are_counts_or_ignored(tmp_path_factory, shards, memo):
+    from kcache import make_key, toolchain
+    from kcache.store import stats
+    root = tmp_path_factory.mktemp("s") / "root"
+    store = Store(root)
+    key = make_key({"fuzz": 1})
+    store.put(key, Entry({"cubin": b"z"}, {"kernel": "m:k"}))
+    stats.flush_all()
+    for shard, hits, packed in shards:
+        path = store.layout.stats_files(shard)[1 if hits else 0]
+        path.write_bytes(packed)
+        path.chmod(0o600)
+    again = Store(root)
+    counts = again.stats()
+    import dataclasses
+    assert all(v >= 0 for v in dataclasses.asdict(counts).values()
+               if isinstance(v, (int, float)))
+    again.get(key)
+    again.put(make_key({"fuzz": 2}), Entry({"cubin": b"y"}, {}))
+    stats.flush_all()
+    memo_path = root / "v1" / "toolchain.msgpack"
+    memo_path.write_bytes(memo)
+    memo_path.chmod(0o600)
+    assert toolchain.memoized(memo_path, lambda: {"numba": "1"}) == {"numba": "1"}
