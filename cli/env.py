@@ -67,7 +67,7 @@ VARIABLES = (
     Variable("KCACHE_REMOTE_SECRET", "signing secret of remote values (at least 16 bytes)",
              "KCACHE_SECRET", None, "remote.md#settings"),
     Variable("KCACHE_REMOTE_TIMEOUT", "seconds for each remote connect and read (a whole call: "
-             "2 x, + 1 s per MiB)", "1 s", "remote_timeout", "remote.md#settings"),
+             "2 x, + 1 s per MiB, at most 10 x)", "1 s", "remote_timeout", "remote.md#settings"),
     Variable("KCACHE_REMOTE_TTL", "how long a Redis value lives (0: no expiry)", "none",
              "remote_ttl", "remote.md#settings"),
     Variable("KCACHE_REMOTE_WAIT", "how long to wait for another machine compiling the same "

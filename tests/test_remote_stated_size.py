@@ -228,3 +228,29 @@ def test_fsspec_a_value_of_many_chunks_round_trips(backend, request, tmp_path):
     tier._cat = replacing_cat
     assert tier.read(k, CAP) is None  # a miss, never a mix of the two values
     assert calls == [0, 1 << 20, 2 << 20]
+
+
+def test_a_server_trickling_a_large_value_just_fast_enough_is_cut_off_at_the_ceiling(
+        kind, tmp_path, monkeypatch):
+    """A server that sends a 16 MiB value at 2 MiB/s keeps earning the time of each chunk (1 s
+    per MiB): the whole value took 8 s per lookup, 24 s before the switch-off; a value just
+    under the 256 MiB cap at ~1 MiB/s cost 255 s per lookup. A call now ends at 10 x
+    KCACHE_REMOTE_TIMEOUT whatever it earned (0.1 s here: 1 s): a miss, a timeout counted,
+    one warning, and after three the usual switch-off. The rate is the attack, not
+    synchronisation."""
+    with stating(kind, value=os.urandom(16 << 20), rate=2 << 20) as server:
+        remote_env(kind, server, monkeypatch)
+        monkeypatch.setenv("KCACHE_REMOTE_TIMEOUT", "0.1")
+        store = Store(tmp_path / "root")
+        start = time.monotonic()
+        with pytest.warns(Warning) as said:
+            for i in range(4):
+                assert store.get(key(kind, "trickle", i)) is None
+        took = time.monotonic() - start
+    st = store.stats()
+    assert (st.remote_errors_timeout, st.remote_errors_unavailable, st.remote_bad) == (3, 1, 0)
+    assert took < 3 * 1.0 + 3, took  # three ceilings of 1 s, room for a loaded machine
+    texts = [str(w.message) for w in said]
+    assert sum("remote tier error" in t for t in texts) == 1, texts
+    assert sum("switched off" in t for t in texts) == 1, texts
+    assert any("at most 10 x" in t for t in texts), texts

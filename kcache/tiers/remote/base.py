@@ -4,7 +4,7 @@ key names, and the single-flight result type.
 A remote tier is a *soft* tier: each connect and each read is bounded by the timeout, and every
 call as a whole by a :class:`Deadline` (2 x timeout, plus 1 s per MiB it sends, and per MiB it
 has received: a server that answers one byte at a time within each read's timeout is still cut
-off, whatever size it stated). A value is read in chunks of at most :func:`chunk_size` bytes,
+off, whatever size it stated; at most 10 x timeout in all). A value is read in chunks of at most :func:`chunk_size` bytes,
 each one earning the time for the next when it has arrived. Every failure is
 a :class:`~kcache.tier.TierError` with a kind (a call cut off at its deadline: ``timeout``);
 after ``max_errors`` consecutive failures the tier switches itself off for the rest of the
@@ -34,6 +34,9 @@ DEFAULT_NAMESPACE = "kcache"
 DEFAULT_TIMEOUT = 1.0  # seconds: each connect and each read of one operation
 CALL_TIMEOUTS = 2  # a whole call (connect, every read) ends within this many timeouts ...
 TRANSFER_RATE = 1 << 20  # ... plus 1 s per this many bytes it transfers (bytes per second at worst)
+# ... and never more than this many timeouts in all, whatever it transfers: a server trickling a
+# value of 255 MiB just above TRANSFER_RATE earned 255 s per lookup (the user's program stalled)
+MAX_CALL_TIMEOUTS = 10
 CHUNK_MIN, CHUNK_MAX = 64 << 10, 1 << 20  # bytes: a value is read in chunks of this size (chunk_size)
 RECEIVE_SLACK = 16 << 20  # bytes a call may receive besides the value it reads (replies, listings)
 DEFAULT_MAX_ERRORS = 3  # consecutive failures before the tier switches itself off
@@ -153,17 +156,22 @@ class Deadline:
     back by 1 s per TRANSFER_RATE bytes the call transfers (:meth:`transfer`): bytes it sends
     (its own, granted before sending) and bytes it has received (granted as they arrive, never
     for a size a server states: a server that states 50 MiB and then sends one byte every
-    0.5 s would otherwise hold the call for 50 s)."""
+    0.5 s would otherwise hold the call for 50 s); never past MAX_CALL_TIMEOUTS x ``timeout``
+    after it starts (a server that keeps earning time, just above the rate, cannot hold a
+    call for the size of the largest value: a larger value needs a faster server, or a
+    longer timeout)."""
 
     def __init__(self, timeout: float):
         self.start = time.monotonic()
         self.at = self.start + CALL_TIMEOUTS * timeout
+        self.ceiling = self.start + MAX_CALL_TIMEOUTS * timeout
         self.received = 0  # bytes the backend received (where it counts them: :meth:`receive`)
         self.receivable = RECEIVE_SLACK  # ... and the most it may
 
     def transfer(self, nbytes: int) -> None:
-        """Allow 1 s more per TRANSFER_RATE of ``nbytes`` (bytes sent, or just received)."""
-        self.at += max(0, nbytes) / TRANSFER_RATE
+        """Allow 1 s more per TRANSFER_RATE of ``nbytes`` (bytes sent, or just received), up
+        to the ceiling."""
+        self.at = min(self.ceiling, self.at + max(0, nbytes) / TRANSFER_RATE)
 
     def expect(self, nbytes: int) -> None:
         """Allow ``nbytes`` to be received from now on (and RECEIVE_SLACK besides): a value of
@@ -358,7 +366,7 @@ class RemoteTier:
         return TierError("timeout", f"{self.name}: {what}: no complete answer within the call's "
                                     f"deadline of {deadline.seconds:.3g} s ({CALL_TIMEOUTS} x "
                                     f"KCACHE_REMOTE_TIMEOUT {self.timeout:g} s, + 1 s per MiB "
-                                    "transferred)")
+                                    f"transferred, at most {MAX_CALL_TIMEOUTS} x)")
 
     def _prepare(self) -> None:
         """CPU work a call needs first, outside its deadline (s3fs's client)."""

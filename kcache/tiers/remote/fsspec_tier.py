@@ -67,7 +67,8 @@ class FsspecTier(RemoteTier):
     the AWS environment variables, profiles, ``AWS_ENDPOINT_URL``) or ``options`` (fsspec
     storage options). ``timeout``: seconds for each connect and each read (applied to S3 and
     FTP; other backends use their own settings), and each call, as well as the opening (some
-    backends connect in their constructor), as a whole within 2 x timeout + 1 s per MiB.
+    backends connect in their constructor), as a whole within 2 x timeout + 1 s per MiB,
+    at most 10 x timeout.
     Raises ImportError when the backend's package is missing (``open_remote`` turns it into
     MissingClient), ValueError or TypeError for options it refuses, TierError when it could
     not be opened (``open_remote`` turns it into an :class:`~kcache.remote.base.Unopened`)."""
