@@ -211,6 +211,39 @@ def test_with_a_secret_unsigned_and_wrongly_signed_values_are_refused(tmp_path, 
     assert [c[0] for c in compiles(tmp_path)] == ["A", "A", "B", "C"]
 
 
+def test_a_machine_with_another_secret_never_overwrites_the_teams_values(tmp_path, backend):
+    """A machine whose secret differs from its team's (or which has one where the team has
+    none) refuses every value, compiles, and published over the team's values, so the team
+    lost them. A value refused for its signature alone is now left as it is (the compile stays
+    local), with one warning naming the secret to check; a damaged value is still replaced."""
+    signed, unsigned, damaged = (key(w, backend.kind) for w in ("team", "bare", "damaged"))
+    team = backend.env(KCACHE_REMOTE_SECRET=SECRET)
+    machine(tmp_path, tmp_path / "a", [["get_or_create", signed], ["get_or_create", damaged]],
+            team, machine="A")
+    machine(tmp_path, tmp_path / "a2", [["get_or_create", unsigned]], backend.env(), machine="A")
+    before = {k: backend.tier().read(k, LIMIT).data for k in (signed, unsigned)}
+    other = machine(tmp_path, tmp_path / "c", [["get_or_create", signed]],
+                    backend.env(KCACHE_REMOTE_SECRET=OTHER_SECRET), machine="C")
+    assert other["results"][0]["cubin"] == f"compiled by C for {signed}"  # compiled, kept local
+    [said] = remote_warnings(other)
+    assert "holds values signed with another secret" in said and "KCACHE_REMOTE_SECRET" in said
+    assert other["stats"]["remote_puts"] == 0
+    mine = machine(tmp_path, tmp_path / "b", [["get_or_create", unsigned]], team, machine="B")
+    assert mine["results"][0]["cubin"] == f"compiled by B for {unsigned}"
+    [said] = remote_warnings(mine)
+    assert "holds unsigned values" in said and "KCACHE_REMOTE_SECRET" in said
+    assert {k: backend.tier().read(k, LIMIT).data for k in (signed, unsigned)} == before
+    # the team still shares its value; a damaged one is replaced by a good one, as before
+    flip_a_byte(backend, damaged)
+    d = machine(tmp_path, tmp_path / "d", [["get_or_create", signed], ["get_or_create", damaged]],
+                team, machine="D")
+    assert [r["cubin"] for r in d["results"]] == [f"compiled by A for {signed}",
+                                                  f"compiled by D for {damaged}"]
+    assert d["stats"]["remote_puts"] == 1
+    value = backend.tier().read(damaged, LIMIT).data
+    assert b"compiled by D" in value and signing.unwrap(SECRET.encode(), value)
+
+
 def test_a_read_only_remote_is_read_and_never_written(tmp_path, backend):
     shared, mine = key("ro shared", backend.kind), [key("ro own", backend.kind, i) for i in range(3)]
     machine(tmp_path, tmp_path / "a", [["get_or_create", shared]], backend.env(), machine="A")

@@ -19,6 +19,8 @@ from ..keys import check_key
 from ..tiers.tier import TierError
 from ..warn import warn_once
 
+MAX_FOREIGN = 1 << 16  # keys remembered as holding another secret's value (the oldest forgotten)
+
 
 class RemotePolicy:
     """The remote tier's part of :class:`kcache.Store`. ``settings``: the store's Settings
@@ -36,6 +38,8 @@ class RemotePolicy:
         self._remote = None  # the remote tier, opened on first use (kcache.tiers.remote)
         self._remote_settings = None
         self._remote_opened = False
+        # keys whose remote value was refused for its signature alone: never published over
+        self._foreign_keys: dict[str, None] = {}
 
     @property
     def remote(self):
@@ -118,8 +122,11 @@ class RemotePolicy:
             header, ent = self._verify(key, data)
         except (CorruptEntry, NewerFormat) as exc:
             self._count(key, now=True, remote_bad=1)
-            warn_once("remote-bad", f"kcache: a value of {self._remote.name} was refused ({exc}); "
-                      "treated as a miss, never used")
+            if self._foreign(key, blob.data, exc):
+                self._keep_off(key, exc)
+            else:
+                warn_once("remote-bad", f"kcache: a value of {self._remote.name} was refused "
+                          f"({exc}); treated as a miss, never used")
             self._remote.refused(exc)
             if self._remote.disabled_reason:
                 self._warn_off(self._remote)
@@ -129,6 +136,36 @@ class RemotePolicy:
             self._count(key, remote_hits=1)
         self._publish(key, data, remote=False)  # backfill: the next read is local
         return header, ent, self._remote
+
+    def _foreign(self, key: str, data: bytes, exc: Exception) -> bool:
+        """True when ``data`` was refused for its signature alone (unsigned, or signed with
+        another secret) while the entry inside passes every other check: a value of a machine
+        with another secret, or none, which other machines may be using."""
+        from ..tiers.remote.signing import SignatureError, unwrap
+        if not isinstance(exc, SignatureError):
+            return False
+        try:
+            self._verify(key, unwrap(None, data))  # stripped, unchecked: the entry's own checks
+        except (CorruptEntry, NewerFormat):
+            return False  # damaged or truncated: replaced by this process's good value
+        return True
+
+    def _keep_off(self, key: str, exc: Exception) -> None:
+        """Never publish over ``key``'s value (a machine with another secret published it:
+        overwriting it would take it from every machine that shares that secret); one warning
+        saying what to check."""
+        from ..tiers.remote.signing import UnsignedValue
+        if len(self._foreign_keys) >= MAX_FOREIGN:
+            self._foreign_keys.pop(next(iter(self._foreign_keys)))  # the oldest
+        self._foreign_keys[key] = None
+        what, check = (("unsigned values", "every machine publishing there sets the same "
+                        "KCACHE_REMOTE_SECRET, or give this one another KCACHE_REMOTE_NAMESPACE")
+                       if isinstance(exc, UnsignedValue) else
+                       ("values signed with another secret", "KCACHE_REMOTE_SECRET (or "
+                        "KCACHE_SECRET) is the secret of the machines publishing there"))
+        warn_once("remote-foreign", f"kcache: remote {self._remote.name} holds {what} ({exc}); "
+                  "they are never used, nor overwritten by this process's compiles (those stay "
+                  f"in the local root): check that {check}")
 
     def error(self, exc: TierError) -> None:
         self._count(None, **{f"remote_errors_{exc.kind}": 1})
@@ -154,6 +191,8 @@ class RemotePolicy:
         remote = self.remote
         if remote is None or not remote.writable:
             return "no writable remote tier"
+        if key in self._foreign_keys:
+            return "the remote holds a value of another secret there (not overwritten)"
         secret = self._remote_settings.secret
         if secret is not None:
             from ..tiers.remote.signing import wrap
