@@ -243,6 +243,7 @@ def _document(args, store, ccs, jobs, rows, counts, plan, seconds, warm,
         "current_entries": plan.current,
         "seconds": seconds,
         "summary": counts,
+        "remote_hits": sum(row.remote for row in rows),
         "results": [row.as_json() for row in rows],
         "without_signatures": list(plan.without_signatures),
         "other_frontends": {name: list(found) for name, found in plan.other_frontends.items()},
@@ -258,7 +259,7 @@ def _print_report(args, rows, counts, plan, seconds, processes, dry_run) -> None
     shown = (lambda text: text) if want_wide(args) else short_signature
     print_table(
         COLUMNS, rows,
-        human=lambda r: (r.kernel, shown(r.display) or "", r.arch, _WORDS[r.status],
+        human=lambda r: (r.kernel, shown(r.display) or "", r.arch, _word(r.status, r.remote),
                          human_seconds(r.compile_seconds) if r.compile_seconds else ""),
         plain=lambda r: (r.kernel, r.display, r.arch, r.status, r.key,
                          plain_seconds(r.compile_seconds), r.reason),
@@ -268,8 +269,11 @@ def _print_report(args, rows, counts, plan, seconds, processes, dry_run) -> None
             if r.reason:
                 where = " ".join(x for x in (shown(r.display), r.arch) if x)
                 print(line(f"{_WORDS[r.status]}: {r.kernel} {where}: {r.reason}"))
-    done = ", ".join(f"{counts[s]} {_WORDS[s]}" for s in ("compiled", "cached", "would_compile",
-                                                          "failed", "skipped")
+    fetched = sum(r.remote for r in rows)  # cached, found in the remote: downloaded
+    said = {**_WORDS, "cached": _WORDS["cached"] + (f" ({fetched} from the remote)" if fetched
+                                                    else "")}
+    done = ", ".join(f"{counts[s]} {said[s]}" for s in ("compiled", "cached", "would_compile",
+                                                         "failed", "skipped")
                      if counts[s] or s in ("compiled", "cached", "failed"))
     if plan.current:
         done += f", {entries_text(plan.current)} of this toolchain already there"
@@ -284,6 +288,11 @@ def _print_report(args, rows, counts, plan, seconds, processes, dry_run) -> None
         message(f"kcache: warm: {plural(len(found), name + ' kernel')} found, not warmed by "
                 f"this {plan.frontend.name} run: {_names(found)} (warm them with --frontend "
                 f"{name})")
+
+
+def _word(status: str, remote) -> str:
+    """How a row's status reads (a cached entry found in the remote: "from the remote")."""
+    return "from the remote" if status == "cached" and remote else _WORDS[status]
 
 
 def _names(found: list, shown: int = 5) -> str:
@@ -314,12 +323,14 @@ class _Progress:
         status = outcome["status"]
         if self.bar is not None:
             self.bar.update(self.task, advance=1,
-                            description=self.bar.describe(_WORDS[status], task.kernel))
+                            description=self.bar.describe(_word(status, outcome.get("remote")),
+                                                          task.kernel))
         elif not self.quiet:
             detail = outcome.get("reason") or (
                 f"{outcome['compile_seconds']:.2f} s" if outcome.get("compile_seconds") else "")
             from kcache.entry.shortsig import short_signature
-            message(f"kcache: warm: [{self.n}/{self.total}] {_WORDS[status]}: {task.kernel} "
+            word = _word(status, outcome.get("remote"))
+            message(f"kcache: warm: [{self.n}/{self.total}] {word}: {task.kernel} "
                     f"{short_signature(task.display)} {outcome.get('arch') or ''} "
                     f"{detail}".rstrip())
 

@@ -44,7 +44,9 @@ class CompiledEntry:
     ``key`` (64 hex digits), ``kernel`` ("module:qualname"), ``signature`` (argument types as
     numba prints them, e.g. ``"(array(float32, 1d, C), float32)"``), ``cc`` ((major, minor)), ``arch`` (``"sm_90a"``),
     ``cached`` (True: the entry was already in the store, nothing was compiled),
-    ``compile_seconds`` (wall time of this compile in seconds; 0.0 when ``cached``)."""
+    ``compile_seconds`` (wall time of this compile in seconds; 0.0 when ``cached``),
+    ``remote`` (True: ``cached``, found in the remote tier, verified and copied into the
+    root)."""
     key: str
     kernel: str
     signature: str
@@ -52,6 +54,7 @@ class CompiledEntry:
     arch: str
     cached: bool
     compile_seconds: float
+    remote: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -315,8 +318,9 @@ def _compile_one(frontend, kernel, argtypes, cc, store, cache_key,
         raise _NotStored(reason) from exc
     if not was_hit and store.header(key) is None:  # put() said nothing: look on disk
         raise _NotStored(_put_failed(store, compiled.get("entry")))
+    remote = was_hit and store.remote is not None and store.remote.served(key)
     return CompiledEntry(key, name, shown, tuple(cc), arch, cached=was_hit,
-                         compile_seconds=compiled.get("seconds", 0.0))
+                         compile_seconds=compiled.get("seconds", 0.0), remote=bool(remote))
 
 
 def still_stored(store, key: str) -> bool:

@@ -131,6 +131,7 @@ class Row:
     key: str | None = None
     compile_seconds: float | None = None
     reason: str | None = None
+    remote: bool = False  # cached: found in the remote tier (downloaded), not in the root
 
     def as_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -144,7 +145,8 @@ def row_of(task: Task, outcome: dict) -> Row:
                signature=task.sigspec, display=task.display, cc=cc_text(task.cc),
                arch=outcome.get("arch") or arch_name(task.cc), key=outcome.get("key"),
                compile_seconds=outcome.get("compile_seconds"),
-               reason=None if reason is None else cut(reason, REASON_LIMIT))
+               reason=None if reason is None else cut(reason, REASON_LIMIT),
+               remote=bool(outcome.get("remote")))
 
 
 REASON_LIMIT = 2 * QUOTE_LIMIT  # characters of a row's reason
@@ -474,7 +476,8 @@ class _Runner:
         except Exception as exc:  # numba's compile errors: reported, the other tasks go on
             return {"status": "failed", "arch": arch, "reason": failure_text(exc)}
         return {"status": "cached" if result.cached else "compiled", "key": result.key,
-                "arch": result.arch, "compile_seconds": result.compile_seconds}
+                "arch": result.arch, "compile_seconds": result.compile_seconds,
+                "remote": result.remote}
 
     def _kernel(self, task: Task):
         module_name, qualname = split_kernel(task.kernel)

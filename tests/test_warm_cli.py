@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import clikit
+from servers import redis_url, unique_namespace  # noqa: F401
 
 pytest.importorskip("numba.cuda")
 
@@ -100,6 +101,30 @@ def test_second_warm_compiles_nothing_and_counts_no_hit(examples_warm):
     assert {r["key"] for r in again["results"]} == {r["key"] for r in first["results"]}
     stats = json.loads(kcache_here("stats", "--json", root=root, home=home).stdout)
     assert stats["compiles"] == 6 and stats["hits"] == 0  # an existence check is not a hit
+
+
+def test_entries_found_in_the_remote_are_reported_as_remote_hits(tmp_path, redis_url):  # noqa: F811
+    """A warm of an empty root whose remote holds the kernels downloaded them and said
+    '3 already cached', as if the root had held them: no row, field or line told a remote hit.
+    They are cached rows still, each with "remote": true, "remote_hits" counts them, and the
+    summary line and table say "from the remote"; a root that holds them says remote false."""
+    pytest.importorskip("redis")
+    env = {"KCACHE_REMOTE": redis_url, "KCACHE_REMOTE_NAMESPACE": unique_namespace()}
+    args = ("examples", "--signatures", EXAMPLE_SIGS, "--cc", "9.0")
+    first = warm_json(*args, root=tmp_path / "a", home=tmp_path / "h",
+                      env=env_for(tmp_path / "h", **env))
+    assert statuses(first) == {"compiled": 3} and first["remote_hits"] == 0
+    assert [r["remote"] for r in first["results"]] == [False] * 3
+    fetched = warm_json(*args, root=tmp_path / "b", home=tmp_path / "h",
+                        env=env_for(tmp_path / "h", **env))
+    assert statuses(fetched) == {"cached": 3} and fetched["remote_hits"] == 3
+    assert [r["remote"] for r in fetched["results"]] == [True] * 3
+    said = kcache("warm", *args, root=tmp_path / "c", home=tmp_path / "h",
+                  env=env_for(tmp_path / "h", **env))
+    assert said.returncode == 0 and "3 already cached (3 from the remote)" in said.stderr, said.stderr
+    local = warm_json(*args, root=tmp_path / "b", home=tmp_path / "h",
+                      env=env_for(tmp_path / "h", **env))
+    assert statuses(local) == {"cached": 3} and local["remote_hits"] == 0
 
 
 def test_jobs_2_makes_the_same_entries_as_jobs_1(examples_warm, tmp_path):
@@ -448,6 +473,7 @@ USAGE_ERRORS = [
 USAGE_CHILD = """
 import json, os, sys
 import clikit
+from servers import redis_url, unique_namespace  # noqa: F401
 out = []
 for args, root, home in json.loads(sys.argv[1]):
     env = {k: v for k, v in os.environ.items() if not k.startswith("KCACHE_")}

@@ -131,7 +131,7 @@ class RemotePolicy:
             if self._remote.disabled_reason:
                 self._warn_off(self._remote)
             return None
-        self._remote.used()
+        self._remote.used(key)
         if count:
             self._count(key, remote_hits=1)
         self._publish(key, data, remote=False)  # backfill: the next read is local

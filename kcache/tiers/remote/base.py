@@ -39,6 +39,7 @@ TRANSFER_RATE = 1 << 20  # ... plus 1 s per this many bytes it transfers (bytes 
 MAX_CALL_TIMEOUTS = 10
 CHUNK_MIN, CHUNK_MAX = 64 << 10, 1 << 20  # bytes: a value is read in chunks of this size (chunk_size)
 RECEIVE_SLACK = 16 << 20  # bytes a call may receive besides the value it reads (replies, listings)
+MAX_SERVED = 1 << 16  # keys a tier remembers having served (the oldest forgotten)
 DEFAULT_MAX_ERRORS = 3  # consecutive failures before the tier switches itself off
 DEFAULT_LEASE_TTL = 10.0  # seconds; renewed every third of it while held, so a crash frees it fast
 DEFAULT_MAX_WAIT = 60.0  # seconds a waiter polls for another machine's compile before its own
@@ -287,6 +288,7 @@ class RemoteTier:
         # values refused in a row (a bad answer, or the store's checks): an answer resets
         # _errors, so a server that answers only with bad values, slowly, is counted here
         self._refused = 0
+        self._served: dict[str, None] = {}  # keys whose values passed the checks (used)
         self._mutex = threading.Lock()
 
     def __repr__(self) -> str:
@@ -390,10 +392,20 @@ class RemoteTier:
                 self._switch_off(f"after {self._refused} values in a row were refused",
                                  str(why), "a refused value")
 
-    def used(self) -> None:
-        """A value of this tier passed the store's checks: the refusals in a row start again."""
+    def used(self, key: str | None = None) -> None:
+        """A value of this tier passed the store's checks: the refusals in a row start again;
+        ``key`` is remembered as served (:meth:`served`)."""
         with self._mutex:
             self._refused = 0
+            if key is not None:
+                if len(self._served) >= MAX_SERVED:
+                    self._served.pop(next(iter(self._served)))  # the oldest
+                self._served[key] = None
+
+    def served(self, key: str) -> bool:
+        """Whether this tier served ``key``'s value in this process (it passed the store's
+        checks): ``kcache warm`` and compile_for tell an entry downloaded from a local one."""
+        return key in self._served
 
     def _failed(self, err: TierError, at_once: bool = False) -> None:
         with self._mutex:
