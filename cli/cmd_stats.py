@@ -99,8 +99,10 @@ def run(args) -> int:
     doc = document(as_dict(stats), args.recount)
     from kcache.store.layers import describe
     layers = [describe(layer, store.untrusted, count=args.recount) for layer in store.layers]
-    if want_json(args):
-        print_json({**doc, "layers": layers} if layers else doc)  # only with read-only layers
+    settings, remote = _remote(store)
+    if want_json(args):  # the remote's URL only when one is configured, the layers only with layers
+        print_json({**doc, **({"remote": settings.name} if settings is not None else {}),
+                    **({"layers": layers} if layers else {})})
         return 0
     if args.short:
         short(store, doc, layers)
@@ -109,14 +111,28 @@ def run(args) -> int:
         # Piped: "name<TAB>value" with the JSON names, seconds rounded, for scripts.
         for name, value in doc.items():
             print(f"{name}\t{plain(name, value)}")
+        if settings is not None:
+            print(f"remote\t{cell(settings.name)}")
         for layer in layers:
             print(f"layer\t{layer_text(layer)}")
         return 0
     rows = terminal_rows(doc, remote_shown(store, doc))
+    if remote is not None:  # named before its counters, as the root in the title
+        at = next((i for i, row in enumerate(rows) if row[0].startswith("remote ")), len(rows))
+        rows.insert(at, ("remote", remote, None))
     for layer in layers:  # the path on a row of its own: cut, it keeps its end
         rows += [("read-only layer", layer["path"], None), ("", layer_what(layer), None)]
     print_fields(rows, title=f"kcache {store.root}", wide=want_wide(args))
     return 0
+
+
+def _remote(store) -> tuple:
+    """(the remote's settings or None, the remote in words for a terminal or None): its URL
+    without credentials, how it is used, or a bad setting's pointer."""
+    from kcache.cli.remote import configured, describe
+    settings, problem = configured(store.settings.config)
+    return settings, (describe(settings) if settings is not None
+                      else "(bad setting: see 'kcache remote check')" if problem else None)
 
 
 def layer_text(layer: dict) -> str:
@@ -142,15 +158,12 @@ def short(store, doc: dict, layers: list = ()) -> None:
     entries do not count) and the remote with its use (when configured); piped,
     ``name<TAB>value`` lines with the JSON names (root, entries, bytes, max_size, hits,
     misses, hit_rate, remote), then a ``layer`` line per read-only layer."""
-    from kcache.cli.remote import configured, describe
-    settings, problem = configured(store.settings.config)
-    remote = (describe(settings) if settings is not None
-              else "(bad setting: see 'kcache remote check')" if problem else None)
+    settings, remote = _remote(store)
     if not is_terminal():
         rows = [("root", str(store.root))]
         rows += [(name, plain(name, doc[name]))
                  for name in ("entries", "bytes", "max_size", "hits", "misses", "hit_rate")]
-        if settings is not None or problem:
+        if remote is not None:
             rows.append(("remote", settings.name if settings is not None else ""))
         rows += [("layer", layer_text(layer)) for layer in layers]  # as stats' plain lines
         for name, value in rows:

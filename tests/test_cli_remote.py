@@ -278,6 +278,27 @@ def test_stats_shows_the_remote_counters(tmp_path, redis_env):
     assert status == 0 and "remote hits" not in text and "write errors" in text
 
 
+def test_stats_names_the_remote_without_credentials(tmp_path, redis_env):
+    """The full `kcache stats` on a terminal named the root (its title) and each read-only
+    layer, and showed the remote's counters without saying which remote they were of; its
+    JSON and piped forms did not name it either (only `-s` did). The URL, without the
+    password, now heads the remote rows; JSON and piped carry `remote`."""
+    url = redis_env["KCACHE_REMOTE"]
+    env = {**redis_env, "KCACHE_REMOTE": url.replace("redis://", "redis://:pw-in-url-123@")}
+    (tmp_path / "a").mkdir()
+    status, text, err = on_terminal("stats", "--dir", str(tmp_path / "a"), env=env)
+    assert status == 0, err
+    lines = text.splitlines()
+    [at] = [i for i, line in enumerate(lines) if url in line]
+    assert "remote" in lines[at] and "namespace" in lines[at], text
+    assert "remote hits" in lines[at + 1], text  # named before its counters
+    assert run_json("stats", root=tmp_path / "a", env=env)["remote"] == url
+    piped = kc("stats", root=tmp_path / "a", env=env).stdout
+    assert f"remote\t{url}\n" in piped
+    assert "pw-in-url-123" not in text + err + piped
+    assert "remote" not in run_json("stats", root=tmp_path / "a", env={})  # none configured
+
+
 def test_dir_and_config_show_the_remote_without_credentials(tmp_path, redis_env):
     env = {**redis_env, "KCACHE_REMOTE": redis_env["KCACHE_REMOTE"].replace("redis://", "redis://:pw-in-url-123@"),
            "KCACHE_REMOTE_SECRET": SECRET, "KCACHE_REMOTE_READONLY": "yes"}
