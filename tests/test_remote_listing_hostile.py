@@ -67,3 +67,28 @@ def test_a_scan_answer_of_other_types_is_one_line_not_a_traceback(page, command,
     with EndlessScanRedis(page=page) as server:
         done = run_against(server, command, tmp_path)
     assert_one_line(done, "not a cursor and a list of names; not read")
+
+
+@pytest.mark.parametrize("backend", ["file", "memory"])
+def test_an_object_store_listing_stops_after_max_listed_names(backend, tmp_path, monkeypatch):
+    """push and pull listed an object store's namespace in one fsspec ``find``: no deadline
+    and no bound, so a huge or hostile bucket held the command as long, and in as much memory,
+    as it liked. It is listed shard by shard, each ``ls`` one bounded call, and stops with a
+    bad_value after MAX_LISTED names (5 here, 8 keys in 3 shards), as the Redis listing does."""
+    import uuid
+
+    pytest.importorskip("fsspec")
+    from kcache import make_key
+    from kcache.tiers.remote import fsspec_tier, open_remote
+    from kcache.tiers.tier import TierError
+
+    url = (tmp_path / "remote").as_uri() if backend == "file" else f"memory://kt-{uuid.uuid4().hex[:12]}"
+    tier = open_remote(url, timeout=5.0)
+    keys = [make_key({"listing": i}) for i in range(8)]
+    for k in keys:
+        tier.write(k, b"value")
+    assert sorted(tier.keys()) == sorted(keys)  # the whole namespace, within the bound
+    monkeypatch.setattr(fsspec_tier, "MAX_LISTED", 5)
+    with pytest.raises(TierError) as exc:
+        list(tier.keys())
+    assert exc.value.kind == "bad_value" and "went on past 5 names; stopped" in str(exc.value)

@@ -12,6 +12,7 @@ import contextlib
 import os
 import posixpath
 import secrets
+import re
 from typing import Iterator
 
 import fsspec
@@ -30,6 +31,9 @@ S3_PROTOCOLS = ("s3", "s3a")
 # 100-continue" and aiohttp waits for the interim answer with no timeout at all (a server that
 # accepts and never answers hangs it for good).
 #: storage options naming a credential (never shown)
+SHARD_RE = re.compile(r"[0-9a-f]{2}")  # a shard folder's name: a key's first two digits
+# names one listing (push, pull) takes at most, as the Redis tier's redis_tier.MAX_LISTED
+MAX_LISTED = 1 << 21
 _CREDENTIAL_OPTIONS = ("password", "secret", "token", "key", "passphrase")
 _AWS_CREDENTIALS = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
 
@@ -262,20 +266,37 @@ class FsspecTier(RemoteTier):
         return self._call("remove", op)
 
     def keys(self) -> Iterator[str]:
-        """Every key under ``<prefix>/<namespace>/v<format>/`` (one listing, fsspec ``find``);
-        names that are not ``<ab>/<key>.kce`` are skipped."""
-        def op() -> list[str]:
-            try:
-                return self._run("find", self._base)
-            except FileNotFoundError:
-                return []
+        """Every key under ``<prefix>/<namespace>/v<format>/``: the shard folders listed (one
+        ``ls``), then each shard (one ``ls`` each), every listing one call within its deadline;
+        names that are not ``<ab>/<key>.kce`` are skipped. TierError("bad_value") once the
+        listings have named MAX_LISTED entries: one fsspec ``find`` of the whole namespace,
+        of unknown length and under no deadline, let a huge or hostile bucket hold the
+        command for as long and in as much memory as it liked."""
+        listed = 0
 
-        prefix = self._base.rstrip("/") + "/"
-        for path in self._call("keys", op, bounded=False):
-            parts = path[len(prefix):].split("/") if path.startswith(prefix) else ()
-            key = entry_key(*parts) if len(parts) == 2 else None
-            if key is not None:
-                yield key
+        def names(folder: str) -> list[str]:
+            nonlocal listed
+            found = self._call("keys", lambda: self._names(folder))
+            listed += len(found)
+            if listed > MAX_LISTED:
+                raise TierError("bad_value", f"{self.name}: keys: the listing went on past "
+                                             f"{MAX_LISTED} names; stopped")
+            return found
+
+        shards = sorted({name for name in names(self._base) if SHARD_RE.fullmatch(name)})
+        for shard in shards:
+            for name in names(f"{self._base}/{shard}"):
+                key = entry_key(shard, name)
+                if key is not None:
+                    yield key
+
+    def _names(self, folder: str) -> list[str]:
+        """The last parts of the names ``folder`` holds (none when it does not exist)."""
+        try:
+            found = self._run("ls", folder, detail=False)
+        except FileNotFoundError:
+            return []
+        return [posixpath.basename(str(path).rstrip("/")) for path in found]
 
     def check(self) -> None:
         """One bounded round trip that says whether the tier works: when writable a probe
