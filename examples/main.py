@@ -163,6 +163,7 @@ def gpu_run(env, imported: Path, with_usecases: bool, cwd: Path, temporary: bool
 def warm(env, root: Path, ccs: list, jobs, with_usecases: bool, cwd: Path) -> list:
     """``kcache warm`` the examples (and cache_usecases) into ``root``; prints one line per
     (kernel, signature, cc) and warm's summary; returns warm's results. Raises _Failed."""
+    from kcache.cli.fmt import plural
     from kcache.dispatcher.warm import cc_text
     examples = str(REPO / "examples")  # a folder: imported as the package `examples`
     targets = [examples, USECASES] if with_usecases else [examples]
@@ -194,7 +195,8 @@ def warm(env, root: Path, ccs: list, jobs, with_usecases: bool, cwd: Path) -> li
         print(f"  not compiled, no known signature: {', '.join(doc['without_signatures'])}")
     s = doc["summary"]
     print(f"kcache warm: {s['compiled']} compiled, {s['cached']} already cached, "
-          f"{s['failed']} failed in {doc['seconds']:.1f} s ({doc['jobs']} jobs)")
+          f"{s['failed']} failed in {doc['seconds']:.1f} s "
+          f"({plural(doc['processes'], 'job')})")  # the processes that compiled, as warm says
     if proc.returncode != 0 or s["failed"]:
         raise _Failed("kcache warm could not compile every kernel (above)")
     return doc["results"]

@@ -144,6 +144,10 @@ def test_second_run_finds_everything_cached(first_run):
     assert [(r[0], r[1], r[3]) for r in rows] == [(r[0], r[1], r[3]) for r in _rows(first.stdout)]
     assert all(r[2] == "already cached" for r in rows)
     n = len(rows)
+    # nothing compiled: warm's own process alone, as kcache warm's summary says ("2 jobs",
+    # the --jobs setting, was printed)
+    assert re.search(rf"^kcache warm: 0 compiled, {n} already cached, 0 failed in [\d.]+ s "
+                     r"\(1 job\)$", second.stdout, re.M), second.stdout
     assert f"kcache import: 0 entries added to {base / 'work' / 'imported'}, {n} already there" \
            in second.stdout
     assert f"Same {n} entries" in second.stdout
