@@ -21,11 +21,14 @@ from kcache.cli.spec import Command, kcache_tree
 
 SHELLS = ("bash", "zsh", "fish")
 
+#: What the help says to run; the folder is made first: a new user has none of them yet.
 INSTALL = {
-    "bash": "kcache completion bash > ~/.local/share/bash-completion/completions/kcache",
+    "bash": "mkdir -p ~/.local/share/bash-completion/completions && "
+            "kcache completion bash > ~/.local/share/bash-completion/completions/kcache",
     "zsh": "kcache completion zsh > \"${fpath[1]}/_kcache\"  (any folder on $fpath; then "
            "restart zsh), or: source <(kcache completion zsh)",
-    "fish": "kcache completion fish > ~/.config/fish/completions/kcache.fish",
+    "fish": "mkdir -p ~/.config/fish/completions && "
+            "kcache completion fish > ~/.config/fish/completions/kcache.fish",
 }
 
 

@@ -1,8 +1,10 @@
 """``kcache completion bash|zsh|fish``: scripts generated from the parser, checked by the shells
 themselves (bash always; zsh and fish where installed, else skipped with the reason)."""
+import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -144,3 +146,19 @@ def test_unknown_shell_is_a_usage_error():
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert len(done.stderr.splitlines()) == 1 and "bash" in done.stderr
+
+
+@pytest.mark.parametrize("shell", ["bash", "fish"])
+def test_the_install_line_of_the_help_works_in_a_new_home(shell, tmp_path):
+    """The install command that `kcache completion --help` (and docs/cli.md) gives, pasted by a
+    user whose completions folder does not exist yet: it used to fail ('No such file or
+    directory'), the folder being made by nothing. Run by bash (the line is POSIX shell)."""
+    from kcache.cli.cmd_completion import INSTALL
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KCACHE_")}
+    env["HOME"] = str(tmp_path)
+    program = f'kcache() {{ "{sys.executable}" -m kcache "$@"; }}; {INSTALL[shell]}'
+    done = subprocess.run([need("bash"), "--norc", "--noprofile", "-c", program], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    written = INSTALL[shell].rsplit("> ", 1)[1].replace("~", str(tmp_path))
+    assert Path(written).read_text() == script(shell)
