@@ -319,6 +319,19 @@ def test_ls_piped_is_tab_separated_with_exact_bytes(cache):
     assert is_iso(first[6])
 
 
+
+def test_ls_with_both_streams_on_one_pipe_ends_with_its_summary(cache):
+    """`kcache ls 2>&1 | less`: the rows (stdout, block-buffered on a pipe) come before the
+    summary line (stderr), as on a terminal and as docs/cli.md says ls ends."""
+    root, _paths = cache
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KCACHE_")}
+    done = subprocess.run([sys.executable, "-m", "kcache", "ls", "--dir", str(root)],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          env=env, timeout=120)
+    lines = done.stdout.splitlines()
+    assert done.returncode == 0 and len(lines) == 6, done.stdout
+    assert lines[0].startswith("short_key\t") and lines[-1].startswith("kcache: 4 entries, ")
+
 def on_terminal(*args: str, answer: str | None = None, columns: int = 200,
                 env: dict | None = None) -> tuple[int, str, str]:
     """Run ``python -m kcache ARGS`` with stdin and stdout on a pseudo-terminal of
