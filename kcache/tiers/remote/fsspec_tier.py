@@ -11,8 +11,8 @@ from __future__ import annotations
 import contextlib
 import os
 import posixpath
-import secrets
 import re
+import secrets
 from typing import Iterator
 
 import fsspec
@@ -30,10 +30,11 @@ S3_PROTOCOLS = ("s3", "s3a")
 # in a thread of its own. The read timeout alone does not bound a PUT: botocore sends "Expect:
 # 100-continue" and aiohttp waits for the interim answer with no timeout at all (a server that
 # accepts and never answers hangs it for good).
-#: storage options naming a credential (never shown)
+
 SHARD_RE = re.compile(r"[0-9a-f]{2}")  # a shard folder's name: a key's first two digits
 # names one listing (push, pull) takes at most, as the Redis tier's redis_tier.MAX_LISTED
 MAX_LISTED = 1 << 21
+#: storage options naming a credential (never shown)
 _CREDENTIAL_OPTIONS = ("password", "secret", "token", "key", "passphrase")
 _AWS_CREDENTIALS = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
 
