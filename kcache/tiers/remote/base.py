@@ -14,9 +14,10 @@ tier object (a new process) tries the server again.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import errno
-import contextlib
 import re
 import threading
 import time
@@ -207,6 +208,10 @@ class Oversent(Exception):
 
 
 _current = threading.local()
+#: the same Deadline for an asynchronous backend's requests, which run on fsspec's event loop:
+#: a context variable, which ``asyncio.run_coroutine_threadsafe`` carries into the task
+#: (s3_counted counts an S3 answer's bytes against it)
+RECEIVING: contextvars.ContextVar = contextvars.ContextVar("kcache_remote_receiving", default=None)
 
 
 def current_deadline() -> Deadline | None:
@@ -321,11 +326,12 @@ class RemoteTier:
                 self._failed(err)
             raise
         except Exception as exc:  # the backends raise many types: all become TierError
-            if isinstance(exc, Oversent):  # an answer, though a hostile one: a bad value
+            over = next((e for e in causes(exc) if isinstance(e, Oversent)), None)
+            if over is not None:  # an answer, though a hostile one (maybe wrapped): a bad value
                 with contextlib.suppress(Exception):
                     self._abandon()  # the rest of that answer is never read: a new connection
                 self._answered()
-                err = TierError("bad_value", f"{self.name}: {what}: {exc}; not read")
+                err = TierError("bad_value", f"{self.name}: {what}: {over}; not read")
                 self.refused(err)
                 raise err from None
             if deadline is not None and (isinstance(exc, Overrun) or deadline.left() <= 0):

@@ -20,8 +20,8 @@ import fsspec
 from ...disk.layout import SUFFIX, entry_key
 from ...text import cut
 from ..tier import Blob, TierError
-from .base import (Deadline, Overrun, RemoteTier, causes, chunk_size, current_deadline, describe, os_kind,
-                   redact, run_within, url_credentials, version_tag)
+from .base import (RECEIVING, Deadline, Overrun, RemoteTier, causes, chunk_size, current_deadline,
+                   describe, os_kind, redact, run_within, url_credentials, version_tag)
 
 S3_PROTOCOLS = ("s3", "s3a")
 # Besides the connect and read timeouts, each call is bounded as a whole (base.Deadline: 2 x
@@ -58,12 +58,30 @@ def storage_options(protocol: str, timeout: float, given: dict | None = None) ->
         options["timeout"] = timeout  # ftplib's socket timeout: each connect and each read
     if protocol in S3_PROTOCOLS:
         options["config_kwargs"] = {"connect_timeout": timeout, "read_timeout": timeout,
-                                    "retries": {"total_max_attempts": 1, "mode": "standard"}}
+                                    "retries": {"total_max_attempts": 1, "mode": "standard"},
+                                    **_counted_session()}
     for name, value in (given or {}).items():
         if name == "config_kwargs" and "config_kwargs" in options:
             value = {**options["config_kwargs"], **value}
         options[name] = value
     return options
+
+
+def _counted_session() -> dict:
+    """aiobotocore's ``http_session_cls`` that counts each answer's bytes against the call's
+    allowance (s3_counted), where the installed aiobotocore takes one (older ones: answers
+    bounded by the deadline only)."""
+    try:
+        import inspect
+
+        from aiobotocore.config import AioConfig
+
+        from .s3_counted import CountedSession
+    except ImportError:  # pragma: no cover - s3fs not installed, or an old aiobotocore
+        return {}
+    if "http_session_cls" not in inspect.signature(AioConfig).parameters:
+        return {}  # pragma: no cover - aiobotocore older than the hook
+    return {"http_session_cls": CountedSession}
 
 
 class FsspecTier(RemoteTier):
@@ -135,7 +153,11 @@ class FsspecTier(RemoteTier):
         left = deadline.left() if deadline is not None else None
         if left is not None and left <= 0:
             raise FSTimeoutError  # (sync() takes a timeout of 0 for none)
-        return sync(fs.loop, getattr(fs, "_" + method), *args, timeout=left, **kwargs)
+        token = RECEIVING.set(deadline)
+        try:
+            return sync(fs.loop, getattr(fs, "_" + method), *args, timeout=left, **kwargs)
+        finally:
+            RECEIVING.reset(token)
 
     def _abandon(self) -> bool:
         # an asynchronous call was cancelled at its deadline (sync's timeout), and a local
@@ -175,6 +197,7 @@ class FsspecTier(RemoteTier):
             size = self._stated(key, info.get("size"), limit)
             if size == 0:
                 return None  # an empty object is no entry (and a ranged read of it fails)
+            current_deadline().expect(size)  # what the answers may carry (S3: s3_counted)
             try:
                 data = (self._cat(key, path, 0, limit + 1) if size <= step
                         else self._read_chunks(key, path, info, size, step))

@@ -1,0 +1,83 @@
+"""Every byte of an S3 answer counts against the call's allowance, as for Redis.
+
+botocore reads an answer's body whole (an error's, a listing's XML) and s3fs a value's ranged
+GET whole, whatever its length: a server that ignored the Range and sent ``Content-Length: 1
+TiB`` (or chunked bytes for ever) filled memory at the network's speed until the call's
+deadline, 2.2 GB for one lookup at the default timeout on a 2-core machine, ~1 GB more per
+second of a longer KCACHE_REMOTE_TIMEOUT. Here an S3 client's answers are read through
+:class:`CountedStream`, which counts what arrives against the call's :class:`~.base.Deadline`
+(``Deadline.receive``: the value's size and 16 MiB besides) and raises
+:class:`~.base.Oversent` past it, as the Redis tier's counted socket does.
+
+aiobotocore's ``AioConfig(http_session_cls=...)`` is the hook (s3fs passes ``config_kwargs``
+to it); the call's deadline reaches fsspec's event loop in a context variable
+(:data:`RECEIVING`), which ``asyncio.run_coroutine_threadsafe`` carries into the task.
+"""
+from __future__ import annotations
+
+from aiobotocore.httpsession import AIOHTTPSession
+
+from .base import RECEIVING
+
+PIECE = 64 << 10  # bytes: a body read "whole" is read in pieces this size, each counted
+
+
+class CountedStream:
+    """An aiohttp response body (its ``StreamReader``) whose reads are counted against
+    ``deadline`` (``Deadline.receive``, which raises Oversent past its allowance); a read of
+    the whole body is made piece by piece, so that it stops at the allowance. Anything else
+    is the stream's own."""
+
+    __slots__ = ("_stream", "_deadline")
+
+    def __init__(self, stream, deadline):
+        self._stream = stream
+        self._deadline = deadline
+
+    def _counted(self, data):
+        self._deadline.receive(len(data))
+        return data
+
+    async def read(self, n: int = -1) -> bytes:
+        if n is not None and n >= 0:
+            return self._counted(await self._stream.read(n))
+        parts = []
+        while chunk := self._counted(await self._stream.read(PIECE)):
+            parts.append(chunk)
+        return b"".join(parts)
+
+    async def readany(self) -> bytes:
+        return self._counted(await self._stream.readany())
+
+    async def readexactly(self, n: int) -> bytes:
+        return self._counted(await self._stream.readexactly(n))
+
+    async def readline(self) -> bytes:
+        return self._counted(await self._stream.readline())
+
+    async def readchunk(self):
+        data, end = await self._stream.readchunk()
+        return self._counted(data), end
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+class CountedSession(AIOHTTPSession):
+    """aiobotocore's aiohttp session, each answer's body read through :class:`CountedStream`
+    when the request runs within a tier call (:data:`RECEIVING`)."""
+
+    async def send(self, request):
+        deadline = RECEIVING.get()
+        if deadline is None:
+            return await super().send(request)
+        preload = not request.stream_output
+        request.stream_output = True  # the body is read below, counted, not by the session
+        try:
+            response = await super().send(request)
+        finally:
+            request.stream_output = not preload
+        response.raw.content = CountedStream(response.raw.content, deadline)
+        if preload:
+            await response.content
+        return response
