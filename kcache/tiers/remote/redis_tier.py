@@ -67,7 +67,11 @@ class RedisTier(RemoteTier):
             socket_timeout=timeout, socket_connect_timeout=timeout,
             # one attempt per call: a retry would multiply the time a dead server costs
             retry=Retry(NoBackoff(), 0), retry_on_timeout=False,
-            health_check_interval=0, **_NO_SETINFO)
+            health_check_interval=0, **_NO_SETINFO,
+            # RESP2, said: redis-py >= 8 opens each connection with HELLO 3 and, on a server
+            # without it (Redis < 6, many proxies), logs a 4-line warning on the user's stderr
+            # at every connect (after each call cut off, again); kcache needs nothing of RESP3
+            protocol=2)
         if password:
             options["password"] = password
         try:
@@ -414,6 +418,8 @@ def _kind(exc: BaseException) -> str:
         return "auth"
     if isinstance(exc, rx.TimeoutError):
         return "timeout"
+    if isinstance(exc, rx.InvalidResponse):
+        return "bad_value"  # an answer that is no RESP (a RESP3 type to a RESP2 client)
     if isinstance(exc, rx.ResponseError):
         text = str(exc)
         if text.startswith("WRONGTYPE"):
