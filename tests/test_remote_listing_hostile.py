@@ -94,3 +94,22 @@ def test_an_object_store_listing_stops_after_max_listed_names(backend, tmp_path,
     with pytest.raises(TierError) as exc:
         list(tier.keys())
     assert exc.value.kind == "bad_value" and "went on past 5 names; stopped" in str(exc.value)
+
+
+def test_a_listing_keeps_only_names_under_its_own_namespace():
+    """SCAN MATCH is the server's to honour: a name outside ``kcache:v<N>:`` (another
+    namespace, or any prefix of the same length) is not taken for one of this namespace's keys."""
+    from kcache.tiers.remote import open_remote
+    from kcache.tiers.remote.base import version_tag
+    ours, theirs = "a" * 64, "b" * 64
+    prefix = f"kcache:{version_tag()}:".encode()
+    names = [prefix + ours.encode(), b"x" * len(prefix) + theirs.encode(),
+             b"other:" + prefix + theirs.encode()]
+    page = b"*2\r\n$1\r\n0\r\n*%d\r\n" % len(names) + b"".join(
+        b"$%d\r\n%s\r\n" % (len(n), n) for n in names)
+    with EndlessScanRedis(page=page) as server:
+        tier = open_remote(f"redis://127.0.0.1:{server.port}/0")
+        try:
+            assert list(tier.keys()) == [ours]
+        finally:
+            tier.close()

@@ -193,7 +193,8 @@ def open_remote(url: str, *, namespace: str = DEFAULT_NAMESPACE, readonly: bool 
 
     ``namespace``: prefix of every key (letters, digits, ``._-``); ``readonly``: never write
     (writes raise TierError); ``timeout``: seconds for each connect and each read (default
-    1 s), and for each call as a whole 2 x timeout + 1 s per MiB it transfers, at most 10 x timeout; ``ttl``: seconds a Redis value lives (None: forever; object stores: use a bucket
+    1 s), and for each call as a whole 2 x timeout + 1 s per MiB it transfers, at most 10 x
+    timeout; ``ttl``: seconds a Redis value lives (None: forever; object stores: use a bucket
     lifecycle rule, ignored with a warning); ``password``: Redis password when the URL has
     none; ``max_wait``: seconds a Redis single-flight waiter waits (default 60 s);
     ``options``: fsspec storage options (e.g. ``{"endpoint_url": ...}``).

@@ -202,7 +202,9 @@ class RedisTier(RemoteTier):
                 raise TierError("bad_value", f"{self.name}: keys: the listing went on past {MAX_LISTED} "
                                              f"names or {MAX_PAGES} pages; stopped")
             for raw in names:
-                key = raw.decode("ascii", "replace")[len(self._prefix):]
+                name = raw.decode("ascii", "replace")
+                # MATCH is the server's to honour: a name of another namespace is not ours
+                key = name[len(self._prefix):] if name.startswith(self._prefix) else ""
                 if KEY_RE.fullmatch(key):
                     yield key
             if cursor == 0:
