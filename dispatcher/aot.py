@@ -318,7 +318,7 @@ def _compile_one(frontend, kernel, argtypes, cc, store, cache_key,
         raise _NotStored(reason) from exc
     if not was_hit and store.header(key) is None:  # put() said nothing: look on disk
         raise _NotStored(_put_failed(store, compiled.get("entry")))
-    remote = was_hit and store.remote is not None and store.remote.served(key)
+    remote = was_hit and store.remote_served(key)  # never opens the remote for a local hit
     return CompiledEntry(key, name, shown, tuple(cc), arch, cached=was_hit,
                          compile_seconds=compiled.get("seconds", 0.0), remote=bool(remote))
 

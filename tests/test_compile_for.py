@@ -396,6 +396,35 @@ def test_finding_an_entry_on_the_remote_is_not_a_hit_either(tmp_path, monkeypatc
     assert third.get(made.key) is not None and third.stats()["remote_hits"] == 1
 
 
+_LOCAL_HIT = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import kcache
+from kcache.dispatcher import compile_for_report
+from examples.kernels import scaled_add
+(found,) = compile_for_report(scaled_add, sys.argv[2], cc=(9, 0), store=kcache.Store(sys.argv[3]))
+print(found.cached, found.remote)
+"""
+
+
+def test_a_local_hit_never_opens_the_remote(tmp_path):
+    """compile_for_report asked the remote whether it had served each hit, which opened it
+    (imported its client, connected where a backend does so when opened) even when the root
+    held the entry: a hit that needs no remote warned 'remote tier not used: ...' about a
+    remote setting it never used. A local hit now leaves the remote closed: silent."""
+    from examples.kernels import SIGNATURES, scaled_add
+    sig = SIGNATURES[scaled_add][0]
+    (made,) = compile_for_report(scaled_add, sig, cc=(9, 0), store=kcache.Store(tmp_path / "c"))
+    assert not made.cached
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KCACHE_")}
+    env.update(KCACHE_REMOTE="redis://127.0.0.1:1/0", KCACHE_REMOTE_TIMEOUT="soon")
+    proc = subprocess.run([sys.executable, "-c", _LOCAL_HIT, str(REPO), sig, str(tmp_path / "c")],
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["True", "False"]
+    assert "remote" not in proc.stderr, proc.stderr  # the bad setting is never looked at
+
+
 def test_cc_forms_and_lists(store):
     from kcache.dispatcher.aot import _cc_list as cc_list_of
 

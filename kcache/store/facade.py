@@ -183,9 +183,8 @@ class Store:
     # -- the read path (kcache.store.reading) --------------------------------------------------
     @staticmethod
     def verify_bytes(key: str, data: bytes, *, hit: bool = False) -> tuple[dict, Entry]:
-        """The one check every value from any tier crosses before it is used
-        (:func:`kcache.store.reading.verify_bytes`): returns (header, Entry); raises
-        CorruptEntry (with ``code``) or NewerFormat."""
+        """The one check every value from any tier crosses before use (reading.verify_bytes):
+        returns (header, Entry); raises CorruptEntry (with ``code``) or NewerFormat."""
         return verify_bytes(key, data, hit=hit)
 
     def load(self, key: str, root=None) -> Entry:
@@ -215,13 +214,15 @@ class Store:
     # -- the remote tier (kcache.store.remote) -------------------------------------------------
     @property
     def remote(self):
-        """The remote tier when one is configured and could be opened, else None; opened on
-        first use (:attr:`kcache.store.remote.RemotePolicy.remote`)."""
+        """The remote tier, opened on first use (:attr:`.remote.RemotePolicy.remote`), or None."""
         return self._remote_policy.remote
 
+    def remote_served(self, key: str) -> bool:
+        """Whether the remote tier served ``key`` in this process; never opens it."""
+        return self._remote_policy.served(key)
+
     def require_remote(self):
-        """The remote tier for a command that asked for it; raises what
-        :meth:`kcache.store.remote.RemotePolicy.require_remote` raises."""
+        """The remote tier for a command that asked for it (RemotePolicy.require_remote)."""
         return self._remote_policy.require_remote()
 
     @property
@@ -230,8 +231,7 @@ class Store:
         return self._remote_policy.remote_settings
 
     def push(self, keys=None, progress: Callable[[int, int], None] | None = None) -> "CopyReport":
-        """Publish local entries to the writable remote tier
-        (:meth:`kcache.store.remote.RemotePolicy.push`)."""
+        """Publish local entries to the writable remote tier (:meth:`.remote.RemotePolicy.push`)."""
         return self._remote_policy.push(keys, progress)
 
     # -- the writable root (kcache.store.root) ------------------------------------------------

@@ -77,6 +77,12 @@ class RemotePolicy:
         """The remote tier if it was opened, else None (never opens it)."""
         return self._remote
 
+    def served(self, key: str) -> bool:
+        """Whether the remote tier served ``key``'s value in this process (a value that passed
+        the checks); False when it was never opened: never opens it (a hit of the local root
+        must not connect, nor warn about a remote it never needed)."""
+        return self._remote is not None and self._remote.served(key)
+
     @property
     def remote_settings(self):
         """The remote tier's settings (kcache.remote.RemoteSettings; no secret is shown) or
