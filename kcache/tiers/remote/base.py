@@ -4,8 +4,9 @@ key names, and the single-flight result type.
 A remote tier is a *soft* tier: each connect and each read is bounded by the timeout, and every
 call as a whole by a :class:`Deadline` (2 x timeout, plus 1 s per MiB it sends, and per MiB it
 has received: a server that answers one byte at a time within each read's timeout is still cut
-off, whatever size it stated; at most 10 x timeout in all). A value is read in chunks of at most :func:`chunk_size` bytes,
-each one earning the time for the next when it has arrived. Every failure is
+off, whatever size it stated; at most 10 x timeout in all). A value is read in chunks of at
+most :func:`chunk_size` bytes, each one earning the time for the next when it has arrived.
+Every failure is
 a :class:`~kcache.tier.TierError` with a kind (a call cut off at its deadline: ``timeout``);
 after ``max_errors`` consecutive failures the tier switches itself off for the rest of the
 process (every later call raises ``TierError("unavailable")`` at once, with no network

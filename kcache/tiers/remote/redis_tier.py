@@ -50,10 +50,10 @@ class RedisTier(RemoteTier):
     ``rediss://...`` (TLS; redis-py's ``ssl_*`` query options apply), ``unix:///path?db=N``.
     ``password`` is used when the URL has none (redis-py's from_url: the URL's wins);
     ``timeout``: seconds for each connect and each read (redis-py's socket timeouts), and
-    each call as a whole within 2 x timeout + 1 s per MiB, at most 10 x timeout (base.Deadline: the call runs in a
-    thread of its own, and at the deadline its connections are closed; a call cut off so is
-    a ``timeout`` like any other); ``ttl``: seconds a
-    value lives (None: forever), renewed by a hit unless read-only. Raises ConfigError for a
+    each call as a whole within 2 x timeout + 1 s per MiB, at most 10 x timeout
+    (base.Deadline: the call runs in a thread of its own, and at the deadline its connections
+    are closed; a call cut off so is a ``timeout`` like any other); ``ttl``: seconds a value
+    lives (None: forever), renewed by a hit unless read-only. Raises ConfigError for a
     URL redis-py cannot parse. Connects lazily: nothing is sent before the first call."""
 
     kind = "redis"
