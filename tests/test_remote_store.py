@@ -433,3 +433,41 @@ def test_an_entry_larger_than_reads_accept_is_neither_stored_nor_published(tmp_p
     store = Store(tmp_path / "b")
     assert store.put(k, ent) is True and store.get(k) == ent
     assert store.stats().remote_puts == 1 and len(list(remote.rglob("*.kce"))) == 1
+
+
+def test_keys_of_another_secret_are_remembered_safely_from_many_threads(tmp_path, monkeypatch):
+    """A process's threads that meet values of another secret at once each remember the key
+    (never published over); past MAX_FOREIGN the oldest is dropped. Dropping it took the
+    first key of a dict another thread was changing: RuntimeError ('dictionary changed size
+    during iteration') in a user's lookup."""
+    import sys
+    import threading
+
+    import kcache.store.remote as policy_module
+    from kcache import Store
+    from kcache.tiers.remote.signing import SignatureError
+
+    monkeypatch.setattr(policy_module, "MAX_FOREIGN", 4)
+    policy = Store(tmp_path / "root")._remote_policy
+    policy._remote = type("Tier", (), {"name": "memory://team"})()
+    errors = []
+
+    def meet(thread: int) -> None:
+        try:
+            for i in range(5000):
+                policy._keep_off(f"{thread}-{i}", SignatureError("another secret"))
+        except Exception as exc:  # what the user's lookup would have raised
+            errors.append(repr(exc))
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter can
+    try:
+        threads = [threading.Thread(target=meet, args=(t,)) for t in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert errors == []
+    assert len(policy._foreign_keys) <= 4 + len(threads)

@@ -11,6 +11,8 @@ receives what it uses when made (the store's settings, counters, verification an
 """
 from __future__ import annotations
 
+import collections
+import contextlib
 import os
 from typing import Callable
 
@@ -39,7 +41,8 @@ class RemotePolicy:
         self._remote_settings = None
         self._remote_opened = False
         # keys whose remote value was refused for its signature alone: never published over
-        self._foreign_keys: dict[str, None] = {}
+        # (an OrderedDict: its popitem drops the oldest in one step, safe between threads)
+        self._foreign_keys: collections.OrderedDict[str, None] = collections.OrderedDict()
 
     @property
     def remote(self):
@@ -162,7 +165,8 @@ class RemotePolicy:
         saying what to check."""
         from ..tiers.remote.signing import UnsignedValue
         if len(self._foreign_keys) >= MAX_FOREIGN:
-            self._foreign_keys.pop(next(iter(self._foreign_keys)))  # the oldest
+            with contextlib.suppress(KeyError):  # another thread emptied it meanwhile
+                self._foreign_keys.popitem(last=False)  # the oldest
         self._foreign_keys[key] = None
         what, check = (("unsigned values", "every machine publishing there sets the same "
                         "KCACHE_REMOTE_SECRET, or give this one another KCACHE_REMOTE_NAMESPACE")
