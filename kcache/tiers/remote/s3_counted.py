@@ -63,9 +63,34 @@ class CountedStream:
         return getattr(self._stream, name)
 
 
+class NoRedirects:
+    """An aiohttp ``ClientSession`` whose requests never follow a redirect: aiohttp follows a
+    301/302/303/307/308 to any ``Location`` by default (botocore's own urllib3 session never
+    does), so an S3 endpoint, or anyone on a plain-HTTP path to it, sent the request on to a
+    host of its choosing (``http://169.254.169.254/...``, an internal service) with the
+    signed request's ``X-Amz-Security-Token`` (a credential) in it. A redirect is answered to
+    botocore as it came (an error; S3's region redirects are botocore's to handle, to the same
+    endpoint). Anything else is the session's own."""
+
+    __slots__ = ("_session",)
+
+    def __init__(self, session):
+        self._session = session
+
+    def request(self, *args, **kwargs):
+        return self._session.request(*args, **{**kwargs, "allow_redirects": False})
+
+    def __getattr__(self, name: str):
+        return getattr(self._session, name)
+
+
 class CountedSession(AIOHTTPSession):
     """aiobotocore's aiohttp session, each answer's body read through :class:`CountedStream`
-    when the request runs within a tier call (:data:`RECEIVING`)."""
+    when the request runs within a tier call (:data:`RECEIVING`); no redirect followed
+    (:class:`NoRedirects`)."""
+
+    async def _get_session(self, proxy_url):
+        return NoRedirects(await super()._get_session(proxy_url))
 
     async def send(self, request):
         deadline = RECEIVING.get()
