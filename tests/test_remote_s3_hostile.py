@@ -8,6 +8,12 @@ point, in a child process under a memory limit."""
 from __future__ import annotations
 
 import http.server
+import json
+import os
+import resource
+import subprocess
+import sys
+import textwrap
 import threading
 
 import pytest
@@ -106,3 +112,67 @@ def test_a_redirect_to_another_host_is_not_followed(aws_env, tmp_path, monkeypat
         assert other.requests == []
     st = store.stats()
     assert st.remote_errors_io == 1 and st.remote_misses == 0
+
+
+@pytest.mark.parametrize("doctype", [
+    # billion laughs: 10^9 'x' from 10 nested entities
+    "".join(['<!DOCTYPE Error [<!ENTITY a0 "xxxxxxxxxx">']
+            + [f'<!ENTITY a{i} "{f"&a{i - 1};" * 10}">' for i in range(1, 9)] + ["]>"]),
+    # an external entity naming a local file
+    '<!DOCTYPE Error [<!ENTITY x SYSTEM "file://{secret}">]>',
+])
+def test_an_xml_answer_with_entities_is_refused_unparsed(doctype, aws_env, tmp_path,  # noqa: F811
+                                                         monkeypatch):
+    secret = tmp_path / "local-secret.txt"
+    secret.write_text("LOCAL-FILE-CONTENT-5d1e")
+    entity = "&a8;" if "a8" in doctype else "&x;"
+    body = (f'<?xml version="1.0"?>{doctype.format(secret=secret)}<Error><Code>NoSuchKey</Code>'
+            f"<Message>{entity}</Message></Error>")
+    with ScriptedS3(_error(body, 404)) as server:
+        _remote(monkeypatch, server.endpoint)
+        store = Store(tmp_path / "root")
+        with pytest.warns(UserWarning) as said:
+            assert store.get(make_key({"entities": 1})) is None
+    text = " ".join(str(w.message) for w in said)
+    assert "declares a DOCTYPE" in text and "LOCAL-FILE-CONTENT" not in text, text
+    assert store.stats().remote_errors_bad_value == 1
+
+
+CHILD_MEMORY = 1 << 30  # bytes (RLIMIT_DATA)
+CHILD = textwrap.dedent("""
+    import json, resource, sys, time
+    from kcache import Store, make_key
+    store = Store(sys.argv[1])
+    start = time.monotonic()
+    got = store.get(make_key({"xml": 1}))
+    took = time.monotonic() - start
+    st = store.stats()
+    print(json.dumps({"hit": got is not None, "took": took, "bad": st.remote_errors_bad_value,
+                      "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10}))
+""")
+DEPTH = 2_300_000  # 16 MiB of nesting: within the call's allowance (the value's 1000 + 16 MiB)
+
+
+@pytest.mark.parametrize("inner", ["<a>" * DEPTH + "</a>" * DEPTH, "<a/>" * 4_000_000],
+                         ids=["deep", "wide"])
+def test_an_xml_answer_nested_deep_or_wide_is_refused_unparsed(inner, tmp_path):
+    # botocore's parser made 16 MiB of nesting a RecursionError after 2 s and 712 MB, 16 MiB
+    # of empty elements 481 MB and 3.8 s (an io error, counted towards the switch-off)
+    body = f'<?xml version="1.0"?><Error><Code>Weird</Code><Message>{inner}</Message></Error>'
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KCACHE_", "AWS_"))}
+    with ScriptedS3(_error(body)) as server:
+        env.update(KCACHE_REMOTE="s3://bucket/cache", KCACHE_REMOTE_TIMEOUT="3",
+                   AWS_ENDPOINT_URL_S3=server.endpoint, AWS_ACCESS_KEY_ID="testing",
+                   AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1",
+                   AWS_EC2_METADATA_DISABLED="true", AWS_CONFIG_FILE=str(tmp_path / "none"),
+                   AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"))
+        done = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path / "root")], env=env,
+                              capture_output=True, text=True, timeout=120,
+                              preexec_fn=lambda: resource.setrlimit(
+                                  resource.RLIMIT_DATA, (CHILD_MEMORY, CHILD_MEMORY)))
+        assert any(method == "GET" for method, _, _ in server.requests)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    out = json.loads(done.stdout)
+    assert (out["hit"], out["bad"]) == (False, 1), (out, done.stderr)
+    assert out["rss"] < 250 << 20, out
+    assert "no S3 answer does" in done.stderr and done.stderr.count("\n") == 1, done.stderr

@@ -208,6 +208,12 @@ class Oversent(Exception):
     OSError, so that a client library passes it on as it is (redis-py closes the connection)."""
 
 
+class BadAnswer(Oversent):
+    """An answer refused whole before the client library parses it (an S3 answer's XML that no
+    S3 server sends: a DOCTYPE, nesting or elements past s3_counted's bounds): a bad value,
+    as :class:`Oversent`."""
+
+
 _current = threading.local()
 #: the same Deadline for an asynchronous backend's requests, which run on fsspec's event loop:
 #: a context variable, which ``asyncio.run_coroutine_threadsafe`` carries into the task
