@@ -176,3 +176,30 @@ def test_an_xml_answer_nested_deep_or_wide_is_refused_unparsed(inner, tmp_path):
     assert (out["hit"], out["bad"]) == (False, 1), (out, done.stderr)
     assert out["rss"] < 250 << 20, out
     assert "no S3 answer does" in done.stderr and done.stderr.count("\n") == 1, done.stderr
+
+
+def test_a_session_token_from_a_credentials_file_echoed_by_the_server_is_not_printed(tmp_path):
+    # only the environment's AWS_SESSION_TOKEN was hidden: one from the shared credentials
+    # file (a profile, an instance role likewise), quoted in a listing's 403, was printed
+    def echo(handler):
+        quoted = handler.headers.get("X-Amz-Security-Token")
+        return 403, [], (f'<?xml version="1.0"?><Error><Code>AccessDenied</Code><Message>'
+                         f"token {quoted} is not welcome</Message></Error>").encode()
+
+    creds = tmp_path / "credentials"
+    creds.write_text(f"[default]\naws_access_key_id = AKIAFILE\naws_secret_access_key = "
+                     f"FILESECRET\naws_session_token = {TOKEN}\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KCACHE_", "AWS_"))}
+    with ScriptedS3(echo) as server:
+        env.update(KCACHE_REMOTE="s3://bucket/cache", AWS_ENDPOINT_URL_S3=server.endpoint,
+                   AWS_DEFAULT_REGION="us-east-1", AWS_EC2_METADATA_DISABLED="true",
+                   AWS_CONFIG_FILE=str(tmp_path / "none"), AWS_SHARED_CREDENTIALS_FILE=str(creds))
+        for command in (["pull"], ["remote", "check"]):
+            done = subprocess.run([sys.executable, "-m", "kcache", *command, "--dir",
+                                   str(tmp_path / "root")], env=env, capture_output=True,
+                                  text=True, timeout=60)
+            out = done.stdout + done.stderr
+            assert done.returncode == 1 and TOKEN not in out, out
+            assert "Traceback" not in out and out.count("\n") == 1, out
+            assert "may contain a credential" in out, out
+        assert any(h.get("X-Amz-Security-Token") == TOKEN for _, _, h in server.requests)

@@ -172,6 +172,7 @@ class FsspecTier(RemoteTier):
             from fsspec.asyn import sync
             sync(self._fs.loop, self._fs.set_session)
             self._session = True
+            self.hidden += _signing_credentials(self._fs, 2 * self.timeout)
 
     # -- the tier protocol ----------------------------------------------------------
     def read(self, key: str, limit: int) -> Blob | None:
@@ -345,6 +346,32 @@ class FsspecTier(RemoteTier):
 
     def _classify(self, exc: BaseException) -> TierError:
         return TierError(_kind(exc), describe(exc, self.hidden))
+
+
+def _signing_credentials(fs, timeout: float) -> tuple[str, ...]:
+    """The secret key and session token an s3fs client signs with, wherever botocore found them
+    (AWS_PROFILE, the shared credentials file, an instance role): a server's error text may
+    echo a token (a listing's 403 quoting its X-Amz-Security-Token was printed by kcache pull),
+    and only those from the environment or the options were known to be hidden. Resolved
+    once, when the client is made (botocore has resolved them then: no request); empty for
+    an anonymous client, one given its credentials in the options (hidden already), or any
+    failure. Another backend: empty."""
+    session = getattr(fs, "session", None)
+    if (session is None or not hasattr(session, "get_credentials") or getattr(fs, "anon", False)
+            or any(getattr(fs, name, None) for name in ("key", "secret", "token"))):
+        return ()
+
+    async def frozen():
+        found = await session.get_credentials()
+        return None if found is None else await found.get_frozen_credentials()
+
+    try:
+        from fsspec.asyn import sync
+        got = sync(fs.loop, frozen, timeout=timeout)
+    except Exception:  # no credentials to hide is no reason to stop: the lookup goes on
+        return ()
+    return tuple(v for v in (getattr(got, "secret_key", None), getattr(got, "token", None))
+                 if isinstance(v, str) and v)
 
 
 def _version(info) -> tuple:
