@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import pytest
 
@@ -203,3 +204,46 @@ def test_a_session_token_from_a_credentials_file_echoed_by_the_server_is_not_pri
             assert "Traceback" not in out and out.count("\n") == 1, out
             assert "may contain a credential" in out, out
         assert any(h.get("X-Amz-Security-Token") == TOKEN for _, _, h in server.requests)
+
+
+def _page(prefix: str, token: str, n: int) -> bytes:
+    names = "".join(f"<Contents><Key>{prefix}ab{token}{i:058d}.kce</Key><Size>9</Size></Contents>"
+                    for i in range(n))
+    return (f"<ListBucketResult><Name>bucket</Name><Prefix>{prefix}</Prefix>"
+            f"<IsTruncated>true</IsTruncated><NextContinuationToken>{token}"
+            f"</NextContinuationToken>{names}</ListBucketResult>").encode()
+
+
+@pytest.mark.parametrize("token", ["same", "new"])
+def test_a_listing_whose_continuation_token_never_ends_stops_at_its_deadline(token, tmp_path):
+    # a shard's listing is one call: its pages, with a token that repeats or is always new,
+    # end at the call's deadline (or allowance) with one line, whatever the server keeps up
+    pages = iter(range(1 << 30))
+
+    def listing(handler):
+        if handler.command == "HEAD":
+            return 404, [], b""
+        prefix = handler.path.split("prefix=", 1)[1].split("&", 1)[0].replace("%2F", "/")
+        if prefix.count("/") == 3:  # cache/kcache/v<N>/: the shard folders
+            return 200, [], (f"<ListBucketResult><Prefix>{prefix}</Prefix><IsTruncated>false"
+                             f"</IsTruncated><CommonPrefixes><Prefix>{prefix}ab/</Prefix>"
+                             f"</CommonPrefixes></ListBucketResult>").encode()
+        return 200, [], _page(prefix, token if token == "same" else f"t{next(pages)}", 1000)
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KCACHE_", "AWS_"))}
+    with ScriptedS3(listing) as server:
+        env.update(KCACHE_REMOTE="s3://bucket/cache", AWS_ENDPOINT_URL_S3=server.endpoint,
+                   AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing",
+                   AWS_DEFAULT_REGION="us-east-1", AWS_EC2_METADATA_DISABLED="true",
+                   AWS_CONFIG_FILE=str(tmp_path / "none"),
+                   AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"))
+        start = time.monotonic()
+        done = subprocess.run([sys.executable, "-m", "kcache", "pull", "--dir",
+                               str(tmp_path / "root")], env=env, capture_output=True,
+                              text=True, timeout=60)
+        took = time.monotonic() - start
+        assert len(server.requests) > 3  # pages were served
+    out = done.stdout + done.stderr
+    assert done.returncode == 1 and "Traceback" not in out and out.count("\n") == 1, out
+    assert "cannot list s3://bucket/cache" in out, out
+    assert took < 10, took  # the 2 s deadline, the interpreter's start and botocore's client
