@@ -233,6 +233,28 @@ def test_size_cap_evicts_lru_down_to_90_percent(root):
     assert key(0) in left and key(10) in left and key(1) not in left and key(2) not in left
 
 
+def test_eviction_sweeps_old_lock_files_of_absent_entries(root):
+    """A root kept under its cap by eviction alone (no 'kcache prune') kept the lock file of
+    every key it ever stored: one more file per kernel compiled, without bound."""
+    one = len(fmt.encode(key(0), entry(0, 1000)))
+    s = Store(root, max_size=one * 5 + one // 2)
+    for i in range(20):
+        assert s.put(key(i), entry(i, 1000))
+    locks = root / "v1" / "locks"
+    assert len(list(locks.glob("??/*.lock"))) == 20  # evicted keys' too
+    old = time.time() - 7200  # untouched for two hours: no holder
+    for p in locks.glob("??/*.lock"):
+        os.utime(p, (old, old))
+    before = s.stats().evictions
+    assert s.put(key(20), entry(20, 1000)) and s.put(key(21), entry(21, 1000))
+    assert s.stats().evictions > before  # crossed the cap: an eviction pass
+    left = {e.key for e in s.entries()}
+    names = {p.name[:-len(".lock")] for p in locks.glob("??/*.lock")}
+    assert len(left) <= 5 and key(21) in left
+    # what is left: the entries' own and those of the entries this pass removed
+    assert left <= names and len(names) <= len(left) + s.stats().evictions - before
+
+
 def test_an_entry_larger_than_the_cap_is_warned_about_once(root):
     """max_size smaller than an entry (KCACHE_MAX_SIZE=1K): each put is evicted at once, so a
     program compiles every kernel on every run. That is said once, naming the sizes, not

@@ -185,10 +185,13 @@ def sweep_temp(house: Housekeeping, *, dry_run: bool = False) -> int:
 
 def evict(house: Housekeeping, target: int) -> None:
     """Remove least-recently-used entries until the root holds <= ``target`` bytes (kcache's
-    old temp files are swept first: they take room too). Keys being written are skipped.
-    Totals that count more than the pass finds on disk are lowered first (:func:`lower_drift`)."""
+    old temp files are swept first: they take room too; and old lock files of absent entries,
+    or a root kept under its cap by eviction alone grew one file per key it ever stored).
+    Keys being written are skipped. Totals that count more than the pass finds on disk are
+    lowered first (:func:`lower_drift`)."""
     house.local.dirs.check()
     sweep_temp(house)
+    sweep_locks(house)
     counted = [house.stats.shard_totals(s) for s in range(SHARDS)]  # before the scan: see lower_drift
     files = lru_order(list(house.local.scan()), house.max_entry_size)
     lower_drift(house, files, counted)
