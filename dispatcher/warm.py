@@ -24,6 +24,7 @@ import os
 import queue
 import re
 import sys
+import threading
 import traceback
 import warnings
 
@@ -373,7 +374,24 @@ def _init_worker(settings: dict) -> None:
     # As the kcache command does: a store warning is one line (logger "kcache"), not also a
     # `warnings` message with its source line, from every worker.
     warnings.simplefilter("ignore", KcacheWarning)
+    _end_with_parent()
     STATE.warm_runner = _Runner(settings)
+
+
+def _end_with_parent() -> None:
+    """End this worker when the kcache warm process that started it ends. Killed (SIGKILL,
+    the OOM killer, a CI job's time limit ending its main process), it left its workers
+    for good: a spawned worker holds both ends of its task queue, so it never sees that
+    queue end, and waited for a task, an interpreter with numba loaded, until a reboot."""
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
+
+    def watch() -> None:
+        parent.join()  # returns when the parent's end of the sentinel pipe closes: its end
+        os._exit(1)  # what this worker was doing was for that process alone
+
+    threading.Thread(target=watch, name="kcache-warm-parent", daemon=True).start()
 
 
 def _run_in_worker(task: dict) -> dict:

@@ -613,3 +613,65 @@ def test_warm_names_the_extra_of_a_front_end_not_installed_as_kcache_jit_does(
     [line] = done.stderr.strip().splitlines()
     assert line.startswith(f"kcache: warm needs {named} ("), line
     assert line.endswith(f"; install {frontends.INSTALL[named]}"), line
+
+
+def _state(pid: int) -> str | None:
+    """The process's state letter (None: no such process; 'Z': ended, not yet reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return None
+
+
+def test_a_worker_ends_when_its_warm_process_is_killed(tmp_path):
+    """kcache warm killed (SIGKILL: the OOM killer, a CI job's time limit) left its spawned
+    workers waiting for good, each an interpreter with numba loaded: a worker holds both ends
+    of its task queue and never saw it end. Here the worker stops in its first task (the
+    module's import) until its parent is gone."""
+    import signal
+    import time
+    mods, marker = tmp_path / "mods", tmp_path / "worker.pid"
+    mods.mkdir()
+    (mods / "held.py").write_text(textwrap.dedent(f"""\
+        import multiprocessing, os, threading
+        from numba import cuda
+
+        if multiprocessing.parent_process() is not None:  # in a warm worker: stay here
+            with open({str(marker) + ".tmp"!r}, "w") as f:
+                f.write(str(os.getpid()))
+            os.replace({str(marker) + ".tmp"!r}, {str(marker)!r})
+            threading.Event().wait()
+
+
+        @cuda.jit("void(float32[::1])", cache=True)
+        def k(x):
+            x[0] = 1.0
+
+
+        @cuda.jit("void(float64[::1])", cache=True)
+        def j(x):
+            x[0] = 2.0
+        """))  # 4 compiles: one worker (warm.TASKS_PER_WORKER)
+    warm = subprocess.Popen(
+        [sys.executable, "-m", "kcache", "warm", "--cc", "8.0,9.0", "--jobs", "2",
+         str(mods / "held.py"), "--dir", str(tmp_path / "cache")], cwd=mods,
+        env=env_for(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    worker = None
+    try:
+        deadline = time.monotonic() + 120
+        while not marker.exists() and warm.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)  # a poll for the worker's marker, with a deadline
+        assert marker.exists(), f"no worker took a task (warm exit status {warm.poll()})"
+        worker = int(marker.read_text())
+        assert _state(worker) not in (None, "Z")
+        warm.kill()
+        warm.wait(30)
+        deadline = time.monotonic() + 30
+        while _state(worker) not in (None, "Z") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _state(worker) in (None, "Z"), "the worker outlived its kcache warm process"
+    finally:
+        warm.kill()
+        if worker is not None and _state(worker) not in (None, "Z"):
+            os.kill(worker, signal.SIGKILL)
