@@ -15,6 +15,7 @@ to it); the call's deadline reaches fsspec's event loop in a context variable
 """
 from __future__ import annotations
 
+import inspect
 import xml.parsers.expat
 
 from aiobotocore.httpsession import AIOHTTPSession
@@ -129,8 +130,18 @@ class CountedSession(AIOHTTPSession):
     when the request runs within a tier call (:data:`RECEIVING`); no redirect followed
     (:class:`NoRedirects`)."""
 
-    async def _get_session(self, proxy_url):
-        return NoRedirects(await super()._get_session(proxy_url))
+    def _get_session(self, *args, **kwargs):
+        # aiobotocore's own, private (2.12.2 .. 3.10: ``await self._get_session(proxy_url)``),
+        # passed whatever it is given and awaited only where it is a coroutine: one that
+        # takes other arguments, or none left, must not break every S3 call (the redirects
+        # are followed again then, as before this hook; the bounds above still hold)
+        got = super()._get_session(*args, **kwargs)
+        if not inspect.isawaitable(got):
+            return NoRedirects(got)
+
+        async def wrapped():
+            return NoRedirects(await got)
+        return wrapped()
 
     async def send(self, request):
         deadline = RECEIVING.get()
