@@ -93,3 +93,30 @@ def test_a_bucket_in_another_region_is_still_reached(aws_env, monkeypatch):  # n
     methods = [(method, "/eu-west-1/" in headers.get("Authorization", ""))
                for method, _, headers in server.requests]
     assert methods == [("HEAD", False), ("HEAD", True), ("GET", True)], methods
+
+
+def test_a_forked_child_reads_the_remote(s3_bucket, tmp_path, monkeypatch):  # noqa: F811
+    # fsspec's asynchronous file systems refuse use in a forked child ("This class is not
+    # fork-safe"): every lookup of a child of a program that had used the remote (a
+    # multiprocessing pool, fork being Linux's default) was an io error, then switched off
+    from kcache import Store
+
+    url = f"s3://{s3_bucket}/forked"
+    key = make_key({"forked": 1})
+    data = fmt.encode(key, Entry({"cubin": os.urandom(1000)}, {"kernel": "m:f"}))
+    open_remote(url, timeout=10.0).write(key, data)
+    monkeypatch.setenv("KCACHE_REMOTE", url)
+    monkeypatch.setenv("KCACHE_REMOTE_TIMEOUT", "10")
+    store = Store(tmp_path / "parent")
+    assert store.get(make_key({"absent": 1})) is None  # the parent's client made, used
+    pid = os.fork()
+    if pid == 0:  # the child: the parent's store object and remote tier
+        try:
+            got = store.get(key)
+            code = 0 if got is not None and store.stats().remote_errors_io == 0 else 3
+        except BaseException:
+            code = 4
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert store.get(make_key({"absent": 2})) is None and store.stats().remote_errors_io == 0

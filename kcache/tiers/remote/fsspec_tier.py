@@ -107,14 +107,11 @@ class FsspecTier(RemoteTier):
         if protocol in S3_PROTOCOLS:
             hidden += tuple(v for v in map(os.environ.get, _AWS_CREDENTIALS) if v)
         super().__init__(redact(url), readonly=readonly, timeout=timeout, hidden=hidden)
-        fs, root = self._open(url, options)
-        if protocol in S3_PROTOCOLS:
-            fs.retries = 1  # s3fs's own retry loop (5 attempts with back-off by default)
-        self._fs = fs
+        self._url, self._options = url, options
+        root = self._use(*self._open(url, options))
         self._root = root
-        self._local = "file" in _protocols(fs)
-        self.threaded = not getattr(fs, "async_impl", False)
-        self._session = not hasattr(fs, "set_session")  # s3fs: client made on first use
+        self._local = "file" in _protocols(self._fs)
+        self.threaded = not getattr(self._fs, "async_impl", False)
         self._base = posixpath.join(root, namespace, version_tag()) if root else f"{namespace}/{version_tag()}"
 
     def _open(self, url: str, options: dict):
@@ -132,6 +129,15 @@ class FsspecTier(RemoteTier):
             err = self._classify(exc)
             err.args = (f"{self.name}: open: {err}",)
             raise err from None
+
+    def _use(self, fs, root: str) -> str:
+        """Make ``fs`` this tier's file system (as opened in this process); ``root``."""
+        if set(_protocols(fs)) & set(S3_PROTOCOLS):
+            fs.retries = 1  # s3fs's own retry loop (5 attempts with back-off by default)
+        self._fs = fs
+        self._pid = os.getpid()
+        self._session = not hasattr(fs, "set_session")  # s3fs: client made on first use
+        return root
 
     # -- names --------------------------------------------------------------------
     def path(self, key: str) -> str:
@@ -166,6 +172,11 @@ class FsspecTier(RemoteTier):
         return not self.threaded or self._local
 
     def _prepare(self) -> None:
+        if self._pid != os.getpid():
+            # a forked child: fsspec's asynchronous file systems refuse its use ("This class
+            # is not fork-safe": every call an io error) and a blocking one's connection is
+            # the parent's; the child's own is opened (fsspec gives the child a new loop)
+            self._use(*self._open(self._url, self._options))
         if not self._session:
             # s3fs builds its botocore client here: CPU work (0.3-0.6 s, reading botocore's
             # service models), no request, so it is kept out of the first call's deadline
