@@ -54,7 +54,8 @@ class ModuleRef:
 
 @dataclasses.dataclass(frozen=True)
 class Kernel:
-    """A module-level kernel dispatcher: ``name`` ("module:qualname"), ``module`` (dotted),
+    """A module-level kernel dispatcher: ``name`` ("module:qualname", or "module:attr" where
+    the qualname reaches no such kernel: :func:`_reachable_name`), ``module`` (dotted),
     ``attr`` (its name in the module), ``dispatcher``."""
     name: str
     module: str
@@ -221,8 +222,21 @@ def _module_kernels(module, is_kernel) -> list[Kernel]:
         if obj.targetoptions.get("device") or obj.py_func.__module__ != module.__name__:
             continue
         seen.add(id(obj))
-        out.append(Kernel(kernel_name(obj), module.__name__, attr, obj))
+        out.append(Kernel(_reachable_name(module, attr, obj), module.__name__, attr, obj))
     return out
+
+
+def _reachable_name(module, attr: str, obj) -> str:
+    """"module:qualname" of kernel ``obj`` (the entry's name), or "module:attr" where the
+    qualname reaches no such kernel in ``module`` (a factory's closure bound to a module name,
+    ``k = cuda.jit(sig)(impl)``): warm's tasks find their kernel by this name, in a worker too,
+    and a signatures line can give it."""
+    found = module
+    for part in obj.py_func.__qualname__.split("."):
+        found = getattr(found, part, None)
+    if found is obj:
+        return kernel_name(obj)
+    return f"{module.__name__}:{attr}"
 
 
 def _other_name(frontend, obj) -> str | None:
