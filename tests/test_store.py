@@ -255,6 +255,40 @@ def test_eviction_sweeps_old_lock_files_of_absent_entries(root):
     assert left <= names and len(names) <= len(left) + s.stats().evictions - before
 
 
+def test_a_sweep_leaves_the_lock_file_its_own_thread_holds(root, monkeypatch):
+    """A thread holding the lock of a key without an entry (Store.lock) whose file is old
+    (no heartbeat yet: the first comes after BEAT s) and putting other keys past the cap:
+    its eviction's sweep found the lock free (holds are reentrant) and unlinked the file
+    under it, so another process took the same key's lock at the same time."""
+    from kcache.disk import locks as locks_mod
+
+    class NoBeatYet:  # the hold's first heartbeat has not come: the file keeps its old mtime
+        def add(self, name): pass
+        def discard(self, name): pass
+    monkeypatch.setattr(locks_mod, "HEARTBEATS", NoBeatYet())
+    one = len(fmt.encode(key(0), entry(0, 1000)))
+    s = Store(root, max_size=one * 3 + one // 2)
+    k = key(99)
+    with s.lock(k):
+        pass
+    path = root / "v1" / "locks" / k[:2] / f"{k}.lock"
+    old = time.time() - 7200
+    os.utime(path, (old, old))
+    other = ("import sys, kcache\ntry:\n"
+             "    with kcache.Store(sys.argv[1]).lock(sys.argv[2], timeout=0):\n"
+             "        print('held')\nexcept kcache.LockTimeout:\n    print('busy')")
+    env = {n: v for n, v in os.environ.items() if not n.startswith("KCACHE_")}
+    with s.lock(k):
+        before = s.stats().evictions
+        for i in range(6):
+            assert s.put(key(i), entry(i, 1000))
+        assert s.stats().evictions > before  # crossed the cap: an eviction pass swept
+        assert s.prune().lock_files == 0  # prune's sweep likewise
+        out = subprocess.run([sys.executable, "-c", other, str(root), k], env=env,
+                             capture_output=True, text=True, check=True)
+        assert out.stdout.strip() == "busy" and path.exists()
+
+
 def test_an_entry_larger_than_the_cap_is_warned_about_once(root):
     """max_size smaller than an entry (KCACHE_MAX_SIZE=1K): each put is evicted at once, so a
     program compiles every kernel on every run. That is said once, naming the sizes, not

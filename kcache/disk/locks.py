@@ -101,6 +101,16 @@ class KeyLocks:
     def path(self, key: str) -> Path:
         return self.layout.lock(key)
 
+    def held_here(self, key: str) -> bool:
+        """Whether this thread holds ``key``'s lock. Its holds are reentrant (another thread's
+        or process's are busy to it): a sweep of lock files must ask, or this thread, holding
+        a key without an entry (``Store.lock``) before its first heartbeat, would find its own
+        lock free, and unlink the file under itself (then another process takes the key)."""
+        try:
+            return _filelock(self.dirs, self.path(key), self.file_mode).is_locked
+        except OSError:
+            return False
+
     @contextlib.contextmanager
     def hold(self, key: str, timeout: float | None = None, *, key_for_stats: str | None = None,
              blocking: bool = True, flight: bool = False,

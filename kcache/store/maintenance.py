@@ -343,8 +343,9 @@ def sweep_locks(house: Housekeeping, max_age: float = TEMP_MAX_AGE) -> int:
             if (not lock_name.endswith(LOCK_SUFFIX) or not KEY_RE.fullmatch(key)
                     or not key.startswith(name) or not stat.S_ISREG(lst.st_mode)):
                 continue  # not a lock file kcache made: leave it
-            if lst.st_mtime > cutoff or house.local.entry_stat(key) is not None:
-                continue
+            if (lst.st_mtime > cutoff or house.local.entry_stat(key) is not None
+                    or house.locks.held_here(key)):
+                continue  # recent, in use, or this thread's own (its hold would be reentrant)
             with house.locks.hold(key, blocking=False) as held:
                 if not held or house.local.entry_stat(key) is not None:
                     continue
