@@ -386,9 +386,13 @@ def _end_with_parent() -> None:
     parent = multiprocessing.parent_process()
     if parent is None:
         return
+    from kcache.store.stats import flush_all as flush_counts  # here: no import while ending
 
     def watch() -> None:
         parent.join()  # returns when the parent's end of the sentinel pipe closes: its end
+        # os._exit skips multiprocessing's exit finalizers, the flush of this worker's batched
+        # counts (its compiles of the last second) among them: they are written first
+        flush_counts()  # raises nothing (a book it cannot write is warned about)
         os._exit(1)  # what this worker was doing was for that process alone
 
     threading.Thread(target=watch, name="kcache-warm-parent", daemon=True).start()

@@ -628,7 +628,8 @@ def test_a_worker_ends_when_its_warm_process_is_killed(tmp_path):
     """kcache warm killed (SIGKILL: the OOM killer, a CI job's time limit) left its spawned
     workers waiting for good, each an interpreter with numba loaded: a worker holds both ends
     of its task queue and never saw it end. Here the worker stops in its first task (the
-    module's import) until its parent is gone."""
+    module's import) until its parent is gone. What it counted before is written as it ends
+    (its own ending, os._exit, skipped multiprocessing's exit flush: counts were lost)."""
     import signal
     import time
     mods, marker = tmp_path / "mods", tmp_path / "worker.pid"
@@ -638,6 +639,8 @@ def test_a_worker_ends_when_its_warm_process_is_killed(tmp_path):
         from numba import cuda
 
         if multiprocessing.parent_process() is not None:  # in a warm worker: stay here
+            import kcache
+            kcache.Store({str(tmp_path / "cache")!r}).record(seconds_saved=1000)  # batched
             with open({str(marker) + ".tmp"!r}, "w") as f:
                 f.write(str(os.getpid()))
             os.replace({str(marker) + ".tmp"!r}, {str(marker)!r})
@@ -671,6 +674,8 @@ def test_a_worker_ends_when_its_warm_process_is_killed(tmp_path):
         while _state(worker) not in (None, "Z") and time.monotonic() < deadline:
             time.sleep(0.05)
         assert _state(worker) in (None, "Z"), "the worker outlived its kcache warm process"
+        from kcache import Store
+        assert Store(tmp_path / "cache").stats().seconds_saved == 1000  # the worker's count
     finally:
         warm.kill()
         if worker is not None and _state(worker) not in (None, "Z"):
