@@ -438,6 +438,9 @@ class _Runner:
         except Exception as exc:
             # Replay: the code moved on since the entry was made; not a failure of warm.
             return {"status": "skipped" if task.replay else "failed", "reason": str(exc)}
+        never = self.frontend.never_served_reason(kernel)
+        if never is not None:  # warming it would store an entry no program reads
+            return {"status": "skipped", "reason": never}
         cache_key = task.cache_key if task.own_cache_key else _own_cache_key(kernel)
         try:
             # No toolchain memo in a dry run: it writes nothing in the cache root.

@@ -137,6 +137,11 @@ class Frontend(Protocol):
         """The compile results a device-function dispatcher holds, one per argument types
         (``dep_guard`` tells a compile it made from one it reused)."""
 
+    def never_served_reason(self, dispatcher) -> str | None:
+        """Why a program never uses an entry of kernel ``dispatcher`` (``kcache warm`` skips
+        it), or None: a ``jit(cache=True)`` kernel that links files asked for the front-end's
+        own cache, which refuses it (docs/dispatcher.md); a ``kcache.jit`` one is served."""
+
     def registries(self) -> ModuleType:
         """The reader of the front-end's extension registries (``extensions``, the
         fingerprint's walk): a namespace with ``loaded()`` (anything can be registered yet),
@@ -291,6 +296,19 @@ class BridgeMethods:
 
     def device_overloads(self, dispatcher) -> list:
         return self._module("compiling").device_overloads(dispatcher)
+
+    def never_served_reason(self, dispatcher) -> str | None:
+        if not dispatcher.targetoptions.get("link"):
+            return None
+        if isinstance(dispatcher, self.dispatcher_class()):  # install() marks cache=True
+            asked = getattr(dispatcher, "_kcache_numba_cache", False)
+        else:  # imported without install() (kcache warm): jit(cache=True) gave it a cache
+            asked = not isinstance(dispatcher._cache, self._module("internals").NullCache)
+        if not asked:
+            return None
+        return (f"{self.jit_name}(cache=True) with link=: {self.name}'s cache refuses "
+                "kernels that link files, so a program (KCACHE_ENABLE, install()) compiles "
+                "it and never uses an entry; kcache.jit caches it")
 
     def registries(self):
         return self._module("registries")

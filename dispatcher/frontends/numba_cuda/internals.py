@@ -21,6 +21,7 @@ from numba.cuda import types  # noqa: F401
 from numba.cuda.api import get_current_device  # noqa: F401
 from numba.cuda.core import config  # noqa: F401
 from numba.cuda.core import sigutils  # noqa: F401
+from numba.cuda.core.caching import NullCache  # noqa: F401  (a dispatcher without cache=True)
 from numba.cuda.core.callconv import _MinimalCallHelper  # noqa: F401
 from numba.cuda.core.compiler_lock import global_compiler_lock  # noqa: F401
 from numba.cuda.memory_management.nrt import NRT_LIBRARY  # noqa: F401  (sets config's NRT names)

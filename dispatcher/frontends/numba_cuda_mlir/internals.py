@@ -23,6 +23,7 @@ from numba_cuda_mlir.numba_cuda import serialize as _serialize
 from numba_cuda_mlir.numba_cuda.core.compiler_lock import global_compiler_lock  # noqa: F401
 
 MLIRDispatcher = _descriptor.MLIRDispatcher
+NullCache = _caching.NullCache  # a dispatcher's cache without cache=True
 CompileResult = _compiler.CompileResult
 CachedCompileResult = _caching.CachedCompileResult
 NullCache = _caching.NullCache
