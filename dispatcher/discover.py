@@ -31,7 +31,7 @@ from .process import kernel_name
 
 __all__ = ["TargetError", "ModuleRef", "Kernel", "resolve_targets", "import_context",
            "import_module", "kernels_of", "other_kernels", "other_frontend_hint", "find_kernel",
-           "OtherFrontendKernel",
+           "OtherFrontendKernel", "reachable_name", "kernels_named",
            "is_test_name"]
 
 _TEST_DIRS = frozenset({"tests", "test"})
@@ -231,12 +231,40 @@ def _reachable_name(module, attr: str, obj) -> str:
     qualname reaches no such kernel in ``module`` (a factory's closure bound to a module name,
     ``k = cuda.jit(sig)(impl)``): warm's tasks find their kernel by this name, in a worker too,
     and a signatures line can give it."""
+    if _qualname_reaches(module, obj):
+        return kernel_name(obj)
+    return f"{module.__name__}:{attr}"
+
+
+def _qualname_reaches(module, obj) -> bool:
     found = module
     for part in obj.py_func.__qualname__.split("."):
         found = getattr(found, part, None)
-    if found is obj:
-        return kernel_name(obj)
-    return f"{module.__name__}:{attr}"
+    return found is obj
+
+
+def reachable_name(dispatcher) -> str | None:
+    """The name warm finds kernel ``dispatcher`` by, as :func:`kernels_of` names it
+    ("module:qualname", else "module:attr" of the first name of its module holding it), or
+    None: no name of its (imported) module holds it, e.g. a closure made at each call
+    (``KCACHE_RECORD`` records under this name)."""
+    module = sys.modules.get(dispatcher.py_func.__module__)
+    if module is None:
+        return None
+    if _qualname_reaches(module, dispatcher):
+        return kernel_name(dispatcher)
+    for attr, obj in list(vars(module).items()):
+        if obj is dispatcher:
+            return f"{module.__name__}:{attr}"
+    return None
+
+
+def kernels_named(frontend, module, name: str) -> list[Kernel]:
+    """The kernels of ``module`` (:func:`kernels_of`) whose entries are named ``name``
+    ("module:qualname", an entry's ``kernel``): several where one factory made them
+    (``add3 = make_adder(3.0)``, ``add4 = make_adder(4.0)``; their keys differ by the
+    closure's values). ``kcache warm --replay`` finds an entry's kernel so."""
+    return [k for k in kernels_of(frontend, module) if kernel_name(k.dispatcher) == name]
 
 
 def _other_name(frontend, obj) -> str | None:

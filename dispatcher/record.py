@@ -7,9 +7,9 @@ first launch with those argument types); a hit on the in-memory overloads never 
 Many processes may record into one file: each append happens under a file lock
 (``filelock``), after reading the file to skip lines already there, as one ``O_APPEND``
 write of whole lines; so the file never holds a line twice or half a line. Recording never
-breaks the program: a type that has no signature-string form, a kernel that is not
-module-level, or a file that cannot be written is skipped, warned once, and counted in
-:func:`skipped`.
+breaks the program: a type that has no signature-string form, a kernel no module-level
+name holds (a factory's closure bound to one is recorded as ``module:attr``), or a file
+that cannot be written is skipped, warned once, and counted in :func:`skipped`.
 """
 from __future__ import annotations
 
@@ -67,12 +67,11 @@ def note(frontend, dispatcher, argtypes) -> None:
 
 def _note(frontend, dispatcher, argtypes) -> None:
     from . import sigspec  # imported only when recording is on
-    name = kernel_name(dispatcher)
+    name, reason = _warm_name(dispatcher)
     memo = (name, argtypes)
     if memo in STATE.recorded:
         return
     STATE.recorded.add(memo)
-    reason = _why_not(dispatcher)
     text = None
     if reason is None:
         try:
@@ -86,14 +85,22 @@ def _note(frontend, dispatcher, argtypes) -> None:
     _append(STATE.record_path, name, text)
 
 
-def _why_not(dispatcher) -> str | None:
-    """Why warm could not find this kernel again by its name, or None."""
+def _warm_name(dispatcher) -> tuple:
+    """(name, None): the name kcache warm finds this kernel by ("module:qualname", or
+    "module:attr" for a factory's closure a module name holds: discover.reachable_name);
+    or ("module:qualname", why warm could not find it)."""
+    from .discover import reachable_name
     fn = dispatcher.py_func
-    if "<locals>" in fn.__qualname__:
-        return "it is defined inside a function; kcache warm finds module-level kernels only"
     if fn.__module__ in (None, "__main__"):
-        return "it is defined in the __main__ script; move it into an importable module"
-    return None
+        return kernel_name(dispatcher), ("it is defined in the __main__ script; move it into "
+                                         "an importable module")
+    name = reachable_name(dispatcher)
+    if name is not None:
+        return name, None
+    where = "it is defined inside a function and " if "<locals>" in fn.__qualname__ else ""
+    return kernel_name(dispatcher), (
+        f"{where}no name of its module holds it; kcache warm finds module-level kernels only "
+        "(and a closure a module name holds: add3 = make_adder(3.0))")
 
 
 def _append(file: str, kernel: str, signature: str) -> None:

@@ -237,3 +237,53 @@ def test_a_launch_reads_only_its_own_kernels_lines_of_a_big_record_file(tmp_path
         record._append(str(path), "pkg.mine:k", "void(float64)")
     assert path.read_text().count("pkg.mine:k  void(float64)\n") == 1
     assert parsed == []
+
+
+FACTORY = """
+    from kcache.dispatcher import jit
+
+    def make_adder(k):
+        @jit
+        def adder(a):
+            a[0] += k
+        return adder
+
+    add3 = make_adder(3.0)
+    add4 = make_adder(4.0)
+
+    def _impl(a):
+        a[0] = 1
+
+    impl_k = jit(_impl)
+"""
+
+
+def test_a_kernel_a_module_name_holds_is_recorded_under_that_name(tmp_path, monkeypatch):
+    """A factory's closures (``add3 = make_adder(3.0)``: ``<locals>`` in their qualname) and
+    ``k = jit(impl)`` are recorded as ``module:attr``, the name kcache warm finds them by
+    (a closure was refused, and ``impl_k`` recorded as ``factory_rec:_impl``, a function);
+    a closure no module name holds is still refused, with the reason."""
+    from numba.cuda import types as T
+
+    from kcache.dispatcher import discover
+    (tmp_path / "factory_rec.py").write_text(textwrap.dedent(FACTORY))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import factory_rec
+    rec = tmp_path / "r.sigs"
+    record.start(rec)
+    try:
+        for kernel in (factory_rec.add3, factory_rec.add4, factory_rec.impl_k):
+            record.note(FRONTEND, kernel, (T.float32[::1],))
+        with pytest.warns(KcacheWarning, match="no name of its module holds it"):
+            record.note(FRONTEND, factory_rec.make_adder(5.0), (T.float32[::1],))
+    finally:
+        record.stop()
+        sys.modules.pop("factory_rec", None)
+    lines = sigfile.read_signatures(FRONTEND, rec)
+    assert [line.kernel for line in lines] == [
+        "factory_rec:add3", "factory_rec:add4", "factory_rec:impl_k"]
+    for line in lines:  # each names the very kernel launched, as warm's worker finds it
+        module, attr = sigfile.split_kernel(line.kernel)
+        assert discover.find_kernel(FRONTEND, factory_rec, attr) is getattr(factory_rec, attr)
+    assert [k for k in record.skipped() if k.startswith("factory_rec:")] == [
+        "factory_rec:make_adder.<locals>.adder (array(float32, 1d, C))"]
