@@ -135,8 +135,10 @@ class FsspecTier(RemoteTier):
         if set(_protocols(fs)) & set(S3_PROTOCOLS):
             fs.retries = 1  # s3fs's own retry loop (5 attempts with back-off by default)
         self._fs = fs
-        self._pid = os.getpid()
         self._session = not hasattr(fs, "set_session")  # s3fs: client made on first use
+        # last: another thread of a forked child that sees this process's pid finds the
+        # file system and its session state already this process's own
+        self._pid = os.getpid()
         return root
 
     # -- names --------------------------------------------------------------------
