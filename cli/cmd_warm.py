@@ -301,6 +301,12 @@ def _names(found: list, shown: int = 5) -> str:
     return ", ".join(found[:shown]) + more
 
 
+def _kernel_of(task, outcome: dict) -> str:
+    """The kernel's name in the report: replay's "module:attr" of a kernel bound to a module
+    name its entry's module:qualname does not reach (dispatcher/replay_find.py)."""
+    return outcome.get("kernel") or task.kernel
+
+
 class _Progress:
     """A rich progress bar on a terminal (stderr); plain lines on stderr otherwise (none with
     --json)."""
@@ -324,13 +330,13 @@ class _Progress:
         if self.bar is not None:
             self.bar.update(self.task, advance=1,
                             description=self.bar.describe(_word(status, outcome.get("remote")),
-                                                          task.kernel))
+                                                          _kernel_of(task, outcome)))
         elif not self.quiet:
             detail = outcome.get("reason") or (
                 f"{outcome['compile_seconds']:.2f} s" if outcome.get("compile_seconds") else "")
             from kcache.entry.shortsig import short_signature
             word = _word(status, outcome.get("remote"))
-            message(f"kcache: warm: [{self.n}/{self.total}] {word}: {task.kernel} "
+            message(f"kcache: warm: [{self.n}/{self.total}] {word}: {_kernel_of(task, outcome)} "
                     f"{short_signature(task.display)} {outcome.get('arch') or ''} "
                     f"{detail}".rstrip())
 

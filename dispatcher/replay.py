@@ -6,9 +6,10 @@ An entry is stale when its ``components["toolchain"]`` disagrees with the curren
 in every new key). Its signature comes from ``meta["sigspec"]`` (written with new entries),
 else from inverting ``components["signature"]`` (``sigspec.from_signature_component``,
 accepted only when exact). The kernel is found again by ``components["kernel"]``
-("module:qualname") in a worker, which checks that its code, options and links still match
-the entry's components before compiling (dispatcher/warm.py); otherwise the entry is listed
-as skipped with the reason. Nothing from an entry is executed: the signature text passes the
+("module:qualname", or among the module's kernels of that name: a factory's closure,
+dispatcher/replay_find.py) in a worker, which checks that its code, options and links still
+match the entry's components before compiling (dispatcher/warm.py); otherwise the entry is
+listed as skipped with the reason. Nothing from an entry is executed: the signature text passes the
 sigspec grammar, and a module is imported only if it was found in the TARGETs the user named
 (dispatcher/discover.py); the kernels of other modules are listed, never imported.
 """
@@ -106,7 +107,7 @@ def _module(kernel: str) -> str:
     if len(kernel) > MAX_NAME:
         raise _Skip(f"kernel name of {len(kernel)} characters (more than {MAX_NAME})")
     try:
-        return split_kernel(kernel)[0]
+        return split_kernel(kernel, entry=True)[0]
     except ValueError:
         shown = repr(kernel) if len(kernel) <= 80 else f"{kernel[:60]!r}..."
         raise _Skip(f"kernel {shown} is not a module-level name warm can import") from None

@@ -53,14 +53,19 @@ class SigLine:
         return f"{self.path}:{self.line}"
 
 
-def split_kernel(name: str) -> tuple[str, str]:
+def split_kernel(name: str, entry: bool = False) -> tuple[str, str]:
     """"pkg.mod:Outer.kernel" -> ("pkg.mod", "Outer.kernel"). ValueError unless both parts
     are dotted Python identifiers, MAX_NAME characters at most (an entry's bound: a 10 MB
-    name of a signatures file was tried as an import and printed whole in warm's report)."""
+    name of a signatures file was tried as an import and printed whole in warm's report).
+    ``entry``: an entry's name, whose qualname may pass through a function
+    ("mod:make_adder.<locals>.adder": a factory's closure, which replay finds by the module
+    names holding it)."""
     module, sep, qualname = name.partition(":")
+    parts = qualname.split(".")
     ok = sep and len(name) <= MAX_NAME and all(
         part.isidentifier() for part in module.split(".")) and all(
-        part.isidentifier() for part in qualname.split("."))
+        part.isidentifier() or (entry and part == "<locals>" and 0 < i < len(parts) - 1)
+        for i, part in enumerate(parts))
     if not ok:
         shown = repr(name) if len(name) <= 80 else f"{name[:60]!r}... ({len(name)} characters)"
         raise ValueError(f"{shown} is not a kernel name (module:qualname of at most {MAX_NAME} "

@@ -33,7 +33,7 @@ from kcache import arch as _arch
 from kcache.text import QUOTE_LIMIT, cut
 from kcache.warn import KcacheWarning
 
-from . import discover, sigspec
+from . import discover, replay_find, sigspec
 from .aot import CompileForError, check_cc, compile_for_report, evicted_reason, still_stored
 from .components import Uncacheable, arch_name
 from .keying import kernel_key
@@ -142,8 +142,9 @@ def row_of(task: Task, outcome: dict) -> Row:
     """The report row of ``task`` given its worker ``outcome`` (its reason may quote an
     entry's text, replay's kernels: one escaped line of at most REASON_LIMIT characters)."""
     reason = outcome.get("reason")
-    return Row(kernel=task.kernel, status=outcome["status"], origin=task.origin,
-               signature=task.sigspec, display=task.display, cc=cc_text(task.cc),
+    return Row(kernel=outcome.get("kernel") or task.kernel, status=outcome["status"],
+               origin=task.origin, signature=task.sigspec, display=task.display,
+               cc=cc_text(task.cc),
                arch=outcome.get("arch") or arch_name(task.cc), key=outcome.get("key"),
                compile_seconds=outcome.get("compile_seconds"),
                reason=None if reason is None else cut(reason, REASON_LIMIT),
@@ -178,13 +179,16 @@ class Plan:
 
     def add(self, *, kernel, path_entry, argtypes, sigspec_text, eager_index, cc, origin,
             **extra) -> Task | None:
-        """Add a task unless the same (kernel, argument types, cc) is planned already."""
+        """Add a task unless the same (kernel, argument types, cc) is planned already (for
+        replay's, of the same components: a factory's closures share their entries' name)."""
         memo = (kernel, self.frontend.signature_string(argtypes), tuple(cc))
-        if memo in self._seen:
+        expect = extra.get("expect")
+        variant = memo + (replay_find.variant(expect),) if expect is not None else memo
+        if memo in self._seen or variant in self._seen:
             return None
         task = Task(len(self.tasks), kernel, path_entry, sigspec_text, eager_index,
                     self.frontend.signature_display(argtypes), tuple(cc), origin, **extra)
-        self._seen[memo] = task
+        self._seen[variant] = task
         self.tasks.append(task)
         if path_entry and path_entry not in self.path_entries:
             self.path_entries.append(path_entry)
@@ -415,6 +419,7 @@ class _Runner:
         self.dry_run, self.recache = settings["dry_run"], settings.get("recache", False)
         self.modules: dict = {}
         self.resolved: dict = {}  # task id -> (kernel, argtypes, cache_key, arch) after check
+        self.names: dict = {}  # task id -> "module:attr" replay found its kernel by (or None)
         self._listed = None  # the store's entries, listed for the first explained dry run row
 
     def check(self, task: Task) -> dict | None:
@@ -425,6 +430,13 @@ class _Runner:
         outcome = self._check(task)
         if outcome is not None:
             outcome.setdefault("arch", self.frontend.arch_name(task.cc))
+        return self._named(task, outcome)
+
+    def _named(self, task: Task, outcome: dict | None) -> dict | None:
+        """``outcome`` with the name replay found its kernel by, "module:attr", where the
+        entry's name is not it (replay_find)."""
+        if outcome is not None and self.names.get(task.id):
+            outcome["kernel"] = self.names[task.id]
         return outcome
 
     def _check(self, task: Task) -> dict | None:
@@ -443,17 +455,14 @@ class _Runner:
             return {"status": "skipped", "reason": never}
         cache_key = task.cache_key if task.own_cache_key else _own_cache_key(kernel)
         try:
-            # No toolchain memo in a dry run: it writes nothing in the cache root.
-            memo_store = None if self.dry_run else self.store
-            key, components = kernel_key(self.frontend, kernel, argtypes, task.cc, None,
-                                         cache_key, memo_store)
+            key, components = self._key(task, kernel, argtypes)
         except Uncacheable as exc:
             return {"status": "failed", "reason": f"cannot be cached: {exc}"}
         except Exception as exc:
             return {"status": "failed", "reason": failure_text(exc)}
         arch = self.frontend.arch_name(task.cc)  # the key's target.cc is the full cc
         if task.replay:
-            changed = _changed(task.expect, components)
+            changed = replay_find.changed(task.expect, components)
             if changed:
                 return {"status": "skipped", "arch": arch,
                         "reason": f"changed since the entry was made: {changed}"}
@@ -465,6 +474,13 @@ class _Runner:
                     "reason": self._explained(components)}
         self.resolved[task.id] = (kernel, argtypes, cache_key, arch)
         return None
+
+    def _key(self, task: Task, kernel, argtypes) -> tuple:
+        """(key, components) of ``kernel`` for ``task``'s types and cc."""
+        cache_key = task.cache_key if task.own_cache_key else _own_cache_key(kernel)
+        # No toolchain memo in a dry run: it writes nothing in the cache root.
+        memo_store = None if self.dry_run else self.store
+        return kernel_key(self.frontend, kernel, argtypes, task.cc, None, cache_key, memo_store)
 
     def _explained(self, components: dict) -> str | None:
         """Under ``KCACHE_EXPLAIN``: why a dry run's kernel would compile, as a miss says it
@@ -486,7 +502,7 @@ class _Runner:
         if outcome is not None:
             return outcome
         kernel, argtypes, cache_key, arch = self.resolved.pop(task.id)
-        return self._compile(kernel, argtypes, task, cache_key, arch)
+        return self._named(task, self._compile(kernel, argtypes, task, cache_key, arch))
 
     def _compile(self, kernel, argtypes, task, cache_key, arch) -> dict:
         try:
@@ -505,7 +521,7 @@ class _Runner:
                 "remote": result.remote}
 
     def _kernel(self, task: Task):
-        module_name, qualname = split_kernel(task.kernel)
+        module_name, qualname = split_kernel(task.kernel, entry=task.replay)
         module = self.modules.get(module_name)
         if module is None:
             ref = discover.ModuleRef(module_name, task.path_entry, task.kernel)
@@ -514,6 +530,11 @@ class _Runner:
             except Exception as exc:
                 raise LookupError(f"cannot import {module_name}: {failure_text(exc)}") from None
             self.modules[module_name] = module
+        if task.replay:  # an entry's name: a kernel bound to another module name is found too
+            kernel, self.names[task.id] = replay_find.find(
+                self.frontend, module, qualname, task.expect,
+                lambda k: self._key(task, k, self._argtypes(task, k))[1])
+            return kernel
         return discover.find_kernel(self.frontend, module, qualname)
 
     def _argtypes(self, task: Task, kernel) -> tuple:
@@ -531,20 +552,6 @@ class _Runner:
 def _own_cache_key(kernel):
     options = getattr(kernel, "_kcache", None)
     return getattr(options, "cache_key", None)
-
-
-def _changed(expect: dict, now: dict) -> str | None:
-    """What differs between an entry's components and the kernel's current ones, toolchain
-    and launch configuration aside (dispatcher/misses.py words it); None if nothing."""
-    from .misses import differences
-    ignore = ("toolchain", "launch_config")
-    old = {k: v for k, v in expect.items() if k not in ignore}
-    new = {k: v for k, v in now.items() if k not in ignore}
-    lines = differences(old, new)  # worded only the three shown (an entry's may be many)
-    if not lines:
-        return None
-    more = f" (and {len(lines) - 3} more)" if len(lines) > 3 else ""
-    return "; ".join(word() for word in lines[:3]) + more
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")

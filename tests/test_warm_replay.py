@@ -293,3 +293,50 @@ def test_replay_of_a_signature_of_too_many_parameters_is_skipped_not_compiled(tm
     [skipped] = [r for r in doc["results"] if r["status"] == "skipped"]
     assert skipped["kernel"] == "anyarg:k" and "kernel parameters" in skipped["reason"], skipped
     assert doc["summary"]["failed"] == 0 and doc["summary"]["compiled"] == 0
+
+
+# --- kernels bound to a module name their qualname does not reach ------------------------------
+
+@pytest.mark.parametrize("frontend", ["numba-cuda", "numba-cuda-mlir"])
+def test_replay_warms_closures_and_aliases_by_their_module_name(frontend, tmp_path):
+    """Stale entries of a factory's closures (``add3 = make_adder(3.0)``, ``add4 = ...(4.0)``:
+    one entry name, ``aliased:make_adder.<locals>.adder``, told apart by their closure values)
+    and of ``impl_k = cuda.jit(sig)(_impl)`` (entry name ``aliased:_impl``, a function) are
+    compiled again under the kernel's module name; they were skipped ('not a module-level
+    name warm can import', 'is a function, not a kernel')."""
+    from test_warm_aliases import ALIASED
+    source = ALIASED + "\nadd4 = make_adder(4.0)\n"
+    if frontend == "numba-cuda-mlir":
+        pytest.importorskip("numba_cuda_mlir")
+        source = source.replace("from numba import cuda", "from numba_cuda_mlir import cuda")
+    proj, root, target = tmp_path / "proj", tmp_path / "cache", tmp_path / "proj" / "aliased.py"
+    proj.mkdir()
+    target.write_text(source)
+    first = warm_json(tmp_path, target, "--cc", "9.0", "--jobs", "1", "--frontend", frontend,
+                      root=root)
+    key_of = {r["kernel"]: r["key"] for r in first["results"]}
+    assert sorted(key_of) == ["aliased:add3", "aliased:add4", "aliased:impl_k"]
+    store = Store(root)
+    # an entry of the factory's closure whose code is no longer any of the module's closures
+    changed = copy.deepcopy(store.header(key_of["aliased:add3"]).components["source"])
+    changed[next(iter(changed))] = "0" * 32
+    age(store, key_of["aliased:add3"], changes={"source": changed})
+    for key in key_of.values():  # only the earlier toolchain's entries are left
+        age(store, key)
+        assert store.remove(key)
+    store.flush()
+
+    doc = warm_json(tmp_path, "--replay", target, "--jobs", "1", "--frontend", frontend,
+                    root=root)
+    done = {r["kernel"]: r for r in doc["results"] if r["status"] == "compiled"}
+    assert {k: r["key"] for k, r in done.items()} == key_of, doc["results"]  # today's keys
+    arch = first["results"][0]["arch"]  # numba-cuda-mlir compiles 9.0 as sm_90
+    assert all(r["origin"] == "replay" and r["arch"] == arch for r in done.values())
+    [skipped] = [r for r in doc["results"] if r["status"] == "skipped"]
+    assert skipped["kernel"] == "aliased:make_adder.<locals>.adder", skipped
+    assert skipped["reason"].startswith("changed since the entry was made"), skipped
+    assert doc["summary"]["failed"] == 0
+    again = warm_json(tmp_path, "--replay", target, "--dry-run", "--frontend", frontend,
+                      root=root)
+    assert sorted(r["kernel"] for r in again["results"] if r["status"] == "cached") == [
+        "aliased:add3", "aliased:add4", "aliased:impl_k"]
