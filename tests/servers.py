@@ -376,6 +376,76 @@ def s3_endpoint() -> Iterator[str]:
         server.close()
 
 
+class ThreadedHTTP:
+    """An HTTP server on 127.0.0.1 in a thread of this process, for fake S3 endpoints:
+    :meth:`serve` starts it with a ``BaseHTTPRequestHandler`` class; ``endpoint`` is its URL;
+    a ``with`` block shuts it down."""
+
+    def serve(self, handler) -> None:
+        import http.server
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.httpd.daemon_threads = True
+        self.endpoint = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self._thread = threading.Thread(target=self.httpd.serve_forever,
+                                        kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread.start()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self._thread.join()
+
+
+#: A user's program in a child process: one Store.get with the remote the environment names;
+#: prints the outcome, the remote's error counters and the child's peak memory (VmHWM, bytes:
+#: ru_maxrss keeps the forked parent's high-water mark over exec).
+_LOOKUP_CHILD = """
+import json, sys, time
+from kcache import Store, make_key
+
+def peak():
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) << 10 for l in f if l.startswith("VmHWM:"))
+
+store = Store(sys.argv[1])
+start = time.monotonic()
+got = store.get(make_key({"lookup": 1}))
+took = time.monotonic() - start
+st = store.stats()
+print(json.dumps({"hit": got is not None, "took": took, "bad": st.remote_errors_bad_value,
+                  "timeout": st.remote_errors_timeout, "io": st.remote_errors_io,
+                  "rss": peak()}))
+"""
+
+
+def s3_lookup_in_child(endpoint: str, tmp_path: Path, timeout: float = 3,
+                       memory: int = 1 << 30) -> tuple[subprocess.CompletedProcess, dict | None]:
+    """One lookup of a user's program against the S3 ``endpoint`` (test credentials, nothing
+    leaves the machine), in a child limited to ``memory`` bytes of data (RLIMIT_DATA), with
+    KCACHE_REMOTE_TIMEOUT ``timeout`` s: (the finished process, its JSON report or None)."""
+    import json
+    import resource
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KCACHE_", "AWS_"))}
+    env.update(KCACHE_REMOTE="s3://bucket/cache", KCACHE_REMOTE_TIMEOUT=str(timeout),
+               AWS_ENDPOINT_URL_S3=endpoint, AWS_ACCESS_KEY_ID="testing",
+               AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1",
+               AWS_EC2_METADATA_DISABLED="true", AWS_CONFIG_FILE=str(tmp_path / "none"),
+               AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"))
+    done = subprocess.run([sys.executable, "-c", _LOOKUP_CHILD, str(tmp_path / "root")],
+                          env=env, capture_output=True, text=True, timeout=120,
+                          preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_DATA,
+                                                                (memory, memory)))
+    try:
+        return done, json.loads(done.stdout)
+    except ValueError:
+        return done, None
+
+
 @pytest.fixture
 def aws_env(monkeypatch, tmp_path) -> None:
     """Test credentials for moto; no AWS profile, config file or instance metadata lookup

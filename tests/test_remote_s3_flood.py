@@ -10,42 +10,18 @@ under a memory limit, as a user's program with KCACHE_REMOTE set."""
 from __future__ import annotations
 
 import http.server
-import json
-import os
-import resource
-import subprocess
-import sys
-import textwrap
-import threading
 
 import pytest
 
 pytest.importorskip("s3fs")
+from servers import ThreadedHTTP, s3_lookup_in_child  # noqa: E402
 
 CHILD_MEMORY = 1 << 30  # bytes (RLIMIT_DATA): the unbounded read passed it within ~1 s
 TIMEOUT = 3  # KCACHE_REMOTE_TIMEOUT: a deadline of 6 s, which the flood filled before the fix
 FLOOD = bytes(1 << 20)
 
-CHILD = textwrap.dedent("""
-    import json, sys, time
-    from kcache import Store, make_key
 
-    def peak():  # VmHWM, bytes (ru_maxrss keeps the forked parent's high-water mark over exec)
-        with open("/proc/self/status") as f:
-            return next(int(l.split()[1]) << 10 for l in f if l.startswith("VmHWM:"))
-
-    store = Store(sys.argv[1])
-    start = time.monotonic()
-    got = store.get(make_key({"flood": 1}))
-    took = time.monotonic() - start
-    st = store.stats()
-    print(json.dumps({"hit": got is not None, "took": took, "bad": st.remote_errors_bad_value,
-                      "timeout": st.remote_errors_timeout, "io": st.remote_errors_io,
-                      "rss": peak()}))
-""")
-
-
-class FloodingS3:
+class FloodingS3(ThreadedHTTP):
     """A fake S3 endpoint whose answer never ends. ``mode``: ``length`` (HEAD states 1000
     bytes, the ranged GET is answered 206 with ``Content-Length: 1 TiB``, the Range ignored),
     ``chunked`` (the same, chunked encoding for ever), ``listing`` (HEAD: 404, so s3fs lists
@@ -83,41 +59,15 @@ class FloodingS3:
                 except OSError:
                     self.close_connection = True
 
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.endpoint = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self._thread = threading.Thread(target=self.httpd.serve_forever,
-                                        kwargs={"poll_interval": 0.05}, daemon=True)
-        self._thread.start()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self._thread.join()
-
-
-def _limited() -> None:
-    resource.setrlimit(resource.RLIMIT_DATA, (CHILD_MEMORY, CHILD_MEMORY))
+        self.serve(Handler)
 
 
 @pytest.mark.parametrize("mode", ["length", "chunked", "listing", "error"])
 def test_an_endless_s3_answer_is_cut_off_by_size_not_read_into_memory(mode, tmp_path):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("KCACHE_", "AWS_"))}
     with FloodingS3(mode) as server:
-        env.update(KCACHE_REMOTE="s3://bucket/cache", KCACHE_REMOTE_TIMEOUT=str(TIMEOUT),
-                   AWS_ENDPOINT_URL_S3=server.endpoint, AWS_ACCESS_KEY_ID="testing",
-                   AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1",
-                   AWS_EC2_METADATA_DISABLED="true",
-                   AWS_CONFIG_FILE=str(tmp_path / "none"),
-                   AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"))
-        done = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path / "root")], env=env,
-                              capture_output=True, text=True, timeout=120, preexec_fn=_limited)
+        done, out = s3_lookup_in_child(server.endpoint, tmp_path, TIMEOUT, CHILD_MEMORY)
         assert server.gets >= 1  # the attack was served
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
-    out = json.loads(done.stdout)
     # a refused answer (bad_value), cut off by size long before the 6 s deadline; before the
     # fix a timeout (or a MemoryError under the limit, counted as io) after ~1 GB
     counted = (out["hit"], out["bad"], out["timeout"], out["io"])

@@ -8,19 +8,15 @@ point, in a child process under a memory limit."""
 from __future__ import annotations
 
 import http.server
-import json
 import os
-import resource
 import subprocess
 import sys
-import textwrap
-import threading
 import time
 
 import pytest
 
 from kcache import Store, make_key
-from servers import aws_env  # noqa: F401
+from servers import ThreadedHTTP, aws_env, s3_lookup_in_child  # noqa: F401
 
 pytest.importorskip("s3fs")
 
@@ -28,7 +24,7 @@ TOKEN = "SESSIONTOKEN-0f3c9a7e"  # the session token the client signs with (a cr
 ETAG = '"0123456789abcdef0123456789abcdef"'
 
 
-class ScriptedS3:
+class ScriptedS3(ThreadedHTTP):
     """A fake S3 endpoint: each request is answered ``answer(handler) -> (status, headers,
     body)``; ``requests``: (method, path, headers) seen."""
 
@@ -62,20 +58,7 @@ class ScriptedS3:
 
             do_GET = do_HEAD = do_PUT = do_DELETE = _any
 
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.endpoint = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self._thread = threading.Thread(target=self.httpd.serve_forever,
-                                        kwargs={"poll_interval": 0.05}, daemon=True)
-        self._thread.start()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self._thread.join()
+        self.serve(Handler)
 
 
 def _object(handler):
@@ -140,22 +123,6 @@ def test_an_xml_answer_with_entities_is_refused_unparsed(doctype, aws_env, tmp_p
 
 
 CHILD_MEMORY = 1 << 30  # bytes (RLIMIT_DATA)
-CHILD = textwrap.dedent("""
-    import json, sys, time
-    from kcache import Store, make_key
-
-    def peak():  # VmHWM, bytes (ru_maxrss keeps the forked parent's high-water mark over exec)
-        with open("/proc/self/status") as f:
-            return next(int(l.split()[1]) << 10 for l in f if l.startswith("VmHWM:"))
-
-    store = Store(sys.argv[1])
-    start = time.monotonic()
-    got = store.get(make_key({"xml": 1}))
-    took = time.monotonic() - start
-    st = store.stats()
-    print(json.dumps({"hit": got is not None, "took": took, "bad": st.remote_errors_bad_value,
-                      "rss": peak()}))
-""")
 DEPTH = 2_300_000  # 16 MiB of nesting: within the call's allowance (the value's 1000 + 16 MiB)
 
 
@@ -165,20 +132,10 @@ def test_an_xml_answer_nested_deep_or_wide_is_refused_unparsed(inner, tmp_path):
     # botocore's parser made 16 MiB of nesting a RecursionError after 2 s and 712 MB, 16 MiB
     # of empty elements 481 MB and 3.8 s (an io error, counted towards the switch-off)
     body = f'<?xml version="1.0"?><Error><Code>Weird</Code><Message>{inner}</Message></Error>'
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("KCACHE_", "AWS_"))}
     with ScriptedS3(_error(body)) as server:
-        env.update(KCACHE_REMOTE="s3://bucket/cache", KCACHE_REMOTE_TIMEOUT="3",
-                   AWS_ENDPOINT_URL_S3=server.endpoint, AWS_ACCESS_KEY_ID="testing",
-                   AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1",
-                   AWS_EC2_METADATA_DISABLED="true", AWS_CONFIG_FILE=str(tmp_path / "none"),
-                   AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"))
-        done = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path / "root")], env=env,
-                              capture_output=True, text=True, timeout=120,
-                              preexec_fn=lambda: resource.setrlimit(
-                                  resource.RLIMIT_DATA, (CHILD_MEMORY, CHILD_MEMORY)))
+        done, out = s3_lookup_in_child(server.endpoint, tmp_path, 3, CHILD_MEMORY)
         assert any(method == "GET" for method, _, _ in server.requests)
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
-    out = json.loads(done.stdout)
     assert (out["hit"], out["bad"]) == (False, 1), (out, done.stderr)
     assert out["rss"] < 250 << 20, out
     assert "no S3 answer does" in done.stderr and done.stderr.count("\n") == 1, done.stderr
