@@ -52,7 +52,10 @@ def print_json(document: Any, *, checked: bool = False) -> None:
 def message(text: str) -> None:
     """Write a one-line message for people on stderr (never mixed into the data on stdout),
     escaped and bounded (:func:`kcache.cli.text.line`): a path or kernel name in it cannot
-    send control characters to the terminal."""
+    send control characters to the terminal. Rows already written to stdout are flushed
+    first: with both streams on one pipe (``kcache ls 2>&1 | less``) the summary comes after
+    them, as on a terminal (a closed pipe raises BrokenPipeError, which main handles)."""
+    sys.stdout.flush()
     sys.stderr.write(line(text) + "\n")
 
 

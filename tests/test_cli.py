@@ -324,7 +324,8 @@ def test_ls_with_both_streams_on_one_pipe_ends_with_its_summary(cache):
     """`kcache ls 2>&1 | less`: the rows (stdout, block-buffered on a pipe) come before the
     summary line (stderr), as on a terminal and as docs/cli.md says ls ends."""
     root, _paths = cache
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KCACHE_")}
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("KCACHE_") and k != "PYTHONUNBUFFERED"}  # stdout buffered
     done = subprocess.run([sys.executable, "-m", "kcache", "ls", "--dir", str(root)],
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           env=env, timeout=120)
